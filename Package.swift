@@ -1,0 +1,74 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+let package = Package(
+    name: "liveline",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "liveline", targets: ["liveline"]),
+        .library(name: "LivelineCore", targets: ["LivelineCore"]),
+        .library(name: "LivelineStore", targets: ["LivelineStore"]),
+        .library(name: "LivelineServer", targets: ["LivelineServer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/vapor/sqlite-nio.git", from: "1.13.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
+    ],
+    targets: [
+        // Domain values and pure rules. No I/O, no server or database imports.
+        .target(name: "LivelineCore"),
+        // The Store protocol and its implementations.
+        .target(
+            name: "LivelineStore",
+            dependencies: [
+                "LivelineCore",
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The HTTP API.
+        .target(
+            name: "LivelineServer",
+            dependencies: [
+                "LivelineCore",
+                "LivelineStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // The `liveline` command.
+        .executableTarget(
+            name: "liveline",
+            dependencies: [
+                "LivelineCore",
+                "LivelineStore",
+                "LivelineServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
+        .testTarget(name: "LivelineStoreTests", dependencies: ["LivelineStore", "LivelineCore"]),
+        .testTarget(
+            name: "LivelineServerTests",
+            dependencies: [
+                "LivelineServer",
+                "LivelineStore",
+                "LivelineCore",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ]
+        ),
+    ]
+)

@@ -1,0 +1,97 @@
+import Foundation
+import LivelineCore
+import LivelineStore
+
+/// Creating apps and issuing their keys, shared by the `liveline` CLI and the admin API.
+public struct AppAdministration: Sendable {
+    let store: any Store
+    let clock: WallClock
+
+    /// Creates the administration over `store`.
+    public init(store: any Store, clock: WallClock = .system) {
+        self.store = store
+        self.clock = clock
+    }
+
+    /// An app with the keys just issued for it. The keys are shown once and never again.
+    public struct AppWithKeys: Sendable {
+        public var app: AppRecord
+        public var secretKey: String
+        public var publishableKey: String
+    }
+
+    /// Creates an app and issues its first secret and publishable keys.
+    public func createApp(name: String, bundleID: String, androidPackage: String?) async throws -> AppWithKeys {
+        let name = try Self.validateName(name)
+        let bundleID = try Self.validateBundleID(bundleID)
+        let androidPackage = try androidPackage.map(Self.validateAndroidPackage)
+        let now = clock.now()
+        let app = AppRecord(
+            id: "app_" + APIKeys.randomString(length: 20), name: name, bundleID: bundleID,
+            androidPackage: androidPackage, createdAt: now
+        )
+        let secret = APIKeys.issue(appID: app.id, scope: .secret, at: now)
+        let publishable = APIKeys.issue(appID: app.id, scope: .publishable, at: now)
+        try await store.createApp(app, keys: [secret.record, publishable.record])
+        return AppWithKeys(app: app, secretKey: secret.key, publishableKey: publishable.key)
+    }
+
+    /// Every app, oldest first.
+    public func listApps() async throws -> [AppRecord] { try await store.apps() }
+
+    /// Revokes the app's keys and issues a new pair.
+    public func rotateKeys(appID: String) async throws -> AppWithKeys {
+        guard let app = try await store.app(id: appID) else { throw StoreError.appNotFound }
+        let now = clock.now()
+        let secret = APIKeys.issue(appID: app.id, scope: .secret, at: now)
+        let publishable = APIKeys.issue(appID: app.id, scope: .publishable, at: now)
+        try await store.replaceKeys(appID: app.id, with: [secret.record, publishable.record])
+        return AppWithKeys(app: app, secretKey: secret.key, publishableKey: publishable.key)
+    }
+
+    static func validateName(_ name: String) throws(ValidationError) -> String {
+        let trimmed = name.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !trimmed.isEmpty, trimmed.count <= 200, !trimmed.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
+            throw ValidationError(code: "invalid_name", message: "name must be 1 to 200 printable characters.", field: "name")
+        }
+        return trimmed
+    }
+
+    /// A reverse-DNS bundle id: letters, digits, '-' and '.', at least two parts.
+    static func validateBundleID(_ bundleID: String) throws(ValidationError) -> String {
+        let parts = bundleID.split(separator: ".", omittingEmptySubsequences: false)
+        let valid = bundleID.utf8.count <= 155 && parts.count >= 2 && parts.allSatisfy { part in
+            !part.isEmpty && part.utf8.allSatisfy { byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
+            }
+        }
+        guard valid else {
+            throw ValidationError(
+                code: "invalid_bundle_id", message: "bundleId must be a reverse-DNS iOS bundle id such as com.example.app.", field: "bundleId"
+            )
+        }
+        return bundleID
+    }
+
+    /// An Android application id: at least two dot-separated parts, each starting with a letter.
+    static func validateAndroidPackage(_ package: String) throws(ValidationError) -> String {
+        let parts = package.split(separator: ".", omittingEmptySubsequences: false)
+        let valid = package.utf8.count <= 255 && parts.count >= 2 && parts.allSatisfy { part in
+            guard let first = part.utf8.first,
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(first) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(first)
+            else { return false }
+            return part.utf8.allSatisfy { byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "_")
+            }
+        }
+        guard valid else {
+            throw ValidationError(
+                code: "invalid_android_package", message: "androidPackage must be an application id such as com.example.app.",
+                field: "androidPackage"
+            )
+        }
+        return package
+    }
+}

@@ -1,0 +1,129 @@
+import Configuration
+import Foundation
+import Logging
+import SystemPackage
+
+/// Everything `liveline serve` can be told, read once at start from (highest first) command-line
+/// flags, environment variables and an optional JSON file.
+///
+/// Every key is listed once in ``LivelineConfiguration/keys``; the README's table is that list.
+public struct LivelineConfiguration: Sendable {
+    /// The address the HTTP server binds.
+    public var host: String
+    /// The port the HTTP server binds.
+    public var port: Int
+    /// Where Liveline keeps its files (the SQLite database by default).
+    public var dataDirectory: String
+    /// Where the database is: a SQLite file path (or `sqlite:PATH`). Defaults to
+    /// `<dataDirectory>/liveline.sqlite`.
+    public var database: String?
+    /// The bearer token of the admin API; the admin API is off without one.
+    public var adminToken: String?
+    /// Development mode: creates a demo app on first start and prints its keys.
+    public var dev: Bool
+    /// The log level.
+    public var logLevel: Logger.Level
+
+    /// A configuration key: its name in JSON files, its environment variable and its flag.
+    public struct Key: Sendable {
+        public var name: String
+        public var environment: String
+        public var flag: String?
+        public var defaultValue: String
+        public var summary: String
+    }
+
+    /// Every configuration key, documented once.
+    public static let keys: [Key] = [
+        Key(name: "liveline.host", environment: "LIVELINE_HOST", flag: "--host", defaultValue: "127.0.0.1",
+            summary: "Address the HTTP API listens on."),
+        Key(name: "liveline.port", environment: "LIVELINE_PORT", flag: "--port", defaultValue: "8080",
+            summary: "Port the HTTP API listens on."),
+        Key(name: "liveline.dataDirectory", environment: "LIVELINE_DATA_DIRECTORY", flag: "--data-dir", defaultValue: "./.liveline",
+            summary: "Directory for Liveline's files; created if missing."),
+        Key(name: "liveline.database", environment: "LIVELINE_DATABASE", flag: "--database", defaultValue: "<data dir>/liveline.sqlite",
+            summary: "SQLite database file (a path or sqlite:PATH)."),
+        Key(name: "liveline.adminToken", environment: "LIVELINE_ADMIN_TOKEN", flag: "--admin-token-file", defaultValue: "(none: admin API off)",
+            summary: "Bearer token for /admin/v1. The flag reads it from a file so it stays out of `ps`."),
+        Key(name: "liveline.dev", environment: "LIVELINE_DEV", flag: "--dev", defaultValue: "false",
+            summary: "Development mode: create a demo app on first start and print its keys."),
+        Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
+            summary: "trace, debug, info, notice, warning, error or critical."),
+    ]
+
+    /// Creates a configuration with the defaults.
+    public init(
+        host: String = "127.0.0.1", port: Int = 8080, dataDirectory: String = "./.liveline", database: String? = nil,
+        adminToken: String? = nil, dev: Bool = false, logLevel: Logger.Level = .info
+    ) {
+        self.host = host
+        self.port = port
+        self.dataDirectory = dataDirectory
+        self.database = database
+        self.adminToken = adminToken
+        self.dev = dev
+        self.logLevel = logLevel
+    }
+
+    /// Reads the configuration from `reader` (keys as in ``keys``).
+    public init(reader: ConfigReader) throws {
+        let defaults = LivelineConfiguration()
+        let scoped = reader.scoped(to: "liveline")
+        self.init(
+            host: scoped.string(forKey: "host", default: defaults.host),
+            port: scoped.int(forKey: "port", default: defaults.port),
+            dataDirectory: scoped.string(forKey: "dataDirectory", default: defaults.dataDirectory),
+            database: scoped.string(forKey: "database"),
+            adminToken: scoped.string(forKey: "adminToken", isSecret: true),
+            dev: scoped.bool(forKey: "dev", default: false),
+            logLevel: .info
+        )
+        let level = scoped.string(forKey: "logLevel", default: "info")
+        guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {
+            throw ConfigurationError("logLevel must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'.")
+        }
+        self.logLevel = logLevel
+        guard (0...65535).contains(port) else { throw ConfigurationError("port must be between 0 and 65535; got \(port).") }
+        if let adminToken, adminToken.utf8.count < 16 {
+            throw ConfigurationError("The admin token must be at least 16 characters.")
+        }
+    }
+
+    /// A reader over flag values (highest), the environment, then `file` (a JSON document with a
+    /// top-level `liveline` object), if given.
+    public static func reader(flags: [String: ConfigValue], file: String?, environment: [String: String]? = nil) async throws -> ConfigReader {
+        var providers: [any ConfigProvider] = [
+            InMemoryProvider(name: "flags", values: Dictionary(uniqueKeysWithValues: flags.map { (AbsoluteConfigKey(stringLiteral: $0.key), $0.value) }))
+        ]
+        if let environment {
+            providers.append(EnvironmentVariablesProvider(environmentVariables: environment, secretsSpecifier: .specific(["LIVELINE_ADMIN_TOKEN"])))
+        } else {
+            providers.append(EnvironmentVariablesProvider(secretsSpecifier: .specific(["LIVELINE_ADMIN_TOKEN"])))
+        }
+        if let file {
+            providers.append(try await FileProvider<JSONSnapshot>(filePath: FilePath(file)))
+        }
+        return ConfigReader(providers: providers)
+    }
+
+    /// The SQLite file the database setting points at.
+    public var databasePath: String {
+        get throws {
+            guard let database, !database.isEmpty else {
+                return (dataDirectory as NSString).appendingPathComponent("liveline.sqlite")
+            }
+            if database.hasPrefix("postgres://") || database.hasPrefix("postgresql://") {
+                throw ConfigurationError("This build of Liveline stores data in SQLite only; PostgreSQL support is not built yet.")
+            }
+            if database.hasPrefix("sqlite://") { return String(database.dropFirst("sqlite://".count)) }
+            if database.hasPrefix("sqlite:") { return String(database.dropFirst("sqlite:".count)) }
+            return database
+        }
+    }
+}
+
+/// A configuration value that cannot be used.
+public struct ConfigurationError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}

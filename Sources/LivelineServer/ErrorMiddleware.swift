@@ -1,0 +1,74 @@
+import HTTPTypes
+import Hummingbird
+import LivelineCore
+import LivelineStore
+import Logging
+import NIOCore
+
+/// Turns every error a route throws into Liveline's JSON error shape with the right status.
+/// Nothing escapes as a bare 500 page: unexpected errors become `internal_error`, logged once.
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch {
+            let apiError = Self.apiError(for: error, request: request)
+            if apiError.status == .internalServerError {
+                context.logger.error("Unexpected error", metadata: ["error": "\(String(reflecting: error))", "path": "\(request.uri.path)"])
+            }
+            return Response.json(apiError.json, status: apiError.status)
+        }
+    }
+
+    static func apiError(for error: any Error, request: Request) -> APIError {
+        switch error {
+        case let error as APIError:
+            return error
+        case let error as ValidationError:
+            return APIError(error)
+        case is NIOTooManyBytesError:
+            return .bodyTooLarge
+        case let error as StoreError:
+            switch error {
+            case .appNotFound: return APIError(.notFound, code: "app_not_found", message: "No such app.", field: "appId")
+            case .activityNotFound: return APIError(.notFound, code: "activity_not_found", message: "No such activity in this app.", field: "activityId")
+            case .instanceNotFound: return APIError(.notFound, code: "instance_not_found", message: "No such instance on this activity.", field: "deviceId")
+            case .activityEnded: return APIError(.conflict, code: "activity_ended", message: "The activity has ended; it takes no further updates.", field: "activityId")
+            case .duplicateApp: return APIError(.conflict, code: "app_exists", message: "An app with this id exists.")
+            case .invalidCursor: return .badRequest("invalid_cursor", "cursor is not one this server issued.", field: "cursor")
+            case .schemaTooNew: return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")
+            }
+        case let error as any HTTPResponseError:
+            switch error.status {
+            case .notFound:
+                return APIError(.notFound, code: "not_found", message: "No route \(request.method) \(request.uri.path).")
+            case .methodNotAllowed:
+                return APIError(.methodNotAllowed, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.uri.path).")
+            case .contentTooLarge:
+                return .bodyTooLarge
+            default:
+                let status = error.status
+                if status.code >= 500 {
+                    return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")
+                }
+                return APIError(status, code: "http_\(status.code)", message: status.reasonPhrase)
+            }
+        default:
+            return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")
+        }
+    }
+}
+
+extension Response {
+    /// A JSON response from a ``JSONValue``.
+    static func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
+        let bytes = value.encoded
+        var buffer = ByteBuffer()
+        buffer.writeBytes(bytes)
+        return Response(
+            status: status,
+            headers: [.contentType: "application/json; charset=utf-8"],
+            body: ResponseBody(byteBuffer: buffer)
+        )
+    }
+}

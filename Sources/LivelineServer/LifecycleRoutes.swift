@@ -1,0 +1,326 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import LivelineCore
+import LivelineStore
+
+/// The `/v1` lifecycle API: instances register, the backend updates and ends activities.
+struct LifecycleRoutes<Context: RequestContext>: Sendable {
+    let store: any Store
+    let authenticator: Authenticator
+    let clock: WallClock
+
+    static var maximumPageSize: Int { 200 }
+    static var defaultPageSize: Int { 50 }
+
+    func add(to router: Router<Context>) {
+        let v1 = router.group("v1")
+        v1.put("activities/:activityId/instances/:deviceId", use: registerInstance)
+        v1.post("activities/:activityId/updates", use: update)
+        v1.post("activities/:activityId/end", use: end)
+        v1.delete("activities/:activityId", use: endAndDismiss)
+        v1.get("activities/:activityId", use: activity)
+        v1.get("activities", use: activities)
+        v1.get("activities/:activityId/instances", use: instances)
+        v1.post("activities/:activityId/instances/:deviceId/events", use: instanceEvent)
+    }
+
+    // MARK: Handlers
+
+    @Sendable func registerInstance(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .publishableOrSecret)
+        let activityID = try Self.pathID("activityId", context)
+        let deviceID = try Self.pathID("deviceId", context)
+        let body = try await RequestBody.read(request)
+        try body.allowOnly(["platform", "pushToken", "attributesType", "attributes", "userId"])
+        let platformName = try body.requiredString("platform")
+        guard let platform = Platform(rawValue: platformName) else {
+            throw ValidationError(code: "invalid_platform", message: "platform must be 'ios' or 'android'.", field: "platform")
+        }
+        let pushToken = try PushToken.validate(try body.requiredString("pushToken"), platform: platform)
+        let attributesType = try body.string("attributesType")
+        if let attributesType { try Self.validateAttributesType(attributesType) }
+        var attributes: JSONValue?
+        if let value = body.value("attributes") {
+            guard value.objectValue != nil else {
+                throw ValidationError(code: "invalid_attributes", message: "attributes must be a JSON object.", field: "attributes")
+            }
+            attributes = value
+        }
+        let userID = try body.string("userId").map { userID throws(ValidationError) in try Identifier.validate(userID, field: "userId") }
+        let result: RegistrationResult
+        do {
+            result = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: caller.appID, activityID: activityID, deviceID: deviceID, platform: platform, pushToken: pushToken,
+                    attributesType: attributesType, attributes: attributes, userID: userID
+                ),
+                at: clock.now()
+            )
+        } catch StoreError.activityEnded {
+            throw APIError.activityEnded(activityID)
+        }
+        return Response.json(Representation.instance(result.instance), status: result.change == .created ? .created : .ok)
+    }
+
+    @Sendable func update(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        let activityID = try Self.pathID("activityId", context)
+        let body = try await RequestBody.read(request)
+        try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate"])
+        if body.members["dismissalDate"] != nil {
+            throw ValidationError(
+                code: "dismissal_date_not_allowed",
+                message: "dismissalDate belongs to ending an activity: POST /v1/activities/{activityId}/end.",
+                field: "dismissalDate"
+            )
+        }
+        let contentState = try Self.contentState(body, required: true)!
+        let common = try Self.commonFields(body)
+        let now = clock.now()
+        let payload = APNsLiveActivityPayload(
+            event: .update, timestamp: Int64(now.timeIntervalSince1970), contentState: contentState,
+            staleDate: common.staleDate, relevanceScore: common.relevanceScore, alert: common.alert
+        )
+        try payload.validate()
+        let accepted: AcceptedSequence
+        do {
+            accepted = try await store.acceptUpdate(
+                ActivityUpdate(
+                    appID: caller.appID, activityID: activityID, contentState: contentState, alert: common.alert,
+                    staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority
+                ),
+                at: now
+            )
+        } catch StoreError.activityEnded {
+            throw APIError.activityEnded(activityID)
+        }
+        return Response.json(Representation.accepted(accepted), status: .accepted)
+    }
+
+    @Sendable func end(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        let activityID = try Self.pathID("activityId", context)
+        let body = try await RequestBody.read(request, allowEmpty: true)
+        try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate"])
+        let contentState = try Self.contentState(body, required: false)
+        let common = try Self.commonFields(body)
+        let dismissalDate = try body.epochSeconds("dismissalDate")
+        let now = clock.now()
+        if let dismissalDate, dismissalDate > Int64(now.timeIntervalSince1970) + Limits.maximumDismissalDelaySeconds {
+            throw ValidationError(
+                code: "invalid_dismissal_date",
+                message: "dismissalDate must be at most four hours from now; the system removes an ended Live Activity by then.",
+                field: "dismissalDate"
+            )
+        }
+        let accepted = try await endActivity(
+            ActivityEnd(
+                appID: caller.appID, activityID: activityID, contentState: contentState, alert: common.alert,
+                dismissalDate: dismissalDate, staleDate: common.staleDate, relevanceScore: common.relevanceScore,
+                priority: common.priority
+            ),
+            at: now
+        )
+        return Response.json(Representation.accepted(accepted), status: .accepted)
+    }
+
+    @Sendable func endAndDismiss(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        let activityID = try Self.pathID("activityId", context)
+        let now = clock.now()
+        let accepted = try await endActivity(
+            ActivityEnd(appID: caller.appID, activityID: activityID, dismissalDate: Int64(now.timeIntervalSince1970)),
+            at: now
+        )
+        return Response.json(Representation.accepted(accepted), status: .accepted)
+    }
+
+    /// Ends an activity after checking that the end push it implies is one APNs and the phone accept.
+    private func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
+        guard let current = try await store.activity(appID: end.appID, activityID: end.activityID) else {
+            throw APIError.activityNotFound(end.activityID)
+        }
+        guard current.state == .active else { throw APIError.activityEnded(end.activityID) }
+        guard let finalState = end.contentState ?? current.contentState else {
+            throw ValidationError(
+                code: "content_state_required",
+                message: "This activity has no content state yet; end it with a final contentState.",
+                field: "contentState"
+            )
+        }
+        let payload = APNsLiveActivityPayload(
+            event: .end, timestamp: Int64(now.timeIntervalSince1970), contentState: finalState,
+            staleDate: end.staleDate ?? current.staleDate, relevanceScore: end.relevanceScore ?? current.relevanceScore,
+            alert: end.alert, dismissalDate: end.dismissalDate
+        )
+        try payload.validate()
+        do {
+            return try await store.endActivity(end, at: now)
+        } catch StoreError.activityEnded {
+            throw APIError.activityEnded(end.activityID)
+        } catch StoreError.activityNotFound {
+            throw APIError.activityNotFound(end.activityID)
+        }
+    }
+
+    @Sendable func activity(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        let activityID = try Self.pathID("activityId", context)
+        guard let record = try await store.activity(appID: caller.appID, activityID: activityID) else {
+            throw APIError.activityNotFound(activityID)
+        }
+        return Response.json(Representation.activity(record))
+    }
+
+    @Sendable func activities(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        let query = request.uri.queryParameters
+        var filter = ActivityFilter()
+        if let state = query["state"].map(String.init) {
+            guard let parsed = ActivityState(rawValue: state) else {
+                throw ValidationError(code: "invalid_state", message: "state must be 'active' or 'ended'.", field: "state")
+            }
+            filter.state = parsed
+        }
+        if let attributesType = query["attributesType"].map(String.init) {
+            try Self.validateAttributesType(attributesType)
+            filter.attributesType = attributesType
+        }
+        let page = try await store.activities(
+            appID: caller.appID, filter: filter, cursor: query["cursor"].map(String.init), limit: try Self.limit(request)
+        )
+        return Response.json(Representation.page(page, Representation.activity))
+    }
+
+    @Sendable func instances(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        let activityID = try Self.pathID("activityId", context)
+        guard try await store.activity(appID: caller.appID, activityID: activityID) != nil else {
+            throw APIError.activityNotFound(activityID)
+        }
+        let page = try await store.instances(
+            appID: caller.appID, activityID: activityID, cursor: request.uri.queryParameters["cursor"].map(String.init),
+            limit: try Self.limit(request)
+        )
+        return Response.json(Representation.page(page, Representation.instance))
+    }
+
+    @Sendable func instanceEvent(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .publishableOrSecret)
+        let activityID = try Self.pathID("activityId", context)
+        let deviceID = try Self.pathID("deviceId", context)
+        let body = try await RequestBody.read(request)
+        try body.allowOnly(["type", "enabled"])
+        let type = try body.requiredString("type")
+        let now = clock.now()
+        let instance: InstanceRecord
+        do {
+            switch type {
+            case "dismissed", "ended":
+                if body.members["enabled"] != nil {
+                    throw APIError.badRequest("unknown_field", "enabled belongs only to the frequentPushes event.", field: "enabled")
+                }
+                instance = try await store.recordInstanceEvent(
+                    appID: caller.appID, activityID: activityID, deviceID: deviceID,
+                    event: type == "dismissed" ? .dismissedOnDevice : .endedOnDevice, at: now
+                )
+            case "frequentPushes":
+                guard let enabled = try body.bool("enabled") else {
+                    throw APIError.badRequest("missing_field", "enabled is required for the frequentPushes event.", field: "enabled")
+                }
+                instance = try await store.setFrequentPushes(
+                    appID: caller.appID, activityID: activityID, deviceID: deviceID, enabled: enabled, at: now
+                )
+            default:
+                throw ValidationError(
+                    code: "invalid_event_type", message: "type must be 'dismissed', 'ended' or 'frequentPushes'.", field: "type"
+                )
+            }
+        } catch StoreError.instanceNotFound {
+            throw APIError.instanceNotFound(deviceID)
+        }
+        return Response.json(Representation.instance(instance))
+    }
+
+    // MARK: Input rules
+
+    static func pathID(_ name: String, _ context: Context) throws -> String {
+        guard let value = context.parameters.get(name) else {
+            throw APIError.badRequest("missing_field", "\(name) is required.", field: name)
+        }
+        let decoded = value.removingPercentEncoding ?? value
+        return try Identifier.validate(decoded, field: name)
+    }
+
+    static func limit(_ request: Request) throws -> Int {
+        guard let text = request.uri.queryParameters["limit"] else { return defaultPageSize }
+        guard let limit = Int(text) else {
+            throw APIError.badRequest("invalid_type", "limit must be an integer.", field: "limit")
+        }
+        guard (1...maximumPageSize).contains(limit) else {
+            throw ValidationError(code: "invalid_limit", message: "limit must be between 1 and \(maximumPageSize).", field: "limit")
+        }
+        return limit
+    }
+
+    static func validateAttributesType(_ name: String) throws(ValidationError) {
+        let valid = !name.isEmpty && name.utf8.count <= 128 && name.utf8.allSatisfy { byte in
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
+        }
+        guard valid else {
+            throw ValidationError(
+                code: "invalid_attributes_type",
+                message: "attributesType must be the Swift type name of the ActivityAttributes (letters, digits, '_', '.').",
+                field: "attributesType"
+            )
+        }
+    }
+
+    static func contentState(_ body: RequestBody, required: Bool) throws -> JSONValue? {
+        guard let value = body.value("contentState") else {
+            if required { throw APIError.badRequest("missing_field", "contentState is required.", field: "contentState") }
+            return nil
+        }
+        guard value.objectValue != nil else {
+            throw ValidationError(
+                code: "invalid_content_state",
+                message: "contentState must be a JSON object that decodes into the app's ContentState, not \(value.kindName).",
+                field: "contentState"
+            )
+        }
+        return value
+    }
+
+    struct CommonFields {
+        var alert: LiveActivityAlert?
+        var staleDate: Int64?
+        var relevanceScore: Double?
+        var priority: Int?
+    }
+
+    static func commonFields(_ body: RequestBody) throws -> CommonFields {
+        var fields = CommonFields()
+        if let alert = try body.object("alert") {
+            try alert.allowOnly(["title", "body", "sound"])
+            fields.alert = LiveActivityAlert(
+                title: try alert.requiredString("title"), body: try alert.requiredString("body"), sound: try alert.string("sound")
+            )
+        }
+        fields.staleDate = try body.epochSeconds("staleDate")
+        if let score = try body.number("relevanceScore") {
+            guard score.isFinite, score >= 0 else {
+                throw ValidationError(code: "invalid_relevance_score", message: "relevanceScore must be a number of 0 or more.", field: "relevanceScore")
+            }
+            fields.relevanceScore = score
+        }
+        if let priority = try body.integer("priority") {
+            guard priority == 5 || priority == 10 else {
+                throw ValidationError(code: "invalid_priority", message: "priority must be 5 or 10.", field: "priority")
+            }
+            fields.priority = Int(priority)
+        }
+        return fields
+    }
+}

@@ -1,0 +1,1963 @@
+/// The OpenAPI 3.1 description of Liveline's HTTP API, served at `/openapi.json`.
+enum OpenAPIDocument {
+    static let json = #"""
+    {
+      "openapi": "3.1.0",
+      "info": {
+        "title": "Liveline",
+        "version": "0.1.0",
+        "summary": "A self-hosted server for iOS Live Activities.",
+        "description": "Liveline keeps track of Live Activities and the devices watching them, and pushes updates to them. The app on the phone registers each instance's push token with its publishable key (`pk_…`); the backend updates and ends activities with its secret key (`sk_…`); the operator manages apps with the admin token. All request and response bodies are JSON. Request bodies must be JSON objects of at most 64 KiB; unknown fields are refused (400 `unknown_field`). Dates are accepted as ISO-8601 strings or seconds since 1970 and returned as ISO-8601 UTC strings. Every error has the shape `{\"error\": {\"code\", \"message\", \"field\"}}`; an unknown route answers 404 `not_found` and a known route with the wrong method 405 `method_not_allowed`.",
+        "license": {
+          "name": "Apache-2.0",
+          "identifier": "Apache-2.0"
+        }
+      },
+      "servers": [
+        {
+          "url": "http://127.0.0.1:8080",
+          "description": "A local Liveline server."
+        }
+      ],
+      "tags": [
+        {
+          "name": "Activities",
+          "description": "The backend updates, ends and reads activities (secret key)."
+        },
+        {
+          "name": "Instances",
+          "description": "Devices register and report on their Live Activities (publishable or secret key)."
+        },
+        {
+          "name": "Admin",
+          "description": "The operator manages apps and keys (admin token)."
+        },
+        {
+          "name": "Health",
+          "description": "Liveness, readiness and this document (no authentication)."
+        }
+      ],
+      "security": [
+        {
+          "secretKey": []
+        }
+      ],
+      "paths": {
+        "/v1/activities/{activityId}/instances/{deviceId}": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/ActivityId"
+            },
+            {
+              "$ref": "#/components/parameters/DeviceId"
+            }
+          ],
+          "put": {
+            "operationId": "registerInstance",
+            "tags": [
+              "Instances"
+            ],
+            "summary": "Register or refresh a device's push token for an activity.",
+            "description": "Called by the app on the phone (publishable key) or by the backend. Creates the activity on first sight. Idempotent: registering again with the same values changes nothing and returns 200; a new instance returns 201; a new token, platform or user id updates the instance and returns 200. A new token makes an `invalidated` instance active again, but a `dismissed` instance is never brought back. `attributesType` and `attributes` are kept from the first registration that carries them. Refused with 409 once the activity has ended.",
+            "security": [
+              {
+                "publishableKey": []
+              },
+              {
+                "secretKey": []
+              }
+            ],
+            "requestBody": {
+              "description": "The device's push token and, on first registration, the activity's attributes.",
+              "required": true,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/RegisterInstanceRequest"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "200": {
+                "description": "The instance existed; it is returned as it is now (changed or not).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Instance"
+                    }
+                  }
+                }
+              },
+              "201": {
+                "description": "A new instance.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Instance"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "409": {
+                "$ref": "#/components/responses/ActivityEnded"
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_platform`, `invalid_push_token`, `invalid_attributes_type`, `invalid_attributes`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/v1/activities/{activityId}/instances/{deviceId}/events": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/ActivityId"
+            },
+            {
+              "$ref": "#/components/parameters/DeviceId"
+            }
+          ],
+          "post": {
+            "operationId": "reportInstanceEvent",
+            "tags": [
+              "Instances"
+            ],
+            "summary": "Report what happened to the Live Activity on a device.",
+            "description": "Called by the app on the phone (publishable key) or by the backend. `dismissed`: the user removed the Live Activity; the instance stops receiving pushes and is never brought back. `ended`: the Live Activity ended on the device; it stays ended. `frequentPushes` (with `enabled`): the user's \"frequent updates\" setting. Returns the instance as it is now.",
+            "security": [
+              {
+                "publishableKey": []
+              },
+              {
+                "secretKey": []
+              }
+            ],
+            "requestBody": {
+              "description": "The event.",
+              "required": true,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/InstanceEventRequest"
+                  },
+                  "example": {
+                    "type": "dismissed"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "200": {
+                "description": "The instance after the event.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Instance"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "404": {
+                "$ref": "#/components/responses/InstanceNotFound"
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_event_type`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/v1/activities/{activityId}/updates": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/ActivityId"
+            }
+          ],
+          "post": {
+            "operationId": "updateActivity",
+            "tags": [
+              "Activities"
+            ],
+            "summary": "Send a new content state to every instance of an activity.",
+            "description": "Accepts the update as the activity's next sequence and answers 202 once it is committed durably; Liveline then delivers it to the activity's active instances. Creates the activity on first sight. The resulting APNs payload must be at most 4096 bytes (422 `payload_too_large`). Updates after the end are refused with 409 `activity_ended`. `dismissalDate` belongs to ending (422 `dismissal_date_not_allowed`).",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "requestBody": {
+              "description": "The new content state and how to present it.",
+              "required": true,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/UpdateRequest"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "202": {
+                "description": "Accepted and committed durably as the activity's next sequence.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AcceptedSequence"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "409": {
+                "$ref": "#/components/responses/ActivityEnded"
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `invalid_date`, `invalid_relevance_score`, `invalid_priority`, `dismissal_date_not_allowed`, `payload_too_large`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/v1/activities/{activityId}/end": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/ActivityId"
+            }
+          ],
+          "post": {
+            "operationId": "endActivity",
+            "tags": [
+              "Activities"
+            ],
+            "summary": "End an activity with an optional final content state.",
+            "description": "Accepts the end as the activity's last sequence and answers 202 once it is committed durably; Liveline then delivers it to the instances. The body may be empty. Without `contentState` the current content state is the final one (422 `content_state_required` if there is none yet). `dismissalDate` is only allowed here and at most four hours from now (422 `invalid_dismissal_date`). The APNs payload must be at most 4096 bytes. An activity ends once: ending again, or updating afterwards, is refused with 409 `activity_ended`.",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "requestBody": {
+              "description": "The final content state and presentation; may be empty.",
+              "required": false,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/EndRequest"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "202": {
+                "description": "Accepted and committed durably as the activity's last sequence.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AcceptedSequence"
+                    },
+                    "example": {
+                      "activityId": "match-4711",
+                      "sequence": 4,
+                      "event": "end",
+                      "acceptedAt": "2026-11-21T11:50:00Z"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "404": {
+                "$ref": "#/components/responses/ActivityNotFound"
+              },
+              "409": {
+                "$ref": "#/components/responses/ActivityEnded"
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `content_state_required`, `invalid_date`, `invalid_dismissal_date`, `invalid_relevance_score`, `invalid_priority`, `payload_too_large`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/v1/activities/{activityId}": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/ActivityId"
+            }
+          ],
+          "get": {
+            "operationId": "getActivity",
+            "tags": [
+              "Activities"
+            ],
+            "summary": "Get one activity with its latest sequence and instance counts.",
+            "description": "Dates are ISO-8601 UTC strings.",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "The activity.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Activity"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "404": {
+                "$ref": "#/components/responses/ActivityNotFound"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          },
+          "delete": {
+            "operationId": "endAndDismissActivity",
+            "tags": [
+              "Activities"
+            ],
+            "summary": "End an activity and remove it from the Lock Screen at once.",
+            "description": "The same as ending with the current content state and `dismissalDate` set to now; answers 202 once the end is committed durably. The activity stays readable with GET. 404 if the activity does not exist, 409 if it has already ended, 422 `content_state_required` if it never had a content state (end it with POST `/v1/activities/{activityId}/end` and a final `contentState` instead).",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "responses": {
+              "202": {
+                "description": "Accepted and committed durably as the activity's last sequence.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AcceptedSequence"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "404": {
+                "$ref": "#/components/responses/ActivityNotFound"
+              },
+              "409": {
+                "$ref": "#/components/responses/ActivityEnded"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `content_state_required`, `payload_too_large`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/v1/activities": {
+          "get": {
+            "operationId": "listActivities",
+            "tags": [
+              "Activities"
+            ],
+            "summary": "List the app's activities, ordered by activity id.",
+            "description": "Keyset-paginated: pass `nextCursor` back as `cursor` until it is `null`.",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "parameters": [
+              {
+                "name": "state",
+                "in": "query",
+                "required": false,
+                "description": "Only activities in this state. Anything else: 422 `invalid_state`.",
+                "schema": {
+                  "type": "string",
+                  "enum": [
+                    "active",
+                    "ended"
+                  ]
+                }
+              },
+              {
+                "name": "attributesType",
+                "in": "query",
+                "required": false,
+                "description": "Only activities with this attributes type. An invalid name: 422 `invalid_attributes_type`.",
+                "schema": {
+                  "$ref": "#/components/schemas/AttributesType"
+                }
+              },
+              {
+                "$ref": "#/components/parameters/Limit"
+              },
+              {
+                "$ref": "#/components/parameters/Cursor"
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "One page of activities.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/ActivityPage"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "description": "The query is malformed (HTTP 400): `invalid_type` (limit is not an integer) or `invalid_cursor`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_state`, `invalid_attributes_type`, `invalid_limit`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/v1/activities/{activityId}/instances": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/ActivityId"
+            }
+          ],
+          "get": {
+            "operationId": "listInstances",
+            "tags": [
+              "Instances"
+            ],
+            "summary": "List the instances of an activity, ordered by device id.",
+            "description": "Keyset-paginated: pass `nextCursor` back as `cursor` until it is `null`.",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "parameters": [
+              {
+                "$ref": "#/components/parameters/Limit"
+              },
+              {
+                "$ref": "#/components/parameters/Cursor"
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "One page of instances.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/InstancePage"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "description": "The query is malformed (HTTP 400): `invalid_type` (limit is not an integer) or `invalid_cursor`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "404": {
+                "$ref": "#/components/responses/ActivityNotFound"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_limit`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/healthz": {
+          "get": {
+            "operationId": "getHealth",
+            "tags": [
+              "Health"
+            ],
+            "summary": "Liveness: the process answers.",
+            "security": [],
+            "responses": {
+              "200": {
+                "description": "The server is alive.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/HealthStatus"
+                    },
+                    "example": {
+                      "status": "ok"
+                    }
+                  }
+                }
+              }
+            }
+          }
+        },
+        "/readyz": {
+          "get": {
+            "operationId": "getReadiness",
+            "tags": [
+              "Health"
+            ],
+            "summary": "Readiness: the database answers.",
+            "security": [],
+            "responses": {
+              "200": {
+                "description": "The server can handle requests.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/HealthStatus"
+                    },
+                    "example": {
+                      "status": "ready"
+                    }
+                  }
+                }
+              },
+              "503": {
+                "description": "The database is not reachable (HTTP 503 `not_ready`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    },
+                    "examples": {
+                      "not_ready": {
+                        "value": {
+                          "error": {
+                            "code": "not_ready",
+                            "message": "The database is not reachable.",
+                            "field": null
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          }
+        },
+        "/openapi.json": {
+          "get": {
+            "operationId": "getOpenAPIDocument",
+            "tags": [
+              "Health"
+            ],
+            "summary": "This OpenAPI 3.1 document.",
+            "security": [],
+            "responses": {
+              "200": {
+                "description": "The OpenAPI document.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "type": "object"
+                    }
+                  }
+                }
+              }
+            }
+          }
+        },
+        "/admin/v1/apps": {
+          "post": {
+            "operationId": "createApp",
+            "tags": [
+              "Admin"
+            ],
+            "summary": "Create an app and issue its first secret and publishable keys.",
+            "description": "The keys are in this response only: Liveline stores just their hashes.",
+            "security": [
+              {
+                "adminToken": []
+              }
+            ],
+            "requestBody": {
+              "description": "The new app.",
+              "required": true,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/CreateAppRequest"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "201": {
+                "description": "The app and its keys.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AppWithKeys"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/AdminUnauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/AdminDisabled"
+              },
+              "409": {
+                "description": "An app with this id exists (HTTP 409 `app_exists`); retry.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_name`, `invalid_bundle_id`, `invalid_android_package`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          },
+          "get": {
+            "operationId": "listApps",
+            "tags": [
+              "Admin"
+            ],
+            "summary": "List every app, oldest first.",
+            "security": [
+              {
+                "adminToken": []
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "Every app.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AppList"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/AdminUnauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/AdminDisabled"
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/admin/v1/apps/{appId}/keys/rotate": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/AppId"
+            }
+          ],
+          "post": {
+            "operationId": "rotateAppKeys",
+            "tags": [
+              "Admin"
+            ],
+            "summary": "Revoke the app's keys and issue a new secret and publishable key.",
+            "description": "The old keys stop working at once. The new keys are in this response only.",
+            "security": [
+              {
+                "adminToken": []
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "The app and its new keys.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AppWithKeys"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/AdminUnauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/AdminDisabled"
+              },
+              "404": {
+                "description": "No such app (HTTP 404 `app_not_found`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    },
+                    "examples": {
+                      "app_not_found": {
+                        "value": {
+                          "error": {
+                            "code": "app_not_found",
+                            "message": "No such app.",
+                            "field": "appId"
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        }
+      },
+      "components": {
+        "schemas": {
+          "Identifier": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "pattern": "^[A-Za-z0-9._:-]{1,128}$",
+            "description": "An id chosen by the app or backend (activity id, device id, user id): 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'.",
+            "examples": [
+              "match-4711"
+            ]
+          },
+          "AttributesType": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "pattern": "^[A-Za-z0-9_.]{1,128}$",
+            "description": "The Swift type name of the activity's `ActivityAttributes` (letters, digits, '_' and '.').",
+            "examples": [
+              "MatchAttributes"
+            ]
+          },
+          "DateInput": {
+            "description": "A date as the API accepts it: an ISO-8601 date-time string (`2026-11-21T10:00:00Z`, optionally with fractional seconds or an offset) or a number of seconds since 1970 (fractions are truncated). Responses always give dates as ISO-8601 UTC strings.",
+            "oneOf": [
+              {
+                "type": "string",
+                "format": "date-time",
+                "description": "An ISO-8601 date-time.",
+                "examples": [
+                  "2026-11-21T10:00:00Z"
+                ]
+              },
+              {
+                "type": "number",
+                "minimum": 0,
+                "exclusiveMaximum": 100000000000,
+                "description": "Seconds since 1970-01-01T00:00:00Z.",
+                "examples": [
+                  1795255200
+                ]
+              }
+            ]
+          },
+          "Error": {
+            "type": "object",
+            "description": "Every error the API answers with, whatever the status.",
+            "required": [
+              "error"
+            ],
+            "properties": {
+              "error": {
+                "type": "object",
+                "required": [
+                  "code",
+                  "message",
+                  "field"
+                ],
+                "properties": {
+                  "code": {
+                    "type": "string",
+                    "description": "A stable, machine-readable code such as `activity_ended`.",
+                    "examples": [
+                      "activity_ended"
+                    ]
+                  },
+                  "message": {
+                    "type": "string",
+                    "description": "A sentence for humans; may change between versions."
+                  },
+                  "field": {
+                    "type": [
+                      "string",
+                      "null"
+                    ],
+                    "description": "The input at fault: a body JSON path (`contentState`, `alert.title`), a path parameter (`activityId`) or a query parameter (`limit`); `null` when no single input is at fault."
+                  }
+                }
+              }
+            },
+            "example": {
+              "error": {
+                "code": "activity_ended",
+                "message": "Activity 'match-4711' has ended; it takes no further updates.",
+                "field": "activityId"
+              }
+            }
+          },
+          "Alert": {
+            "type": "object",
+            "description": "An alert that lights the screen and, on devices without a Dynamic Island, shows as a banner.",
+            "additionalProperties": false,
+            "required": [
+              "title",
+              "body"
+            ],
+            "properties": {
+              "title": {
+                "type": "string",
+                "description": "The alert title."
+              },
+              "body": {
+                "type": "string",
+                "description": "The alert body."
+              },
+              "sound": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "A sound file name in the app bundle, or `default`. Omitted (or `null`) for no sound."
+              }
+            },
+            "example": {
+              "title": "Goal!",
+              "body": "Home 2 - 1 Away",
+              "sound": "default"
+            }
+          },
+          "InstanceCounts": {
+            "type": "object",
+            "description": "How many instances of the activity are in each state.",
+            "required": [
+              "active",
+              "dismissed",
+              "ended",
+              "invalidated",
+              "total"
+            ],
+            "properties": {
+              "active": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Instances that receive pushes."
+              },
+              "dismissed": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Instances the user removed; never brought back."
+              },
+              "ended": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Instances whose Live Activity ended on the device."
+              },
+              "invalidated": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Instances whose push token the push service rejected; a new token makes them active again."
+              },
+              "total": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "All instances."
+              }
+            }
+          },
+          "Activity": {
+            "type": "object",
+            "description": "One Live Activity of the app, as Liveline knows it: the latest accepted sequence and what it carries. Created on first sight, by the first instance registration or the first update.",
+            "required": [
+              "activityId",
+              "state",
+              "attributesType",
+              "attributes",
+              "contentState",
+              "sequence",
+              "lastEvent",
+              "lastAcceptedAt",
+              "alert",
+              "staleDate",
+              "relevanceScore",
+              "priority",
+              "dismissalDate",
+              "instances",
+              "createdAt",
+              "updatedAt",
+              "endedAt"
+            ],
+            "properties": {
+              "activityId": {
+                "$ref": "#/components/schemas/Identifier"
+              },
+              "state": {
+                "type": "string",
+                "enum": [
+                  "active",
+                  "ended"
+                ],
+                "description": "`active` takes updates; `ended` refuses them."
+              },
+              "attributesType": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The Swift type name of the attributes, from the first registration that carried one."
+              },
+              "attributes": {
+                "type": [
+                  "object",
+                  "null"
+                ],
+                "description": "The static attributes, from the first registration that carried an attributesType.",
+                "additionalProperties": true
+              },
+              "contentState": {
+                "type": [
+                  "object",
+                  "null"
+                ],
+                "description": "The content state of the latest sequence; `null` before the first update.",
+                "additionalProperties": true
+              },
+              "sequence": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The number of the latest accepted update or end; 0 before the first."
+              },
+              "lastEvent": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "enum": [
+                  "update",
+                  "end",
+                  null
+                ],
+                "description": "The event of the latest sequence; `null` before the first."
+              },
+              "lastAcceptedAt": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "format": "date-time",
+                "description": "When the latest sequence was accepted (the push's `aps.timestamp`); `null` before the first."
+              },
+              "alert": {
+                "anyOf": [
+                  {
+                    "$ref": "#/components/schemas/Alert"
+                  },
+                  {
+                    "type": "null"
+                  }
+                ],
+                "description": "The alert of the latest sequence, if it had one."
+              },
+              "staleDate": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "format": "date-time",
+                "description": "When the system shows the activity as stale."
+              },
+              "relevanceScore": {
+                "type": [
+                  "number",
+                  "null"
+                ],
+                "minimum": 0,
+                "description": "The relative relevance among the app's activities."
+              },
+              "priority": {
+                "type": [
+                  "integer",
+                  "null"
+                ],
+                "enum": [
+                  5,
+                  10,
+                  null
+                ],
+                "description": "The APNs priority asked for the latest sequence; `null` lets Liveline choose."
+              },
+              "dismissalDate": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "format": "date-time",
+                "description": "When the ended activity leaves the Lock Screen; only set by an end."
+              },
+              "instances": {
+                "$ref": "#/components/schemas/InstanceCounts"
+              },
+              "createdAt": {
+                "type": "string",
+                "format": "date-time"
+              },
+              "updatedAt": {
+                "type": "string",
+                "format": "date-time"
+              },
+              "endedAt": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "format": "date-time",
+                "description": "When the activity ended; `null` while active."
+              }
+            }
+          },
+          "Instance": {
+            "type": "object",
+            "description": "One device watching one activity.",
+            "required": [
+              "activityId",
+              "deviceId",
+              "platform",
+              "pushToken",
+              "userId",
+              "state",
+              "frequentPushesEnabled",
+              "deliveredSequence",
+              "createdAt",
+              "updatedAt"
+            ],
+            "properties": {
+              "activityId": {
+                "$ref": "#/components/schemas/Identifier"
+              },
+              "deviceId": {
+                "$ref": "#/components/schemas/Identifier"
+              },
+              "platform": {
+                "type": "string",
+                "enum": [
+                  "ios",
+                  "android"
+                ]
+              },
+              "pushToken": {
+                "type": "string",
+                "description": "The push token; iOS tokens are stored lowercased."
+              },
+              "userId": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The backend's user id for this device, if the app sent one."
+              },
+              "state": {
+                "type": "string",
+                "enum": [
+                  "active",
+                  "dismissed",
+                  "ended",
+                  "invalidated"
+                ],
+                "description": "`active` receives pushes. `dismissed` is final: the user removed the Live Activity and nothing brings it back. `ended` stays ended (the user may still dismiss it). `invalidated` means the push service rejected the token; registering a new token makes it active again."
+              },
+              "frequentPushesEnabled": {
+                "type": [
+                  "boolean",
+                  "null"
+                ],
+                "description": "What the app last reported for the user's \"frequent updates\" setting; `null` if never reported."
+              },
+              "deliveredSequence": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The last sequence delivered to this instance; 0 before the first."
+              },
+              "createdAt": {
+                "type": "string",
+                "format": "date-time"
+              },
+              "updatedAt": {
+                "type": "string",
+                "format": "date-time"
+              }
+            }
+          },
+          "AcceptedSequence": {
+            "type": "object",
+            "description": "An update or end, committed durably as the activity's next sequence.",
+            "required": [
+              "activityId",
+              "sequence",
+              "event",
+              "acceptedAt"
+            ],
+            "properties": {
+              "activityId": {
+                "$ref": "#/components/schemas/Identifier"
+              },
+              "sequence": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The sequence number given to this update or end."
+              },
+              "event": {
+                "type": "string",
+                "enum": [
+                  "update",
+                  "end"
+                ]
+              },
+              "acceptedAt": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the sequence was accepted; becomes the push's `aps.timestamp`."
+              }
+            },
+            "example": {
+              "activityId": "match-4711",
+              "sequence": 3,
+              "event": "update",
+              "acceptedAt": "2026-11-21T10:00:00Z"
+            }
+          },
+          "RegisterInstanceRequest": {
+            "type": "object",
+            "description": "A device's push token for one activity. For optional fields, `null` is the same as leaving the field out.",
+            "additionalProperties": false,
+            "required": [
+              "platform",
+              "pushToken"
+            ],
+            "properties": {
+              "platform": {
+                "type": "string",
+                "enum": [
+                  "ios",
+                  "android"
+                ]
+              },
+              "pushToken": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 4096,
+                "description": "iOS: the hexadecimal form of the ActivityKit push token (an even number of 0-9, a-f; stored lowercased). Android: the FCM registration token (printable ASCII without spaces)."
+              },
+              "attributesType": {
+                "anyOf": [
+                  {
+                    "$ref": "#/components/schemas/AttributesType"
+                  },
+                  {
+                    "type": "null"
+                  }
+                ],
+                "description": "The Swift type name of the activity's attributes. Kept from the first registration that carries it."
+              },
+              "attributes": {
+                "type": [
+                  "object",
+                  "null"
+                ],
+                "additionalProperties": true,
+                "description": "The static attributes. Kept from the first registration that carries an attributesType."
+              },
+              "userId": {
+                "anyOf": [
+                  {
+                    "$ref": "#/components/schemas/Identifier"
+                  },
+                  {
+                    "type": "null"
+                  }
+                ],
+                "description": "The backend's user id for this device."
+              }
+            },
+            "example": {
+              "platform": "ios",
+              "pushToken": "80a1b2c3d4e5f60718293a4b5c6d7e8f",
+              "attributesType": "MatchAttributes",
+              "attributes": {
+                "homeTeam": "Home",
+                "awayTeam": "Away"
+              },
+              "userId": "user-42"
+            }
+          },
+          "UpdateRequest": {
+            "type": "object",
+            "description": "A new content state. `dismissalDate` is refused here (422 `dismissal_date_not_allowed`): it belongs to ending. For optional fields, `null` is the same as leaving the field out.",
+            "additionalProperties": false,
+            "required": [
+              "contentState"
+            ],
+            "properties": {
+              "contentState": {
+                "type": "object",
+                "additionalProperties": true,
+                "description": "A JSON object that decodes into the app's `ContentState`. The APNs payload it produces must be at most 4096 bytes."
+              },
+              "alert": {
+                "anyOf": [
+                  {
+                    "$ref": "#/components/schemas/Alert"
+                  },
+                  {
+                    "type": "null"
+                  }
+                ]
+              },
+              "staleDate": {
+                "anyOf": [
+                  {
+                    "$ref": "#/components/schemas/DateInput"
+                  },
+                  {
+                    "type": "null"
+                  }
+                ],
+                "description": "When the system shows the activity as stale."
+              },
+              "relevanceScore": {
+                "type": [
+                  "number",
+                  "null"
+                ],
+                "minimum": 0,
+                "description": "The relative relevance among the app's activities."
+              },
+              "priority": {
+                "type": [
+                  "integer",
+                  "null"
+                ],
+                "enum": [
+                  5,
+                  10,
+                  null
+                ],
+                "description": "The APNs priority: 10 immediate, 5 power-considerate. Leave out to let Liveline choose."
+              }
+            },
+            "example": {
+              "contentState": {
+                "homeScore": 2,
+                "awayScore": 1,
+                "minute": 67
+              },
+              "alert": {
+                "title": "Goal!",
+                "body": "Home 2 - 1 Away"
+              },
+              "staleDate": "2026-11-21T12:00:00Z",
+              "priority": 10
+            }
+          },
+          "EndRequest": {
+            "type": "object",
+            "description": "The end of an activity. Every field is optional and an empty body counts as `{}`; without `contentState` the current content state becomes the final one. For optional fields, `null` is the same as leaving the field out.",
+            "additionalProperties": false,
+            "properties": {
+              "contentState": {
+                "type": [
+                  "object",
+                  "null"
+                ],
+                "additionalProperties": true,
+                "description": "The final content state; needed when the activity has none yet. The APNs payload must be at most 4096 bytes."
+              },
+              "alert": {
+                "anyOf": [
+                  {
+                    "$ref": "#/components/schemas/Alert"
+                  },
+                  {
+                    "type": "null"
+                  }
+                ]
+              },
+              "staleDate": {
+                "anyOf": [
+                  {
+                    "$ref": "#/components/schemas/DateInput"
+                  },
+                  {
+                    "type": "null"
+                  }
+                ]
+              },
+              "relevanceScore": {
+                "type": [
+                  "number",
+                  "null"
+                ],
+                "minimum": 0
+              },
+              "priority": {
+                "type": [
+                  "integer",
+                  "null"
+                ],
+                "enum": [
+                  5,
+                  10,
+                  null
+                ]
+              },
+              "dismissalDate": {
+                "anyOf": [
+                  {
+                    "$ref": "#/components/schemas/DateInput"
+                  },
+                  {
+                    "type": "null"
+                  }
+                ],
+                "description": "When the ended Live Activity leaves the Lock Screen: at most four hours from now (the system removes it by then anyway). A date in the past removes it at once; leave out to let the system decide."
+              }
+            },
+            "example": {
+              "contentState": {
+                "homeScore": 3,
+                "awayScore": 1,
+                "minute": 90
+              },
+              "dismissalDate": "2026-11-21T12:00:00Z"
+            }
+          },
+          "InstanceStateEvent": {
+            "type": "object",
+            "description": "The Live Activity was dismissed by the user or ended on the device.",
+            "additionalProperties": false,
+            "required": [
+              "type"
+            ],
+            "properties": {
+              "type": {
+                "type": "string",
+                "enum": [
+                  "dismissed",
+                  "ended"
+                ],
+                "description": "`dismissed` is final: the instance is never brought back. `ended` keeps the instance ended (it may still be dismissed)."
+              }
+            }
+          },
+          "FrequentPushesEvent": {
+            "type": "object",
+            "description": "The user's \"frequent updates\" setting for the app, as ActivityKit reports it.",
+            "additionalProperties": false,
+            "required": [
+              "type",
+              "enabled"
+            ],
+            "properties": {
+              "type": {
+                "type": "string",
+                "const": "frequentPushes"
+              },
+              "enabled": {
+                "type": "boolean"
+              }
+            }
+          },
+          "InstanceEventRequest": {
+            "description": "Something the device saw happen to its Live Activity. `enabled` is required for `frequentPushes` and refused (400 `unknown_field`) for the other types.",
+            "oneOf": [
+              {
+                "$ref": "#/components/schemas/InstanceStateEvent"
+              },
+              {
+                "$ref": "#/components/schemas/FrequentPushesEvent"
+              }
+            ],
+            "discriminator": {
+              "propertyName": "type",
+              "mapping": {
+                "dismissed": "#/components/schemas/InstanceStateEvent",
+                "ended": "#/components/schemas/InstanceStateEvent",
+                "frequentPushes": "#/components/schemas/FrequentPushesEvent"
+              }
+            }
+          },
+          "ActivityPage": {
+            "type": "object",
+            "description": "One page of activities, ordered by activity id.",
+            "required": [
+              "data",
+              "nextCursor"
+            ],
+            "properties": {
+              "data": {
+                "type": "array",
+                "items": {
+                  "$ref": "#/components/schemas/Activity"
+                }
+              },
+              "nextCursor": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "Pass as `cursor` to get the next page; `null` on the last page."
+              }
+            }
+          },
+          "InstancePage": {
+            "type": "object",
+            "description": "One page of instances, ordered by device id.",
+            "required": [
+              "data",
+              "nextCursor"
+            ],
+            "properties": {
+              "data": {
+                "type": "array",
+                "items": {
+                  "$ref": "#/components/schemas/Instance"
+                }
+              },
+              "nextCursor": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "Pass as `cursor` to get the next page; `null` on the last page."
+              }
+            }
+          },
+          "App": {
+            "type": "object",
+            "description": "An app: one iOS bundle id and optionally one Android package, with its own keys and data.",
+            "required": [
+              "id",
+              "name",
+              "bundleId",
+              "androidPackage",
+              "createdAt"
+            ],
+            "properties": {
+              "id": {
+                "type": "string",
+                "description": "Liveline's id for the app (`app_…`).",
+                "examples": [
+                  "app_0123456789ABCDEFGHIJ"
+                ]
+              },
+              "name": {
+                "type": "string"
+              },
+              "bundleId": {
+                "type": "string",
+                "description": "The iOS bundle id; APNs topics derive from it."
+              },
+              "androidPackage": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The Android application id, if the app ships on Android."
+              },
+              "createdAt": {
+                "type": "string",
+                "format": "date-time"
+              }
+            }
+          },
+          "AppWithKeys": {
+            "type": "object",
+            "description": "An app with the keys just issued for it. The keys are shown this once: Liveline stores only their hashes.",
+            "required": [
+              "app",
+              "secretKey",
+              "publishableKey"
+            ],
+            "properties": {
+              "app": {
+                "$ref": "#/components/schemas/App"
+              },
+              "secretKey": {
+                "type": "string",
+                "pattern": "^sk_[0-9A-Za-z]{48}$",
+                "description": "The backend's key. Keep it on the server."
+              },
+              "publishableKey": {
+                "type": "string",
+                "pattern": "^pk_[0-9A-Za-z]{48}$",
+                "description": "The key the app ships with: it may only register instances and report instance events."
+              }
+            }
+          },
+          "AppList": {
+            "type": "object",
+            "description": "Every app, oldest first.",
+            "required": [
+              "data"
+            ],
+            "properties": {
+              "data": {
+                "type": "array",
+                "items": {
+                  "$ref": "#/components/schemas/App"
+                }
+              }
+            }
+          },
+          "CreateAppRequest": {
+            "type": "object",
+            "description": "A new app. For `androidPackage`, `null` is the same as leaving it out.",
+            "additionalProperties": false,
+            "required": [
+              "name",
+              "bundleId"
+            ],
+            "properties": {
+              "name": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 200,
+                "description": "A human name: 1 to 200 printable characters (surrounding whitespace is trimmed)."
+              },
+              "bundleId": {
+                "type": "string",
+                "maxLength": 155,
+                "pattern": "^[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$",
+                "description": "A reverse-DNS iOS bundle id such as `com.example.app`."
+              },
+              "androidPackage": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "maxLength": 255,
+                "pattern": "^[A-Za-z][A-Za-z0-9_]*(\\.[A-Za-z][A-Za-z0-9_]*)+$",
+                "description": "An Android application id such as `com.example.app`."
+              }
+            },
+            "example": {
+              "name": "Scores",
+              "bundleId": "com.example.scores",
+              "androidPackage": "com.example.scores"
+            }
+          },
+          "HealthStatus": {
+            "type": "object",
+            "required": [
+              "status"
+            ],
+            "properties": {
+              "status": {
+                "type": "string",
+                "enum": [
+                  "ok",
+                  "ready"
+                ]
+              }
+            }
+          }
+        },
+        "responses": {
+          "BadRequest": {
+            "description": "The request is malformed (HTTP 400): `malformed_json` (the body is not a JSON object), `invalid_type` (a field has the wrong JSON type), `missing_field`, `unknown_field` (the request has a field this route does not know) or `invalid_cursor`.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "Unauthorized": {
+            "description": "No usable API key (HTTP 401): `unauthorized` (no `Authorization: Bearer <key>` header) or `invalid_api_key`.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                },
+                "examples": {
+                  "invalid_api_key": {
+                    "value": {
+                      "error": {
+                        "code": "invalid_api_key",
+                        "message": "The API key is not valid.",
+                        "field": null
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          },
+          "SecretKeyRequired": {
+            "description": "The route needs the app's secret key (HTTP 403 `secret_key_required`): publishable keys may only register instances and report instance events.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                },
+                "examples": {
+                  "secret_key_required": {
+                    "value": {
+                      "error": {
+                        "code": "secret_key_required",
+                        "message": "This route needs the app's secret key (sk_…); publishable keys may only register instances and report instance events.",
+                        "field": null
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          },
+          "ActivityNotFound": {
+            "description": "No such activity in this app (HTTP 404 `activity_not_found`).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                },
+                "examples": {
+                  "activity_not_found": {
+                    "value": {
+                      "error": {
+                        "code": "activity_not_found",
+                        "message": "No activity 'match-4711' in this app.",
+                        "field": "activityId"
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          },
+          "InstanceNotFound": {
+            "description": "No instance for this device on this activity (HTTP 404 `instance_not_found`).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                },
+                "examples": {
+                  "instance_not_found": {
+                    "value": {
+                      "error": {
+                        "code": "instance_not_found",
+                        "message": "No instance for device 'device-1' on this activity.",
+                        "field": "deviceId"
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          },
+          "ActivityEnded": {
+            "description": "The activity has ended and takes nothing more (HTTP 409 `activity_ended`).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                },
+                "examples": {
+                  "activity_ended": {
+                    "value": {
+                      "error": {
+                        "code": "activity_ended",
+                        "message": "Activity 'match-4711' has ended; it takes no further updates.",
+                        "field": "activityId"
+                      }
+                    }
+                  }
+                }
+              }
+            }
+          },
+          "BodyTooLarge": {
+            "description": "The request body is over 65536 bytes (HTTP 413 `body_too_large`).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "InternalError": {
+            "description": "The server failed to handle the request (HTTP 500 `internal_error`); the error is logged.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "AdminUnauthorized": {
+            "description": "No valid admin token (HTTP 401): `unauthorized` (no `Authorization: Bearer <token>` header) or `invalid_admin_token`.",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          },
+          "AdminDisabled": {
+            "description": "The admin API is off (HTTP 403 `admin_api_disabled`): the server runs without `LIVELINE_ADMIN_TOKEN` (or `--admin-token-file`).",
+            "content": {
+              "application/json": {
+                "schema": {
+                  "$ref": "#/components/schemas/Error"
+                }
+              }
+            }
+          }
+        },
+        "parameters": {
+          "ActivityId": {
+            "name": "activityId",
+            "in": "path",
+            "required": true,
+            "description": "The activity id chosen by the backend (percent-decoded before validation).",
+            "schema": {
+              "$ref": "#/components/schemas/Identifier"
+            }
+          },
+          "DeviceId": {
+            "name": "deviceId",
+            "in": "path",
+            "required": true,
+            "description": "The device id chosen by the app (percent-decoded before validation).",
+            "schema": {
+              "$ref": "#/components/schemas/Identifier"
+            }
+          },
+          "AppId": {
+            "name": "appId",
+            "in": "path",
+            "required": true,
+            "description": "Liveline's id for the app (`app_…`).",
+            "schema": {
+              "type": "string"
+            }
+          },
+          "Limit": {
+            "name": "limit",
+            "in": "query",
+            "required": false,
+            "description": "The page size, 1 to 200. Not an integer: 400 `invalid_type`; out of range: 422 `invalid_limit`.",
+            "schema": {
+              "type": "integer",
+              "minimum": 1,
+              "maximum": 200,
+              "default": 50
+            }
+          },
+          "Cursor": {
+            "name": "cursor",
+            "in": "query",
+            "required": false,
+            "description": "The `nextCursor` of the previous page. One this server did not issue: 400 `invalid_cursor`.",
+            "schema": {
+              "type": "string",
+              "maxLength": 256
+            }
+          }
+        },
+        "securitySchemes": {
+          "secretKey": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "The app's secret key (`sk_…`), used by the backend: `Authorization: Bearer sk_…`. Keep it on the server."
+          },
+          "publishableKey": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "The app's publishable key (`pk_…`), shipped in the app on a phone: `Authorization: Bearer pk_…`. It may only register instances and report instance events."
+          },
+          "adminToken": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "The operator's admin token, configured with `LIVELINE_ADMIN_TOKEN` or `--admin-token-file`: `Authorization: Bearer <token>`."
+          }
+        }
+      }
+    }
+    """#
+}

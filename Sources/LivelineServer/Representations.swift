@@ -1,0 +1,78 @@
+import Foundation
+import LivelineCore
+import LivelineStore
+
+/// How records look on the wire. Dates are ISO-8601 UTC strings.
+enum Representation {
+    static func date(_ date: Date?) -> JSONValue { date.map { .string(APIDate.iso8601($0)) } ?? .null }
+    static func epoch(_ seconds: Int64?) -> JSONValue { seconds.map { .string(APIDate.iso8601(epochSeconds: $0)) } ?? .null }
+    static func optional(_ string: String?) -> JSONValue { string.map(JSONValue.string) ?? .null }
+
+    static func activity(_ record: ActivityRecord) -> JSONValue {
+        var counts: [String: JSONValue] = [:]
+        var total = 0
+        for state in InstanceState.allCases {
+            let count = record.instanceCounts[state] ?? 0
+            counts[state.rawValue] = .integer(Int64(count))
+            total += count
+        }
+        counts["total"] = .integer(Int64(total))
+        return .object([
+            "activityId": .string(record.activityID),
+            "state": .string(record.state.rawValue),
+            "attributesType": optional(record.attributesType),
+            "attributes": record.attributes ?? .null,
+            "contentState": record.contentState ?? .null,
+            "sequence": .integer(record.sequence),
+            "lastEvent": optional(record.event?.rawValue),
+            "lastAcceptedAt": date(record.sequenceAt),
+            "alert": record.alert?.json ?? .null,
+            "staleDate": epoch(record.staleDate),
+            "relevanceScore": record.relevanceScore.map(JSONValue.number) ?? .null,
+            "priority": record.priority.map { .integer(Int64($0)) } ?? .null,
+            "dismissalDate": epoch(record.dismissalDate),
+            "instances": .object(counts),
+            "createdAt": date(record.createdAt),
+            "updatedAt": date(record.updatedAt),
+            "endedAt": date(record.endedAt),
+        ])
+    }
+
+    static func instance(_ record: InstanceRecord) -> JSONValue {
+        .object([
+            "activityId": .string(record.activityID),
+            "deviceId": .string(record.deviceID),
+            "platform": .string(record.platform.rawValue),
+            "pushToken": .string(record.pushToken),
+            "userId": optional(record.userID),
+            "state": .string(record.state.rawValue),
+            "frequentPushesEnabled": record.frequentPushesEnabled.map(JSONValue.bool) ?? .null,
+            "deliveredSequence": .integer(record.deliveredSequence),
+            "createdAt": date(record.createdAt),
+            "updatedAt": date(record.updatedAt),
+        ])
+    }
+
+    static func accepted(_ accepted: AcceptedSequence) -> JSONValue {
+        .object([
+            "activityId": .string(accepted.activityID),
+            "sequence": .integer(accepted.sequence),
+            "event": .string(accepted.event.rawValue),
+            "acceptedAt": date(accepted.acceptedAt),
+        ])
+    }
+
+    static func app(_ app: AppRecord) -> JSONValue {
+        .object([
+            "id": .string(app.id),
+            "name": .string(app.name),
+            "bundleId": .string(app.bundleID),
+            "androidPackage": optional(app.androidPackage),
+            "createdAt": date(app.createdAt),
+        ])
+    }
+
+    static func page<Item>(_ page: Page<Item>, _ render: (Item) -> JSONValue) -> JSONValue {
+        .object(["data": .array(page.items.map(render)), "nextCursor": optional(page.nextCursor)])
+    }
+}

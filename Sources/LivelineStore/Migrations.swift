@@ -1,0 +1,81 @@
+/// A numbered step of the database schema. Applied in order, each once, inside a transaction.
+public struct Migration: Sendable {
+    /// The schema version this step produces.
+    public var version: Int
+    /// What the step does, for logs.
+    public var name: String
+    /// The statements, in order.
+    public var statements: [String]
+}
+
+/// The SQLite schema, step by step. Never edit a released step: add a new one.
+enum SQLiteMigrations {
+    static let all: [Migration] = [
+        Migration(
+            version: 1,
+            name: "apps, keys, activities and instances",
+            statements: [
+                """
+                CREATE TABLE apps (
+                    id TEXT PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    bundle_id TEXT NOT NULL,
+                    android_package TEXT,
+                    created_at INTEGER NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE api_keys (
+                    id TEXT PRIMARY KEY,
+                    app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                    scope TEXT NOT NULL,
+                    hash BLOB NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    revoked_at INTEGER
+                )
+                """,
+                "CREATE INDEX api_keys_by_app ON api_keys(app_id)",
+                """
+                CREATE TABLE activities (
+                    app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                    activity_id TEXT NOT NULL,
+                    attributes_type TEXT,
+                    attributes TEXT,
+                    state TEXT NOT NULL,
+                    sequence INTEGER NOT NULL DEFAULT 0,
+                    event TEXT,
+                    sequence_at INTEGER,
+                    content_state TEXT,
+                    alert TEXT,
+                    stale_date INTEGER,
+                    relevance_score REAL,
+                    priority INTEGER,
+                    dismissal_date INTEGER,
+                    created_at INTEGER NOT NULL,
+                    updated_at INTEGER NOT NULL,
+                    ended_at INTEGER,
+                    PRIMARY KEY (app_id, activity_id)
+                ) WITHOUT ROWID
+                """,
+                "CREATE INDEX activities_by_state ON activities(app_id, state, activity_id)",
+                """
+                CREATE TABLE instances (
+                    app_id TEXT NOT NULL,
+                    activity_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    platform TEXT NOT NULL,
+                    push_token TEXT NOT NULL,
+                    user_id TEXT,
+                    state TEXT NOT NULL,
+                    frequent_pushes INTEGER,
+                    delivered_sequence INTEGER NOT NULL DEFAULT 0,
+                    created_at INTEGER NOT NULL,
+                    updated_at INTEGER NOT NULL,
+                    PRIMARY KEY (app_id, activity_id, device_id),
+                    FOREIGN KEY (app_id, activity_id) REFERENCES activities(app_id, activity_id) ON DELETE CASCADE
+                ) WITHOUT ROWID
+                """,
+            ]
+        )
+    ]
+}

@@ -1,0 +1,301 @@
+import Foundation
+import LivelineCore
+
+/// An app: one iOS bundle id and optionally one Android package, with its own keys and data.
+public struct AppRecord: Sendable, Hashable {
+    /// Liveline's id for the app (`app_…`).
+    public var id: String
+    /// A human name.
+    public var name: String
+    /// The iOS bundle id; APNs topics derive from it.
+    public var bundleID: String
+    /// The Android application id, if the app ships on Android.
+    public var androidPackage: String?
+    /// When the app was created.
+    public var createdAt: Date
+
+    /// Creates an app record.
+    public init(id: String, name: String, bundleID: String, androidPackage: String?, createdAt: Date) {
+        self.id = id
+        self.name = name
+        self.bundleID = bundleID
+        self.androidPackage = androidPackage
+        self.createdAt = createdAt
+    }
+}
+
+/// What an API key may do.
+public enum APIKeyScope: String, Sendable, Hashable, CaseIterable {
+    /// The backend's key (`sk_…`): everything within its app.
+    case secret
+    /// The app's key (`pk_…`): register instances and report instance events. Nothing else.
+    case publishable
+}
+
+/// A stored API key: never the key itself, only its lookup id and a hash.
+public struct APIKeyRecord: Sendable, Hashable {
+    /// The public part of the key that finds its record (not secret on its own).
+    public var id: String
+    /// The app the key belongs to.
+    public var appID: String
+    /// What the key may do.
+    public var scope: APIKeyScope
+    /// SHA-256 of the whole key.
+    public var hash: [UInt8]
+    /// When the key was issued.
+    public var createdAt: Date
+
+    /// Creates a key record.
+    public init(id: String, appID: String, scope: APIKeyScope, hash: [UInt8], createdAt: Date) {
+        self.id = id
+        self.appID = appID
+        self.scope = scope
+        self.hash = hash
+        self.createdAt = createdAt
+    }
+}
+
+/// One device registering (or refreshing) its push token for one activity.
+public struct InstanceRegistration: Sendable, Hashable {
+    public var appID: String
+    public var activityID: String
+    public var deviceID: String
+    public var platform: Platform
+    /// The push token, already validated and normalized.
+    public var pushToken: String
+    /// The Swift type name of the activity's attributes; kept from the first registration.
+    public var attributesType: String?
+    /// The static attributes; kept from the first registration.
+    public var attributes: JSONValue?
+    /// The backend's user id for this device, if the app sends one.
+    public var userID: String?
+
+    /// Creates a registration.
+    public init(
+        appID: String, activityID: String, deviceID: String, platform: Platform, pushToken: String,
+        attributesType: String?, attributes: JSONValue?, userID: String?
+    ) {
+        self.appID = appID
+        self.activityID = activityID
+        self.deviceID = deviceID
+        self.platform = platform
+        self.pushToken = pushToken
+        self.attributesType = attributesType
+        self.attributes = attributes
+        self.userID = userID
+    }
+}
+
+/// What a registration changed.
+public enum RegistrationChange: String, Sendable, Hashable {
+    /// A new instance.
+    case created
+    /// An existing instance got a new token, platform or user id.
+    case updated
+    /// The same registration again: nothing changed.
+    case unchanged
+}
+
+/// The result of a registration.
+public struct RegistrationResult: Sendable, Hashable {
+    public var change: RegistrationChange
+    public var instance: InstanceRecord
+
+    public init(change: RegistrationChange, instance: InstanceRecord) {
+        self.change = change
+        self.instance = instance
+    }
+}
+
+/// A new content state for an activity, validated.
+public struct ActivityUpdate: Sendable, Hashable {
+    public var appID: String
+    public var activityID: String
+    public var contentState: JSONValue
+    public var alert: LiveActivityAlert?
+    /// Seconds since 1970.
+    public var staleDate: Int64?
+    public var relevanceScore: Double?
+    /// 5 or 10; `nil` lets Liveline choose.
+    public var priority: Int?
+
+    public init(
+        appID: String, activityID: String, contentState: JSONValue, alert: LiveActivityAlert? = nil,
+        staleDate: Int64? = nil, relevanceScore: Double? = nil, priority: Int? = nil
+    ) {
+        self.appID = appID
+        self.activityID = activityID
+        self.contentState = contentState
+        self.alert = alert
+        self.staleDate = staleDate
+        self.relevanceScore = relevanceScore
+        self.priority = priority
+    }
+}
+
+/// The end of an activity, validated.
+public struct ActivityEnd: Sendable, Hashable {
+    public var appID: String
+    public var activityID: String
+    /// The final content state; `nil` keeps the current one.
+    public var contentState: JSONValue?
+    public var alert: LiveActivityAlert?
+    /// Seconds since 1970; `nil` lets the system decide (up to four hours).
+    public var dismissalDate: Int64?
+    public var staleDate: Int64?
+    public var relevanceScore: Double?
+    public var priority: Int?
+
+    public init(
+        appID: String, activityID: String, contentState: JSONValue? = nil, alert: LiveActivityAlert? = nil,
+        dismissalDate: Int64? = nil, staleDate: Int64? = nil, relevanceScore: Double? = nil, priority: Int? = nil
+    ) {
+        self.appID = appID
+        self.activityID = activityID
+        self.contentState = contentState
+        self.alert = alert
+        self.dismissalDate = dismissalDate
+        self.staleDate = staleDate
+        self.relevanceScore = relevanceScore
+        self.priority = priority
+    }
+}
+
+/// An accepted sequence: what the API answers with its 202.
+public struct AcceptedSequence: Sendable, Hashable {
+    public var activityID: String
+    public var sequence: Int64
+    public var event: LiveActivityEvent
+    public var acceptedAt: Date
+
+    public init(activityID: String, sequence: Int64, event: LiveActivityEvent, acceptedAt: Date) {
+        self.activityID = activityID
+        self.sequence = sequence
+        self.event = event
+        self.acceptedAt = acceptedAt
+    }
+}
+
+/// An activity as stored: the latest accepted sequence and what it carries.
+public struct ActivityRecord: Sendable, Hashable {
+    public var appID: String
+    public var activityID: String
+    public var attributesType: String?
+    public var attributes: JSONValue?
+    public var state: ActivityState
+    /// The number of the latest accepted update or end; 0 before the first.
+    public var sequence: Int64
+    /// The event the latest sequence carries (`update` or `end`), `nil` before the first.
+    public var event: LiveActivityEvent?
+    /// When the latest sequence was accepted: the push's `aps.timestamp`.
+    public var sequenceAt: Date?
+    public var contentState: JSONValue?
+    public var alert: LiveActivityAlert?
+    public var staleDate: Int64?
+    public var relevanceScore: Double?
+    public var priority: Int?
+    public var dismissalDate: Int64?
+    public var createdAt: Date
+    public var updatedAt: Date
+    public var endedAt: Date?
+    /// How many instances are in each state.
+    public var instanceCounts: [InstanceState: Int]
+
+    public init(
+        appID: String, activityID: String, attributesType: String?, attributes: JSONValue?, state: ActivityState,
+        sequence: Int64, event: LiveActivityEvent?, sequenceAt: Date?, contentState: JSONValue?,
+        alert: LiveActivityAlert?, staleDate: Int64?, relevanceScore: Double?, priority: Int?,
+        dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int]
+    ) {
+        self.appID = appID
+        self.activityID = activityID
+        self.attributesType = attributesType
+        self.attributes = attributes
+        self.state = state
+        self.sequence = sequence
+        self.event = event
+        self.sequenceAt = sequenceAt
+        self.contentState = contentState
+        self.alert = alert
+        self.staleDate = staleDate
+        self.relevanceScore = relevanceScore
+        self.priority = priority
+        self.dismissalDate = dismissalDate
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.endedAt = endedAt
+        self.instanceCounts = instanceCounts
+    }
+}
+
+/// One device watching one activity.
+public struct InstanceRecord: Sendable, Hashable {
+    public var appID: String
+    public var activityID: String
+    public var deviceID: String
+    public var platform: Platform
+    public var pushToken: String
+    public var userID: String?
+    public var state: InstanceState
+    /// What the app last reported for "frequent updates"; `nil` if never reported.
+    public var frequentPushesEnabled: Bool?
+    /// The last sequence delivered to this instance; 0 before the first.
+    public var deliveredSequence: Int64
+    public var createdAt: Date
+    public var updatedAt: Date
+
+    public init(
+        appID: String, activityID: String, deviceID: String, platform: Platform, pushToken: String, userID: String?,
+        state: InstanceState, frequentPushesEnabled: Bool?, deliveredSequence: Int64, createdAt: Date, updatedAt: Date
+    ) {
+        self.appID = appID
+        self.activityID = activityID
+        self.deviceID = deviceID
+        self.platform = platform
+        self.pushToken = pushToken
+        self.userID = userID
+        self.state = state
+        self.frequentPushesEnabled = frequentPushesEnabled
+        self.deliveredSequence = deliveredSequence
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+    }
+}
+
+/// Which activities a listing returns.
+public struct ActivityFilter: Sendable, Hashable {
+    public var state: ActivityState?
+    public var attributesType: String?
+
+    public init(state: ActivityState? = nil, attributesType: String? = nil) {
+        self.state = state
+        self.attributesType = attributesType
+    }
+}
+
+/// One page of a keyset-paginated listing.
+public struct Page<Item: Sendable>: Sendable {
+    public var items: [Item]
+    /// Pass this back to get the next page; `nil` on the last page.
+    public var nextCursor: String?
+
+    public init(items: [Item], nextCursor: String?) {
+        self.items = items
+        self.nextCursor = nextCursor
+    }
+}
+
+extension Page: Equatable where Item: Equatable {}
+extension Page: Hashable where Item: Hashable {}
+
+/// What the Store refuses.
+public enum StoreError: Error, Sendable, Hashable {
+    case appNotFound
+    case activityNotFound
+    case instanceNotFound
+    case activityEnded
+    case duplicateApp
+    case invalidCursor
+    /// The database holds data written by a newer Liveline.
+    case schemaTooNew(found: Int, supported: Int)
+}

@@ -1,0 +1,507 @@
+import Foundation
+import LivelineCore
+import Logging
+import NIOCore
+import SQLiteNIO
+
+/// The embedded default Store: one SQLite file in WAL mode.
+///
+/// Writes go through one connection behind a ``SerialGate`` so each transaction's statements
+/// run together; reads use a second connection and see the last committed state.
+public final class SQLiteStore: Store {
+    private let writer: SQLiteConnection
+    private let reader: SQLiteConnection
+    private let gate = SerialGate()
+    /// The file this store keeps its data in.
+    public let path: String
+
+    private init(path: String, writer: SQLiteConnection, reader: SQLiteConnection) {
+        self.path = path
+        self.writer = writer
+        self.reader = reader
+    }
+
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    public static func open(path: String, logger: Logger = Logger(label: "liveline.store")) async throws -> SQLiteStore {
+        let writer = try await SQLiteConnection.open(storage: .file(path: path), logger: logger)
+        do {
+            for pragma in ["PRAGMA busy_timeout = 10000", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON"] {
+                _ = try await writer.query(pragma)
+            }
+        } catch {
+            try? await writer.close()
+            throw error
+        }
+        let reader: SQLiteConnection
+        do {
+            reader = try await SQLiteConnection.open(storage: .file(path: path), logger: logger)
+            _ = try await reader.query("PRAGMA busy_timeout = 10000")
+            _ = try await reader.query("PRAGMA foreign_keys = ON")
+        } catch {
+            try? await writer.close()
+            throw error
+        }
+        let store = SQLiteStore(path: path, writer: writer, reader: reader)
+        do {
+            try await store.migrate(logger: logger)
+        } catch {
+            try? await store.close()
+            throw error
+        }
+        return store
+    }
+
+    /// The schema version the database is at.
+    public func schemaVersion() async throws -> Int {
+        let rows = try await reader.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
+        return rows.first?.column("v")?.integer ?? 0
+    }
+
+    private func migrate(logger: Logger) async throws {
+        try await transaction { db in
+            _ = try await db.query(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
+            )
+            let rows = try await db.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
+            let current = rows.first?.column("v")?.integer ?? 0
+            let latest = SQLiteMigrations.all.last?.version ?? 0
+            if current > latest { throw StoreError.schemaTooNew(found: current, supported: latest) }
+            for migration in SQLiteMigrations.all where migration.version > current {
+                logger.info("Applying database migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
+                for statement in migration.statements {
+                    _ = try await db.query(statement)
+                }
+                _ = try await db.query(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    [.integer(migration.version), .text(migration.name), .integer(Self.millis(Date()))]
+                )
+            }
+        }
+    }
+
+    /// Runs `body` in one immediate transaction on the writer connection.
+    private func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
+        try await gate.withGate {
+            _ = try await writer.query("BEGIN IMMEDIATE")
+            do {
+                let result = try await body(writer)
+                _ = try await writer.query("COMMIT")
+                return result
+            } catch {
+                _ = try? await writer.query("ROLLBACK")
+                throw error
+            }
+        }
+    }
+
+    public func ping() async throws {
+        _ = try await reader.query("SELECT 1")
+    }
+
+    public func close() async throws {
+        try await gate.withGate {
+            try await reader.close()
+            try await writer.close()
+        }
+    }
+
+    // MARK: Apps and keys
+
+    public func createApp(_ app: AppRecord, keys: [APIKeyRecord]) async throws {
+        try await transaction { db in
+            let existing = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(app.id)])
+            if !existing.isEmpty { throw StoreError.duplicateApp }
+            _ = try await db.query(
+                "INSERT INTO apps (id, name, bundle_id, android_package, created_at) VALUES (?, ?, ?, ?, ?)",
+                [.text(app.id), .text(app.name), .text(app.bundleID), Self.text(app.androidPackage), .integer(Self.millis(app.createdAt))]
+            )
+            for key in keys { try await Self.insert(key, into: db) }
+        }
+    }
+
+    public func apps() async throws -> [AppRecord] {
+        try await reader.query("SELECT * FROM apps ORDER BY created_at, id").map(Self.app(from:))
+    }
+
+    public func app(id: String) async throws -> AppRecord? {
+        try await reader.query("SELECT * FROM apps WHERE id = ?", [.text(id)]).first.map(Self.app(from:))
+    }
+
+    public func replaceKeys(appID: String, with keys: [APIKeyRecord]) async throws {
+        try await transaction { db in
+            let existing = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(appID)])
+            if existing.isEmpty { throw StoreError.appNotFound }
+            let now = keys.first?.createdAt ?? Date()
+            _ = try await db.query(
+                "UPDATE api_keys SET revoked_at = ? WHERE app_id = ? AND revoked_at IS NULL",
+                [.integer(Self.millis(now)), .text(appID)]
+            )
+            for key in keys { try await Self.insert(key, into: db) }
+        }
+    }
+
+    public func apiKey(id: String) async throws -> APIKeyRecord? {
+        let rows = try await reader.query("SELECT * FROM api_keys WHERE id = ? AND revoked_at IS NULL", [.text(id)])
+        guard let row = rows.first else { return nil }
+        return APIKeyRecord(
+            id: try row.string("id"),
+            appID: try row.string("app_id"),
+            scope: APIKeyScope(rawValue: try row.string("scope")) ?? .publishable,
+            hash: Array(buffer: row.column("hash")?.blob ?? ByteBuffer()),
+            createdAt: try row.date("created_at")
+        )
+    }
+
+    private static func insert(_ key: APIKeyRecord, into db: SQLiteConnection) async throws {
+        _ = try await db.query(
+            "INSERT INTO api_keys (id, app_id, scope, hash, created_at) VALUES (?, ?, ?, ?, ?)",
+            [.text(key.id), .text(key.appID), .text(key.scope.rawValue), .blob(ByteBuffer(bytes: key.hash)), .integer(millis(key.createdAt))]
+        )
+    }
+
+    // MARK: Lifecycle
+
+    public func registerInstance(_ registration: InstanceRegistration, at now: Date) async throws -> RegistrationResult {
+        let r = registration
+        return try await transaction { db in
+            let nowMillis = Self.millis(now)
+            let activity = try await db.query(
+                "SELECT state, attributes_type FROM activities WHERE app_id = ? AND activity_id = ?",
+                [.text(r.appID), .text(r.activityID)]
+            ).first
+            if let activity {
+                if try activity.string("state") == ActivityState.ended.rawValue { throw StoreError.activityEnded }
+                if activity.column("attributes_type")?.string == nil, r.attributesType != nil {
+                    // Attributes come from the first registration that carries them.
+                    _ = try await db.query(
+                        "UPDATE activities SET attributes_type = ?, attributes = ?, updated_at = ? WHERE app_id = ? AND activity_id = ?",
+                        [Self.text(r.attributesType), Self.json(r.attributes), .integer(nowMillis), .text(r.appID), .text(r.activityID)]
+                    )
+                }
+            } else {
+                _ = try await db.query(
+                    """
+                    INSERT INTO activities (app_id, activity_id, attributes_type, attributes, state, sequence, created_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, 0, ?, ?)
+                    """,
+                    [.text(r.appID), .text(r.activityID), Self.text(r.attributesType), Self.json(r.attributes),
+                     .text(ActivityState.active.rawValue), .integer(nowMillis), .integer(nowMillis)]
+                )
+            }
+            let existing = try await db.query(
+                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+                [.text(r.appID), .text(r.activityID), .text(r.deviceID)]
+            ).first.map(Self.instance(from:))
+            guard var instance = existing else {
+                _ = try await db.query(
+                    """
+                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [.text(r.appID), .text(r.activityID), .text(r.deviceID), .text(r.platform.rawValue), .text(r.pushToken),
+                     Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis)]
+                )
+                let created = InstanceRecord(
+                    appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
+                    userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
+                    createdAt: Self.date(nowMillis), updatedAt: Self.date(nowMillis)
+                )
+                return RegistrationResult(change: .created, instance: created)
+            }
+            let newUserID = r.userID ?? instance.userID
+            let tokenChanged = instance.pushToken != r.pushToken
+            let newState = tokenChanged ? instance.state.applying(.tokenRegistered) : instance.state
+            guard tokenChanged || instance.platform != r.platform || instance.userID != newUserID || newState != instance.state else {
+                return RegistrationResult(change: .unchanged, instance: instance)
+            }
+            instance.platform = r.platform
+            instance.pushToken = r.pushToken
+            instance.userID = newUserID
+            instance.state = newState
+            instance.updatedAt = Self.date(nowMillis)
+            _ = try await db.query(
+                """
+                UPDATE instances SET platform = ?, push_token = ?, user_id = ?, state = ?, updated_at = ?
+                WHERE app_id = ? AND activity_id = ? AND device_id = ?
+                """,
+                [.text(r.platform.rawValue), .text(r.pushToken), Self.text(newUserID), .text(newState.rawValue), .integer(nowMillis),
+                 .text(r.appID), .text(r.activityID), .text(r.deviceID)]
+            )
+            return RegistrationResult(change: .updated, instance: instance)
+        }
+    }
+
+    public func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence {
+        try await transaction { db in
+            let nowMillis = Self.millis(now)
+            let current = try await db.query(
+                "SELECT state, sequence FROM activities WHERE app_id = ? AND activity_id = ?",
+                [.text(update.appID), .text(update.activityID)]
+            ).first
+            let sequence: Int64
+            if let current {
+                let state = ActivityState(rawValue: try current.string("state")) ?? .ended
+                do { _ = try state.applying(.update) } catch { throw StoreError.activityEnded }
+                sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
+                _ = try await db.query(
+                    """
+                    UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, content_state = ?, alert = ?, stale_date = ?,
+                        relevance_score = ?, priority = ?, updated_at = ?
+                    WHERE app_id = ? AND activity_id = ?
+                    """,
+                    [.integer(Int(sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), Self.json(update.contentState),
+                     Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
+                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .text(update.appID), .text(update.activityID)]
+                )
+            } else {
+                sequence = 1
+                _ = try await db.query(
+                    """
+                    INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, content_state, alert, stale_date,
+                        relevance_score, priority, created_at, updated_at)
+                    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue),
+                     .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), Self.json(update.contentState),
+                     Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
+                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis)]
+                )
+            }
+            return AcceptedSequence(activityID: update.activityID, sequence: sequence, event: .update, acceptedAt: Self.date(nowMillis))
+        }
+    }
+
+    public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
+        try await transaction { db in
+            let nowMillis = Self.millis(now)
+            guard let current = try await db.query(
+                "SELECT state, sequence FROM activities WHERE app_id = ? AND activity_id = ?",
+                [.text(end.appID), .text(end.activityID)]
+            ).first else { throw StoreError.activityNotFound }
+            let state = ActivityState(rawValue: try current.string("state")) ?? .ended
+            do { _ = try state.applying(.end) } catch { throw StoreError.activityEnded }
+            let sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
+            _ = try await db.query(
+                """
+                UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?,
+                    content_state = COALESCE(?, content_state), alert = ?, dismissal_date = ?,
+                    stale_date = COALESCE(?, stale_date), relevance_score = COALESCE(?, relevance_score), priority = ?,
+                    updated_at = ?, ended_at = ?
+                WHERE app_id = ? AND activity_id = ?
+                """,
+                [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
+                 Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
+                 Self.integer(end.staleDate), Self.real(end.relevanceScore), Self.integer(end.priority.map(Int64.init)),
+                 .integer(nowMillis), .integer(nowMillis), .text(end.appID), .text(end.activityID)]
+            )
+            return AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
+        }
+    }
+
+    public func activity(appID: String, activityID: String) async throws -> ActivityRecord? {
+        guard let row = try await reader.query(
+            "SELECT * FROM activities WHERE app_id = ? AND activity_id = ?", [.text(appID), .text(activityID)]
+        ).first else { return nil }
+        var record = try Self.activity(from: row)
+        let counts = try await reader.query(
+            "SELECT state, COUNT(*) AS n FROM instances WHERE app_id = ? AND activity_id = ? GROUP BY state",
+            [.text(appID), .text(activityID)]
+        )
+        for count in counts {
+            if let state = InstanceState(rawValue: try count.string("state")) {
+                record.instanceCounts[state] = count.column("n")?.integer ?? 0
+            }
+        }
+        return record
+    }
+
+    public func activities(appID: String, filter: ActivityFilter, cursor: String?, limit: Int) async throws -> Page<ActivityRecord> {
+        var sql = "SELECT * FROM activities WHERE app_id = ?"
+        var binds: [SQLiteData] = [.text(appID)]
+        if let state = filter.state {
+            sql += " AND state = ?"
+            binds.append(.text(state.rawValue))
+        }
+        if let attributesType = filter.attributesType {
+            sql += " AND attributes_type = ?"
+            binds.append(.text(attributesType))
+        }
+        if let cursor {
+            sql += " AND activity_id > ?"
+            binds.append(.text(try Self.decodeCursor(cursor)))
+        }
+        sql += " ORDER BY activity_id LIMIT ?"
+        binds.append(.integer(limit + 1))
+        let rows = try await reader.query(sql, binds)
+        var items = try rows.prefix(limit).map(Self.activity(from:))
+        if !items.isEmpty {
+            // Instance counts for the whole page in one query.
+            let placeholders = Array(repeating: "?", count: items.count).joined(separator: ",")
+            let counts = try await reader.query(
+                "SELECT activity_id, state, COUNT(*) AS n FROM instances WHERE app_id = ? AND activity_id IN (\(placeholders)) GROUP BY activity_id, state",
+                [.text(appID)] + items.map { .text($0.activityID) }
+            )
+            var byActivity: [String: [InstanceState: Int]] = [:]
+            for count in counts {
+                if let state = InstanceState(rawValue: try count.string("state")) {
+                    byActivity[try count.string("activity_id"), default: [:]][state] = count.column("n")?.integer ?? 0
+                }
+            }
+            for index in items.indices { items[index].instanceCounts = byActivity[items[index].activityID] ?? [:] }
+        }
+        let next = rows.count > limit ? items.last.map { Self.encodeCursor($0.activityID) } : nil
+        return Page(items: items, nextCursor: next)
+    }
+
+    public func instances(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<InstanceRecord> {
+        var sql = "SELECT * FROM instances WHERE app_id = ? AND activity_id = ?"
+        var binds: [SQLiteData] = [.text(appID), .text(activityID)]
+        if let cursor {
+            sql += " AND device_id > ?"
+            binds.append(.text(try Self.decodeCursor(cursor)))
+        }
+        sql += " ORDER BY device_id LIMIT ?"
+        binds.append(.integer(limit + 1))
+        let rows = try await reader.query(sql, binds)
+        let items = try rows.prefix(limit).map(Self.instance(from:))
+        let next = rows.count > limit ? items.last.map { Self.encodeCursor($0.deviceID) } : nil
+        return Page(items: items, nextCursor: next)
+    }
+
+    public func recordInstanceEvent(
+        appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date
+    ) async throws -> InstanceRecord {
+        try await transaction { db in
+            guard var instance = try await db.query(
+                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+                [.text(appID), .text(activityID), .text(deviceID)]
+            ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
+            let newState = instance.state.applying(event)
+            guard newState != instance.state else { return instance }
+            instance.state = newState
+            instance.updatedAt = Self.date(Self.millis(now))
+            _ = try await db.query(
+                "UPDATE instances SET state = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+                [.text(newState.rawValue), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
+            )
+            return instance
+        }
+    }
+
+    public func setFrequentPushes(
+        appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date
+    ) async throws -> InstanceRecord {
+        try await transaction { db in
+            guard var instance = try await db.query(
+                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+                [.text(appID), .text(activityID), .text(deviceID)]
+            ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
+            guard instance.frequentPushesEnabled != enabled else { return instance }
+            instance.frequentPushesEnabled = enabled
+            instance.updatedAt = Self.date(Self.millis(now))
+            _ = try await db.query(
+                "UPDATE instances SET frequent_pushes = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+                [.integer(enabled ? 1 : 0), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
+            )
+            return instance
+        }
+    }
+
+    // MARK: Row mapping
+
+    static func millis(_ date: Date) -> Int { Int((date.timeIntervalSince1970 * 1000).rounded()) }
+    static func date(_ millis: Int) -> Date { Date(timeIntervalSince1970: TimeInterval(millis) / 1000) }
+    static func text(_ value: String?) -> SQLiteData { value.map { .text($0) } ?? .null }
+    static func integer(_ value: Int64?) -> SQLiteData { value.map { .integer(Int($0)) } ?? .null }
+    static func real(_ value: Double?) -> SQLiteData { value.map { .float($0) } ?? .null }
+    static func json(_ value: JSONValue?) -> SQLiteData { value.map { .text($0.encodedString) } ?? .null }
+
+    static func encodeCursor(_ key: String) -> String {
+        Data(key.utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    static func decodeCursor(_ cursor: String) throws -> String {
+        var base64 = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        guard cursor.utf8.count <= 256, let data = Data(base64Encoded: base64), let key = String(data: data, encoding: .utf8),
+            Identifier.isValid(key)
+        else { throw StoreError.invalidCursor }
+        return key
+    }
+
+    static func app(from row: SQLiteRow) throws -> AppRecord {
+        AppRecord(
+            id: try row.string("id"), name: try row.string("name"), bundleID: try row.string("bundle_id"),
+            androidPackage: row.column("android_package")?.string, createdAt: try row.date("created_at")
+        )
+    }
+
+    static func activity(from row: SQLiteRow) throws -> ActivityRecord {
+        ActivityRecord(
+            appID: try row.string("app_id"),
+            activityID: try row.string("activity_id"),
+            attributesType: row.column("attributes_type")?.string,
+            attributes: try row.json("attributes"),
+            state: ActivityState(rawValue: try row.string("state")) ?? .ended,
+            sequence: Int64(row.column("sequence")?.integer ?? 0),
+            event: row.column("event")?.string.map(LiveActivityEvent.init(rawValue:)),
+            sequenceAt: row.column("sequence_at")?.integer.map(date),
+            contentState: try row.json("content_state"),
+            alert: try row.json("alert").flatMap(alert(from:)),
+            staleDate: row.column("stale_date")?.integer.map(Int64.init),
+            relevanceScore: row.column("relevance_score")?.double,
+            priority: row.column("priority")?.integer,
+            dismissalDate: row.column("dismissal_date")?.integer.map(Int64.init),
+            createdAt: try row.date("created_at"),
+            updatedAt: try row.date("updated_at"),
+            endedAt: row.column("ended_at")?.integer.map(date),
+            instanceCounts: [:]
+        )
+    }
+
+    static func alert(from json: JSONValue) -> LiveActivityAlert? {
+        guard let members = json.objectValue, let title = members["title"]?.stringValue, let body = members["body"]?.stringValue
+        else { return nil }
+        return LiveActivityAlert(title: title, body: body, sound: members["sound"]?.stringValue)
+    }
+
+    static func instance(from row: SQLiteRow) throws -> InstanceRecord {
+        InstanceRecord(
+            appID: try row.string("app_id"),
+            activityID: try row.string("activity_id"),
+            deviceID: try row.string("device_id"),
+            platform: Platform(rawValue: try row.string("platform")) ?? .ios,
+            pushToken: try row.string("push_token"),
+            userID: row.column("user_id")?.string,
+            state: InstanceState(rawValue: try row.string("state")) ?? .invalidated,
+            frequentPushesEnabled: row.column("frequent_pushes")?.integer.map { $0 != 0 },
+            deliveredSequence: Int64(row.column("delivered_sequence")?.integer ?? 0),
+            createdAt: try row.date("created_at"),
+            updatedAt: try row.date("updated_at")
+        )
+    }
+}
+
+/// A column the schema promises was missing or of the wrong type.
+struct CorruptRow: Error, CustomStringConvertible {
+    var column: String
+    var description: String { "column \(column) is missing or has an unexpected type" }
+}
+
+extension SQLiteRow {
+    func string(_ name: String) throws -> String {
+        guard let data = column(name), case .text(let value) = data else { throw CorruptRow(column: name) }
+        return value
+    }
+
+    func date(_ name: String) throws -> Date {
+        guard let value = column(name)?.integer else { throw CorruptRow(column: name) }
+        return SQLiteStore.date(value)
+    }
+
+    func json(_ name: String) throws -> JSONValue? {
+        guard let data = column(name), case .text(let text) = data else { return nil }
+        return try JSONValue(parsing: text.utf8)
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+import LivelineCore
+
+/// Where Liveline keeps apps, keys, activities and instances.
+///
+/// Shaped by the domain, not by SQL: implementations (SQLite, later PostgreSQL) are
+/// interchangeable and one conformance suite runs on all of them. Every method that changes
+/// data commits before it returns, so a caller can promise durability.
+public protocol Store: Sendable {
+    // MARK: Apps and keys
+
+    /// Creates an app with its first keys.
+    func createApp(_ app: AppRecord, keys: [APIKeyRecord]) async throws
+    /// Every app, oldest first.
+    func apps() async throws -> [AppRecord]
+    /// One app, or `nil`.
+    func app(id: String) async throws -> AppRecord?
+    /// Revokes every key of the app and stores `keys` in their place. Throws `appNotFound`.
+    func replaceKeys(appID: String, with keys: [APIKeyRecord]) async throws
+    /// The live key with this lookup id, or `nil`.
+    func apiKey(id: String) async throws -> APIKeyRecord?
+
+    // MARK: Lifecycle
+
+    /// Registers or refreshes one instance; creates the activity on first sight.
+    /// Throws `activityEnded` for an ended activity.
+    func registerInstance(_ registration: InstanceRegistration, at now: Date) async throws -> RegistrationResult
+    /// Accepts a new content state as the activity's next sequence; creates the activity on
+    /// first sight. Throws `activityEnded`. O(1) writes whatever the number of instances.
+    func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence
+    /// Ends the activity as its next sequence. Throws `activityNotFound` or `activityEnded`.
+    func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence
+    /// One activity with its instance counts, or `nil`.
+    func activity(appID: String, activityID: String) async throws -> ActivityRecord?
+    /// Activities of one app ordered by id, after `cursor`.
+    func activities(appID: String, filter: ActivityFilter, cursor: String?, limit: Int) async throws -> Page<ActivityRecord>
+    /// Instances of one activity ordered by device id, after `cursor`.
+    func instances(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<InstanceRecord>
+    /// Applies a device-reported event. Throws `instanceNotFound`.
+    func recordInstanceEvent(
+        appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date
+    ) async throws -> InstanceRecord
+    /// Records the app's "frequent updates" setting for one instance. Throws `instanceNotFound`.
+    func setFrequentPushes(
+        appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date
+    ) async throws -> InstanceRecord
+
+    /// Checks that the database answers.
+    func ping() async throws
+
+    /// Closes the store; no call may follow.
+    func close() async throws
+}

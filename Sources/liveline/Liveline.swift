@@ -1,0 +1,246 @@
+import ArgumentParser
+import Configuration
+import Foundation
+import LivelineCore
+import LivelineServer
+import LivelineStore
+import Logging
+
+@main
+struct Liveline: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "liveline",
+        abstract: "Liveline: keeps iOS Live Activities and Android live updates current from your backend.",
+        subcommands: [Serve.self, Apps.self, Keys.self, ConfigKeys.self, OpenAPI.self]
+    )
+}
+
+/// Options shared by every command that opens the database.
+struct StorageOptions: ParsableArguments {
+    @Option(name: .customLong("data-dir"), help: "Directory for Liveline's files (env LIVELINE_DATA_DIRECTORY; default ./.liveline).")
+    var dataDirectory: String?
+
+    @Option(help: "SQLite database file, a path or sqlite:PATH (env LIVELINE_DATABASE; default <data dir>/liveline.sqlite).")
+    var database: String?
+
+    @Option(name: .customLong("config"), help: "A JSON configuration file with a top-level \"liveline\" object.")
+    var configFile: String?
+
+    var flagValues: [String: ConfigValue] {
+        var values: [String: ConfigValue] = [:]
+        if let dataDirectory { values["liveline.dataDirectory"] = ConfigValue(.string(dataDirectory), isSecret: false) }
+        if let database { values["liveline.database"] = ConfigValue(.string(database), isSecret: false) }
+        return values
+    }
+
+    func resolve(extra: [String: ConfigValue] = [:]) async throws -> LivelineConfiguration {
+        let reader = try await LivelineConfiguration.reader(flags: flagValues.merging(extra) { _, new in new }, file: configFile)
+        return try LivelineConfiguration(reader: reader)
+    }
+}
+
+func makeLogger(level: Logger.Level) -> Logger {
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = level
+        return handler
+    }
+    var logger = Logger(label: "liveline")
+    logger.logLevel = level
+    return logger
+}
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run the Liveline server (HTTP API on 127.0.0.1:8080 by default).")
+
+    @OptionGroup var storage: StorageOptions
+
+    @Option(help: "Address to listen on (env LIVELINE_HOST; default 127.0.0.1).")
+    var host: String?
+
+    @Option(help: "Port to listen on (env LIVELINE_PORT; default 8080).")
+    var port: Int?
+
+    @Option(name: .customLong("admin-token-file"), help: "File holding the admin API token (env LIVELINE_ADMIN_TOKEN).")
+    var adminTokenFile: String?
+
+    @Flag(help: "Development mode: create a demo app on first start and print its keys (env LIVELINE_DEV).")
+    var dev = false
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (env LIVELINE_LOG_LEVEL).")
+    var logLevel: String?
+
+    func run() async throws {
+        var extra: [String: ConfigValue] = [:]
+        if let host { extra["liveline.host"] = ConfigValue(.string(host), isSecret: false) }
+        if let port { extra["liveline.port"] = ConfigValue(.int(port), isSecret: false) }
+        if dev { extra["liveline.dev"] = ConfigValue(.bool(true), isSecret: false) }
+        if let logLevel { extra["liveline.logLevel"] = ConfigValue(.string(logLevel), isSecret: false) }
+        if let adminTokenFile {
+            let token = try String(contentsOfFile: adminTokenFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            extra["liveline.adminToken"] = ConfigValue(.string(token), isSecret: true)
+        }
+        let configuration: LivelineConfiguration
+        do {
+            configuration = try await storage.resolve(extra: extra)
+        } catch let error as ConfigurationError {
+            throw ValidationError(error.description)
+        }
+        let logger = makeLogger(level: configuration.logLevel)
+        try await LivelineApplication.serve(configuration, logger: logger)
+    }
+}
+
+/// Opens the store for a one-shot command and closes it afterwards.
+func withAdministration<T: Sendable>(_ storage: StorageOptions, _ body: (AppAdministration) async throws -> T) async throws -> T {
+    let configuration = try await storage.resolve()
+    var logger = Logger(label: "liveline")
+    logger.logLevel = .warning
+    let store = try await LivelineApplication.openStore(configuration, logger: logger)
+    do {
+        let result = try await body(AppAdministration(store: store))
+        try await store.close()
+        return result
+    } catch {
+        try? await store.close()
+        throw error
+    }
+}
+
+enum OutputFormat: String, ExpressibleByArgument, CaseIterable {
+    case text
+    case json
+    case env
+}
+
+func printKeys(_ created: AppAdministration.AppWithKeys, format: OutputFormat, heading: String) {
+    switch format {
+    case .text:
+        print("""
+            \(heading)
+              app id:          \(created.app.id)
+              name:            \(created.app.name)
+              bundle id:       \(created.app.bundleID)
+              android package: \(created.app.androidPackage ?? "-")
+              secret key:      \(created.secretKey)
+              publishable key: \(created.publishableKey)
+
+            The keys are shown this once; Liveline keeps only their hashes.
+            """)
+    case .json:
+        let value: JSONValue = [
+            "appId": .string(created.app.id), "name": .string(created.app.name), "bundleId": .string(created.app.bundleID),
+            "androidPackage": created.app.androidPackage.map(JSONValue.string) ?? .null,
+            "secretKey": .string(created.secretKey), "publishableKey": .string(created.publishableKey),
+        ]
+        print(value.encodedString)
+    case .env:
+        print("""
+            export LIVELINE_APP_ID=\(created.app.id)
+            export LIVELINE_SECRET_KEY=\(created.secretKey)
+            export LIVELINE_PUBLISHABLE_KEY=\(created.publishableKey)
+            """)
+    }
+}
+
+func describe(_ error: any Error) -> any Error {
+    switch error {
+    case let error as LivelineCore.ValidationError: return ArgumentParser.ValidationError(error.message)
+    case StoreError.appNotFound: return ArgumentParser.ValidationError("No such app.")
+    default: return error
+    }
+}
+
+struct Apps: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create and list apps.", subcommands: [Create.self, List.self]
+    )
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create an app and print its secret and publishable keys once.")
+
+        @OptionGroup var storage: StorageOptions
+        @Option(help: "A name for the app.") var name: String
+        @Option(name: .customLong("bundle-id"), help: "The iOS bundle id, e.g. com.example.app.") var bundleID: String
+        @Option(name: .customLong("android-package"), help: "The Android application id, if the app ships on Android.")
+        var androidPackage: String?
+        @Option(help: "text, json, or env (shell exports).") var format: OutputFormat = .text
+
+        func run() async throws {
+            do {
+                let created = try await withAdministration(storage) {
+                    try await $0.createApp(name: name, bundleID: bundleID, androidPackage: androidPackage)
+                }
+                printKeys(created, format: format, heading: "Created app \(created.app.id).")
+            } catch {
+                throw describe(error)
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List apps (never their keys).")
+
+        @OptionGroup var storage: StorageOptions
+        @Option(help: "text or json.") var format: OutputFormat = .text
+
+        func run() async throws {
+            let apps = try await withAdministration(storage) { try await $0.listApps() }
+            if format == .json {
+                let values: [JSONValue] = apps.map {
+                    ["id": .string($0.id), "name": .string($0.name), "bundleId": .string($0.bundleID),
+                     "androidPackage": $0.androidPackage.map(JSONValue.string) ?? .null,
+                     "createdAt": .string(APIDate.iso8601($0.createdAt))]
+                }
+                print(JSONValue.array(values).encodedString)
+                return
+            }
+            if apps.isEmpty {
+                print("No apps yet. Create one with: liveline apps create --name NAME --bundle-id com.example.app")
+                return
+            }
+            for app in apps {
+                print("\(app.id)  \(app.name)  \(app.bundleID)  \(app.androidPackage ?? "-")  \(APIDate.iso8601(app.createdAt))")
+            }
+        }
+    }
+}
+
+struct Keys: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Manage API keys.", subcommands: [Rotate.self])
+
+    struct Rotate: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke an app's keys and print a new pair once.")
+
+        @OptionGroup var storage: StorageOptions
+        @Option(help: "The app id (app_…).") var app: String
+        @Option(help: "text, json, or env (shell exports).") var format: OutputFormat = .text
+
+        func run() async throws {
+            do {
+                let rotated = try await withAdministration(storage) { try await $0.rotateKeys(appID: app) }
+                printKeys(rotated, format: format, heading: "Rotated the keys of \(rotated.app.id); the old ones no longer work.")
+            } catch {
+                throw describe(error)
+            }
+        }
+    }
+}
+
+struct ConfigKeys: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "config", abstract: "List every configuration key.")
+
+    func run() async throws {
+        for key in LivelineConfiguration.keys {
+            print("\(key.environment)\t\(key.flag ?? "-")\t\(key.name)\tdefault \(key.defaultValue)\t\(key.summary)")
+        }
+    }
+}
+
+struct OpenAPI: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "openapi", abstract: "Print the OpenAPI document of the HTTP API.")
+
+    func run() async throws {
+        print(LivelineApplication.openAPIDocument)
+    }
+}

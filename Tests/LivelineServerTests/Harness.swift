@@ -1,0 +1,100 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import LivelineCore
+import LivelineServer
+import LivelineStore
+import NIOCore
+import Testing
+
+/// A response as the tests read it.
+struct Reply {
+    var status: HTTPResponse.Status
+    var json: JSONValue
+    var headers: HTTPFields
+
+    subscript(_ key: String) -> JSONValue? { json.objectValue?[key] }
+
+    var errorCode: String? { json.objectValue?["error"]?.objectValue?["code"]?.stringValue }
+    var errorField: String? { json.objectValue?["error"]?.objectValue?["field"]?.stringValue }
+}
+
+/// A client over HummingbirdTesting that speaks JSON.
+struct API {
+    let client: any TestClientProtocol
+
+    func call(_ method: HTTPRequest.Method, _ uri: String, key: String? = nil, body: String? = nil, headers extra: HTTPFields = [:]) async throws -> Reply {
+        var headers = extra
+        if let key { headers[.authorization] = "Bearer \(key)" }
+        if body != nil { headers[.contentType] = "application/json" }
+        let response = try await client.executeRequest(
+            uri: uri, method: method, headers: headers, body: body.map { ByteBuffer(string: $0) }
+        )
+        let data = Data(buffer: response.body)
+        let json = data.isEmpty ? JSONValue.null : ((try? JSONValue(parsing: data)) ?? .string(String(decoding: data, as: UTF8.self)))
+        return Reply(status: response.status, json: json, headers: response.headers)
+    }
+
+    func json(_ method: HTTPRequest.Method, _ uri: String, key: String? = nil, _ body: JSONValue) async throws -> Reply {
+        try await call(method, uri, key: key, body: body.encodedString)
+    }
+}
+
+/// An app and its keys, created through the same path the CLI uses.
+struct TestApp {
+    var id: String
+    var secretKey: String
+    var publishableKey: String
+}
+
+/// A temporary data directory with a SQLite file; removed at the end.
+final class TemporaryDirectory {
+    let url: URL
+    init() throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-server-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+    var databasePath: String { url.appendingPathComponent("liveline.sqlite").path }
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
+/// A mutable clock for tests.
+final class TestClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var current: Date
+    init(_ start: Date = Date(timeIntervalSince1970: 1_795_255_200)) { current = start }
+    var now: Date { lock.withLock { current } }
+    func advance(by seconds: TimeInterval) { lock.withLock { current += seconds } }
+    var wallClock: WallClock { WallClock { [self] in self.now } }
+}
+
+/// Runs `body` against a Liveline router on a real SQLite file.
+func withLiveline<T: Sendable>(
+    directory: TemporaryDirectory? = nil, clock: TestClock = TestClock(), adminToken: String? = nil,
+    _ body: @Sendable (API, any Store) async throws -> T
+) async throws -> T {
+    let directory = try directory ?? TemporaryDirectory()
+    let store = try await SQLiteStore.open(path: directory.databasePath)
+    let router = LivelineApplication.makeRouter(store: store, clock: clock.wallClock, adminToken: adminToken)
+    let app = Application(router: router)
+    do {
+        let result = try await app.test(.router) { client in try await body(API(client: client), store) }
+        try await store.close()
+        return result
+    } catch {
+        try? await store.close()
+        throw error
+    }
+}
+
+func createApp(_ store: any Store, name: String = "Test", bundleID: String = "com.example.test") async throws -> TestApp {
+    let created = try await AppAdministration(store: store).createApp(name: name, bundleID: bundleID, androidPackage: "com.example.test")
+    return TestApp(id: created.app.id, secretKey: created.secretKey, publishableKey: created.publishableKey)
+}
+
+let iosToken = "80f6d2a41c0e5e6b2f8f4b8d5b1a6c9e3d7f0a2b4c6d8e0f1a3b5c7d9e1f3a5b"
+let registerBody: JSONValue = [
+    "platform": "ios", "pushToken": .string(iosToken), "attributesType": "DeliveryAttributes",
+    "attributes": ["orderId": "1234"], "userId": "user-7",
+]

@@ -1,0 +1,239 @@
+import Foundation
+import LivelineCore
+import LivelineStore
+import Testing
+
+/// A fresh SQLite file in its own temporary directory.
+func withTemporaryStore<T>(_ body: (SQLiteStore, String) async throws -> T) async throws -> T {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-store-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let path = directory.appendingPathComponent("liveline.sqlite").path
+    let store = try await SQLiteStore.open(path: path)
+    do {
+        let result = try await body(store, path)
+        try await store.close()
+        return result
+    } catch {
+        try? await store.close()
+        throw error
+    }
+}
+
+let t0 = Date(timeIntervalSince1970: 1_795_255_200)
+
+func makeApp(_ store: some Store, id: String = "app_test") async throws {
+    try await store.createApp(
+        AppRecord(id: id, name: "Test", bundleID: "com.example.test", androidPackage: nil, createdAt: t0),
+        keys: [APIKeyRecord(id: "lookup-\(id)", appID: id, scope: .secret, hash: Array(repeating: 7, count: 32), createdAt: t0)]
+    )
+}
+
+func registration(_ device: String, activity: String = "order-1", app: String = "app_test", token: String = "aabb") -> InstanceRegistration {
+    InstanceRegistration(
+        appID: app, activityID: activity, deviceID: device, platform: .ios, pushToken: token,
+        attributesType: "DeliveryAttributes", attributes: ["orderId": "1"], userID: "user-1"
+    )
+}
+
+@Suite("SQLite store")
+struct SQLiteStoreTests {
+    @Test("migrations create the schema once and are idempotent on reopen")
+    func migrations() async throws {
+        try await withTemporaryStore { store, path in
+            #expect(try await store.schemaVersion() == 1)
+            let again = try await SQLiteStore.open(path: path)
+            #expect(try await again.schemaVersion() == 1)
+            try await again.close()
+        }
+    }
+
+    @Test("apps and keys: create, look up, rotate revokes old keys")
+    func appsAndKeys() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            #expect(try await store.apps().map(\.id) == ["app_test"])
+            #expect(try await store.app(id: "app_test")?.bundleID == "com.example.test")
+            let key = try #require(try await store.apiKey(id: "lookup-app_test"))
+            #expect(key.hash == Array(repeating: 7, count: 32))
+            #expect(key.scope == .secret)
+            let fresh = APIKeyRecord(id: "new-key", appID: "app_test", scope: .publishable, hash: [1, 2, 3], createdAt: t0)
+            try await store.replaceKeys(appID: "app_test", with: [fresh])
+            #expect(try await store.apiKey(id: "lookup-app_test") == nil)
+            #expect(try await store.apiKey(id: "new-key")?.scope == .publishable)
+            await #expect(throws: StoreError.appNotFound) { try await store.replaceKeys(appID: "nope", with: []) }
+            await #expect(throws: StoreError.duplicateApp) { try await makeApp(store) }
+        }
+    }
+
+    @Test("registration creates the activity, is idempotent, and rotation overwrites the token")
+    func registrationLifecycle() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            let first = try await store.registerInstance(registration("device-1"), at: t0)
+            #expect(first.change == .created)
+            let again = try await store.registerInstance(registration("device-1"), at: t0.addingTimeInterval(5))
+            #expect(again.change == .unchanged)
+            #expect(again.instance.updatedAt == first.instance.updatedAt)
+            let rotated = try await store.registerInstance(registration("device-1", token: "ccdd"), at: t0.addingTimeInterval(9))
+            #expect(rotated.change == .updated)
+            #expect(rotated.instance.pushToken == "ccdd")
+            var other = registration("device-2")
+            other.attributesType = "Other"
+            other.attributes = ["different": true]
+            _ = try await store.registerInstance(other, at: t0)
+            let activity = try #require(try await store.activity(appID: "app_test", activityID: "order-1"))
+            #expect(activity.attributesType == "DeliveryAttributes")  // kept from the first registration
+            #expect(activity.attributes == ["orderId": "1"])
+            #expect(activity.instanceCounts[.active] == 2)
+            #expect(activity.sequence == 0)
+        }
+    }
+
+    @Test("updates take the next sequence; an activity without instances keeps its latest state")
+    func updates() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            let one = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "match-42", contentState: ["score": "0-0"]), at: t0)
+            let two = try await store.acceptUpdate(
+                ActivityUpdate(appID: "app_test", activityID: "match-42", contentState: ["score": "1-0"], staleDate: 99, priority: 5),
+                at: t0.addingTimeInterval(1)
+            )
+            #expect(one.sequence == 1)
+            #expect(two.sequence == 2)
+            _ = try await store.registerInstance(registration("late", activity: "match-42"), at: t0.addingTimeInterval(2))
+            let activity = try #require(try await store.activity(appID: "app_test", activityID: "match-42"))
+            #expect(activity.contentState == ["score": "1-0"])
+            #expect(activity.sequence == 2)
+            #expect(activity.staleDate == 99)
+            #expect(activity.priority == 5)
+            #expect(activity.sequenceAt == t0.addingTimeInterval(1))
+            #expect(activity.attributesType == "DeliveryAttributes")  // first registration fills it in
+        }
+    }
+
+    @Test("end is a sequence; nothing is accepted after it")
+    func end() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 1]), at: t0)
+            let ended = try await store.endActivity(ActivityEnd(appID: "app_test", activityID: "a", dismissalDate: 123), at: t0)
+            #expect(ended.sequence == 2)
+            #expect(ended.event == .end)
+            let activity = try #require(try await store.activity(appID: "app_test", activityID: "a"))
+            #expect(activity.state == .ended)
+            #expect(activity.contentState == ["n": 1])  // kept when the end brings none
+            #expect(activity.dismissalDate == 123)
+            await #expect(throws: StoreError.activityEnded) {
+                try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: [:]), at: t0)
+            }
+            await #expect(throws: StoreError.activityEnded) { try await store.endActivity(ActivityEnd(appID: "app_test", activityID: "a"), at: t0) }
+            await #expect(throws: StoreError.activityEnded) { try await store.registerInstance(registration("d", activity: "a"), at: t0) }
+            await #expect(throws: StoreError.activityNotFound) { try await store.endActivity(ActivityEnd(appID: "app_test", activityID: "zz"), at: t0) }
+        }
+    }
+
+    @Test("instance events: dismissed is final, frequent pushes recorded")
+    func instanceEvents() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            _ = try await store.registerInstance(registration("d1"), at: t0)
+            let dismissed = try await store.recordInstanceEvent(appID: "app_test", activityID: "order-1", deviceID: "d1", event: .dismissedOnDevice, at: t0)
+            #expect(dismissed.state == .dismissed)
+            let rotated = try await store.registerInstance(registration("d1", token: "eeff"), at: t0)
+            #expect(rotated.instance.state == .dismissed)
+            let frequent = try await store.setFrequentPushes(appID: "app_test", activityID: "order-1", deviceID: "d1", enabled: true, at: t0)
+            #expect(frequent.frequentPushesEnabled == true)
+            await #expect(throws: StoreError.instanceNotFound) {
+                try await store.recordInstanceEvent(appID: "app_test", activityID: "order-1", deviceID: "nobody", event: .endedOnDevice, at: t0)
+            }
+        }
+    }
+
+    @Test("keyset pagination visits every activity and instance once, with filters")
+    func pagination() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            for index in 0..<25 {
+                _ = try await store.acceptUpdate(
+                    ActivityUpdate(appID: "app_test", activityID: String(format: "act-%02d", index), contentState: ["i": .integer(Int64(index))]),
+                    at: t0
+                )
+                _ = try await store.registerInstance(registration(String(format: "dev-%02d", index), activity: "act-00"), at: t0)
+            }
+            _ = try await store.endActivity(ActivityEnd(appID: "app_test", activityID: "act-03"), at: t0)
+            var seen: [String] = []
+            var cursor: String?
+            repeat {
+                let page = try await store.activities(appID: "app_test", filter: ActivityFilter(), cursor: cursor, limit: 10)
+                seen += page.items.map(\.activityID)
+                cursor = page.nextCursor
+            } while cursor != nil
+            #expect(seen == (0..<25).map { String(format: "act-%02d", $0) })
+            let ended = try await store.activities(appID: "app_test", filter: ActivityFilter(state: .ended), cursor: nil, limit: 10)
+            #expect(ended.items.map(\.activityID) == ["act-03"])
+            #expect(ended.nextCursor == nil)
+            let typed = try await store.activities(appID: "app_test", filter: ActivityFilter(attributesType: "DeliveryAttributes"), cursor: nil, limit: 10)
+            #expect(typed.items.map(\.activityID) == ["act-00"])
+            #expect(typed.items.first?.instanceCounts[.active] == 25)
+
+            var devices: [String] = []
+            cursor = nil
+            repeat {
+                let page = try await store.instances(appID: "app_test", activityID: "act-00", cursor: cursor, limit: 7)
+                devices += page.items.map(\.deviceID)
+                cursor = page.nextCursor
+            } while cursor != nil
+            #expect(devices == (0..<25).map { String(format: "dev-%02d", $0) })
+            await #expect(throws: StoreError.invalidCursor) {
+                try await store.instances(appID: "app_test", activityID: "act-00", cursor: "%%%", limit: 7)
+            }
+        }
+    }
+
+    @Test("one app never sees another's activities")
+    func tenantIsolation() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store, id: "app_a")
+            try await makeApp(store, id: "app_b")
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_a", activityID: "shared-id", contentState: ["owner": "a"]), at: t0)
+            #expect(try await store.activity(appID: "app_b", activityID: "shared-id") == nil)
+            #expect(try await store.activities(appID: "app_b", filter: ActivityFilter(), cursor: nil, limit: 10).items.isEmpty)
+            let b = try await store.acceptUpdate(ActivityUpdate(appID: "app_b", activityID: "shared-id", contentState: ["owner": "b"]), at: t0)
+            #expect(b.sequence == 1)
+            #expect(try await store.activity(appID: "app_a", activityID: "shared-id")?.contentState == ["owner": "a"])
+        }
+    }
+
+    @Test("data survives closing and reopening the file")
+    func durability() async throws {
+        try await withTemporaryStore { store, path in
+            try await makeApp(store)
+            _ = try await store.registerInstance(registration("d1"), at: t0)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["eta": 5]), at: t0)
+            let reopened = try await SQLiteStore.open(path: path)
+            let activity = try await reopened.activity(appID: "app_test", activityID: "order-1")
+            try await reopened.close()
+            #expect(activity?.contentState == ["eta": 5])
+            #expect(activity?.instanceCounts[.active] == 1)
+        }
+    }
+
+    @Test("concurrent updates each get their own sequence")
+    func concurrentUpdates() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            let sequences = try await withThrowingTaskGroup(of: Int64.self) { group in
+                for index in 0..<40 {
+                    group.addTask {
+                        try await store.acceptUpdate(
+                            ActivityUpdate(appID: "app_test", activityID: "busy", contentState: ["i": .integer(Int64(index))]), at: t0
+                        ).sequence
+                    }
+                }
+                return try await group.reduce(into: [Int64]()) { $0.append($1) }
+            }
+            #expect(sequences.sorted() == Array(1...40))
+        }
+    }
+}
