@@ -71,7 +71,7 @@ public enum LivelineApplication {
         let created = try await AppAdministration(store: store).createApp(
             name: "Demo", bundleID: "com.example.liveline.demo", androidPackage: "com.example.liveline.demo"
         )
-        print("""
+        let banner = """
 
             Liveline dev mode: created the demo app \(created.app.id) (bundle id \(created.app.bundleID)).
             Its keys are shown this once:
@@ -79,7 +79,9 @@ public enum LivelineApplication {
               export LIVELINE_SECRET_KEY=\(created.secretKey)
               export LIVELINE_PUBLISHABLE_KEY=\(created.publishableKey)
 
-            """)
+            """
+        // Unbuffered, so the keys show at once even when stdout is a pipe.
+        FileHandle.standardOutput.write(Data(banner.utf8))
     }
 }
 

@@ -241,3 +241,33 @@ extension JSONValue {
         return []
     }
 }
+
+@Suite("Over real HTTP")
+struct LiveServerTests {
+    @Test("the application serves the lifecycle over a real socket, and refuses oversized bodies with JSON")
+    func live() async throws {
+        let directory = try TemporaryDirectory()
+        let store = try await SQLiteStore.open(path: directory.databasePath)
+        let created = try await createApp(store)
+        var configuration = LivelineConfiguration(port: 0)
+        configuration.dataDirectory = directory.url.path
+        let app = LivelineApplication.makeApplication(configuration: configuration, store: store, logger: .init(label: "test"))
+        do {
+            try await app.test(.live) { client in
+                let api = API(client: client)
+                #expect(try await api.json(.put, "/v1/activities/o1/instances/d1", key: created.publishableKey, registerBody).status == .created)
+                #expect(try await api.json(.post, "/v1/activities/o1/updates", key: created.secretKey, ["contentState": ["eta": 1]]).status == .accepted)
+                #expect(try await api.call(.get, "/v1/activities/o1", key: created.secretKey)["contentState"] == ["eta": 1])
+                let huge = "{\"contentState\": {\"x\": \"" + String(repeating: "z", count: 100_000) + "\"}}"
+                let tooLarge = try await api.call(.post, "/v1/activities/o1/updates", key: created.secretKey, body: huge)
+                #expect(tooLarge.status == .contentTooLarge)
+                #expect(tooLarge.errorCode == "body_too_large")
+                #expect(try await api.call(.get, "/healthz")["status"] == "ok")
+            }
+            try await store.close()
+        } catch {
+            try? await store.close()
+            throw error
+        }
+    }
+}
