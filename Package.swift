@@ -19,6 +19,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
     ],
     targets: [
         // Domain values and pure rules. No I/O, no server or database imports.
@@ -33,12 +37,54 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // APNs over HTTP/2: provider tokens, requests, responses, the error taxonomy.
+        .target(
+            name: "APNs",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The delivery engine: claims work from the Store and pushes through APNs.
+        .target(
+            name: "LivelineDispatch",
+            dependencies: [
+                "LivelineCore",
+                "LivelineStore",
+                "APNs",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // Local stand-ins for APNs (and later FCM), written from Apple's documents.
+        // Imports none of the sending code (APNs, Dispatch).
+        .target(
+            name: "LivelineEmulator",
+            dependencies: [
+                "LivelineCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         // The HTTP API.
         .target(
             name: "LivelineServer",
             dependencies: [
                 "LivelineCore",
                 "LivelineStore",
+                "LivelineDispatch",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -54,6 +100,7 @@ let package = Package(
                 "LivelineCore",
                 "LivelineStore",
                 "LivelineServer",
+                "LivelineEmulator",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),
@@ -61,6 +108,12 @@ let package = Package(
         ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
         .testTarget(name: "LivelineStoreTests", dependencies: ["LivelineStore", "LivelineCore"]),
+        .testTarget(name: "APNsTests", dependencies: ["APNs"]),
+        .testTarget(name: "LivelineEmulatorTests", dependencies: ["LivelineEmulator", "LivelineCore"]),
+        .testTarget(
+            name: "LivelineDispatchTests",
+            dependencies: ["LivelineDispatch", "LivelineStore", "LivelineCore", "APNs", "LivelineEmulator"]
+        ),
         .testTarget(
             name: "LivelineServerTests",
             dependencies: [

@@ -1,0 +1,2 @@
+/// APNs over HTTP/2 for Live Activities.
+public enum APNs {}

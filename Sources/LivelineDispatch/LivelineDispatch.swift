@@ -1,0 +1,2 @@
+/// The delivery engine.
+public enum LivelineDispatch {}

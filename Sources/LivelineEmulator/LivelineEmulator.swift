@@ -1,0 +1,2 @@
+/// Local stand-ins for APNs and FCM.
+public enum LivelineEmulator {}
