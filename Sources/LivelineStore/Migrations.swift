@@ -76,6 +76,52 @@ enum SQLiteMigrations {
                 ) WITHOUT ROWID
                 """,
             ]
-        )
+        ),
+        Migration(
+            version: 2,
+            name: "delivery: timestamps, claims, progress, timeline and credentials",
+            statements: [
+                // The aps.timestamp of the current sequence: strictly increasing per activity.
+                "ALTER TABLE activities ADD COLUMN timestamp_seconds INTEGER",
+                // Fan-out progress and its lease: the sequence every instance has, who works on it, until when.
+                "ALTER TABLE activities ADD COLUMN dispatched_sequence INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE activities ADD COLUMN claim_owner TEXT",
+                "ALTER TABLE activities ADD COLUMN claim_expires_at INTEGER",
+                "ALTER TABLE activities ADD COLUMN next_dispatch_at INTEGER",
+                "CREATE INDEX activities_pending ON activities(next_dispatch_at) WHERE dispatched_sequence < sequence",
+                """
+                CREATE TABLE deliveries (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    app_id TEXT NOT NULL,
+                    activity_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    platform TEXT NOT NULL,
+                    sequence INTEGER NOT NULL,
+                    event TEXT NOT NULL,
+                    priority INTEGER NOT NULL,
+                    status TEXT NOT NULL,
+                    provider_id TEXT,
+                    reason TEXT,
+                    latency_ms REAL,
+                    attempt INTEGER NOT NULL,
+                    attempted_at INTEGER NOT NULL
+                )
+                """,
+                "CREATE INDEX deliveries_by_activity ON deliveries(app_id, activity_id, id)",
+                "CREATE INDEX deliveries_by_time ON deliveries(attempted_at)",
+                """
+                CREATE TABLE app_credentials (
+                    app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                    provider TEXT NOT NULL,
+                    settings TEXT NOT NULL,
+                    sealed_secret BLOB NOT NULL,
+                    healthy INTEGER NOT NULL DEFAULT 1,
+                    health_reason TEXT,
+                    updated_at INTEGER NOT NULL,
+                    PRIMARY KEY (app_id, provider)
+                ) WITHOUT ROWID
+                """,
+            ]
+        ),
     ]
 }

@@ -187,8 +187,12 @@ public struct ActivityRecord: Sendable, Hashable {
     public var sequence: Int64
     /// The event the latest sequence carries (`update` or `end`), `nil` before the first.
     public var event: LiveActivityEvent?
-    /// When the latest sequence was accepted: the push's `aps.timestamp`.
+    /// When the latest sequence was accepted.
     public var sequenceAt: Date?
+    /// The `aps.timestamp` of the latest sequence: seconds since 1970, strictly increasing per activity.
+    public var timestampSeconds: Int64?
+    /// Every active instance has been sent at least this sequence.
+    public var dispatchedSequence: Int64
     public var contentState: JSONValue?
     public var alert: LiveActivityAlert?
     public var staleDate: Int64?
@@ -203,7 +207,8 @@ public struct ActivityRecord: Sendable, Hashable {
 
     public init(
         appID: String, activityID: String, attributesType: String?, attributes: JSONValue?, state: ActivityState,
-        sequence: Int64, event: LiveActivityEvent?, sequenceAt: Date?, contentState: JSONValue?,
+        sequence: Int64, event: LiveActivityEvent?, sequenceAt: Date?, timestampSeconds: Int64? = nil, dispatchedSequence: Int64 = 0,
+        contentState: JSONValue?,
         alert: LiveActivityAlert?, staleDate: Int64?, relevanceScore: Double?, priority: Int?,
         dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int]
     ) {
@@ -215,6 +220,8 @@ public struct ActivityRecord: Sendable, Hashable {
         self.sequence = sequence
         self.event = event
         self.sequenceAt = sequenceAt
+        self.timestampSeconds = timestampSeconds
+        self.dispatchedSequence = dispatchedSequence
         self.contentState = contentState
         self.alert = alert
         self.staleDate = staleDate

@@ -8,10 +8,10 @@ import SQLiteNIO
 ///
 /// Writes go through one connection behind a ``SerialGate`` so each transaction's statements
 /// run together; reads use a second connection and see the last committed state.
-public final class SQLiteStore: Store {
-    private let writer: SQLiteConnection
-    private let reader: SQLiteConnection
-    private let gate = SerialGate()
+public final class SQLiteStore: Store, DispatchStore {
+    let writer: SQLiteConnection
+    let reader: SQLiteConnection
+    let gate = SerialGate()
     /// The file this store keeps its data in.
     public let path: String
 
@@ -80,7 +80,7 @@ public final class SQLiteStore: Store {
     }
 
     /// Runs `body` in one immediate transaction on the writer connection.
-    private func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
         try await gate.withGate {
             _ = try await writer.query("BEGIN IMMEDIATE")
             do {
@@ -201,6 +201,7 @@ public final class SQLiteStore: Store {
                     [.text(r.appID), .text(r.activityID), .text(r.deviceID), .text(r.platform.rawValue), .text(r.pushToken),
                      Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis)]
                 )
+                try await Self.markPending(appID: r.appID, activityID: r.activityID, in: db)
                 let created = InstanceRecord(
                     appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
                     userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
@@ -219,14 +220,19 @@ public final class SQLiteStore: Store {
             instance.userID = newUserID
             instance.state = newState
             instance.updatedAt = Self.date(nowMillis)
+            if tokenChanged {
+                // A new token has received nothing yet: it gets the latest state at once.
+                instance.deliveredSequence = 0
+            }
             _ = try await db.query(
                 """
-                UPDATE instances SET platform = ?, push_token = ?, user_id = ?, state = ?, updated_at = ?
+                UPDATE instances SET platform = ?, push_token = ?, user_id = ?, state = ?, delivered_sequence = ?, updated_at = ?
                 WHERE app_id = ? AND activity_id = ? AND device_id = ?
                 """,
-                [.text(r.platform.rawValue), .text(r.pushToken), Self.text(newUserID), .text(newState.rawValue), .integer(nowMillis),
-                 .text(r.appID), .text(r.activityID), .text(r.deviceID)]
+                [.text(r.platform.rawValue), .text(r.pushToken), Self.text(newUserID), .text(newState.rawValue),
+                 .integer(Int(instance.deliveredSequence)), .integer(nowMillis), .text(r.appID), .text(r.activityID), .text(r.deviceID)]
             )
+            if tokenChanged, newState.receivesPushes { try await Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
             return RegistrationResult(change: .updated, instance: instance)
         }
     }
@@ -235,21 +241,23 @@ public final class SQLiteStore: Store {
         try await transaction { db in
             let nowMillis = Self.millis(now)
             let current = try await db.query(
-                "SELECT state, sequence FROM activities WHERE app_id = ? AND activity_id = ?",
+                "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(update.appID), .text(update.activityID)]
             ).first
             let sequence: Int64
+            let timestamp = Self.nextTimestamp(after: current?.column("timestamp_seconds")?.integer, now: now)
             if let current {
                 let state = ActivityState(rawValue: try current.string("state")) ?? .ended
                 do { _ = try state.applying(.update) } catch { throw StoreError.activityEnded }
                 sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
                 _ = try await db.query(
                     """
-                    UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, content_state = ?, alert = ?, stale_date = ?,
-                        relevance_score = ?, priority = ?, updated_at = ?
+                    UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
+                        stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?
                     WHERE app_id = ? AND activity_id = ?
                     """,
-                    [.integer(Int(sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), Self.json(update.contentState),
+                    [.integer(Int(sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp),
+                     Self.json(update.contentState),
                      Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
                      Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .text(update.appID), .text(update.activityID)]
                 )
@@ -257,12 +265,12 @@ public final class SQLiteStore: Store {
                 sequence = 1
                 _ = try await db.query(
                     """
-                    INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, content_state, alert, stale_date,
-                        relevance_score, priority, created_at, updated_at)
-                    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
+                        alert, stale_date, relevance_score, priority, created_at, updated_at)
+                    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue),
-                     .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), Self.json(update.contentState),
+                     .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp), Self.json(update.contentState),
                      Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
                      Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis)]
                 )
@@ -275,22 +283,23 @@ public final class SQLiteStore: Store {
         try await transaction { db in
             let nowMillis = Self.millis(now)
             guard let current = try await db.query(
-                "SELECT state, sequence FROM activities WHERE app_id = ? AND activity_id = ?",
+                "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(end.appID), .text(end.activityID)]
             ).first else { throw StoreError.activityNotFound }
+            let timestamp = Self.nextTimestamp(after: current.column("timestamp_seconds")?.integer, now: now)
             let state = ActivityState(rawValue: try current.string("state")) ?? .ended
             do { _ = try state.applying(.end) } catch { throw StoreError.activityEnded }
             let sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
             _ = try await db.query(
                 """
-                UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?,
+                UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
                     content_state = COALESCE(?, content_state), alert = ?, dismissal_date = ?,
                     stale_date = COALESCE(?, stale_date), relevance_score = COALESCE(?, relevance_score), priority = ?,
                     updated_at = ?, ended_at = ?
                 WHERE app_id = ? AND activity_id = ?
                 """,
                 [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
-                 Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
+                 .integer(timestamp), Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
                  Self.integer(end.staleDate), Self.real(end.relevanceScore), Self.integer(end.priority.map(Int64.init)),
                  .integer(nowMillis), .integer(nowMillis), .text(end.appID), .text(end.activityID)]
             )
@@ -407,6 +416,22 @@ public final class SQLiteStore: Store {
         }
     }
 
+    /// The next `aps.timestamp`: the current second, but always after the previous one, so the phone
+    /// (which ignores a timestamp that is not newer) never drops the newest state.
+    static func nextTimestamp(after previous: Int?, now: Date) -> Int {
+        let seconds = Int(now.timeIntervalSince1970.rounded(.down))
+        guard let previous else { return seconds }
+        return max(seconds, previous + 1)
+    }
+
+    /// Makes an activity with accepted state pending again, so a newly registered token is caught up.
+    static func markPending(appID: String, activityID: String, in db: SQLiteConnection) async throws {
+        _ = try await db.query(
+            "UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL WHERE app_id = ? AND activity_id = ? AND sequence > 0",
+            [.text(appID), .text(activityID)]
+        )
+    }
+
     // MARK: Row mapping
 
     static func millis(_ date: Date) -> Int { Int((date.timeIntervalSince1970 * 1000).rounded()) }
@@ -447,6 +472,8 @@ public final class SQLiteStore: Store {
             sequence: Int64(row.column("sequence")?.integer ?? 0),
             event: row.column("event")?.string.map(LiveActivityEvent.init(rawValue:)),
             sequenceAt: row.column("sequence_at")?.integer.map(date),
+            timestampSeconds: row.column("timestamp_seconds")?.integer.map(Int64.init),
+            dispatchedSequence: Int64(row.column("dispatched_sequence")?.integer ?? 0),
             contentState: try row.json("content_state"),
             alert: try row.json("alert").flatMap(alert(from:)),
             staleDate: row.column("stale_date")?.integer.map(Int64.init),

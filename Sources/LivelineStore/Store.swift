@@ -6,7 +6,7 @@ import LivelineCore
 /// Shaped by the domain, not by SQL: implementations (SQLite, later PostgreSQL) are
 /// interchangeable and one conformance suite runs on all of them. Every method that changes
 /// data commits before it returns, so a caller can promise durability.
-public protocol Store: Sendable {
+public protocol Store: DispatchStore {
     // MARK: Apps and keys
 
     /// Creates an app with its first keys.

@@ -1,0 +1,351 @@
+import Foundation
+import LivelineCore
+import LivelineStore
+import Logging
+import NIOCore
+import ServiceLifecycle
+
+/// How the delivery engine behaves.
+public struct DispatcherConfiguration: Sendable {
+    /// Activities worked on at the same time.
+    public var workers: Int = 4
+    /// Pushes in flight per activity.
+    public var pushesInFlight: Int = 2048
+    /// Instances read from the Store per page, and progress written per batch.
+    public var pageSize: Int = 1000
+    /// How long a claim on an activity lasts without renewal.
+    public var claimLease: TimeInterval = 30
+    /// How often the engine looks for work when nobody wakes it.
+    public var idlePollInterval: Duration = .milliseconds(250)
+    /// Retries of 429, 5xx and transport failures.
+    public var retry = RetryPolicy()
+    /// The platforms this engine delivers to.
+    public var platforms: [Platform] = [.ios]
+    /// Delivery timeline retention: attempts older than this are dropped …
+    public var deliveryRetention: TimeInterval = 7 * 24 * 3600
+    /// … and at most this many attempts are kept per activity.
+    public var deliveriesPerActivity: Int = 10_000
+
+    public init() {}
+}
+
+/// The delivery engine: claims activities whose instances are behind, sends the newest state to
+/// each (coalescing anything older), records progress in batches, retries what may succeed later
+/// and invalidates what never will. Runs as a `Service` inside `liveline serve`.
+public final class Dispatcher: Service, Sendable {
+    private let store: any DispatchStore
+    private let transports: any PushTransportDirectory
+    private let configuration: DispatcherConfiguration
+    private let logger: Logger
+    private let now: @Sendable () -> Date
+    private let random: @Sendable () -> Double
+    private let owner: String
+    private let wakeStream: AsyncStream<Void>
+    private let wakeContinuation: AsyncStream<Void>.Continuation
+
+    /// Creates the engine.
+    public init(
+        store: any DispatchStore, transports: any PushTransportDirectory, configuration: DispatcherConfiguration = .init(),
+        logger: Logger = Logger(label: "liveline.dispatch"), now: @escaping @Sendable () -> Date = { Date() },
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
+    ) {
+        self.store = store
+        self.transports = transports
+        self.configuration = configuration
+        self.logger = logger
+        self.now = now
+        self.random = random
+        self.owner = "dispatcher-\(UUID().uuidString.lowercased())"
+        (self.wakeStream, self.wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// Tells the engine new work may be waiting (called after an update is committed).
+    public func wake() { wakeContinuation.yield() }
+
+    /// Runs until graceful shutdown: claimed work in flight is finished and its claim handed back.
+    public func run() async throws {
+        try await store.releaseAllClaims()
+        logger.info("Delivery engine started", metadata: ["workers": "\(configuration.workers)", "platforms": "\(configuration.platforms)"])
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<configuration.workers {
+                group.addTask { await self.workerLoop(index: index) }
+            }
+            group.addTask { await self.pruneLoop() }
+            await group.waitForAll()
+        }
+        logger.info("Delivery engine stopped")
+    }
+
+    private func workerLoop(index: Int) async {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            do {
+                if let claim = try await store.claimPendingActivity(owner: owner, now: now(), lease: configuration.claimLease) {
+                    try await deliver(claim)
+                    continue
+                }
+            } catch {
+                logger.error("Delivery pass failed", metadata: ["worker": "\(index)", "error": "\(error)"])
+            }
+            await idle()
+        }
+    }
+
+    /// Waits for a wake-up or the idle poll interval, whichever comes first.
+    private func idle() async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [wakeStream] in
+                for await _ in wakeStream { return }
+            }
+            group.addTask { [interval = configuration.idlePollInterval] in
+                try? await Task.sleep(for: interval)
+            }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func pruneLoop() async {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            do {
+                try await store.pruneDeliveries(
+                    olderThan: now().addingTimeInterval(-configuration.deliveryRetention),
+                    keepPerActivity: configuration.deliveriesPerActivity
+                )
+            } catch {
+                logger.warning("Pruning the delivery timeline failed", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: .seconds(60))
+        }
+    }
+
+    // MARK: One pass over one activity
+
+    /// What happened to one instance in this pass.
+    private struct InstanceResult: Sendable {
+        var instance: InstanceRecord
+        var sequence: Int64
+        var event: LiveActivityEvent
+        var final: Final
+        var attempts: [DeliveryRecord]
+
+        enum Final: Sendable {
+            case delivered, invalidated, rejected, exhausted, credentials
+        }
+    }
+
+    /// The bytes and headers of one sequence, built once.
+    private struct PreparedSequence: Sendable {
+        var sequence: Int64
+        var event: LiveActivityEvent
+        var priority: Int
+        var payload: ByteBuffer
+        var topic: String
+        var expiration: Int64?
+    }
+
+    private func prepare(_ claim: DispatchClaim) -> PreparedSequence? {
+        let activity = claim.activity
+        guard let contentState = activity.contentState, let event = activity.event else { return nil }
+        let timestamp = activity.timestampSeconds ?? Int64((activity.sequenceAt ?? now()).timeIntervalSince1970)
+        let payload = APNsLiveActivityPayload(
+            event: event, timestamp: timestamp, contentState: contentState, staleDate: activity.staleDate,
+            relevanceScore: activity.relevanceScore, alert: activity.alert,
+            dismissalDate: event == .end ? activity.dismissalDate : nil
+        )
+        var buffer = ByteBufferAllocator().buffer(capacity: 512)
+        buffer.writeBytes(payload.encoded())
+        let priority = (event == .end || activity.alert != nil) ? 10 : (activity.priority ?? 10)
+        return PreparedSequence(
+            sequence: activity.sequence, event: event, priority: priority, payload: buffer,
+            topic: claim.bundleID + ".push-type.liveactivity", expiration: nil
+        )
+    }
+
+    private func deliver(_ initialClaim: DispatchClaim) async throws {
+        var claim = initialClaim
+        let appID = claim.activity.appID
+        let activityID = claim.activity.activityID
+        var retryAt: Date?
+        var stopped = false
+
+        for platform in configuration.platforms {
+            guard let transport = try await transports.transport(appID: appID, platform: platform) else {
+                logger.warning("No way to send this app's pushes; its instances wait", metadata: ["app": "\(appID)", "platform": "\(platform)"])
+                retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
+                continue
+            }
+            guard var prepared = prepare(claim) else { break }
+            var cursor: String?
+            var buffer: [InstanceResult] = []
+            var credentialsRefused = false
+
+            await withTaskGroup(of: InstanceResult.self) { group in
+                var inFlight = 0
+                var page: [InstanceRecord] = []
+                var pageIndex = 0
+                var exhaustedPages = false
+
+                func flush(force: Bool) async {
+                    guard !buffer.isEmpty, force || buffer.count >= configuration.pageSize else { return }
+                    let batch = buffer
+                    buffer.removeAll(keepingCapacity: true)
+                    do {
+                        try await store.recordProgress(progress(appID: appID, activityID: activityID, batch), at: now())
+                    } catch {
+                        logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
+                    }
+                }
+
+                func collect(_ result: InstanceResult) {
+                    inFlight -= 1
+                    buffer.append(result)
+                    switch result.final {
+                    case .exhausted:
+                        retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
+                    case .credentials:
+                        credentialsRefused = true
+                    default:
+                        break
+                    }
+                }
+
+                while true {
+                    if Task.isShuttingDownGracefully || credentialsRefused {
+                        stopped = stopped || Task.isShuttingDownGracefully
+                        break
+                    }
+                    if pageIndex == page.count {
+                        if exhaustedPages { break }
+                        // Coalesce: before each page, move to the activity's newest sequence.
+                        do {
+                            guard let renewed = try await store.renewClaim(
+                                appID: appID, activityID: activityID, owner: owner, now: now(), lease: configuration.claimLease
+                            ) else {
+                                stopped = true
+                                break
+                            }
+                            if renewed.activity.sequence != claim.activity.sequence, let newer = prepare(renewed) {
+                                claim = renewed
+                                prepared = newer
+                            }
+                            page = try await store.pendingInstances(
+                                appID: appID, activityID: activityID, below: prepared.sequence, platforms: [platform],
+                                after: cursor, limit: configuration.pageSize
+                            )
+                        } catch {
+                            logger.error("Reading instances failed", metadata: ["error": "\(error)"])
+                            retryAt = now().addingTimeInterval(1)
+                            break
+                        }
+                        pageIndex = 0
+                        if page.count < configuration.pageSize { exhaustedPages = true }
+                        if page.isEmpty { break }
+                        cursor = page.last?.deviceID
+                    }
+                    if inFlight >= configuration.pushesInFlight, let result = await group.next() {
+                        collect(result)
+                        await flush(force: false)
+                        continue
+                    }
+                    let instance = page[pageIndex]
+                    pageIndex += 1
+                    inFlight += 1
+                    let push = OutgoingPush(
+                        appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: platform, token: instance.pushToken,
+                        topic: prepared.topic, sequence: prepared.sequence, event: prepared.event, priority: prepared.priority,
+                        expiration: prepared.expiration, payload: prepared.payload
+                    )
+                    group.addTask { await self.push(push, instance: instance, transport: transport) }
+                }
+                while let result = await group.next() {
+                    collect(result)
+                    await flush(force: false)
+                }
+                await flush(force: true)
+            }
+
+            if credentialsRefused {
+                await transports.credentialsHealth(appID: appID, platform: platform, healthy: false, reason: "The push service refused the app's credentials")
+                retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
+            }
+            if stopped { break }
+        }
+        try await store.releaseClaim(
+            appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms,
+            retryAt: retryAt ?? (stopped ? nil : now())
+        )
+    }
+
+    /// Sends one push, retrying what may succeed later with backoff and jitter.
+    private func push(_ push: OutgoingPush, instance: InstanceRecord, transport: any PushTransport) async -> InstanceResult {
+        var attempts: [DeliveryRecord] = []
+        var attempt = 0
+        while true {
+            attempt += 1
+            let started = ContinuousClock.now
+            let outcome = await transport.send(push)
+            let elapsed = ContinuousClock.now - started
+            let latency = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+            func record(_ status: DeliveryStatus, _ providerID: String?, _ reason: String?) {
+                attempts.append(
+                    DeliveryRecord(
+                        appID: push.appID, activityID: push.activityID, deviceID: push.deviceID, platform: push.platform,
+                        sequence: push.sequence, event: push.event, priority: push.priority, status: status, providerID: providerID,
+                        reason: reason, latencyMilliseconds: latency, attempt: attempt, attemptedAt: now()
+                    )
+                )
+            }
+            let final: InstanceResult.Final
+            switch outcome {
+            case .delivered(let providerID):
+                record(.delivered, providerID, nil)
+                final = .delivered
+            case .invalidToken(let reason, let providerID):
+                record(.invalidated, providerID, reason)
+                final = .invalidated
+            case .rejected(let reason, let providerID):
+                record(.rejected, providerID, reason)
+                final = .rejected
+            case .credentialsRejected(let reason, let providerID):
+                record(.credentialsRejected, providerID, reason)
+                final = .credentials
+            case .retryable(let reason, let retryAfter, let providerID):
+                record(.retrying, providerID, reason)
+                if attempt < configuration.retry.maximumAttempts, !Task.isShuttingDownGracefully {
+                    let delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, random: random())
+                    try? await Task.sleep(for: delay)
+                    continue
+                }
+                final = .exhausted
+            }
+            return InstanceResult(instance: instance, sequence: push.sequence, event: push.event, final: final, attempts: attempts)
+        }
+    }
+
+    private func progress(appID: String, activityID: String, _ results: [InstanceResult]) -> DeliveryProgress {
+        var progress = DeliveryProgress(appID: appID, activityID: activityID)
+        for result in results {
+            progress.attempts += result.attempts
+            switch result.final {
+            case .delivered:
+                progress.delivered.append((result.instance.deviceID, result.sequence))
+                if result.event == .end { progress.endDelivered.append(result.instance.deviceID) }
+            case .rejected:
+                // Refused for good: this sequence is done for the instance; a newer one is tried afresh.
+                progress.delivered.append((result.instance.deviceID, result.sequence))
+            case .invalidated:
+                progress.invalidated.append(result.instance.deviceID)
+            case .exhausted, .credentials:
+                break
+            }
+        }
+        return progress
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a `TimeInterval`.
+    var seconds: TimeInterval {
+        TimeInterval(components.seconds) + TimeInterval(components.attoseconds) / 1e18
+    }
+}

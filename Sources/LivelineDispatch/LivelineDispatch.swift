@@ -1,2 +1,0 @@
-/// The delivery engine.
-public enum LivelineDispatch {}

@@ -1,0 +1,33 @@
+/// Exponential backoff with jitter, honouring a service's Retry-After. Pure: the random source is injected.
+public struct RetryPolicy: Sendable, Hashable {
+    /// Attempts per push within one pass (the first one included).
+    public var maximumAttempts: Int
+    /// The delay before the second attempt (before jitter).
+    public var baseDelay: Duration
+    /// The longest delay between attempts.
+    public var maximumDelay: Duration
+    /// How long an activity whose pushes ran out of attempts waits before the next pass.
+    public var passRetryDelay: Duration
+
+    /// Creates a policy.
+    public init(
+        maximumAttempts: Int = 5, baseDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(30),
+        passRetryDelay: Duration = .seconds(30)
+    ) {
+        self.maximumAttempts = max(1, maximumAttempts)
+        self.baseDelay = baseDelay
+        self.maximumDelay = maximumDelay
+        self.passRetryDelay = passRetryDelay
+    }
+
+    /// The wait before attempt `attempt + 1`, after attempt number `attempt` (1-based) failed.
+    /// "Full jitter" between half and all of the exponential delay; never less than `retryAfter`.
+    public func delay(afterAttempt attempt: Int, retryAfter: Duration?, random: Double) -> Duration {
+        let exponent = min(max(attempt - 1, 0), 30)
+        let exponential = min(baseDelay * (1 << exponent), maximumDelay)
+        let jitter = 0.5 + 0.5 * min(max(random, 0), 1)
+        let jittered = exponential * jitter
+        guard let retryAfter else { return jittered }
+        return max(jittered, min(retryAfter, .seconds(3600)))
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import LivelineCore
+
+/// An activity a dispatcher has claimed: its current sequence and what to send.
+public struct DispatchClaim: Sendable, Hashable {
+    /// The activity as of the claim.
+    public var activity: ActivityRecord
+    /// The app's iOS bundle id (APNs topics derive from it).
+    public var bundleID: String
+    /// The claim's holder.
+    public var owner: String
+}
+
+/// What happened to one push attempt.
+public enum DeliveryStatus: String, Sendable, Hashable, CaseIterable {
+    /// The push service accepted the push.
+    case delivered
+    /// A retryable failure; another attempt follows or the activity is rescheduled.
+    case retrying
+    /// The push service said the token is gone; the instance is invalidated.
+    case invalidated
+    /// A terminal refusal; not retried.
+    case rejected
+    /// The app's credentials were refused.
+    case credentialsRejected = "credentials_rejected"
+}
+
+/// One attempt to push one sequence to one instance.
+public struct DeliveryRecord: Sendable, Hashable {
+    /// Store-assigned, increasing id (0 before it is stored).
+    public var id: Int64
+    public var appID: String
+    public var activityID: String
+    public var deviceID: String
+    public var platform: Platform
+    public var sequence: Int64
+    public var event: LiveActivityEvent
+    public var priority: Int
+    public var status: DeliveryStatus
+    /// `apns-id` (or the FCM message name).
+    public var providerID: String?
+    /// The push service's reason, or a transport error.
+    public var reason: String?
+    public var latencyMilliseconds: Double?
+    /// 1 for the first attempt.
+    public var attempt: Int
+    public var attemptedAt: Date
+
+    public init(
+        id: Int64 = 0, appID: String, activityID: String, deviceID: String, platform: Platform, sequence: Int64,
+        event: LiveActivityEvent, priority: Int, status: DeliveryStatus, providerID: String?, reason: String?,
+        latencyMilliseconds: Double?, attempt: Int, attemptedAt: Date
+    ) {
+        self.id = id
+        self.appID = appID
+        self.activityID = activityID
+        self.deviceID = deviceID
+        self.platform = platform
+        self.sequence = sequence
+        self.event = event
+        self.priority = priority
+        self.status = status
+        self.providerID = providerID
+        self.reason = reason
+        self.latencyMilliseconds = latencyMilliseconds
+        self.attempt = attempt
+        self.attemptedAt = attemptedAt
+    }
+}
+
+/// What a dispatcher learned from one page of pushes, written in one transaction.
+public struct DeliveryProgress: Sendable {
+    public var appID: String
+    public var activityID: String
+    /// Instances that now have `sequence` (their delivered sequence only ever rises).
+    public var delivered: [(deviceID: String, sequence: Int64)]
+    /// Instances whose token the push service refused: they become `invalidated`.
+    public var invalidated: [String]
+    /// Instances that received the activity's end: they become `ended`.
+    public var endDelivered: [String]
+    /// Every attempt, for the timeline.
+    public var attempts: [DeliveryRecord]
+
+    public init(
+        appID: String, activityID: String, delivered: [(deviceID: String, sequence: Int64)] = [], invalidated: [String] = [],
+        endDelivered: [String] = [], attempts: [DeliveryRecord] = []
+    ) {
+        self.appID = appID
+        self.activityID = activityID
+        self.delivered = delivered
+        self.invalidated = invalidated
+        self.endDelivered = endDelivered
+        self.attempts = attempts
+    }
+}
+
+/// A push provider's credentials as stored: public settings as JSON, the secret sealed.
+public struct StoredCredentials: Sendable, Hashable {
+    public var appID: String
+    /// `apns` (later `fcm`).
+    public var provider: String
+    /// Non-secret settings (team id, key id, environment, base URL, CA certificate …).
+    public var settings: JSONValue
+    /// The secret (a .p8 key), sealed with AES-GCM under the master key. Never logged, never returned.
+    public var sealedSecret: [UInt8]
+    public var healthy: Bool
+    public var healthReason: String?
+    public var updatedAt: Date
+
+    public init(
+        appID: String, provider: String, settings: JSONValue, sealedSecret: [UInt8], healthy: Bool = true,
+        healthReason: String? = nil, updatedAt: Date
+    ) {
+        self.appID = appID
+        self.provider = provider
+        self.settings = settings
+        self.sealedSecret = sealedSecret
+        self.healthy = healthy
+        self.healthReason = healthReason
+        self.updatedAt = updatedAt
+    }
+}
+
+/// The delivery engine's view of the Store.
+public protocol DispatchStore: Sendable {
+    /// Claims one activity whose instances are behind its sequence (and that is not claimed, or whose
+    /// lease ran out, and is not waiting for a retry), leasing it to `owner` until `now + lease`.
+    func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim?
+    /// Re-reads a claimed activity (to coalesce onto a newer sequence) and extends the lease.
+    /// Returns nil when the claim was lost.
+    func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim?
+    /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`.
+    func pendingInstances(
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int
+    ) async throws -> [InstanceRecord]
+    /// Records a page's progress and attempts in one transaction.
+    func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws
+    /// Releases the claim. When no active instance on `platforms` is behind the activity's current sequence,
+    /// the activity is done (returns true) until a newer sequence or a new token arrives; otherwise it stays
+    /// pending and is not claimed again before `retryAt` (now when nil).
+    @discardableResult
+    func releaseClaim(
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
+    ) async throws -> Bool
+    /// Drops every claim. For a single-node store, at start-up: claims of a crashed process are void.
+    func releaseAllClaims() async throws
+    /// The delivery timeline of an activity, newest first, after `cursor`.
+    func deliveries(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<DeliveryRecord>
+    /// Keeps the timeline bounded: drops attempts older than `olderThan` and all but the newest `keepPerActivity` per activity.
+    func pruneDeliveries(olderThan: Date, keepPerActivity: Int) async throws
+
+    /// Saves (replaces) an app's credentials for one provider.
+    func saveCredentials(_ credentials: StoredCredentials) async throws
+    /// An app's credentials for one provider, or nil.
+    func credentials(appID: String, provider: String) async throws -> StoredCredentials?
+    /// Records whether the provider accepted the credentials.
+    func setCredentialsHealth(appID: String, provider: String, healthy: Bool, reason: String?, at now: Date) async throws
+}

@@ -1,0 +1,272 @@
+import Foundation
+import LivelineCore
+import NIOCore
+import SQLiteNIO
+
+extension SQLiteStore {
+    private static let claimColumns = """
+        a.*, apps.bundle_id AS app_bundle_id
+        """
+
+    public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
+        try await transaction { db in
+            let nowMillis = Self.millis(now)
+            guard let row = try await db.query(
+                """
+                SELECT \(Self.claimColumns) FROM activities a JOIN apps ON apps.id = a.app_id
+                WHERE a.dispatched_sequence < a.sequence AND a.content_state IS NOT NULL
+                  AND (a.claim_expires_at IS NULL OR a.claim_expires_at < ?)
+                  AND (a.next_dispatch_at IS NULL OR a.next_dispatch_at <= ?)
+                ORDER BY a.next_dispatch_at IS NOT NULL, a.next_dispatch_at, a.updated_at
+                LIMIT 1
+                """,
+                [.integer(nowMillis), .integer(nowMillis)]
+            ).first else { return nil }
+            let activity = try Self.activity(from: row)
+            _ = try await db.query(
+                "UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ?",
+                [.text(owner), .integer(nowMillis + Int(lease * 1000)), .text(activity.appID), .text(activity.activityID)]
+            )
+            return DispatchClaim(activity: activity, bundleID: try row.string("app_bundle_id"), owner: owner)
+        }
+    }
+
+    public func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
+        try await transaction { db in
+            let nowMillis = Self.millis(now)
+            guard let row = try await db.query(
+                """
+                SELECT \(Self.claimColumns) FROM activities a JOIN apps ON apps.id = a.app_id
+                WHERE a.app_id = ? AND a.activity_id = ? AND a.claim_owner = ?
+                """,
+                [.text(appID), .text(activityID), .text(owner)]
+            ).first else { return nil }
+            _ = try await db.query(
+                "UPDATE activities SET claim_expires_at = ? WHERE app_id = ? AND activity_id = ?",
+                [.integer(nowMillis + Int(lease * 1000)), .text(appID), .text(activityID)]
+            )
+            return DispatchClaim(activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner)
+        }
+    }
+
+    public func pendingInstances(
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int
+    ) async throws -> [InstanceRecord] {
+        guard !platforms.isEmpty else { return [] }
+        var sql = """
+            SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND state = 'active' AND delivered_sequence < ?
+              AND platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
+            """
+        var binds: [SQLiteData] = [.text(appID), .text(activityID), .integer(Int(sequence))] + platforms.map { .text($0.rawValue) }
+        if let cursor {
+            sql += " AND device_id > ?"
+            binds.append(.text(cursor))
+        }
+        sql += " ORDER BY device_id LIMIT ?"
+        binds.append(.integer(limit))
+        return try await reader.query(sql, binds).map(Self.instance(from:))
+    }
+
+    public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
+        try await transaction { db in
+            let nowMillis = Self.millis(now)
+            // Delivered sequences only ever rise; group by sequence to update many devices per statement.
+            let bySequence = Dictionary(grouping: progress.delivered, by: \.sequence)
+            for (sequence, entries) in bySequence {
+                for chunk in entries.map(\.deviceID).chunked(into: 500) {
+                    _ = try await db.query(
+                        """
+                        UPDATE instances SET delivered_sequence = MAX(delivered_sequence, ?)
+                        WHERE app_id = ? AND activity_id = ? AND device_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ",")))
+                        """,
+                        [.integer(Int(sequence)), .text(progress.appID), .text(progress.activityID)] + chunk.map { .text($0) }
+                    )
+                }
+            }
+            for (event, devices) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
+                for chunk in devices.chunked(into: 500) {
+                    // The state machine's rules, per current state (dismissed stays dismissed, and so on).
+                    for state in InstanceState.allCases {
+                        let next = state.applying(event)
+                        guard next != state else { continue }
+                        _ = try await db.query(
+                            """
+                            UPDATE instances SET state = ?, updated_at = ?
+                            WHERE app_id = ? AND activity_id = ? AND state = ?
+                              AND device_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ",")))
+                            """,
+                            [.text(next.rawValue), .integer(nowMillis), .text(progress.appID), .text(progress.activityID), .text(state.rawValue)]
+                                + chunk.map { .text($0) }
+                        )
+                    }
+                }
+            }
+            for chunk in progress.attempts.chunked(into: 200) {
+                let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                var binds: [SQLiteData] = []
+                binds.reserveCapacity(chunk.count * 13)
+                for attempt in chunk {
+                    binds += [
+                        .text(attempt.appID), .text(attempt.activityID), .text(attempt.deviceID), .text(attempt.platform.rawValue),
+                        .integer(Int(attempt.sequence)), .text(attempt.event.rawValue), .integer(attempt.priority),
+                        .text(attempt.status.rawValue), Self.text(attempt.providerID), Self.text(attempt.reason),
+                        Self.real(attempt.latencyMilliseconds), .integer(attempt.attempt), .integer(Self.millis(attempt.attemptedAt)),
+                    ]
+                }
+                _ = try await db.query(
+                    """
+                    INSERT INTO deliveries (app_id, activity_id, device_id, platform, sequence, event, priority, status, provider_id,
+                        reason, latency_ms, attempt, attempted_at)
+                    VALUES \(Array(repeating: row, count: chunk.count).joined(separator: ","))
+                    """,
+                    binds
+                )
+            }
+        }
+    }
+
+    @discardableResult
+    public func releaseClaim(
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
+    ) async throws -> Bool {
+        try await transaction { db in
+            let placeholders = Array(repeating: "?", count: max(platforms.count, 1)).joined(separator: ",")
+            let behind = try await db.query(
+                """
+                SELECT EXISTS (
+                    SELECT 1 FROM instances i JOIN activities a ON a.app_id = i.app_id AND a.activity_id = i.activity_id
+                    WHERE i.app_id = ? AND i.activity_id = ? AND i.state = 'active' AND i.delivered_sequence < a.sequence
+                      AND i.platform IN (\(placeholders))
+                ) AS behind
+                """,
+                [.text(appID), .text(activityID)] + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
+            ).first?.column("behind")?.integer ?? 0
+            if behind == 0 {
+                _ = try await db.query(
+                    """
+                    UPDATE activities SET dispatched_sequence = sequence, claim_owner = NULL, claim_expires_at = NULL, next_dispatch_at = NULL
+                    WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
+                    """,
+                    [.text(appID), .text(activityID), .text(owner)]
+                )
+                return true
+            }
+            _ = try await db.query(
+                """
+                UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL, next_dispatch_at = ?
+                WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
+                """,
+                [retryAt.map { .integer(Self.millis($0)) } ?? .null, .text(appID), .text(activityID), .text(owner)]
+            )
+            return false
+        }
+    }
+
+    public func releaseAllClaims() async throws {
+        try await transaction { db in
+            _ = try await db.query("UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL WHERE claim_owner IS NOT NULL")
+        }
+    }
+
+    public func deliveries(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<DeliveryRecord> {
+        var sql = "SELECT * FROM deliveries WHERE app_id = ? AND activity_id = ?"
+        var binds: [SQLiteData] = [.text(appID), .text(activityID)]
+        if let cursor {
+            guard let before = Int(try Self.decodeCursor(cursor)) else { throw StoreError.invalidCursor }
+            sql += " AND id < ?"
+            binds.append(.integer(before))
+        }
+        sql += " ORDER BY id DESC LIMIT ?"
+        binds.append(.integer(limit + 1))
+        let rows = try await reader.query(sql, binds)
+        let items = try rows.prefix(limit).map(Self.delivery(from:))
+        let next = rows.count > limit ? items.last.map { Self.encodeCursor(String($0.id)) } : nil
+        return Page(items: items, nextCursor: next)
+    }
+
+    public func pruneDeliveries(olderThan: Date, keepPerActivity: Int) async throws {
+        try await transaction { db in
+            _ = try await db.query("DELETE FROM deliveries WHERE attempted_at < ?", [.integer(Self.millis(olderThan))])
+            let crowded = try await db.query(
+                "SELECT app_id, activity_id FROM deliveries GROUP BY app_id, activity_id HAVING COUNT(*) > ?", [.integer(keepPerActivity)]
+            )
+            for row in crowded {
+                let appID = try row.string("app_id")
+                let activityID = try row.string("activity_id")
+                _ = try await db.query(
+                    """
+                    DELETE FROM deliveries WHERE app_id = ? AND activity_id = ? AND id <= (
+                        SELECT id FROM deliveries WHERE app_id = ? AND activity_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?
+                    )
+                    """,
+                    [.text(appID), .text(activityID), .text(appID), .text(activityID), .integer(keepPerActivity)]
+                )
+            }
+        }
+    }
+
+    public func saveCredentials(_ credentials: StoredCredentials) async throws {
+        try await transaction { db in
+            let exists = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(credentials.appID)])
+            if exists.isEmpty { throw StoreError.appNotFound }
+            _ = try await db.query(
+                """
+                INSERT INTO app_credentials (app_id, provider, settings, sealed_secret, healthy, health_reason, updated_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (app_id, provider) DO UPDATE SET settings = excluded.settings, sealed_secret = excluded.sealed_secret,
+                    healthy = excluded.healthy, health_reason = excluded.health_reason, updated_at = excluded.updated_at
+                """,
+                [.text(credentials.appID), .text(credentials.provider), .text(credentials.settings.encodedString),
+                 .blob(ByteBuffer(bytes: credentials.sealedSecret)), .integer(credentials.healthy ? 1 : 0),
+                 Self.text(credentials.healthReason), .integer(Self.millis(credentials.updatedAt))]
+            )
+        }
+    }
+
+    public func credentials(appID: String, provider: String) async throws -> StoredCredentials? {
+        guard let row = try await reader.query(
+            "SELECT * FROM app_credentials WHERE app_id = ? AND provider = ?", [.text(appID), .text(provider)]
+        ).first else { return nil }
+        return StoredCredentials(
+            appID: try row.string("app_id"), provider: try row.string("provider"),
+            settings: try row.json("settings") ?? .object([:]),
+            sealedSecret: Array(buffer: row.column("sealed_secret")?.blob ?? ByteBuffer()),
+            healthy: (row.column("healthy")?.integer ?? 1) != 0, healthReason: row.column("health_reason")?.string,
+            updatedAt: try row.date("updated_at")
+        )
+    }
+
+    public func setCredentialsHealth(appID: String, provider: String, healthy: Bool, reason: String?, at now: Date) async throws {
+        try await transaction { db in
+            _ = try await db.query(
+                "UPDATE app_credentials SET healthy = ?, health_reason = ?, updated_at = ? WHERE app_id = ? AND provider = ?",
+                [.integer(healthy ? 1 : 0), Self.text(reason), .integer(Self.millis(now)), .text(appID), .text(provider)]
+            )
+        }
+    }
+
+    static func delivery(from row: SQLiteRow) throws -> DeliveryRecord {
+        DeliveryRecord(
+            id: Int64(row.column("id")?.integer ?? 0),
+            appID: try row.string("app_id"),
+            activityID: try row.string("activity_id"),
+            deviceID: try row.string("device_id"),
+            platform: Platform(rawValue: try row.string("platform")) ?? .ios,
+            sequence: Int64(row.column("sequence")?.integer ?? 0),
+            event: LiveActivityEvent(rawValue: try row.string("event")),
+            priority: row.column("priority")?.integer ?? 10,
+            status: DeliveryStatus(rawValue: try row.string("status")) ?? .rejected,
+            providerID: row.column("provider_id")?.string,
+            reason: row.column("reason")?.string,
+            latencyMilliseconds: row.column("latency_ms")?.double,
+            attempt: row.column("attempt")?.integer ?? 1,
+            attemptedAt: try row.date("attempted_at")
+        )
+    }
+}
+
+extension Array {
+    func chunked(into size: Int) -> [ArraySlice<Element>] {
+        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
+    }
+}

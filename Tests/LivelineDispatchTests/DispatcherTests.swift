@@ -1,0 +1,312 @@
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineStore
+import NIOCore
+import Testing
+
+/// A push service at the edge of a unit test: records every push and answers from a script.
+final class ScriptedTransport: PushTransport, PushTransportDirectory, @unchecked Sendable {
+    private let lock = NSLock()
+    private var sent: [OutgoingPush] = []
+    private var script: [String: [PushOutcome]] = [:]
+    private var healthReports: [(String, Bool)] = []
+    let delay: Duration?
+
+    init(delay: Duration? = nil) { self.delay = delay }
+
+    /// The next outcomes for `token`, in order; afterwards pushes are delivered.
+    func answer(_ token: String, with outcomes: [PushOutcome]) { lock.withLock { script[token] = outcomes } }
+
+    var pushes: [OutgoingPush] { lock.withLock { sent } }
+    func pushes(to token: String) -> [OutgoingPush] { pushes.filter { $0.token == token } }
+    var unhealthyReports: Int { lock.withLock { healthReports.filter { !$0.1 }.count } }
+
+    func send(_ push: OutgoingPush) async -> PushOutcome {
+        if let delay { try? await Task.sleep(for: delay) }
+        return lock.withLock {
+            sent.append(push)
+            if var outcomes = script[push.token], !outcomes.isEmpty {
+                let next = outcomes.removeFirst()
+                script[push.token] = outcomes
+                return next
+            }
+            return .delivered(providerID: UUID().uuidString.lowercased())
+        }
+    }
+
+    func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? { self }
+    func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
+        lock.withLock { healthReports.append((appID, healthy)) }
+    }
+}
+
+func withStore<T>(_ body: (SQLiteStore, String) async throws -> T) async throws -> T {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-dispatch-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let path = directory.appendingPathComponent("liveline.sqlite").path
+    let store = try await SQLiteStore.open(path: path)
+    do {
+        let result = try await body(store, path)
+        try await store.close()
+        return result
+    } catch {
+        try? await store.close()
+        throw error
+    }
+}
+
+let appID = "app_dispatch"
+
+func seedApp(_ store: some Store) async throws {
+    try await store.createApp(AppRecord(id: appID, name: "D", bundleID: "com.example.d", androidPackage: nil, createdAt: Date()), keys: [])
+}
+
+func token(_ index: Int) -> String { String(format: "%064x", index + 1) }
+
+func register(_ store: some Store, activity: String, devices: Range<Int>) async throws {
+    for index in devices {
+        _ = try await store.registerInstance(
+            InstanceRegistration(
+                appID: appID, activityID: activity, deviceID: String(format: "device-%05d", index), platform: .ios,
+                pushToken: token(index), attributesType: "A", attributes: [:], userID: nil
+            ),
+            at: Date()
+        )
+    }
+}
+
+func fastConfiguration() -> DispatcherConfiguration {
+    var configuration = DispatcherConfiguration()
+    configuration.idlePollInterval = .milliseconds(10)
+    configuration.retry = RetryPolicy(maximumAttempts: 4, baseDelay: .milliseconds(5), maximumDelay: .milliseconds(20), passRetryDelay: .milliseconds(50))
+    configuration.pageSize = 100
+    configuration.pushesInFlight = 64
+    return configuration
+}
+
+/// Runs a dispatcher while `body` runs, then stops it.
+func whileDispatching<T>(
+    _ store: SQLiteStore, _ transport: ScriptedTransport, configuration: DispatcherConfiguration = fastConfiguration(),
+    _ body: (Dispatcher) async throws -> T
+) async throws -> T {
+    let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration)
+    let task = Task { try await dispatcher.run() }
+    defer { task.cancel() }
+    let result = try await body(dispatcher)
+    task.cancel()
+    _ = await task.result
+    return result
+}
+
+/// Waits (bounded) until `condition` holds.
+func eventually(timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    return try await condition()
+}
+
+func allCaughtUp(_ store: SQLiteStore, _ activity: String) async throws -> Bool {
+    guard let record = try await store.activity(appID: appID, activityID: activity) else { return false }
+    var cursor: String?
+    repeat {
+        let page = try await store.instances(appID: appID, activityID: activity, cursor: cursor, limit: 200)
+        for instance in page.items where instance.state == .active && instance.deliveredSequence < record.sequence { return false }
+        cursor = page.nextCursor
+    } while cursor != nil
+    return true
+}
+
+@Suite("Delivery engine")
+struct DispatcherTests {
+    @Test("one update fans out to every instance once, with one shared payload")
+    func fanOut() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "order-1", devices: 0..<250)
+            let transport = ScriptedTransport()
+            try await whileDispatching(store, transport) { dispatcher in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "order-1", contentState: ["eta": 5]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { try await allCaughtUp(store, "order-1") })
+            }
+            let pushes = transport.pushes
+            #expect(pushes.count == 250)
+            #expect(Set(pushes.map(\.token)).count == 250)
+            let first = try #require(pushes.first)
+            #expect(first.topic == "com.example.d.push-type.liveactivity")
+            #expect(first.event == .update)
+            let payload = try JSONValue(parsing: first.payload.readableBytesView)
+            let aps = try #require(payload.objectValue?["aps"]?.objectValue)
+            #expect(aps["content-state"] == ["eta": 5])
+            #expect(aps["event"] == "update")
+            if case .integer = aps["timestamp"] {} else { Issue.record("timestamp is not an integer") }
+            let timeline = try await store.deliveries(appID: appID, activityID: "order-1", cursor: nil, limit: 500)
+            #expect(timeline.items.count == 250)
+            #expect(timeline.items.allSatisfy { $0.status == .delivered && $0.sequence == 1 })
+        }
+    }
+
+    @Test("latest state wins: intermediate states may be skipped, the final one always arrives, end ends instances")
+    func coalescing() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "match", devices: 0..<40)
+            let transport = ScriptedTransport(delay: .milliseconds(2))
+            try await whileDispatching(store, transport) { dispatcher in
+                for goal in 0..<20 {
+                    _ = try await store.acceptUpdate(
+                        ActivityUpdate(appID: appID, activityID: "match", contentState: ["goals": .integer(Int64(goal))]), at: Date()
+                    )
+                    dispatcher.wake()
+                }
+                _ = try await store.endActivity(ActivityEnd(appID: appID, activityID: "match", contentState: ["goals": 99]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually {
+                    try await store.activity(appID: appID, activityID: "match")?.instanceCounts[.ended] == 40
+                })
+            }
+            for index in 0..<40 {
+                let received = transport.pushes(to: token(index))
+                let sequences = received.map(\.sequence)
+                #expect(sequences == sequences.sorted(), "sequences must only rise per instance")
+                #expect(Set(sequences).count == sequences.count, "no sequence twice")
+                #expect(received.last?.event == .end)
+                let timestamps = try received.map { push -> Int64 in
+                    let aps = try JSONValue(parsing: push.payload.readableBytesView).objectValue?["aps"]?.objectValue
+                    guard case .integer(let value)? = aps?["timestamp"] else { return -1 }
+                    return value
+                }
+                #expect(zip(timestamps, timestamps.dropFirst()).allSatisfy { $0 < $1 }, "timestamps strictly increase: \(timestamps)")
+            }
+            #expect(transport.pushes.count < 21 * 40, "intermediate states were coalesced")
+        }
+    }
+
+    @Test("a bad token invalidates only its instance; 503s are retried until delivered")
+    func invalidationAndRetry() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "a", devices: 0..<10)
+            let transport = ScriptedTransport()
+            transport.answer(token(3), with: [.invalidToken(reason: "Unregistered", providerID: nil)])
+            transport.answer(token(5), with: [
+                .retryable(reason: "ServiceUnavailable", retryAfter: nil, providerID: nil),
+                .retryable(reason: "TooManyRequests", retryAfter: .milliseconds(10), providerID: nil),
+            ])
+            try await whileDispatching(store, transport) { dispatcher in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "a", contentState: ["n": 1]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { try await allCaughtUp(store, "a") })
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "a", contentState: ["n": 2]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { try await allCaughtUp(store, "a") })
+            }
+            let activity = try #require(try await store.activity(appID: appID, activityID: "a"))
+            #expect(activity.instanceCounts[.invalidated] == 1)
+            #expect(activity.instanceCounts[.active] == 9)
+            #expect(transport.pushes(to: token(3)).count == 1, "nothing more after invalidation")
+            #expect(transport.pushes(to: token(5)).count == 4, "two failures, then sequence 1, then sequence 2")
+            let timeline = try await store.deliveries(appID: appID, activityID: "a", cursor: nil, limit: 100).items
+            let device5 = timeline.filter { $0.deviceID == "device-00005" && $0.sequence == 1 }.sorted { $0.attempt < $1.attempt }
+            #expect(device5.map(\.status) == [.retrying, .retrying, .delivered])
+            #expect(device5.map(\.attempt) == [1, 2, 3])
+        }
+    }
+
+    @Test("a dismissed instance receives nothing; a new token gets the latest state at once")
+    func dismissedAndRotation() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "a", devices: 0..<3)
+            _ = try await store.recordInstanceEvent(appID: appID, activityID: "a", deviceID: "device-00000", event: .dismissedOnDevice, at: Date())
+            let transport = ScriptedTransport()
+            try await whileDispatching(store, transport) { dispatcher in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "a", contentState: ["n": 1]), at: Date())
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "a", contentState: ["n": 2]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { try await allCaughtUp(store, "a") })
+                _ = try await store.registerInstance(
+                    InstanceRegistration(appID: appID, activityID: "a", deviceID: "device-00001", platform: .ios, pushToken: "abcdef12",
+                                         attributesType: nil, attributes: nil, userID: nil),
+                    at: Date()
+                )
+                dispatcher.wake()
+                #expect(try await eventually { !transport.pushes(to: "abcdef12").isEmpty })
+            }
+            #expect(transport.pushes(to: token(0)).isEmpty)
+            let rotated = transport.pushes(to: "abcdef12")
+            #expect(rotated.count == 1)
+            #expect(rotated.first?.sequence == 2)
+        }
+    }
+
+    @Test("refused credentials stop the pass and are reported unhealthy; nothing is lost")
+    func credentialsRefused() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "a", devices: 0..<5)
+            let transport = ScriptedTransport()
+            for index in 0..<5 { transport.answer(token(index), with: [.credentialsRejected(reason: "InvalidProviderToken", providerID: nil)]) }
+            try await whileDispatching(store, transport) { dispatcher in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "a", contentState: ["n": 1]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { transport.unhealthyReports > 0 })
+                #expect(try await eventually { try await allCaughtUp(store, "a") })  // after the pass-retry delay
+            }
+        }
+    }
+
+    @Test("a dispatcher stopped mid-fan-out and a new one started leave every instance at the latest state")
+    func crashRecovery() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "big", devices: 0..<600)
+            let slow = ScriptedTransport(delay: .milliseconds(5))
+            var configuration = fastConfiguration()
+            configuration.pushesInFlight = 8
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "big", contentState: ["n": 1]), at: Date())
+            try await whileDispatching(store, slow, configuration: configuration) { (_: Dispatcher) async throws in
+                #expect(try await eventually { slow.pushes.count > 100 })
+            }
+            #expect(try await !allCaughtUp(store, "big"), "the first dispatcher was stopped part-way")
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "big", contentState: ["n": 2]), at: Date())
+            let fresh = ScriptedTransport()
+            try await whileDispatching(store, fresh) { (dispatcher: Dispatcher) async throws in
+                dispatcher.wake()
+                #expect(try await eventually { try await allCaughtUp(store, "big") })
+            }
+            #expect(Set(fresh.pushes.map(\.token)).count == 600)
+            #expect(fresh.pushes.allSatisfy { $0.sequence == 2 })
+        }
+    }
+}
+
+@Suite("Retry policy and sealing")
+struct RetryPolicyTests {
+    @Test("exponential backoff with jitter, capped, never below Retry-After")
+    func backoff() {
+        let policy = RetryPolicy(maximumAttempts: 5, baseDelay: .milliseconds(100), maximumDelay: .seconds(1))
+        #expect(policy.delay(afterAttempt: 1, retryAfter: nil, random: 1) == .milliseconds(100))
+        #expect(policy.delay(afterAttempt: 1, retryAfter: nil, random: 0) == .milliseconds(50))
+        #expect(policy.delay(afterAttempt: 3, retryAfter: nil, random: 1) == .milliseconds(400))
+        #expect(policy.delay(afterAttempt: 10, retryAfter: nil, random: 1) == .seconds(1))
+        #expect(policy.delay(afterAttempt: 1, retryAfter: .seconds(5), random: 1) == .seconds(5))
+    }
+
+    @Test("sealed secrets open only with the same master key and app")
+    func sealing() throws {
+        let sealer = try CredentialSealer(masterKey: Array(repeating: 1, count: 32))
+        let sealed = try sealer.seal(Array("secret".utf8), appID: "app_a", provider: "apns")
+        #expect(!String(decoding: sealed, as: UTF8.self).contains("secret"))
+        #expect(try sealer.open(sealed, appID: "app_a", provider: "apns") == Array("secret".utf8))
+        #expect(throws: CredentialError.self) { try sealer.open(sealed, appID: "app_b", provider: "apns") }
+        let other = try CredentialSealer(masterKey: Array(repeating: 2, count: 32))
+        #expect(throws: CredentialError.self) { try other.open(sealed, appID: "app_a", provider: "apns") }
+        #expect(throws: CredentialError.self) { try CredentialSealer(masterKey: [1, 2, 3]) }
+    }
+}
