@@ -1,5 +1,6 @@
 import Hummingbird
 import LivelineCore
+import LivelineDispatch
 import LivelineStore
 
 /// The operator's API under `/admin/v1`, guarded by the admin token from configuration.
@@ -13,6 +14,8 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         admin.post("apps", use: createApp)
         admin.get("apps", use: listApps)
         admin.post("apps/:appId/keys/rotate", use: rotateKeys)
+        admin.put("apps/:appId/credentials/apns", use: setAPNs)
+        admin.get("apps/:appId/credentials", use: credentials)
     }
 
     func authorize(_ request: Request) throws {
@@ -49,6 +52,33 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         try authorize(request)
         guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
         return Response.json(Self.appWithKeys(try await administration.rotateKeys(appID: appID)))
+    }
+
+    @Sendable func setAPNs(_ request: Request, context: Context) async throws -> Response {
+        try authorize(request)
+        guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
+        let body = try await RequestBody.read(request)
+        try body.allowOnly(["teamId", "keyId", "privateKey", "environment", "baseUrl", "caCertificate"])
+        let environmentName = try body.requiredString("environment")
+        guard let environment = APNsEnvironmentName(rawValue: environmentName) else {
+            throw ValidationError(code: "invalid_environment", message: "environment must be 'sandbox' or 'production'.", field: "environment")
+        }
+        let stored = try await administration.setAPNsCredentials(
+            appID: appID,
+            APNsCredentials(
+                teamID: try body.requiredString("teamId"), keyID: try body.requiredString("keyId"),
+                privateKeyPEM: try body.requiredString("privateKey"), environment: environment,
+                baseURL: try body.string("baseUrl"), caCertificatePEM: try body.string("caCertificate")
+            )
+        )
+        return Response.json(Representation.credentials(stored))
+    }
+
+    @Sendable func credentials(_ request: Request, context: Context) async throws -> Response {
+        try authorize(request)
+        guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
+        let all = try await administration.credentials(appID: appID)
+        return Response.json(.object(["data": .array(all.map(Representation.credentials))]))
     }
 
     static func appWithKeys(_ value: AppAdministration.AppWithKeys) -> JSONValue {

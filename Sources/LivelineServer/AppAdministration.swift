@@ -1,16 +1,38 @@
 import Foundation
 import LivelineCore
+import LivelineDispatch
 import LivelineStore
 
 /// Creating apps and issuing their keys, shared by the `liveline` CLI and the admin API.
 public struct AppAdministration: Sendable {
     let store: any Store
     let clock: WallClock
+    let sealer: CredentialSealer
 
-    /// Creates the administration over `store`.
-    public init(store: any Store, clock: WallClock = .system) {
+    /// Creates the administration over `store`; `sealer` seals provider secrets at rest.
+    public init(store: any Store, clock: WallClock = .system, sealer: CredentialSealer) {
         self.store = store
         self.clock = clock
+        self.sealer = sealer
+    }
+
+    /// Stores (replacing) an app's APNs credentials, sealed; they start out healthy.
+    public func setAPNsCredentials(appID: String, _ credentials: APNsCredentials) async throws -> StoredCredentials {
+        try credentials.validate()
+        guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }
+        let stored = try credentials.stored(appID: appID, sealer: sealer, at: clock.now())
+        try await store.saveCredentials(stored)
+        return stored
+    }
+
+    /// The app's credentials as shown to operators: settings and health, never the secret.
+    public func credentials(appID: String) async throws -> [StoredCredentials] {
+        guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }
+        var found: [StoredCredentials] = []
+        for provider in ["apns", "fcm"] {
+            if let stored = try await store.credentials(appID: appID, provider: provider) { found.append(stored) }
+        }
+        return found
     }
 
     /// An app with the keys just issued for it. The keys are shown once and never again.

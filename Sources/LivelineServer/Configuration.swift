@@ -23,6 +23,9 @@ public struct LivelineConfiguration: Sendable {
     public var dev: Bool
     /// The log level.
     public var logLevel: Logger.Level
+    /// Base64 of the 32-byte key that seals provider secrets at rest; generated into
+    /// `<dataDirectory>/master.key` when not given.
+    public var masterKey: String?
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -47,6 +50,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "Bearer token for /admin/v1. The flag reads it from a file so it stays out of `ps`."),
         Key(name: "liveline.dev", environment: "LIVELINE_DEV", flag: "--dev", defaultValue: "false",
             summary: "Development mode: create a demo app on first start and print its keys."),
+        Key(name: "liveline.masterKey", environment: "LIVELINE_MASTER_KEY", flag: nil, defaultValue: "<data dir>/master.key (generated)",
+            summary: "Base64 of 32 bytes; seals APNs keys at rest (AES-GCM). Keep it out of the database's backups."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
             summary: "trace, debug, info, notice, warning, error or critical."),
     ]
@@ -54,8 +59,9 @@ public struct LivelineConfiguration: Sendable {
     /// Creates a configuration with the defaults.
     public init(
         host: String = "127.0.0.1", port: Int = 8080, dataDirectory: String = "./.liveline", database: String? = nil,
-        adminToken: String? = nil, dev: Bool = false, logLevel: Logger.Level = .info
+        adminToken: String? = nil, dev: Bool = false, logLevel: Logger.Level = .info, masterKey: String? = nil
     ) {
+        self.masterKey = masterKey
         self.host = host
         self.port = port
         self.dataDirectory = dataDirectory
@@ -76,7 +82,8 @@ public struct LivelineConfiguration: Sendable {
             database: scoped.string(forKey: "database"),
             adminToken: scoped.string(forKey: "adminToken", isSecret: true),
             dev: scoped.bool(forKey: "dev", default: false),
-            logLevel: .info
+            logLevel: .info,
+            masterKey: scoped.string(forKey: "masterKey", isSecret: true)
         )
         let level = scoped.string(forKey: "logLevel", default: "info")
         guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {
@@ -96,9 +103,9 @@ public struct LivelineConfiguration: Sendable {
             InMemoryProvider(name: "flags", values: Dictionary(uniqueKeysWithValues: flags.map { (AbsoluteConfigKey(stringLiteral: $0.key), $0.value) }))
         ]
         if let environment {
-            providers.append(EnvironmentVariablesProvider(environmentVariables: environment, secretsSpecifier: .specific(["LIVELINE_ADMIN_TOKEN"])))
+            providers.append(EnvironmentVariablesProvider(environmentVariables: environment, secretsSpecifier: .specific(["LIVELINE_ADMIN_TOKEN", "LIVELINE_MASTER_KEY"])))
         } else {
-            providers.append(EnvironmentVariablesProvider(secretsSpecifier: .specific(["LIVELINE_ADMIN_TOKEN"])))
+            providers.append(EnvironmentVariablesProvider(secretsSpecifier: .specific(["LIVELINE_ADMIN_TOKEN", "LIVELINE_MASTER_KEY"])))
         }
         if let file {
             providers.append(try await FileProvider<JSONSnapshot>(filePath: FilePath(file)))

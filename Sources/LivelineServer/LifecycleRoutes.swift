@@ -9,6 +9,8 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     let store: any Store
     let authenticator: Authenticator
     let clock: WallClock
+    /// Wakes the delivery engine after a commit.
+    let onAccepted: @Sendable () -> Void
 
     static var maximumPageSize: Int { 200 }
     static var defaultPageSize: Int { 50 }
@@ -23,6 +25,8 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         v1.get("activities", use: activities)
         v1.get("activities/:activityId/instances", use: instances)
         v1.post("activities/:activityId/instances/:deviceId/events", use: instanceEvent)
+        v1.get("activities/:activityId/deliveries", use: deliveries)
+        v1.get("app", use: app)
     }
 
     // MARK: Handlers
@@ -60,6 +64,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         } catch StoreError.activityEnded {
             throw APIError.activityEnded(activityID)
         }
+        if result.change != .unchanged { onAccepted() }
         return Response.json(Representation.instance(result.instance), status: result.change == .created ? .created : .ok)
     }
 
@@ -95,6 +100,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         } catch StoreError.activityEnded {
             throw APIError.activityEnded(activityID)
         }
+        onAccepted()
         return Response.json(Representation.accepted(accepted), status: .accepted)
     }
 
@@ -156,7 +162,9 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         )
         try payload.validate()
         do {
-            return try await store.endActivity(end, at: now)
+            let accepted = try await store.endActivity(end, at: now)
+            onAccepted()
+            return accepted
         } catch StoreError.activityEnded {
             throw APIError.activityEnded(end.activityID)
         } catch StoreError.activityNotFound {
@@ -241,6 +249,33 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             throw APIError.instanceNotFound(deviceID)
         }
         return Response.json(Representation.instance(instance))
+    }
+
+    @Sendable func deliveries(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        let activityID = try Self.pathID("activityId", context)
+        guard try await store.activity(appID: caller.appID, activityID: activityID) != nil else {
+            throw APIError.activityNotFound(activityID)
+        }
+        let page = try await store.deliveries(
+            appID: caller.appID, activityID: activityID, cursor: request.uri.queryParameters["cursor"].map(String.init),
+            limit: try Self.limit(request)
+        )
+        return Response.json(Representation.page(page, Representation.delivery))
+    }
+
+    @Sendable func app(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        guard let app = try await store.app(id: caller.appID) else { throw StoreError.appNotFound }
+        var credentials: [JSONValue] = []
+        for provider in ["apns", "fcm"] {
+            if let stored = try await store.credentials(appID: caller.appID, provider: provider) {
+                credentials.append(Representation.credentials(stored))
+            }
+        }
+        var json = Representation.app(app).objectValue ?? [:]
+        json["credentials"] = .array(credentials)
+        return Response.json(.object(json))
     }
 
     // MARK: Input rules

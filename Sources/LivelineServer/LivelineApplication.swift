@@ -3,34 +3,54 @@ import Hummingbird
 import LivelineCore
 import LivelineStore
 import Logging
+import LivelineDispatch
 import NIOCore
+import ServiceLifecycle
 
 /// Builds and runs the Liveline HTTP server.
 public enum LivelineApplication {
     /// The router with every route: health, OpenAPI, `/v1` and `/admin/v1`.
-    public static func makeRouter(store: any Store, clock: WallClock = .system, adminToken: String?) -> Router<BasicRequestContext> {
+    ///
+    /// - Parameters:
+    ///   - sealer: seals provider secrets at rest; a throwaway key when not given (tests).
+    ///   - onAccepted: called after an update, end or registration is committed, to wake the delivery engine.
+    public static func makeRouter(
+        store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
+        onAccepted: @escaping @Sendable () -> Void = {}
+    ) -> Router<BasicRequestContext> {
+        let sealer = sealer ?? (try! CredentialSealer(masterKey: SymmetricKeyBytes.random()))
+        let administration = AppAdministration(store: store, clock: clock, sealer: sealer)
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
-        LifecycleRoutes(store: store, authenticator: Authenticator(store: store), clock: clock).add(to: router)
-        AdminRoutes(administration: AppAdministration(store: store, clock: clock), adminToken: adminToken).add(to: router)
+        LifecycleRoutes(store: store, authenticator: Authenticator(store: store), clock: clock, onAccepted: onAccepted).add(to: router)
+        AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
         return router
     }
 
     /// The application, ready to run as a Service.
     public static func makeApplication(
         configuration: LivelineConfiguration, store: any Store, clock: WallClock = .system, logger: Logger,
+        sealer: CredentialSealer? = nil, onAccepted: @escaping @Sendable () -> Void = {}, services: [any Service] = [],
         onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
-            router: makeRouter(store: store, clock: clock, adminToken: configuration.adminToken),
+            router: makeRouter(store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, onAccepted: onAccepted),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
                 serverName: "Liveline"
             ),
+            services: services,
             onServerRunning: onServerRunning,
             logger: logger
         )
+    }
+
+    /// The master key that seals provider secrets: from configuration, or generated once into the data directory.
+    public static func masterKey(_ configuration: LivelineConfiguration) throws -> [UInt8] {
+        if let configured = configuration.masterKey { return try CredentialSealer.masterKey(base64: configured) }
+        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
+        return try CredentialSealer.loadOrCreateMasterKey(at: (configuration.dataDirectory as NSString).appendingPathComponent("master.key"))
     }
 
     /// Opens the configured store, creating the data directory if needed.
@@ -50,8 +70,9 @@ public enum LivelineApplication {
         let store = try await openStore(configuration, logger: logger)
         logger.info("Database ready", metadata: ["path": "\(store.path)"])
         do {
-            if configuration.dev { try await prepareDevApp(store: store, logger: logger) }
-            let app = makeApplication(configuration: configuration, store: store, logger: logger)
+            let sealer = try CredentialSealer(masterKey: try masterKey(configuration))
+            if configuration.dev { try await prepareDevApp(store: store, sealer: sealer, logger: logger) }
+            let app = makeApplication(configuration: configuration, store: store, logger: logger, sealer: sealer)
             try await app.runService()
         } catch {
             try? await store.close()
@@ -62,13 +83,13 @@ public enum LivelineApplication {
 
     /// In dev mode, creates a demo app when the database has none and prints its keys (once: only
     /// their hashes are stored).
-    static func prepareDevApp(store: any Store, logger: Logger) async throws {
+    static func prepareDevApp(store: any Store, sealer: CredentialSealer, logger: Logger) async throws {
         let existing = try await store.apps()
         if let app = existing.first {
             logger.notice("Dev mode: using existing app \(app.id) (\(app.name)); its keys were printed when it was created. Issue new ones with: liveline keys rotate --app \(app.id)")
             return
         }
-        let created = try await AppAdministration(store: store).createApp(
+        let created = try await AppAdministration(store: store, sealer: sealer).createApp(
             name: "Demo", bundleID: "com.example.liveline.demo", androidPackage: "com.example.liveline.demo"
         )
         let banner = """
@@ -88,4 +109,12 @@ public enum LivelineApplication {
 extension LivelineApplication {
     /// The OpenAPI 3.1 document of the HTTP API, as served at `/openapi.json`.
     public static var openAPIDocument: String { OpenAPIDocument.json }
+}
+
+/// 32 random bytes for a throwaway key.
+enum SymmetricKeyBytes {
+    static func random() -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
 }

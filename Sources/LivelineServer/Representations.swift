@@ -72,6 +72,36 @@ enum Representation {
         ])
     }
 
+    static func delivery(_ record: DeliveryRecord) -> JSONValue {
+        .object([
+            "id": .integer(record.id),
+            "deviceId": .string(record.deviceID),
+            "platform": .string(record.platform.rawValue),
+            "sequence": .integer(record.sequence),
+            "event": .string(record.event.rawValue),
+            "priority": .integer(Int64(record.priority)),
+            "status": .string(record.status.rawValue),
+            "providerId": optional(record.providerID),
+            "reason": optional(record.reason),
+            "latencyMs": record.latencyMilliseconds.map(JSONValue.number) ?? .null,
+            "attempt": .integer(Int64(record.attempt)),
+            "attemptedAt": date(record.attemptedAt),
+        ])
+    }
+
+    /// Credentials as operators see them: settings and health. The secret never leaves the Store sealed.
+    static func credentials(_ stored: StoredCredentials) -> JSONValue {
+        var settings = stored.settings.objectValue ?? [:]
+        if settings["caCertificate"].map({ $0 != .null }) == true { settings["caCertificate"] = "(set)" }
+        return .object([
+            "provider": .string(stored.provider),
+            "settings": .object(settings),
+            "healthy": .bool(stored.healthy),
+            "healthReason": optional(stored.healthReason),
+            "updatedAt": date(stored.updatedAt),
+        ])
+    }
+
     static func page<Item>(_ page: Page<Item>, _ render: (Item) -> JSONValue) -> JSONValue {
         .object(["data": .array(page.items.map(render)), "nextCursor": optional(page.nextCursor)])
     }

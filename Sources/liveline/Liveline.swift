@@ -2,6 +2,7 @@ import ArgumentParser
 import Configuration
 import Foundation
 import LivelineCore
+import LivelineDispatch
 import LivelineServer
 import LivelineStore
 import Logging
@@ -98,7 +99,8 @@ func withAdministration<T: Sendable>(_ storage: StorageOptions, _ body: (AppAdmi
     logger.logLevel = .warning
     let store = try await LivelineApplication.openStore(configuration, logger: logger)
     do {
-        let result = try await body(AppAdministration(store: store))
+        let sealer = try CredentialSealer(masterKey: try LivelineApplication.masterKey(configuration))
+        let result = try await body(AppAdministration(store: store, sealer: sealer))
         try await store.close()
         return result
     } catch {
@@ -153,7 +155,7 @@ func describe(_ error: any Error) -> any Error {
 
 struct Apps: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Create and list apps.", subcommands: [Create.self, List.self]
+        abstract: "Create and list apps, and set their push credentials.", subcommands: [Create.self, List.self, SetAPNs.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -201,6 +203,46 @@ struct Apps: AsyncParsableCommand {
             }
             for app in apps {
                 print("\(app.id)  \(app.name)  \(app.bundleID)  \(app.androidPackage ?? "-")  \(APIDate.iso8601(app.createdAt))")
+            }
+        }
+    }
+}
+
+extension Apps {
+    struct SetAPNs: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set-apns",
+            abstract: "Set an app's APNs token-auth credentials. The .p8 key is sealed at rest and never shown again."
+        )
+
+        @OptionGroup var storage: StorageOptions
+        @Option(help: "The app id (app_…).") var app: String
+        @Option(name: .customLong("team-id"), help: "Apple team id (10 characters).") var teamID: String
+        @Option(name: .customLong("key-id"), help: "The key id of the .p8 (10 characters).") var keyID: String
+        @Option(name: .customLong("key-file"), help: "Path to AuthKey_<KEYID>.p8.") var keyFile: String
+        @Option(help: "sandbox or production.") var environment: String
+        @Option(name: .customLong("base-url"), help: "Send to this https URL instead of Apple's host (e.g. the local emulator).")
+        var baseURL: String?
+        @Option(name: .customLong("ca-file"), help: "A PEM CA certificate to trust for --base-url.") var caFile: String?
+
+        func run() async throws {
+            guard let environment = APNsEnvironmentName(rawValue: environment) else {
+                throw ArgumentParser.ValidationError("--environment must be sandbox or production.")
+            }
+            let key = try String(contentsOfFile: keyFile, encoding: .utf8)
+            let ca = try caFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
+            do {
+                let stored = try await withAdministration(storage) {
+                    try await $0.setAPNsCredentials(
+                        appID: app,
+                        APNsCredentials(
+                            teamID: teamID, keyID: keyID, privateKeyPEM: key, environment: environment, baseURL: baseURL, caCertificatePEM: ca
+                        )
+                    )
+                }
+                print("Stored APNs credentials for \(stored.appID): team \(teamID), key \(keyID), \(environment.rawValue)\(baseURL.map { " via \($0)" } ?? "").")
+            } catch {
+                throw describe(error)
             }
         }
     }
