@@ -120,7 +120,9 @@ let package = Package(
                 "LivelineServer",
                 "LivelineStore",
                 "LivelineCore",
+                "LivelineDispatch",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
     ]

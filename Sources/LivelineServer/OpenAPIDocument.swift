@@ -29,6 +29,10 @@ enum OpenAPIDocument {
           "description": "Devices register and report on their Live Activities (publishable or secret key)."
         },
         {
+          "name": "App",
+          "description": "The backend reads its app and the health of its push credentials (secret key)."
+        },
+        {
           "name": "Admin",
           "description": "The operator manages apps and keys (admin token)."
         },
@@ -617,6 +621,114 @@ enum OpenAPIDocument {
             }
           }
         },
+        "/v1/activities/{activityId}/deliveries": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/ActivityId"
+            }
+          ],
+          "get": {
+            "operationId": "listDeliveries",
+            "tags": [
+              "Activities"
+            ],
+            "summary": "List an activity's delivery timeline, newest attempt first.",
+            "description": "One entry per push attempt: which device and sequence, what the push service said (`status`, `reason`), the `apns-id` (`providerId`) and how long it took. The timeline is bounded: attempts older than 7 days are dropped, and at most the newest 10,000 attempts are kept per activity. Keyset-paginated: pass `nextCursor` back as `cursor` until it is `null`.",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "parameters": [
+              {
+                "$ref": "#/components/parameters/Limit"
+              },
+              {
+                "$ref": "#/components/parameters/Cursor"
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "One page of delivery attempts.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/DeliveryPage"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "description": "The query is malformed (HTTP 400): `invalid_type` (limit is not an integer) or `invalid_cursor`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "404": {
+                "$ref": "#/components/responses/ActivityNotFound"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_limit`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/v1/app": {
+          "get": {
+            "operationId": "getApp",
+            "tags": [
+              "App"
+            ],
+            "summary": "Get the calling app and the health of its push credentials.",
+            "description": "Shows whether APNs accepts the app's credentials: `healthy` turns `false` once APNs refused them twice, the second time with a freshly signed provider token (`InvalidProviderToken`, `ExpiredProviderToken`); those attempts show in the delivery timeline as `credentials_rejected`. The operator fixes them by setting credentials again (PUT `/admin/v1/apps/{appId}/credentials/apns`), which makes them healthy. The private key is never returned.",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "The app and its credentials.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AppWithCredentials"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
         "/healthz": {
           "get": {
             "operationId": "getHealth",
@@ -841,6 +953,156 @@ enum OpenAPIDocument {
                   "application/json": {
                     "schema": {
                       "$ref": "#/components/schemas/AppWithKeys"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/AdminUnauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/AdminDisabled"
+              },
+              "404": {
+                "description": "No such app (HTTP 404 `app_not_found`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    },
+                    "examples": {
+                      "app_not_found": {
+                        "value": {
+                          "error": {
+                            "code": "app_not_found",
+                            "message": "No such app.",
+                            "field": "appId"
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/admin/v1/apps/{appId}/credentials/apns": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/AppId"
+            }
+          ],
+          "put": {
+            "operationId": "setAPNsCredentials",
+            "tags": [
+              "Admin"
+            ],
+            "summary": "Set (replace) an app's APNs credentials.",
+            "description": "Token-auth credentials: the team id, the key id and the .p8 private key. The private key is sealed at rest with AES-GCM under the server's master key and never returned; the response shows only the non-secret settings. New credentials start out healthy. The body is validated before the app is looked up, so an invalid body answers 422 even for an unknown app.",
+            "security": [
+              {
+                "adminToken": []
+              }
+            ],
+            "requestBody": {
+              "description": "The APNs credentials.",
+              "required": true,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/SetAPNsCredentialsRequest"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "200": {
+                "description": "The credentials as stored (without the private key).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Credentials"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/AdminUnauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/AdminDisabled"
+              },
+              "404": {
+                "description": "No such app (HTTP 404 `app_not_found`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    },
+                    "examples": {
+                      "app_not_found": {
+                        "value": {
+                          "error": {
+                            "code": "app_not_found",
+                            "message": "No such app.",
+                            "field": "appId"
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_team_id`, `invalid_key_id`, `invalid_private_key`, `invalid_base_url`, `invalid_environment`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/admin/v1/apps/{appId}/credentials": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/AppId"
+            }
+          ],
+          "get": {
+            "operationId": "listCredentials",
+            "tags": [
+              "Admin"
+            ],
+            "summary": "List an app's push credentials: settings and health, never the secret.",
+            "security": [
+              {
+                "adminToken": []
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "The app's credentials, one entry per provider that has some.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/CredentialsList"
                     }
                   }
                 }
@@ -1714,6 +1976,366 @@ enum OpenAPIDocument {
               "name": "Scores",
               "bundleId": "com.example.scores",
               "androidPackage": "com.example.scores"
+            }
+          },
+          "Delivery": {
+            "type": "object",
+            "description": "One attempt to push one sequence to one instance. A push that is retried leaves one entry per attempt.",
+            "required": [
+              "id",
+              "deviceId",
+              "platform",
+              "sequence",
+              "event",
+              "priority",
+              "status",
+              "providerId",
+              "reason",
+              "latencyMs",
+              "attempt",
+              "attemptedAt"
+            ],
+            "properties": {
+              "id": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The attempt's id, assigned by Liveline and increasing: the timeline is ordered by it."
+              },
+              "deviceId": {
+                "$ref": "#/components/schemas/Identifier"
+              },
+              "platform": {
+                "type": "string",
+                "enum": [
+                  "ios",
+                  "android"
+                ]
+              },
+              "sequence": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The activity sequence this attempt pushed."
+              },
+              "event": {
+                "type": "string",
+                "enum": [
+                  "update",
+                  "end"
+                ],
+                "description": "The event of that sequence."
+              },
+              "priority": {
+                "type": "integer",
+                "enum": [
+                  5,
+                  10
+                ],
+                "description": "The APNs priority the push was sent with."
+              },
+              "status": {
+                "type": "string",
+                "enum": [
+                  "delivered",
+                  "retrying",
+                  "invalidated",
+                  "rejected",
+                  "credentials_rejected"
+                ],
+                "description": "What the push service said. `delivered`: accepted. `retrying`: a failure that may pass (429, 5xx, a transport error); another attempt follows or the activity is tried again later. `invalidated`: the token is gone (410, `BadDeviceToken`, `DeviceTokenNotForTopic`); the instance is invalidated. `rejected`: refused for good (`PayloadTooLarge`, `BadTopic` …); not retried. `credentials_rejected`: the app's credentials were refused even after a fresh provider token."
+              },
+              "providerId": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The `apns-id` of the push (the FCM message name on Android); `null` when the push service gave none, e.g. after a transport error."
+              },
+              "reason": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The push service's reason (such as `BadDeviceToken` or `TooManyRequests`) or the transport error; `null` when delivered."
+              },
+              "latencyMs": {
+                "type": [
+                  "number",
+                  "null"
+                ],
+                "minimum": 0,
+                "description": "How long the attempt took, in milliseconds."
+              },
+              "attempt": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "1 for the first attempt at this sequence on this device; each retry counts up."
+              },
+              "attemptedAt": {
+                "type": "string",
+                "format": "date-time"
+              }
+            },
+            "example": {
+              "id": 1842,
+              "deviceId": "device-1",
+              "platform": "ios",
+              "sequence": 3,
+              "event": "update",
+              "priority": 10,
+              "status": "delivered",
+              "providerId": "6F4B3C2A-1D0E-4F5A-9B8C-7D6E5F4A3B2C",
+              "reason": null,
+              "latencyMs": 41.7,
+              "attempt": 1,
+              "attemptedAt": "2026-11-21T10:00:00Z"
+            }
+          },
+          "DeliveryPage": {
+            "type": "object",
+            "description": "One page of an activity's delivery timeline, newest attempt first.",
+            "required": [
+              "data",
+              "nextCursor"
+            ],
+            "properties": {
+              "data": {
+                "type": "array",
+                "items": {
+                  "$ref": "#/components/schemas/Delivery"
+                }
+              },
+              "nextCursor": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "Pass as `cursor` to get the next (older) page; `null` on the last page."
+              }
+            }
+          },
+          "APNsSettings": {
+            "type": "object",
+            "description": "An app's non-secret APNs settings. The private key is not among them: it is sealed at rest and never returned.",
+            "required": [
+              "teamId",
+              "keyId",
+              "environment",
+              "baseUrl",
+              "caCertificate"
+            ],
+            "properties": {
+              "teamId": {
+                "type": "string",
+                "pattern": "^[A-Z0-9]{10}$",
+                "description": "Apple's 10-character team id.",
+                "examples": [
+                  "ABCDE12345"
+                ]
+              },
+              "keyId": {
+                "type": "string",
+                "pattern": "^[A-Z0-9]{10}$",
+                "description": "The 10-character id of the .p8 signing key.",
+                "examples": [
+                  "KEY1234567"
+                ]
+              },
+              "environment": {
+                "type": "string",
+                "enum": [
+                  "sandbox",
+                  "production"
+                ],
+                "description": "Which APNs the pushes go to."
+              },
+              "baseUrl": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The APNs host that overrides the environment's, e.g. the local emulator; `null` for Apple's."
+              },
+              "caCertificate": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "enum": [
+                  "(set)",
+                  null
+                ],
+                "description": "`(set)` when a CA certificate to trust for `baseUrl` is configured (the PEM itself is not shown); otherwise `null`."
+              }
+            }
+          },
+          "Credentials": {
+            "type": "object",
+            "description": "An app's credentials for one push provider, as operators see them: settings and health, never the secret.",
+            "required": [
+              "provider",
+              "settings",
+              "healthy",
+              "healthReason",
+              "updatedAt"
+            ],
+            "properties": {
+              "provider": {
+                "type": "string",
+                "description": "The push provider: `apns` (`fcm` is reserved for Android).",
+                "examples": [
+                  "apns"
+                ]
+              },
+              "settings": {
+                "$ref": "#/components/schemas/APNsSettings"
+              },
+              "healthy": {
+                "type": "boolean",
+                "description": "`false` once APNs refused the credentials twice, the second time with a freshly signed provider token (`InvalidProviderToken`, `ExpiredProviderToken`); such attempts show in the delivery timeline as `credentials_rejected`. Setting credentials again makes them healthy."
+              },
+              "healthReason": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "Why the credentials are unhealthy; `null` while healthy."
+              },
+              "updatedAt": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the credentials were set or their health last changed."
+              }
+            },
+            "example": {
+              "provider": "apns",
+              "settings": {
+                "teamId": "ABCDE12345",
+                "keyId": "KEY1234567",
+                "environment": "production",
+                "baseUrl": null,
+                "caCertificate": null
+              },
+              "healthy": true,
+              "healthReason": null,
+              "updatedAt": "2026-11-21T09:00:00Z"
+            }
+          },
+          "CredentialsList": {
+            "type": "object",
+            "description": "An app's credentials, one entry per provider that has some.",
+            "required": [
+              "data"
+            ],
+            "properties": {
+              "data": {
+                "type": "array",
+                "items": {
+                  "$ref": "#/components/schemas/Credentials"
+                }
+              }
+            }
+          },
+          "AppWithCredentials": {
+            "description": "The calling app and its push credentials.",
+            "allOf": [
+              {
+                "$ref": "#/components/schemas/App"
+              },
+              {
+                "type": "object",
+                "required": [
+                  "credentials"
+                ],
+                "properties": {
+                  "credentials": {
+                    "type": "array",
+                    "items": {
+                      "$ref": "#/components/schemas/Credentials"
+                    },
+                    "description": "One entry per provider that has credentials; empty when none are set."
+                  }
+                }
+              }
+            ],
+            "example": {
+              "id": "app_0123456789ABCDEFGHIJ",
+              "name": "Scores",
+              "bundleId": "com.example.scores",
+              "androidPackage": null,
+              "createdAt": "2026-11-20T08:00:00Z",
+              "credentials": [
+                {
+                  "provider": "apns",
+                  "settings": {
+                    "teamId": "ABCDE12345",
+                    "keyId": "KEY1234567",
+                    "environment": "production",
+                    "baseUrl": null,
+                    "caCertificate": null
+                  },
+                  "healthy": false,
+                  "healthReason": "The push service refused the app's credentials",
+                  "updatedAt": "2026-11-21T10:05:00Z"
+                }
+              ]
+            }
+          },
+          "SetAPNsCredentialsRequest": {
+            "type": "object",
+            "description": "An app's APNs token-auth credentials. For `baseUrl` and `caCertificate`, `null` is the same as leaving the field out.",
+            "additionalProperties": false,
+            "required": [
+              "teamId",
+              "keyId",
+              "privateKey",
+              "environment"
+            ],
+            "properties": {
+              "teamId": {
+                "type": "string",
+                "pattern": "^[A-Z0-9]{10}$",
+                "description": "Apple's 10-character team id (A-Z, 0-9). Otherwise: 422 `invalid_team_id`."
+              },
+              "keyId": {
+                "type": "string",
+                "pattern": "^[A-Z0-9]{10}$",
+                "description": "The 10-character id of the .p8 key (A-Z, 0-9). Otherwise: 422 `invalid_key_id`."
+              },
+              "privateKey": {
+                "type": "string",
+                "description": "The contents of `AuthKey_XXXXXXXXXX.p8`: a PEM P-256 private key. One that does not parse: 422 `invalid_private_key`. Sealed at rest with AES-GCM under the server's master key and never returned.",
+                "writeOnly": true
+              },
+              "environment": {
+                "type": "string",
+                "enum": [
+                  "sandbox",
+                  "production"
+                ],
+                "description": "Which APNs the pushes go to. Anything else: 422 `invalid_environment`."
+              },
+              "baseUrl": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "format": "uri",
+                "pattern": "^https://",
+                "description": "An https:// URL that overrides the environment's APNs host, e.g. `https://127.0.0.1:8443` for the local emulator. Otherwise: 422 `invalid_base_url`."
+              },
+              "caCertificate": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "A PEM CA certificate to trust for `baseUrl`."
+              }
+            },
+            "example": {
+              "teamId": "ABCDE12345",
+              "keyId": "KEY1234567",
+              "privateKey": "-----BEGIN PRIVATE KEY-----\nMIGTAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBHkwdwIBAQQg…\n-----END PRIVATE KEY-----\n",
+              "environment": "production"
             }
           },
           "HealthStatus": {

@@ -1,6 +1,8 @@
+import Crypto
 import Foundation
 import HTTPTypes
 import LivelineCore
+import LivelineDispatch
 import LivelineServer
 import LivelineStore
 import Testing
@@ -108,5 +110,76 @@ struct OpenAPITests {
             #expect(served.contains(route), "\(route) is documented but not served")
         }
         #expect(document.objectValue?["openapi"] == "3.1.0")
+    }
+}
+
+@Suite("Credentials and the delivery timeline")
+struct CredentialsAPITests {
+    let adminToken = "admin-token-0123456789abcdef"
+
+    @Test("APNs credentials: validated, sealed at rest, shown without the key, health visible to the app")
+    func apnsCredentials() async throws {
+        let directory = try TemporaryDirectory()
+        let keyPEM = P256.Signing.PrivateKey().pemRepresentation
+        try await withLiveline(directory: directory, adminToken: adminToken) { api, store in
+            let app = try await createApp(store)
+            let path = "/admin/v1/apps/\(app.id)/credentials/apns"
+            let good: JSONValue = [
+                "teamId": "TEAM123456", "keyId": "KEY1234567", "privateKey": .string(keyPEM), "environment": "sandbox",
+                "baseUrl": "https://127.0.0.1:8443",
+            ]
+            let saved = try await api.json(.put, path, key: adminToken, good)
+            #expect(saved.status == .ok)
+            #expect(saved["healthy"] == true)
+            #expect(!saved.json.encodedString.contains("PRIVATE KEY"))
+            var badKey = good.objectValue!
+            badKey["privateKey"] = "-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----"
+            #expect(try await api.json(.put, path, key: adminToken, .object(badKey)).errorField == "privateKey")
+            var badTeam = good.objectValue!
+            badTeam["teamId"] = "short"
+            #expect(try await api.json(.put, path, key: adminToken, .object(badTeam)).errorField == "teamId")
+            #expect(try await api.json(.put, "/admin/v1/apps/app_nope/credentials/apns", key: adminToken, good).status == .notFound)
+            #expect(try await api.json(.put, path, key: app.secretKey, good).status == .unauthorized)
+
+            let listed = try await api.call(.get, "/admin/v1/apps/\(app.id)/credentials", key: adminToken)
+            #expect(listed["data"]?.arrayItems.count == 1)
+            try await store.setCredentialsHealth(appID: app.id, provider: "apns", healthy: false, reason: "InvalidProviderToken", at: Date())
+            let seen = try await api.call(.get, "/v1/app", key: app.secretKey)
+            #expect(seen["id"] == .string(app.id))
+            let credentials = try #require(seen["credentials"]?.arrayItems.first?.objectValue)
+            #expect(credentials["healthy"] == false)
+            #expect(credentials["healthReason"] == "InvalidProviderToken")
+            #expect(!seen.json.encodedString.contains("PRIVATE KEY"))
+            #expect(try await api.call(.get, "/v1/app", key: app.publishableKey).status == .forbidden)
+        }
+        let file = try Data(contentsOf: URL(fileURLWithPath: directory.databasePath))
+        let wal = (try? Data(contentsOf: URL(fileURLWithPath: directory.databasePath + "-wal"))) ?? Data()
+        let keyBody = Data(keyPEM.split(separator: "\n")[1].utf8)
+        #expect(file.range(of: keyBody) == nil && wal.range(of: keyBody) == nil, "the .p8 key is sealed at rest")
+    }
+
+    @Test("the delivery timeline route pages newest first and is scoped to the app")
+    func deliveriesRoute() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            let other = try await createApp(store, name: "Other")
+            _ = try await api.json(.post, "/v1/activities/a1/updates", key: app.secretKey, ["contentState": ["n": 1]])
+            let attempts = (1...3).map { attempt in
+                DeliveryRecord(
+                    appID: app.id, activityID: "a1", deviceID: "d\(attempt)", platform: .ios, sequence: 1, event: .update, priority: 10,
+                    status: attempt == 3 ? .invalidated : .delivered, providerID: "id-\(attempt)", reason: attempt == 3 ? "Unregistered" : nil,
+                    latencyMilliseconds: 1.5, attempt: 1, attemptedAt: Date()
+                )
+            }
+            try await store.recordProgress(DeliveryProgress(appID: app.id, activityID: "a1", attempts: attempts), at: Date())
+            let first = try await api.call(.get, "/v1/activities/a1/deliveries?limit=2", key: app.secretKey)
+            #expect(first.status == .ok)
+            #expect(first["data"]?.arrayItems.compactMap { $0.objectValue?["deviceId"]?.stringValue } == ["d3", "d2"])
+            #expect(first["data"]?.arrayItems.first?.objectValue?["reason"] == "Unregistered")
+            let cursor = try #require(first["nextCursor"]?.stringValue)
+            let second = try await api.call(.get, "/v1/activities/a1/deliveries?limit=2&cursor=\(cursor)", key: app.secretKey)
+            #expect(second["data"]?.arrayItems.compactMap { $0.objectValue?["deviceId"]?.stringValue } == ["d1"])
+            #expect(try await api.call(.get, "/v1/activities/a1/deliveries", key: other.secretKey).status == .notFound)
+        }
     }
 }

@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import LivelineCore
+import LivelineDispatch
 import LivelineServer
 import LivelineStore
 import NIOCore
@@ -89,7 +90,8 @@ func withLiveline<T: Sendable>(
 }
 
 func createApp(_ store: any Store, name: String = "Test", bundleID: String = "com.example.test") async throws -> TestApp {
-    let created = try await AppAdministration(store: store).createApp(name: name, bundleID: bundleID, androidPackage: "com.example.test")
+    let sealer = try CredentialSealer(masterKey: Array(repeating: 3, count: 32))
+    let created = try await AppAdministration(store: store, sealer: sealer).createApp(name: name, bundleID: bundleID, androidPackage: "com.example.test")
     return TestApp(id: created.app.id, secretKey: created.secretKey, publishableKey: created.publishableKey)
 }
 
