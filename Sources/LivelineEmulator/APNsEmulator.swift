@@ -1,0 +1,409 @@
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+import Synchronization
+
+/// A local stand-in for Apple Push Notification service, for Live Activity pushes.
+///
+/// It speaks APNs' protocol (HTTP/2 over TLS, `POST /3/device/<token>`, ES256 provider tokens)
+/// and answers as Apple documents, with Apple's statuses and reasons. Behind it sit simulated
+/// phones — one per registered push token — that apply accepted pushes the way iOS does and
+/// silently ignore those it cannot use. A JSON control API (HTTP/1.1) registers keys, bundle ids
+/// and devices, injects faults, and shows what each phone displays.
+///
+/// It is written from Apple's documents, independently of Liveline's sender, so a misreading in
+/// the sender is caught rather than repeated.
+///
+/// Run it as a `Service` in a `ServiceGroup`, or call ``start()`` and ``shutdown()`` directly.
+public final class APNsEmulator: Service, Sendable {
+    /// The configuration it was created with.
+    public let configuration: APNsEmulatorConfiguration
+    let core: EmulatorCore
+    private let logger: Logger
+    private let identity: EmulatorTLSIdentity
+    private let sslContext: NIOSSLContext
+    private let connections = OpenConnections()
+    private let lifecycle = Mutex<Lifecycle>(.idle)
+
+    struct Ports: Sendable, Hashable {
+        var apns: Int
+        var control: Int
+    }
+
+    private struct Running: Sendable {
+        var ports: Ports
+        var apnsChannel: any Channel
+        var controlGroup: ServiceGroup
+        var controlTask: Task<Void, Never>
+    }
+
+    private enum Lifecycle: Sendable {
+        case idle
+        case starting(EventLoopFuture<Ports>)
+        case running(Running)
+        case stopping(EventLoopFuture<Void>)
+        case stopped
+    }
+
+    /// Creates the emulator: loads or creates the CA in the data directory (writing
+    /// `<dataDirectory>/ca.pem`) and issues the server certificate for `127.0.0.1`, `::1` and
+    /// `localhost`. Nothing listens until ``start()`` or ``run()``.
+    public init(configuration: APNsEmulatorConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        self.core = EmulatorCore(
+            pushHistoryLimit: configuration.pushHistoryLimit, clockSkew: configuration.providerTokenClockSkew,
+            clock: configuration.now
+        )
+        self.identity = try EmulatorTLSIdentity.loadOrCreate(in: configuration.dataDirectory)
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(identity.serverCertificatePEM.utf8), format: .pem))],
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(identity.serverPrivateKeyPEM.utf8), format: .pem))
+        )
+        tls.applicationProtocols = ["h2"]
+        tls.minimumTLSVersion = .tlsv12
+        self.sslContext = try NIOSSLContext(configuration: tls)
+    }
+
+    /// The PEM text of the CA certificate a client must trust to reach the APNs listener.
+    public var caCertificatePEM: String { identity.caCertificatePEM }
+
+    /// Where the CA certificate is written: `<dataDirectory>/ca.pem`.
+    public var caCertificatePath: String {
+        (configuration.dataDirectory as NSString).appendingPathComponent(EmulatorTLSIdentity.caFileName)
+    }
+
+    /// The bound ports while the emulator runs.
+    public var boundPorts: (apnsPort: Int, controlPort: Int)? {
+        guard case .running(let running) = lifecycle.withLock({ $0 }) else { return nil }
+        return (running.ports.apns, running.ports.control)
+    }
+
+    // MARK: Lifecycle
+
+    /// Errors from starting the emulator.
+    public enum LifecycleError: Error, CustomStringConvertible {
+        /// ``start()`` was called after ``shutdown()``.
+        case alreadyShutDown
+        /// The control API stopped before it was listening.
+        case controlServerStopped
+
+        /// A sentence for humans.
+        public var description: String {
+            switch self {
+            case .alreadyShutDown: "The APNs emulator was shut down; create a new one."
+            case .controlServerStopped: "The emulator's control API stopped before it was listening."
+            }
+        }
+    }
+
+    /// Starts both listeners (idempotent) and returns the bound ports; for in-process use and tests.
+    @discardableResult
+    public func start() async throws -> (apnsPort: Int, controlPort: Int) {
+        enum Step {
+            case begin(EventLoopPromise<Ports>)
+            case wait(EventLoopFuture<Ports>)
+            case done(Ports)
+            case refuse
+        }
+        let step = lifecycle.withLock { state -> Step in
+            switch state {
+            case .idle:
+                let promise = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Ports.self)
+                state = .starting(promise.futureResult)
+                return .begin(promise)
+            case .starting(let future): return .wait(future)
+            case .running(let running): return .done(running.ports)
+            case .stopping, .stopped: return .refuse
+            }
+        }
+        switch step {
+        case .done(let ports):
+            return (ports.apns, ports.control)
+        case .wait(let future):
+            let ports = try await future.get()
+            return (ports.apns, ports.control)
+        case .refuse:
+            throw LifecycleError.alreadyShutDown
+        case .begin(let promise):
+            do {
+                let running = try await listen()
+                lifecycle.withLock { $0 = .running(running) }
+                promise.succeed(running.ports)
+                logger.info(
+                    "APNs emulator listening",
+                    metadata: ["apns": "https://\(configuration.host):\(running.ports.apns)", "control": "http://\(configuration.host):\(running.ports.control)"]
+                )
+                return (running.ports.apns, running.ports.control)
+            } catch {
+                lifecycle.withLock { $0 = .idle }
+                promise.fail(error)
+                throw error
+            }
+        }
+    }
+
+    /// Runs as a `Service`: starts, waits for graceful shutdown (or cancellation), then closes
+    /// the listeners, sending each open APNs connection `GOAWAY` with `{"reason":"Shutdown"}`.
+    public func run() async throws {
+        try await start()
+        try? await gracefulShutdown()
+        try await shutdown()
+    }
+
+    /// Runs the emulator in its own `ServiceGroup` until SIGINT or SIGTERM, then shuts it down
+    /// gracefully; for a process that runs nothing else (`liveline emulator apns`).
+    public func runService() async throws {
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(services: [self], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        )
+        try await group.run()
+    }
+
+    /// Stops both listeners; open APNs connections get `GOAWAY` and are closed once their
+    /// in-flight requests are answered (at most two seconds later). Idempotent.
+    public func shutdown() async throws {
+        enum Step {
+            case stop(Running, EventLoopPromise<Void>)
+            case waitForStart(EventLoopFuture<Ports>)
+            case wait(EventLoopFuture<Void>)
+            case nothing
+        }
+        while true {
+            let step = lifecycle.withLock { state -> Step in
+                switch state {
+                case .idle:
+                    state = .stopped
+                    return .nothing
+                case .starting(let future):
+                    return .waitForStart(future)
+                case .running(let running):
+                    let promise = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Void.self)
+                    state = .stopping(promise.futureResult)
+                    return .stop(running, promise)
+                case .stopping(let future):
+                    return .wait(future)
+                case .stopped:
+                    return .nothing
+                }
+            }
+            switch step {
+            case .nothing:
+                return
+            case .waitForStart(let future):
+                _ = try? await future.get()
+                continue
+            case .wait(let future):
+                try await future.get()
+                return
+            case .stop(let running, let promise):
+                await stop(running)
+                lifecycle.withLock { $0 = .stopped }
+                promise.succeed()
+                logger.info("APNs emulator stopped")
+                return
+            }
+        }
+    }
+
+    private func listen() async throws -> Running {
+        let apnsChannel = try await bindAPNs()
+        let apnsPort = apnsChannel.localAddress?.port ?? 0
+        let controlPort = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Int.self)
+        let application = Application(
+            router: ControlAPI(emulator: self).makeRouter(),
+            configuration: ApplicationConfiguration(
+                address: .hostname(configuration.host, port: configuration.controlPort),
+                serverName: "Liveline APNs emulator"
+            ),
+            onServerRunning: { channel in controlPort.succeed(channel.localAddress?.port ?? 0) },
+            logger: logger
+        )
+        let controlGroup = ServiceGroup(configuration: ServiceGroupConfiguration(services: [application], logger: logger))
+        let logger = self.logger
+        // The control API runs in its own task so that start() can return while it serves;
+        // shutdown() ends it through the group's graceful shutdown and awaits the task.
+        let controlTask = Task {
+            do {
+                try await controlGroup.run()
+            } catch {
+                logger.error("APNs emulator control API failed", metadata: ["error": "\(error)"])
+                controlPort.fail(error)
+            }
+            controlPort.fail(LifecycleError.controlServerStopped)
+        }
+        do {
+            let port = try await controlPort.futureResult.get()
+            return Running(
+                ports: Ports(apns: apnsPort, control: port), apnsChannel: apnsChannel, controlGroup: controlGroup,
+                controlTask: controlTask
+            )
+        } catch {
+            try? await apnsChannel.close()
+            await controlTask.value
+            throw error
+        }
+    }
+
+    private func bindAPNs() async throws -> any Channel {
+        let core = self.core
+        let sslContext = self.sslContext
+        let logger = self.logger
+        let connections = self.connections
+        let settings = [
+            HTTP2Setting(parameter: .maxConcurrentStreams, value: 1000),
+            HTTP2Setting(parameter: .maxHeaderListSize, value: 16 * 1024),
+        ]
+        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))
+                    try pipeline.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings))
+                    try pipeline.addHandler(APNsConnectionHandler(core: core, logger: logger))
+                    connections.add(channel)
+                }
+            }
+            .bind(host: configuration.host, port: configuration.apnsPort)
+            .get()
+    }
+
+    private func stop(_ running: Running) async {
+        try? await running.apnsChannel.close()
+        let open = connections.closeAll()
+        for channel in open {
+            channel.eventLoop.execute {
+                if let handler = try? channel.pipeline.syncOperations.handler(type: APNsConnectionHandler.self) {
+                    handler.shutDownGracefully()
+                } else {
+                    channel.close(promise: nil)
+                }
+            }
+        }
+        if !open.isEmpty {
+            let loop = MultiThreadedEventLoopGroup.singleton.any()
+            let deadline = loop.scheduleTask(in: .seconds(2)) { for channel in open { channel.close(promise: nil) } }
+            _ = try? await EventLoopFuture.whenAllComplete(open.map(\.closeFuture), on: loop).get()
+            deadline.cancel()
+        }
+        await running.controlGroup.triggerGracefulShutdown()
+        await running.controlTask.value
+    }
+
+    // MARK: Registry
+
+    /// Trusts provider tokens signed by `publicKey` with header `kid: keyID` and claim `iss: teamID`.
+    public func registerSigningKey(teamID: String, keyID: String, publicKey: P256.Signing.PublicKey) {
+        core.registerSigningKey(teamID: teamID, keyID: keyID, publicKey: publicKey)
+    }
+
+    /// Allows the topic `<bundleID>.push-type.liveactivity`.
+    public func registerBundleID(_ bundleID: String) {
+        core.registerBundleID(bundleID)
+    }
+
+    /// Creates a simulated phone's Live Activity push token for a bundle id (random 32-byte hex
+    /// unless given; hex is stored lowercase) and returns it. The bundle id is registered too.
+    /// Adding a token that exists replaces it with a fresh phone.
+    ///
+    /// - Precondition: `token`, when given, is a non-empty even-length hex string.
+    @discardableResult
+    public func addDevice(bundleID: String, token: String? = nil) -> String {
+        let token = token?.lowercased() ?? Self.randomToken()
+        precondition(EmulatorCore.isHexToken(token), "A device token is a non-empty, even-length hex string.")
+        core.addDevice(bundleID: bundleID, token: token)
+        return token
+    }
+
+    /// From now on pushes to this token get 410 Unregistered with `timestamp` = now (ms).
+    public func expireDevice(token: String) {
+        _ = core.expireDevice(token: token.lowercased())
+    }
+
+    /// The user swipes the token's Live Activity away: later pushes are ignored (`dismissed`).
+    /// Returns `false` when no such device exists.
+    @discardableResult
+    public func dismissActivity(token: String) -> Bool {
+        core.dismissActivity(token: token.lowercased())
+    }
+
+    /// Replaces the injected faults.
+    public func setFaults(_ faults: APNsFaults) {
+        core.faults = faults
+    }
+
+    /// The injected faults in force.
+    public var faults: APNsFaults { core.faults }
+
+    /// The newest `limit` received requests (to `token` when given), newest last.
+    public func pushes(token: String? = nil, limit: Int = 100) -> [ReceivedPush] {
+        core.pushes(token: token?.lowercased(), limit: max(0, limit))
+    }
+
+    /// What the phone with this token displays, or `nil` for an unknown token.
+    public func display(token: String) -> DisplayedActivity? {
+        core.display(token: token.lowercased())
+    }
+
+    /// Every device's display, in the order the devices were added.
+    public func devices() -> [DisplayedActivity] {
+        core.displays()
+    }
+
+    /// Counts over every request answered so far.
+    public var statistics: EmulatorStatistics { core.statistics }
+
+    static func randomToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let hex = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(64)
+        for _ in 0..<32 {
+            let byte = UInt8.random(in: 0...255, using: &generator)
+            bytes.append(hex[Int(byte >> 4)])
+            bytes.append(hex[Int(byte & 0x0F)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// The open APNs connections, so shutdown can say goodbye to each.
+final class OpenConnections: Sendable {
+    private struct State {
+        var channels: [ObjectIdentifier: any Channel] = [:]
+        var closed = false
+    }
+    private let state = Mutex(State())
+
+    func add(_ channel: any Channel) {
+        let accepted = state.withLock { state -> Bool in
+            guard !state.closed else { return false }
+            state.channels[ObjectIdentifier(channel)] = channel
+            return true
+        }
+        guard accepted else {
+            channel.close(promise: nil)
+            return
+        }
+        channel.closeFuture.whenComplete { _ in
+            _ = self.state.withLock { $0.channels.removeValue(forKey: ObjectIdentifier(channel)) }
+        }
+    }
+
+    /// Refuses further connections and returns the open ones.
+    func closeAll() -> [any Channel] {
+        state.withLock { state in
+            state.closed = true
+            return Array(state.channels.values)
+        }
+    }
+}

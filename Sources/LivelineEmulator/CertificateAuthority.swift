@@ -1,0 +1,109 @@
+import Crypto
+import Foundation
+import X509
+
+/// The emulator's TLS identity: a local certificate authority (kept in the data directory so a
+/// restarted emulator is still trusted) and a fresh server certificate it signs for
+/// `127.0.0.1`, `::1` and `localhost`.
+struct EmulatorTLSIdentity: Sendable {
+    var caCertificatePEM: String
+    var serverCertificatePEM: String
+    var serverPrivateKeyPEM: String
+
+    static let caFileName = "ca.pem"
+    static let caKeyFileName = "ca-key.pem"
+
+    /// Loads the CA from `directory` (or creates and writes it) and issues a server certificate.
+    static func loadOrCreate(in directory: String, now: Date = Date()) throws -> EmulatorTLSIdentity {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let caPath = (directory as NSString).appendingPathComponent(caFileName)
+        let caKeyPath = (directory as NSString).appendingPathComponent(caKeyFileName)
+        let (caCertificate, caKey) = try loadCA(certificatePath: caPath, keyPath: caKeyPath, now: now)
+            ?? createCA(certificatePath: caPath, keyPath: caKeyPath, now: now)
+
+        let serverKey = P256.Signing.PrivateKey()
+        let serverName = try DistinguishedName {
+            OrganizationName("Liveline")
+            CommonName("Liveline APNs emulator")
+        }
+        let serverCertificate = try Certificate(
+            version: .v3,
+            serialNumber: Certificate.SerialNumber(),
+            publicKey: Certificate.PublicKey(serverKey.publicKey),
+            notValidBefore: now - 3600,
+            notValidAfter: now + 365 * 86400,
+            issuer: caCertificate.subject,
+            subject: serverName,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.notCertificateAuthority)
+                Critical(KeyUsage(digitalSignature: true))
+                try ExtendedKeyUsage([.serverAuth])
+                SubjectAlternativeNames([
+                    .dnsName("localhost"),
+                    .ipAddress(.init(contentBytes: [127, 0, 0, 1])),
+                    .ipAddress(.init(contentBytes: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1])),
+                ])
+                AuthorityKeyIdentifier(keyIdentifier: keyIdentifier(caKey.publicKey))
+                SubjectKeyIdentifier(keyIdentifier: keyIdentifier(serverKey.publicKey))
+            },
+            issuerPrivateKey: Certificate.PrivateKey(caKey)
+        )
+        return EmulatorTLSIdentity(
+            caCertificatePEM: try caCertificate.serializeAsPEM().pemString,
+            serverCertificatePEM: try serverCertificate.serializeAsPEM().pemString,
+            serverPrivateKeyPEM: serverKey.pemRepresentation
+        )
+    }
+
+    private static func loadCA(certificatePath: String, keyPath: String, now: Date) throws -> (Certificate, P256.Signing.PrivateKey)? {
+        guard FileManager.default.fileExists(atPath: certificatePath), FileManager.default.fileExists(atPath: keyPath) else {
+            return nil
+        }
+        guard let certificate = try? Certificate(pemEncoded: String(contentsOfFile: certificatePath, encoding: .utf8)),
+            let key = try? P256.Signing.PrivateKey(pemRepresentation: String(contentsOfFile: keyPath, encoding: .utf8)),
+            certificate.publicKey == Certificate.PublicKey(key.publicKey),
+            certificate.notValidAfter > now + 86400
+        else { return nil }
+        return (certificate, key)
+    }
+
+    private static func createCA(certificatePath: String, keyPath: String, now: Date) throws -> (Certificate, P256.Signing.PrivateKey) {
+        let key = P256.Signing.PrivateKey()
+        let name = try DistinguishedName {
+            OrganizationName("Liveline")
+            CommonName("Liveline APNs emulator CA")
+        }
+        let certificate = try Certificate(
+            version: .v3,
+            serialNumber: Certificate.SerialNumber(),
+            publicKey: Certificate.PublicKey(key.publicKey),
+            notValidBefore: now - 3600,
+            notValidAfter: now + 10 * 365 * 86400,
+            issuer: name,
+            subject: name,
+            signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                SubjectKeyIdentifier(keyIdentifier: keyIdentifier(key.publicKey))
+            },
+            issuerPrivateKey: Certificate.PrivateKey(key)
+        )
+        // The key first, readable by its owner only; the certificate is what clients are given.
+        try writeFile(key.pemRepresentation, to: keyPath, permissions: 0o600)
+        try writeFile(try certificate.serializeAsPEM().pemString, to: certificatePath, permissions: 0o644)
+        return (certificate, key)
+    }
+
+    /// Writes `text` to `path` (replacing it), created with `permissions`.
+    static func writeFile(_ text: String, to path: String, permissions: Int) throws {
+        if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+        guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: permissions])
+        else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
+    }
+
+    private static func keyIdentifier(_ key: P256.Signing.PublicKey) -> ArraySlice<UInt8> {
+        ArraySlice(Insecure.SHA1.hash(data: key.derRepresentation))
+    }
+}

@@ -1,0 +1,228 @@
+import Crypto
+import Foundation
+import Hummingbird
+import LivelineCore
+import NIOCore
+
+/// An error the control API answers with: `{"error": {"code", "message", "field"}}`.
+struct ControlAPIError: Error {
+    var status: HTTPResponse.Status
+    var code: String
+    var message: String
+    var field: String?
+
+    init(_ status: HTTPResponse.Status, _ code: String, _ message: String, field: String? = nil) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+    }
+
+    static func badRequest(_ code: String, _ message: String, field: String? = nil) -> ControlAPIError {
+        ControlAPIError(.badRequest, code, message, field: field)
+    }
+
+    static func deviceNotFound(_ token: String) -> ControlAPIError {
+        ControlAPIError(.notFound, "device_not_found", "No device with token \(token).", field: "token")
+    }
+
+    var json: JSONValue {
+        ["error": ["code": .string(code), "message": .string(message), "field": field.map(JSONValue.string) ?? .null]]
+    }
+}
+
+/// The emulator's control and inspection API (HTTP/1.1, JSON):
+///
+/// | route | does |
+/// |---|---|
+/// | `GET /healthz` | `{"status":"ok"}` |
+/// | `GET /pushes?token=&limit=` | received requests, newest last (`limit` default 100) |
+/// | `GET /devices` | every device with its display |
+/// | `GET /devices/{token}` | one device's display |
+/// | `POST /devices` `{"bundleId", "token"?}` | 201 `{"token"}` |
+/// | `POST /devices/{token}/expire` | later pushes get 410 Unregistered |
+/// | `POST /devices/{token}/dismiss` | the user dismisses the activity |
+/// | `GET /faults`, `PUT /faults` | the injected ``APNsFaults`` |
+/// | `POST /keys` `{"teamId","keyId","publicKeyPem"}` | trust a signing key (public key or .p8 PEM) |
+/// | `POST /bundles` `{"bundleId"}` | allow a topic |
+/// | `GET /statistics` | ``EmulatorStatistics`` |
+struct ControlAPI: Sendable {
+    let emulator: APNsEmulator
+
+    static let maximumBodyBytes = 64 * 1024
+
+    func makeRouter() -> Router<BasicRequestContext> {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: ControlErrorMiddleware())
+        router.get("healthz") { _, _ in try Self.json(["status": "ok"] as [String: String]) }
+        router.get("pushes") { request, _ in
+            let limit = try Self.limit(request)
+            let token = request.uri.queryParameters.get("token").flatMap { $0.isEmpty ? nil : $0 }
+            return try Self.json(["pushes": emulator.pushes(token: token, limit: limit)])
+        }
+        router.get("devices") { _, _ in try Self.json(["devices": emulator.devices()]) }
+        router.get("devices/:token") { _, context in
+            let token = try context.parameters.require("token")
+            guard let display = emulator.display(token: token) else { throw ControlAPIError.deviceNotFound(token) }
+            return try Self.json(display)
+        }
+        router.post("devices") { request, _ in
+            let body = try await Self.readObject(request, allowed: ["bundleId", "token"])
+            let bundleID = try Self.requiredString(body, "bundleId")
+            var token: String?
+            if let value = body["token"], value != .null {
+                guard let text = value.stringValue, EmulatorCore.isHexToken(text) else {
+                    throw ControlAPIError.badRequest(
+                        "invalid_token", "token must be a non-empty, even-length hex string.", field: "token"
+                    )
+                }
+                token = text
+            }
+            let created = emulator.addDevice(bundleID: bundleID, token: token)
+            return try Self.json(["token": created], status: .created)
+        }
+        router.post("devices/:token/expire") { _, context in
+            let token = try context.parameters.require("token")
+            guard emulator.core.expireDevice(token: token.lowercased()), let display = emulator.display(token: token) else {
+                throw ControlAPIError.deviceNotFound(token)
+            }
+            return try Self.json(display)
+        }
+        router.post("devices/:token/dismiss") { _, context in
+            let token = try context.parameters.require("token")
+            guard emulator.dismissActivity(token: token), let display = emulator.display(token: token) else {
+                throw ControlAPIError.deviceNotFound(token)
+            }
+            return try Self.json(display)
+        }
+        router.get("faults") { _, _ in try Self.json(emulator.faults) }
+        router.put("faults") { request, _ in
+            let body = try await Self.readObject(request, allowed: Set(APNsFaults.CodingKeys.allCases.map(\.rawValue)))
+            let faults: APNsFaults
+            do {
+                faults = try JSONDecoder().decode(APNsFaults.self, from: Data(JSONValue.object(body).encoded))
+            } catch let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context) {
+                let field = context.codingPath.first?.stringValue
+                throw ControlAPIError.badRequest("invalid_type", "\(field ?? "a member") has the wrong type.", field: field)
+            } catch {
+                throw ControlAPIError.badRequest("invalid_faults", "The faults could not be read: \(error).")
+            }
+            if let (field, message) = faults.invalidMember {
+                throw ControlAPIError.badRequest("invalid_value", message, field: field)
+            }
+            emulator.setFaults(faults)
+            return try Self.json(faults)
+        }
+        router.post("keys") { request, _ in
+            let body = try await Self.readObject(request, allowed: ["teamId", "keyId", "publicKeyPem"])
+            let teamID = try Self.requiredString(body, "teamId")
+            let keyID = try Self.requiredString(body, "keyId")
+            let pem = try Self.requiredString(body, "publicKeyPem")
+            let publicKey: P256.Signing.PublicKey
+            if let key = try? P256.Signing.PublicKey(pemRepresentation: pem) {
+                publicKey = key
+            } else if let key = try? P256.Signing.PrivateKey(pemRepresentation: pem) {
+                publicKey = key.publicKey
+            } else {
+                throw ControlAPIError.badRequest(
+                    "invalid_key", "publicKeyPem must be a P-256 public key or .p8 private key in PEM form.", field: "publicKeyPem"
+                )
+            }
+            emulator.registerSigningKey(teamID: teamID, keyID: keyID, publicKey: publicKey)
+            return try Self.json(["teamId": teamID, "keyId": keyID], status: .created)
+        }
+        router.post("bundles") { request, _ in
+            let body = try await Self.readObject(request, allowed: ["bundleId"])
+            let bundleID = try Self.requiredString(body, "bundleId")
+            emulator.registerBundleID(bundleID)
+            return try Self.json(["bundleId": bundleID], status: .created)
+        }
+        router.get("statistics") { _, _ in try Self.json(emulator.statistics) }
+        return router
+    }
+
+    // MARK: Helpers
+
+    static func limit(_ request: Request) throws -> Int {
+        guard let text = request.uri.queryParameters.get("limit"), !text.isEmpty else { return 100 }
+        guard let limit = Int(text), limit >= 1 else {
+            throw ControlAPIError.badRequest("invalid_limit", "limit must be a positive integer.", field: "limit")
+        }
+        return limit
+    }
+
+    static func readObject(_ request: Request, allowed: Set<String>) async throws -> [String: JSONValue] {
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: maximumBodyBytes)
+        } catch is NIOTooManyBytesError {
+            throw ControlAPIError(.contentTooLarge, "body_too_large", "The request body exceeds \(maximumBodyBytes) bytes.")
+        }
+        let value: JSONValue
+        do {
+            value = try JSONValue(parsing: buffer.readableBytesView)
+        } catch {
+            throw ControlAPIError.badRequest("malformed_json", "The request body is not valid JSON: \(error).")
+        }
+        guard let members = value.objectValue else {
+            throw ControlAPIError.badRequest("malformed_json", "The request body must be a JSON object, not \(value.kindName).")
+        }
+        if let unknown = members.keys.sorted().first(where: { !allowed.contains($0) }) {
+            throw ControlAPIError.badRequest("unknown_field", "\(unknown) is not a field of this request.", field: unknown)
+        }
+        return members
+    }
+
+    static func requiredString(_ body: [String: JSONValue], _ field: String) throws -> String {
+        guard let value = body[field], value != .null else {
+            throw ControlAPIError.badRequest("missing_field", "\(field) is required.", field: field)
+        }
+        guard let text = value.stringValue, !text.isEmpty else {
+            throw ControlAPIError.badRequest("invalid_type", "\(field) must be a non-empty string.", field: field)
+        }
+        return text
+    }
+
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(APIDate.iso8601(date))
+        }
+        return response(try encoder.encode(value), status: status)
+    }
+
+    static func response(_ bytes: some Sequence<UInt8>, status: HTTPResponse.Status) -> Response {
+        var buffer = ByteBuffer()
+        buffer.writeBytes(bytes)
+        return Response(
+            status: status, headers: [.contentType: "application/json; charset=utf-8"], body: ResponseBody(byteBuffer: buffer)
+        )
+    }
+}
+
+/// Turns every error into the control API's JSON error shape.
+struct ControlErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch {
+            let apiError: ControlAPIError
+            switch error {
+            case let error as ControlAPIError:
+                apiError = error
+            case let error as any HTTPResponseError where error.status == .notFound:
+                apiError = ControlAPIError(.notFound, "not_found", "No route \(request.method) \(request.uri.path).")
+            case let error as any HTTPResponseError where error.status == .methodNotAllowed:
+                apiError = ControlAPIError(.methodNotAllowed, "method_not_allowed", "\(request.method) is not allowed on \(request.uri.path).")
+            case let error as any HTTPResponseError where error.status.code < 500:
+                apiError = ControlAPIError(error.status, "http_\(error.status.code)", error.status.reasonPhrase)
+            default:
+                context.logger.error("Emulator control API error", metadata: ["error": "\(error)"])
+                apiError = ControlAPIError(.internalServerError, "internal_error", "The emulator failed to handle this request.")
+            }
+            return ControlAPI.response(apiError.json.encoded, status: apiError.status)
+        }
+    }
+}

@@ -1,0 +1,365 @@
+import Crypto
+import Foundation
+import LivelineCore
+import Synchronization
+
+/// A request as it arrived on an HTTP/2 stream.
+struct APNsRequest: Sendable {
+    var headers: [ReceivedPush.Header]
+    /// The body, kept up to ``EmulatorCore/keptBodyBytes``.
+    var body: [UInt8]
+    /// The body's full length (it may exceed `body.count`).
+    var bodyLength: Int
+}
+
+/// What one connection remembers about provider tokens.
+struct ConnectionTokenState: Sendable {
+    var token: String?
+    var issuedAt: Double?
+}
+
+/// How to answer a request.
+struct APNsOutcome: Sendable {
+    enum Answer: Sendable, Hashable {
+        case respond(status: Int, apnsID: String, body: [UInt8]?, retryAfter: Int?)
+        case drop
+    }
+    var answer: Answer
+    /// Wait this long before answering.
+    var delayMilliseconds: Int
+    /// The `goAwayAfterRequests` fault in force when the request arrived.
+    var goAwayAfterRequests: Int?
+}
+
+/// The emulator's state: registered keys, bundle ids and devices (each a simulated phone), faults,
+/// push history and counts; and the rules by which APNs answers a request. The I/O lives in
+/// ``APNsConnectionHandler`` and the control API; this type is called from every event loop.
+final class EmulatorCore: Sendable {
+    /// The largest payload APNs accepts for a token push.
+    static let maximumPayloadBytes = 4096
+    /// Bodies are kept (for the history) up to this size; longer ones are only counted.
+    static let keptBodyBytes = 64 * 1024
+    /// A provider token older than this is refused as `ExpiredProviderToken`.
+    static let providerTokenLifetime: TimeInterval = 3600
+    /// A connection may move to a new provider token only if it was issued this long after the last.
+    static let providerTokenRefreshInterval: TimeInterval = 20 * 60
+    static let topicSuffix = ".push-type.liveactivity"
+    static let maximumCachedTokenChecks = 4096
+
+    struct Device: Sendable {
+        var bundleID: String
+        var sequence: Int
+        var unregisteredAt: Date?
+        var activity = LiveActivityState()
+        /// Times of accepted priority-10 pushes within the last hour.
+        var priority10 = RecentTimes()
+    }
+
+    struct State: Sendable {
+        var keys: [String: RegisteredSigningKey] = [:]
+        var bundles: Set<String> = []
+        var devices: [String: Device] = [:]
+        var nextDeviceSequence = 0
+        var tokenChecks: [String: ProviderTokenCheck] = [:]
+        var faults = APNsFaults.none
+        var history: PushHistory
+        var statistics = EmulatorStatistics()
+    }
+
+    let clock: @Sendable () -> Date
+    let clockSkew: TimeInterval
+    let state: Mutex<State>
+
+    init(pushHistoryLimit: Int, clockSkew: TimeInterval, clock: @escaping @Sendable () -> Date) {
+        self.clock = clock
+        self.clockSkew = clockSkew
+        self.state = Mutex(State(history: PushHistory(capacity: pushHistoryLimit)))
+    }
+
+    // MARK: Registry
+
+    func registerSigningKey(teamID: String, keyID: String, publicKey: P256.Signing.PublicKey) {
+        state.withLock {
+            $0.keys[keyID] = RegisteredSigningKey(teamID: teamID, keyID: keyID, publicKey: publicKey)
+            $0.tokenChecks.removeAll()
+        }
+    }
+
+    func registerBundleID(_ bundleID: String) {
+        _ = state.withLock { $0.bundles.insert(bundleID) }
+    }
+
+    func addDevice(bundleID: String, token: String) {
+        state.withLock {
+            $0.bundles.insert(bundleID)
+            $0.devices[token] = Device(bundleID: bundleID, sequence: $0.nextDeviceSequence)
+            $0.nextDeviceSequence += 1
+        }
+    }
+
+    /// Marks the token unregistered from now on; `false` when no such device exists.
+    func expireDevice(token: String) -> Bool {
+        let now = clock()
+        return state.withLock {
+            guard $0.devices[token] != nil else { return false }
+            if $0.devices[token]!.unregisteredAt == nil { $0.devices[token]!.unregisteredAt = now }
+            return true
+        }
+    }
+
+    /// The user swipes the activity away; `false` when no such device exists.
+    func dismissActivity(token: String) -> Bool {
+        state.withLock {
+            guard $0.devices[token] != nil else { return false }
+            $0.devices[token]!.activity.dismissedByUser = true
+            return true
+        }
+    }
+
+    var faults: APNsFaults {
+        get { state.withLock { $0.faults } }
+        set { state.withLock { $0.faults = newValue } }
+    }
+
+    func pushes(token: String?, limit: Int) -> [ReceivedPush] {
+        state.withLock { $0.history.newest(limit: limit) { token == nil || $0.token == token } }
+    }
+
+    func display(token: String) -> DisplayedActivity? {
+        let now = clock()
+        return state.withLock { state in state.devices[token].map { Self.display(token: token, device: $0, now: now) } }
+    }
+
+    /// Every device, in the order they were added.
+    func displays() -> [DisplayedActivity] {
+        let now = clock()
+        return state.withLock { state in
+            state.devices.sorted { $0.value.sequence < $1.value.sequence }.map {
+                Self.display(token: $0.key, device: $0.value, now: now)
+            }
+        }
+    }
+
+    var statistics: EmulatorStatistics { state.withLock { $0.statistics } }
+
+    static func display(token: String, device: Device, now: Date) -> DisplayedActivity {
+        let activity = device.activity.atTime(now)
+        let hourAgo = now - 3600
+        return DisplayedActivity(
+            token: token, bundleID: device.bundleID, unregisteredAt: device.unregisteredAt,
+            contentState: activity.contentState, timestamp: activity.timestamp, staleDate: activity.staleDate,
+            isStale: activity.isStale(at: now), relevanceScore: activity.relevanceScore,
+            attributesType: activity.attributesType, attributes: activity.attributes, startedAt: activity.startedAt,
+            ended: activity.ended, endedAt: activity.endedAt, dismissalDate: activity.dismissalDate,
+            dismissed: activity.isDismissed(at: now), alertCount: activity.alertCount, lastAlert: activity.lastAlert,
+            appliedCount: activity.appliedCount, ignoredCount: activity.ignoredCount, lastEvent: activity.lastEvent,
+            lastIgnoredReason: activity.lastIgnoredReason,
+            priority10LastHour: device.priority10.count(after: hourAgo)
+        )
+    }
+
+    // MARK: Answering a request
+
+    /// An APNs error answer, before it is recorded.
+    struct Rejection: Error {
+        var status: Int
+        var reason: String
+        var timestamp: Int64?
+
+        init(_ status: Int, _ reason: String, timestamp: Int64? = nil) {
+            self.status = status
+            self.reason = reason
+            self.timestamp = timestamp
+        }
+
+        var body: [UInt8] {
+            var members: [String: JSONValue] = ["reason": .string(reason)]
+            if let timestamp { members["timestamp"] = .integer(timestamp) }
+            return JSONValue.object(members).encoded
+        }
+    }
+
+    /// Why a request is not accepted.
+    enum Refusal: Error {
+        /// Answer with an APNs error.
+        case reject(Rejection)
+        /// Close the connection instead of answering (an injected fault).
+        case drop
+    }
+
+    /// Answers one request as APNs does, applies an accepted push to the simulated phone, and
+    /// records the request. `connection` is the calling connection's provider-token memory.
+    func handle(_ request: APNsRequest, connection: inout ConnectionTokenState) -> APNsOutcome {
+        let now = clock()
+        let headers = RequestHeaders(request.headers)
+        let apnsID = headers.validAPNsID ?? UUID().uuidString.lowercased()
+        let token = headers.deviceToken ?? ""
+        var faults: APNsFaults?
+        var status: Int?
+        var reason: String?
+        var body: [UInt8]?
+        var retryAfter: Int?
+        var accepted: (decoded: Result<LiveActivityState.DecodedPush, LiveActivityState.Unusable>, priority10: Bool)?
+        do throws(Refusal) {
+            accepted = try evaluate(request, headers: headers, token: token, now: now, connection: &connection, faults: &faults)
+            status = 200
+        } catch {
+            switch error {
+            case .drop:
+                status = nil
+            case .reject(let rejection):
+                status = rejection.status
+                reason = rejection.reason
+                body = rejection.body
+                if Self.injectedReasons.contains(rejection.reason) { retryAfter = faults?.retryAfterSeconds }
+            }
+        }
+
+        var record = ReceivedPush(
+            receivedAt: now, token: token, headers: request.headers,
+            payload: String(decoding: request.body, as: UTF8.self), status: status, reason: reason, apnsID: apnsID,
+            verdict: nil
+        )
+        state.withLock { state in
+            if let accepted, state.devices[token] != nil {
+                let verdict = state.devices[token]!.activity.apply(accepted.decoded, now: now)
+                record.verdict = verdict
+                if accepted.priority10 { state.devices[token]!.priority10.record(now, keepingAfter: now - 3600) }
+                if verdict.isApplied { state.statistics.applied += 1 } else { state.statistics.ignored += 1 }
+            }
+            state.statistics.totalRequests += 1
+            if let status {
+                state.statistics.byStatus[status, default: 0] += 1
+                if status == 200 { state.statistics.accepted += 1 }
+            } else {
+                state.statistics.dropped += 1
+            }
+            if let reason { state.statistics.byReason[reason, default: 0] += 1 }
+            state.history.append(record)
+        }
+        let answer: APNsOutcome.Answer =
+            if let status { .respond(status: status, apnsID: apnsID, body: body, retryAfter: retryAfter) } else { .drop }
+        return APNsOutcome(
+            answer: answer, delayMilliseconds: faults?.delayMilliseconds ?? 0, goAwayAfterRequests: faults?.goAwayAfterRequests
+        )
+    }
+
+    /// The reasons of injected 429 and 503 answers, which carry `retry-after` when configured.
+    static let injectedReasons: Set<String> = ["TooManyRequests", "ServiceUnavailable"]
+
+    /// Apple's checks, in order; returns the decoded payload of an accepted push.
+    private func evaluate(
+        _ request: APNsRequest, headers: RequestHeaders, token: String, now: Date,
+        connection: inout ConnectionTokenState, faults: inout APNsFaults?
+    ) throws(Refusal) -> (decoded: Result<LiveActivityState.DecodedPush, LiveActivityState.Unusable>, priority10: Bool) {
+        do throws(Rejection) {
+            try headers.checkMethodAndPath()
+            try authenticate(headers, now: now, connection: &connection)
+        } catch {
+            throw .reject(error)
+        }
+        // Faults apply once the provider token was accepted.
+        let current = self.faults
+        faults = current
+        if Self.happens(current.dropConnectionRate) { throw .drop }
+        if Self.happens(current.internalErrorRate) { throw .reject(Rejection(500, "InternalServerError")) }
+        if Self.happens(current.unavailableRate) { throw .reject(Rejection(503, "ServiceUnavailable")) }
+        if Self.happens(current.tooManyRequestsRate) { throw .reject(Rejection(429, "TooManyRequests")) }
+        do throws(Rejection) {
+            let bundleID = try headers.checkAPNsHeaders { self.isRegistered(bundleID: $0) }
+            try checkDevice(token: token, bundleID: bundleID)
+            if request.bodyLength == 0 { throw Rejection(400, "PayloadEmpty") }
+            if request.bodyLength > Self.maximumPayloadBytes { throw Rejection(413, "PayloadTooLarge") }
+        } catch {
+            throw .reject(error)
+        }
+        return (LiveActivityState.decode(request.body), headers.priority != "5")
+    }
+
+    private static func happens(_ rate: Double) -> Bool {
+        rate > 0 && Double.random(in: 0..<1) < rate
+    }
+
+    /// Checks `authorization: bearer <provider token>` and the connection's token history.
+    private func authenticate(
+        _ headers: RequestHeaders, now: Date, connection: inout ConnectionTokenState
+    ) throws(Rejection) {
+        guard let authorization = headers.authorization.first else { throw Rejection(403, "MissingProviderToken") }
+        guard headers.authorization.count == 1 else { throw Rejection(400, "DuplicateHeaders") }
+        let scheme = authorization.prefix(7)
+        guard scheme.lowercased() == "bearer " else { throw Rejection(403, "InvalidProviderToken") }
+        let token = String(authorization.dropFirst(7))
+        let check = state.withLock { $0.tokenChecks[token] } ?? verifyAndCache(token)
+        guard case .valid(let verified) = check else { throw Rejection(403, "InvalidProviderToken") }
+        let nowSeconds = now.timeIntervalSince1970
+        if verified.issuedAt > nowSeconds + clockSkew { throw Rejection(403, "InvalidProviderToken") }
+        if nowSeconds - verified.issuedAt > Self.providerTokenLifetime { throw Rejection(403, "ExpiredProviderToken") }
+        if connection.token != token {
+            if let previous = connection.issuedAt, abs(verified.issuedAt - previous) < Self.providerTokenRefreshInterval {
+                throw Rejection(429, "TooManyProviderTokenUpdates")
+            }
+            connection.token = token
+            connection.issuedAt = verified.issuedAt
+        }
+    }
+
+    /// Verifies a token's signature once; later requests with the same token read the cache.
+    private func verifyAndCache(_ token: String) -> ProviderTokenCheck {
+        let keys = state.withLock { $0.keys }
+        let check = ProviderTokenVerifier.check(token, keys: keys)
+        state.withLock { state in
+            // A key registered meanwhile cleared the cache; do not store a verdict made without it.
+            guard state.keys.count == keys.count else { return }
+            if state.tokenChecks.count >= Self.maximumCachedTokenChecks { state.tokenChecks.removeAll() }
+            state.tokenChecks[token] = check
+        }
+        return check
+    }
+
+    private func checkDevice(token: String, bundleID: String) throws(Rejection) {
+        guard Self.isHexToken(token) else { throw Rejection(400, "BadDeviceToken") }
+        let device = state.withLock { $0.devices[token].map { ($0.bundleID, $0.unregisteredAt) } }
+        guard let (deviceBundleID, unregisteredAt) = device else { throw Rejection(400, "BadDeviceToken") }
+        guard deviceBundleID == bundleID else { throw Rejection(400, "DeviceTokenNotForTopic") }
+        if let unregisteredAt {
+            throw Rejection(410, "Unregistered", timestamp: Int64((unregisteredAt.timeIntervalSince1970 * 1000).rounded(.down)))
+        }
+    }
+
+    func isRegistered(bundleID: String) -> Bool {
+        state.withLock { $0.bundles.contains(bundleID) }
+    }
+
+    /// A device token is a non-empty, even-length string of hex digits (compared case-insensitively).
+    static func isHexToken(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.count % 2 == 0
+            && token.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) || (0x41...0x46).contains($0) }
+    }
+}
+
+/// Times in the order they happened, forgetting those older than a horizon; O(1) amortized.
+struct RecentTimes: Sendable {
+    private var times: [Date] = []
+    private var start = 0
+
+    mutating func record(_ time: Date, keepingAfter horizon: Date) {
+        while start < times.count, times[start] <= horizon { start += 1 }
+        if start > 1024, start * 2 > times.count {
+            times.removeFirst(start)
+            start = 0
+        }
+        times.append(time)
+    }
+
+    /// How many recorded times are later than `horizon`.
+    func count(after horizon: Date) -> Int {
+        // Times are appended in clock order, so the ones after the horizon form a suffix.
+        var low = start
+        var high = times.count
+        while low < high {
+            let middle = (low + high) / 2
+            if times[middle] > horizon { high = middle } else { low = middle + 1 }
+        }
+        return times.count - low
+    }
+}

@@ -1,0 +1,111 @@
+import ArgumentParser
+import Foundation
+import LivelineEmulator
+import Logging
+
+/// `liveline emulator …`: local stand-ins for the push services.
+struct EmulatorCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "emulator",
+        abstract: "Run local stand-ins for the push services Liveline talks to.",
+        subcommands: [APNsCommand.self]
+    )
+
+    /// `liveline emulator apns`: the APNs emulator with its control API.
+    struct APNsCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "apns",
+            abstract: "Run a local APNs (HTTP/2 + TLS) with simulated phones and a JSON control API.",
+            discussion: """
+                Pushes are checked as Apple documents them and applied to simulated phones; see what a phone \
+                shows with GET /devices on the control API. Without --key-file a signing key is generated once \
+                into the data directory and reused on later starts.
+                """
+        )
+
+        @Option(help: "Address both listeners bind to.")
+        var host = "127.0.0.1"
+
+        @Option(help: "Port of the APNs listener (HTTP/2 over TLS).")
+        var port = 8443
+
+        @Option(name: .customLong("control-port"), help: "Port of the JSON control API (HTTP/1.1).")
+        var controlPort = 8091
+
+        @Option(name: .customLong("data-dir"), help: "Directory for the CA certificate, generated key and emulator.json.")
+        var dataDirectory = "./.liveline/emulator"
+
+        @Option(name: .customLong("bundle-id"), help: "A bundle id whose Live Activity topic to allow (repeatable; default com.example.liveline.demo).")
+        var bundleIDs: [String] = []
+
+        @Option(name: .customLong("team-id"), help: "The team id provider tokens carry as iss (default: the saved or a generated one).")
+        var teamID: String?
+
+        @Option(name: .customLong("key-id"), help: "The key id provider tokens carry as kid (default: from the key file's name, the saved or a generated one).")
+        var keyID: String?
+
+        @Option(name: .customLong("key-file"), help: "A .p8 file whose public key to trust (default: generate one into the data directory once).")
+        var keyFile: String?
+
+        @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
+        var logLevel = "info"
+
+        func validate() throws {
+            guard Logger.Level(rawValue: logLevel) != nil else {
+                throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
+            }
+            for (name, value) in [("--port", port), ("--control-port", controlPort)] where !(0...65535).contains(value) {
+                throw ValidationError("\(name) must be a port number from 0 to 65535.")
+            }
+        }
+
+        func run() async throws {
+            let logger = makeLogger(level: Logger.Level(rawValue: logLevel) ?? .info)
+            let directory = URL(fileURLWithPath: dataDirectory).standardizedFileURL.path
+            let credentials: EmulatorSigningCredentials
+            do {
+                credentials = try EmulatorSigningCredentials.loadOrCreate(
+                    dataDirectory: directory, teamID: teamID, keyID: keyID,
+                    keyFile: keyFile.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+                )
+            } catch let problem as EmulatorSigningCredentials.Problem {
+                throw ValidationError(problem.description)
+            }
+
+            var configuration = APNsEmulatorConfiguration(dataDirectory: directory)
+            configuration.host = host
+            configuration.apnsPort = port
+            configuration.controlPort = controlPort
+            let emulator = try APNsEmulator(configuration: configuration, logger: logger)
+            emulator.registerSigningKey(teamID: credentials.teamID, keyID: credentials.keyID, publicKey: credentials.publicKey)
+            let bundles = bundleIDs.isEmpty ? ["com.example.liveline.demo"] : bundleIDs
+            for bundleID in bundles { emulator.registerBundleID(bundleID) }
+
+            let ports = try await emulator.start()
+            let urlHost = host.contains(":") ? "[\(host)]" : host
+            let apnsURL = "https://\(urlHost):\(ports.apnsPort)"
+            let banner = """
+                Liveline APNs emulator
+                  APNs:         \(apnsURL)
+                  CA file:      \(emulator.caCertificatePath)
+                  control API:  http://\(urlHost):\(ports.controlPort)
+                  team id:      \(credentials.teamID)
+                  key id:       \(credentials.keyID)
+                  key file:     \(credentials.keyFilePath)\(credentials.generated ? " (generated)" : "")
+                  bundle ids:   \(bundles.joined(separator: ", "))
+
+                Point an app at it:
+                  liveline apps set-apns --app APP_ID --team-id \(credentials.teamID) --key-id \(credentials.keyID) --key-file \(shellQuoted(credentials.keyFilePath)) --environment sandbox --base-url \(apnsURL) --ca-file \(shellQuoted(emulator.caCertificatePath))
+
+                Add a simulated phone: curl -X POST http://\(urlHost):\(ports.controlPort)/devices -d '{"bundleId":"\(bundles[0])"}'
+
+                """
+            FileHandle.standardOutput.write(Data(banner.utf8))
+            try await emulator.runService()
+        }
+
+        private func shellQuoted(_ path: String) -> String {
+            path.allSatisfy({ $0.isLetter || $0.isNumber || "/._-+".contains($0) }) ? path : "'\(path.replacingOccurrences(of: "'", with: "'\\''"))'"
+        }
+    }
+}
