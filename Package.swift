@@ -108,7 +108,20 @@ let package = Package(
         ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
         .testTarget(name: "LivelineStoreTests", dependencies: ["LivelineStore", "LivelineCore"]),
-        .testTarget(name: "APNsTests", dependencies: ["APNs"]),
+        .testTarget(
+            name: "APNsTests",
+            dependencies: [
+                "APNs",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(name: "LivelineEmulatorTests", dependencies: ["LivelineEmulator", "LivelineCore"]),
         .testTarget(
             name: "LivelineDispatchTests",
