@@ -1,2 +1,0 @@
-/// APNs over HTTP/2 for Live Activities.
-public enum APNs {}

@@ -1,0 +1,345 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// An HTTP/2 client for APNs.
+///
+/// It keeps a small pool of TLS connections (ALPN `h2`), each pinned to one event loop of the group, and spreads
+/// requests over them round-robin. Each request is one HTTP/2 stream; a connection opens as many concurrent streams
+/// as the server's `SETTINGS_MAX_CONCURRENT_STREAMS` allows at that moment (APNs starts at 1 and raises it after the
+/// first successful request) and queues the rest. When APNs sends `GOAWAY` (the JSON reason in its debug data is
+/// logged) or the connection closes, a new connection is opened: requests that never reached the server (queued, or
+/// above the `GOAWAY`'s last stream id, or refused) move to it transparently; requests already on the wire fail
+/// with ``APNsTransportError``. An idle connection is checked with `PING`; every request has a timeout.
+///
+/// Connections are opened lazily by the first ``send(_:)`` on them and reused for hours. Call ``shutdown()`` when
+/// done.
+///
+/// Each request carries `authorization: bearer <jwt>` from ``tokens``, `apns-push-type`, `apns-topic`,
+/// `apns-priority`, `apns-expiration` (if set), `apns-id` (lowercase) and `content-type: application/json`, on
+/// `POST /3/device/<token>`. After a 403 `ExpiredProviderToken` or `InvalidProviderToken` the client forces a new
+/// provider token (once for any number of concurrent refusals); after `UnrelatedKeyIdInToken` it retires that
+/// connection. The response is returned as it is either way: the client never retries behind the caller's back
+/// once APNs has answered.
+public final class APNsClient: Sendable {
+    /// Tuning for an ``APNsClient``; the defaults suit Apple's servers.
+    public struct Configuration: Sendable, Hashable {
+        /// How many TLS connections to keep (at least 1). They are spread over the event loop group.
+        public var connections: Int
+        /// How long one ``send(_:)`` may take, queueing included, before it fails with ``APNsTransportError``.
+        public var requestTimeout: Duration
+        /// How long opening a connection (TCP, TLS and the server's HTTP/2 settings) may take.
+        public var connectTimeout: Duration
+        /// After this long without any frame from the server, a `PING` checks the connection.
+        public var idlePingInterval: Duration
+        /// A connection whose `PING` is not acknowledged within this time is closed and replaced.
+        public var pingTimeout: Duration
+        /// The highest stream id one connection may use before it is retired and replaced (HTTP/2 allows 2³¹−1).
+        var maximumStreamID: Int32 = Int32.max
+
+        /// Creates a configuration.
+        public init(
+            connections: Int = 4,
+            requestTimeout: Duration = .seconds(30),
+            connectTimeout: Duration = .seconds(10),
+            idlePingInterval: Duration = .seconds(60),
+            pingTimeout: Duration = .seconds(20)
+        ) {
+            self.connections = connections
+            self.requestTimeout = requestTimeout
+            self.connectTimeout = connectTimeout
+            self.idlePingInterval = idlePingInterval
+            self.pingTimeout = pingTimeout
+        }
+    }
+
+    /// The provider token source whose current token authorizes every request.
+    public let tokens: APNsProviderTokens
+    /// Where requests go.
+    public let endpoint: APNsEndpoint
+    /// The configuration in effect.
+    public let configuration: Configuration
+
+    private let slots: [ConnectionSlot]
+    private let nextSlot = Atomic<Int>(0)
+    private let isShutDown = Atomic<Bool>(false)
+    private let requestTimeout: TimeAmount
+
+    /// Creates a client. No connection is opened until the first ``send(_:)``.
+    ///
+    /// - Parameters:
+    ///   - endpoint: Apple's production or sandbox host, or a custom endpoint.
+    ///   - tokens: Provider tokens for the app's team and key.
+    ///   - connections: How many TLS connections to keep (at least 1).
+    ///   - requestTimeout: How long one send may take before it fails with ``APNsTransportError``.
+    ///   - eventLoopGroup: Where the connections live; they are spread over its loops.
+    ///   - logger: Where connection events (GOAWAY, reconnects, failures) are logged.
+    /// - Throws: ``APNsConfigurationError`` when `endpoint.trustedCAPEM` holds no valid certificate or TLS cannot
+    ///   be configured.
+    public convenience init(
+        endpoint: APNsEndpoint,
+        tokens: APNsProviderTokens,
+        connections: Int = 4,
+        requestTimeout: Duration = .seconds(30),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "liveline.apns")
+    ) throws {
+        try self.init(
+            endpoint: endpoint,
+            tokens: tokens,
+            configuration: Configuration(connections: connections, requestTimeout: requestTimeout),
+            eventLoopGroup: eventLoopGroup,
+            logger: logger
+        )
+    }
+
+    /// Creates a client with full tuning. No connection is opened until the first ``send(_:)``.
+    ///
+    /// - Throws: ``APNsConfigurationError`` when `endpoint.trustedCAPEM` holds no valid certificate or TLS cannot
+    ///   be configured.
+    public init(
+        endpoint: APNsEndpoint,
+        tokens: APNsProviderTokens,
+        configuration: Configuration,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "liveline.apns")
+    ) throws {
+        var configuration = configuration
+        configuration.connections = max(1, configuration.connections)
+        self.tokens = tokens
+        self.endpoint = endpoint
+        self.configuration = configuration
+        self.requestTimeout = TimeAmount(configuration.requestTimeout)
+
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.applicationProtocols = ["h2"]
+        tls.minimumTLSVersion = .tlsv12
+        if let pem = endpoint.trustedCAPEM {
+            let certificates: [NIOSSLCertificate]
+            do {
+                certificates = try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))
+            } catch {
+                throw APNsConfigurationError("The endpoint's trusted CA PEM could not be read: \(error).")
+            }
+            guard !certificates.isEmpty else {
+                throw APNsConfigurationError("The endpoint's trusted CA PEM holds no certificate.")
+            }
+            tls.additionalTrustRoots = [.certificates(certificates)]
+        }
+        let sslContext: NIOSSLContext
+        do {
+            sslContext = try NIOSSLContext(configuration: tls)
+        } catch {
+            throw APNsConfigurationError("TLS could not be configured for \(endpoint.host): \(error).")
+        }
+
+        var logger = logger
+        logger[metadataKey: "apns.endpoint"] = "\(endpoint.host):\(endpoint.port)"
+        let shared = ClientContext(
+            endpoint: endpoint,
+            tokens: tokens,
+            sslContext: sslContext,
+            configuration: configuration,
+            logger: logger
+        )
+        self.slots = (0..<configuration.connections).map { index in
+            ConnectionSlot(index: index, eventLoop: eventLoopGroup.next(), shared: shared)
+        }
+    }
+
+    deinit {
+        // Without an explicit shutdown, stop the timers and close the connections rather than leaking them.
+        if !isShutDown.load(ordering: .acquiring) {
+            for slot in slots {
+                slot.eventLoop.execute { _ = slot.shutdown() }
+            }
+        }
+    }
+
+    /// Sends one notification and returns APNs' answer, whatever its HTTP status.
+    ///
+    /// - Throws: ``APNsTransportError`` when no answer arrived (connection failure, connection closed or went away
+    ///   after the request was written, timeout, shutdown); ``APNsInvalidNotificationError`` when the device token
+    ///   is not hexadecimal or the topic or push type cannot be sent as a header; `CancellationError` when the
+    ///   calling task is cancelled (the stream is reset).
+    public func send(_ notification: APNsNotification) async throws -> APNsResponse {
+        try Self.validate(notification)
+        guard !isShutDown.load(ordering: .relaxed) else {
+            throw APNsTransportError("The APNs client has been shut down.")
+        }
+        let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
+        let request = PendingRequest(notification: notification, deadline: .now() + requestTimeout)
+        return try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { continuation in
+                slot.eventLoop.execute {
+                    slot.enqueue(request, continuation: continuation)
+                }
+            }
+        } onCancel: {
+            slot.eventLoop.execute {
+                slot.cancel(request)
+            }
+        }
+    }
+
+    /// Closes every connection; sends in flight or queued fail with ``APNsTransportError``, and so does every later
+    /// send. Returns once the connections are closed. Calling it again does nothing more.
+    public func shutdown() async {
+        isShutDown.store(true, ordering: .releasing)
+        let group = slots.map { slot in
+            slot.eventLoop.flatSubmit { slot.shutdown() }
+        }
+        for future in group {
+            try? await future.get()
+        }
+    }
+
+    private static func validate(_ notification: APNsNotification) throws {
+        let token = notification.deviceToken.utf8
+        let tokenIsHex = !token.isEmpty && token.count <= 512
+            && token.allSatisfy { byte in
+                (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                    || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+                    || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
+            }
+        guard tokenIsHex else {
+            throw APNsInvalidNotificationError("The device token must be 1 to 512 hexadecimal characters.")
+        }
+        guard isHeaderSafe(notification.topic) else {
+            throw APNsInvalidNotificationError("The topic \"\(notification.topic)\" must be non-empty printable ASCII.")
+        }
+        guard isHeaderSafe(notification.pushType) else {
+            throw APNsInvalidNotificationError(
+                "The push type \"\(notification.pushType)\" must be non-empty printable ASCII."
+            )
+        }
+    }
+
+    private static func isHeaderSafe(_ value: String) -> Bool {
+        !value.utf8.isEmpty && value.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
+    }
+}
+
+/// What every connection of one client shares. Immutable.
+final class ClientContext: Sendable {
+    let endpoint: APNsEndpoint
+    let tokens: APNsProviderTokens
+    let sslContext: NIOSSLContext
+    let configuration: APNsClient.Configuration
+    let logger: Logger
+    let authority: String
+    let serverHostname: String?
+    let requestTimeout: TimeAmount
+    let connectTimeout: TimeAmount
+    let idlePingInterval: TimeAmount
+    let pingTimeout: TimeAmount
+    /// How often each slot checks deadlines and keepalive.
+    let sweepInterval: TimeAmount
+
+    init(
+        endpoint: APNsEndpoint,
+        tokens: APNsProviderTokens,
+        sslContext: NIOSSLContext,
+        configuration: APNsClient.Configuration,
+        logger: Logger
+    ) {
+        self.endpoint = endpoint
+        self.tokens = tokens
+        self.sslContext = sslContext
+        self.configuration = configuration
+        self.logger = logger
+        self.authority = endpoint.authority
+        self.serverHostname = endpoint.hostIsIPAddress ? nil : endpoint.host
+        self.requestTimeout = TimeAmount(configuration.requestTimeout)
+        self.connectTimeout = TimeAmount(configuration.connectTimeout)
+        self.idlePingInterval = TimeAmount(configuration.idlePingInterval)
+        self.pingTimeout = TimeAmount(configuration.pingTimeout)
+        let shortest = min(requestTimeout, connectTimeout, idlePingInterval, pingTimeout)
+        self.sweepInterval = min(max(.nanoseconds(shortest.nanoseconds / 4), .milliseconds(10)), .seconds(1))
+    }
+}
+
+/// One request from `send` until it is answered, failed or cancelled. Created on the caller's thread; from then on
+/// touched only on its slot's event loop.
+final class PendingRequest: @unchecked Sendable {
+    let notification: APNsNotification
+    let path: String
+    let apnsIDString: String
+    let priorityString: String
+    let deadline: NIODeadline
+
+    /// Set when the request reaches its event loop; `nil` before and after completion.
+    var continuation: UnsafeContinuation<APNsResponse, any Error>?
+    /// Completed (answered, failed, timed out or cancelled). Queues skip finished requests.
+    var isFinished = false
+    /// How often the request was moved to a new connection because the old one went away before it was sent.
+    var moves = 0
+
+    // While on the wire:
+    var streamID: HTTP2StreamID?
+    var tokenUsed: String?
+
+    // The response as it arrives:
+    var status: Int?
+    var echoedAPNsID: String?
+    var apnsUniqueID: String?
+    var retryAfter: Duration?
+    var body: ByteBuffer?
+
+    init(notification: APNsNotification, deadline: NIODeadline) {
+        self.notification = notification
+        self.path = "/3/device/" + notification.deviceToken
+        self.apnsIDString = notification.apnsID.lowercasedString
+        self.priorityString = String(notification.priority)
+        self.deadline = deadline
+    }
+
+    /// Completes the request once; later calls are ignored.
+    func finish(_ result: Result<APNsResponse, any Error>) {
+        guard !isFinished else { return }
+        isFinished = true
+        if let continuation {
+            self.continuation = nil
+            continuation.resume(with: result)
+        }
+    }
+
+    /// Forgets everything about a previous attempt, before the request moves to another connection.
+    func resetForResend() {
+        streamID = nil
+        tokenUsed = nil
+        status = nil
+        echoedAPNsID = nil
+        apnsUniqueID = nil
+        retryAfter = nil
+        body = nil
+    }
+}
+
+extension UUID {
+    /// The canonical 8-4-4-4-12 form in lowercase, built without intermediate strings.
+    var lowercasedString: String {
+        let digits: StaticString = "0123456789abcdef"
+        return withUnsafeBytes(of: uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { buffer in
+                digits.withUTF8Buffer { hex in
+                    var out = 0
+                    for (index, byte) in bytes.enumerated() {
+                        if index == 4 || index == 6 || index == 8 || index == 10 {
+                            buffer[out] = UInt8(ascii: "-")
+                            out += 1
+                        }
+                        buffer[out] = hex[Int(byte >> 4)]
+                        buffer[out + 1] = hex[Int(byte & 0x0F)]
+                        out += 2
+                    }
+                    return out
+                }
+            }
+        }
+    }
+}

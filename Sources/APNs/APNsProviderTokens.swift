@@ -1,0 +1,181 @@
+import Crypto
+import Foundation
+import Synchronization
+
+/// APNs provider authentication tokens: ES256 JSON Web Tokens signed with the team's key.
+///
+/// A token has the header `{"alg":"ES256","kid":<key id>}` and the claims `{"iss":<team id>,"iat":<epoch seconds>}`
+/// (`iat` is a JSON number), base64url-encoded without padding and signed with ECDSA P-256 / SHA-256; the signature
+/// is the raw `r || s` form JWS requires.
+///
+/// Apple rejects tokens older than an hour (403 `ExpiredProviderToken`) and tokens renewed more often than every
+/// 20 minutes (429 `TooManyProviderTokenUpdates`). So one token is cached and shared by every request and connection
+/// until it is ``refreshAfter`` old; the only earlier renewal is the one ``refresh(replacing:)`` forces after APNs
+/// refused the current token. The clock is injected, so tests can cover hours without sleeping.
+///
+/// Thread-safe: all methods may be called concurrently from any thread.
+public final class APNsProviderTokens: Sendable {
+    /// The shortest allowed refresh age (Apple: no more often than every 20 minutes).
+    public static let minimumRefreshAge: Duration = .seconds(20 * 60)
+    /// The longest allowed refresh age (Apple: tokens older than an hour are rejected).
+    public static let maximumRefreshAge: Duration = .seconds(60 * 60)
+
+    /// The key tokens are signed with.
+    public let signingKey: APNsSigningKey
+    /// The age at which a token is replaced, clamped to ``minimumRefreshAge``...``maximumRefreshAge``.
+    public let refreshAfter: Duration
+
+    private let now: @Sendable () -> Date
+    private let state: Mutex<Issued?>
+
+    /// One signed token and the `authorization` header value carrying it.
+    struct Issued: Sendable {
+        var token: String
+        var authorization: String
+        var issuedAt: Date
+    }
+
+    /// Creates a token source.
+    ///
+    /// - Parameters:
+    ///   - signingKey: The team's key.
+    ///   - refreshAfter: The token age at which a new one is made; values outside 20...60 minutes are clamped into
+    ///     that range. Defaults to 50 minutes.
+    ///   - now: The wall clock; `iat` is taken from it. Tests inject their own.
+    public init(
+        signingKey: APNsSigningKey,
+        refreshAfter: Duration = .seconds(50 * 60),
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.signingKey = signingKey
+        self.refreshAfter = min(max(refreshAfter, Self.minimumRefreshAge), Self.maximumRefreshAge)
+        self.now = now
+        self.state = Mutex(nil)
+    }
+
+    /// The current bearer token (the JWT string, without `bearer `), creating or refreshing it when due.
+    public func current() -> String {
+        currentIssued().token
+    }
+
+    /// When the current token was issued (`nil` before the first).
+    public var issuedAt: Date? {
+        state.withLock { $0?.issuedAt }
+    }
+
+    /// Forces a new token because APNs refused `staleToken` (403 `ExpiredProviderToken` or
+    /// `InvalidProviderToken`), unless `staleToken` was already replaced: then the current token is returned
+    /// (refreshed only if it is itself due), so N concurrent refusals of one token cause one refresh.
+    ///
+    /// - Returns: The token to use from now on.
+    @discardableResult
+    public func refresh(replacing staleToken: String) -> String {
+        state.withLock { issued in
+            let now = self.now()
+            if let current = issued, current.token != staleToken, !isDue(current, now: now) {
+                return current.token
+            }
+            let fresh = makeToken(issuedAt: now)
+            issued = fresh
+            return fresh.token
+        }
+    }
+
+    /// The current token with its header value; signs a new one when none exists or the current one is due.
+    func currentIssued() -> Issued {
+        state.withLock { issued in
+            let now = self.now()
+            if let current = issued, !isDue(current, now: now) {
+                return current
+            }
+            let fresh = makeToken(issuedAt: now)
+            issued = fresh
+            return fresh
+        }
+    }
+
+    private func isDue(_ issued: Issued, now: Date) -> Bool {
+        let age = now.timeIntervalSince(issued.issuedAt)
+        return age >= refreshAfter.timeInterval
+    }
+
+    private func makeToken(issuedAt: Date) -> Issued {
+        // iat is whole seconds; the issue time kept for refresh decisions is the same whole second.
+        let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))
+        let header = #"{"alg":"ES256","kid":"# + JSONText.quoted(signingKey.keyID) + "}"
+        let claims = #"{"iss":"# + JSONText.quoted(signingKey.teamID) + #","iat":"# + String(iat) + "}"
+        let signingInput = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.utf8))
+        let signature: P256.Signing.ECDSASignature
+        do {
+            signature = try signingKey.privateKey.signature(for: Array(signingInput.utf8))
+        } catch {
+            // BoringSSL only fails ECDSA signing when it cannot allocate memory.
+            preconditionFailure("ES256 signing of an APNs provider token failed: \(error)")
+        }
+        let token = signingInput + "." + Base64URL.encode(Array(signature.rawRepresentation))
+        return Issued(token: token, authorization: "bearer " + token, issuedAt: Date(timeIntervalSince1970: Double(iat)))
+    }
+}
+
+extension Duration {
+    /// The duration in (fractional) seconds.
+    var timeInterval: TimeInterval {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}
+
+/// Base64url without padding (RFC 4648 §5), as JWS requires.
+enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    static func encode(_ bytes: [UInt8]) -> String {
+        var out = [UInt8]()
+        out.reserveCapacity((bytes.count * 4 + 2) / 3)
+        var index = 0
+        while index + 3 <= bytes.count {
+            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
+            out.append(alphabet[Int(value >> 18 & 63)])
+            out.append(alphabet[Int(value >> 12 & 63)])
+            out.append(alphabet[Int(value >> 6 & 63)])
+            out.append(alphabet[Int(value & 63)])
+            index += 3
+        }
+        let remaining = bytes.count - index
+        if remaining == 1 {
+            let value = UInt32(bytes[index]) << 16
+            out.append(alphabet[Int(value >> 18 & 63)])
+            out.append(alphabet[Int(value >> 12 & 63)])
+        } else if remaining == 2 {
+            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8
+            out.append(alphabet[Int(value >> 18 & 63)])
+            out.append(alphabet[Int(value >> 12 & 63)])
+            out.append(alphabet[Int(value >> 6 & 63)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// Minimal JSON text helpers for the few strings this module writes itself.
+enum JSONText {
+    /// `value` as a JSON string literal, quotes included.
+    static func quoted(_ value: String) -> String {
+        var out = "\""
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default:
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+        return out
+    }
+}

@@ -1,0 +1,305 @@
+import Logging
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+
+/// One place in the client's pool, pinned to one event loop: at most one connection taking new requests, plus
+/// connections that were retired (GOAWAY, exhausted stream ids) and are finishing their streams.
+///
+/// Every method runs on ``eventLoop``; all mutable state is confined to it.
+final class ConnectionSlot: @unchecked Sendable {
+    let index: Int
+    let eventLoop: any EventLoop
+    let shared: ClientContext
+    private let logger: Logger
+
+    private enum State {
+        /// No connection; the next request opens one.
+        case idle
+        /// A connection is being opened; requests wait in ``waiting``.
+        case connecting(APNsConnection)
+        /// The connection takes requests.
+        case ready(APNsConnection)
+        /// ``shutdown()`` was called; every request fails.
+        case shutDown
+    }
+
+    private var state: State = .idle
+    /// Requests waiting for a connection to become ready, oldest first.
+    private var waiting = CircularBuffer<PendingRequest>()
+    /// Retired connections still finishing the streams they have.
+    private var draining: [APNsConnection] = []
+    /// The timer that enforces deadlines and keepalive; started by the first request.
+    private var sweeper: RepeatedTask?
+    private var connectionCount = 0
+
+    /// How many times a request may move to a new connection before it fails.
+    static let maximumMoves = 3
+
+    init(index: Int, eventLoop: any EventLoop, shared: ClientContext) {
+        self.index = index
+        self.eventLoop = eventLoop
+        self.shared = shared
+        var logger = shared.logger
+        logger[metadataKey: "apns.slot"] = "\(index)"
+        self.logger = logger
+    }
+
+    // MARK: Requests
+
+    /// A request arrives from ``APNsClient/send(_:)``.
+    func enqueue(_ request: PendingRequest, continuation: UnsafeContinuation<APNsResponse, any Error>) {
+        if request.isFinished {
+            // Cancelled before it got here.
+            continuation.resume(throwing: CancellationError())
+            return
+        }
+        request.continuation = continuation
+        if sweeper == nil, !isShutDown {
+            startSweeper()
+        }
+        route(request)
+    }
+
+    /// The calling task was cancelled.
+    func cancel(_ request: PendingRequest) {
+        guard !request.isFinished else { return }
+        guard request.continuation != nil else {
+            // `enqueue` has not run yet; it will see this and throw CancellationError.
+            request.isFinished = true
+            return
+        }
+        for connection in connections where connection.cancelStream(of: request) {
+            break
+        }
+        request.finish(.failure(CancellationError()))
+    }
+
+    private func route(_ request: PendingRequest) {
+        switch state {
+        case .ready(let connection):
+            connection.submit(request)
+        case .connecting:
+            waiting.append(request)
+        case .idle:
+            waiting.append(request)
+            connect()
+        case .shutDown:
+            request.finish(.failure(APNsTransportError("The APNs client has been shut down.")))
+        }
+    }
+
+    /// Sends a request that never reached APNs on a new connection (or fails it after too many moves).
+    func move(_ request: PendingRequest) {
+        guard !request.isFinished else { return }
+        request.resetForResend()
+        request.moves += 1
+        if request.moves > Self.maximumMoves {
+            request.finish(
+                .failure(
+                    APNsTransportError(
+                        "\(request.moves - 1) connections to \(shared.endpoint.host):\(shared.endpoint.port) went away before this request could be sent."
+                    )
+                )
+            )
+            return
+        }
+        route(request)
+    }
+
+    private func failWaiting(_ error: APNsTransportError) {
+        while let request = waiting.popFirst() {
+            request.finish(.failure(error))
+        }
+    }
+
+    private var isShutDown: Bool {
+        if case .shutDown = state { return true }
+        return false
+    }
+
+    private var connections: [APNsConnection] {
+        var all = draining
+        switch state {
+        case .connecting(let connection), .ready(let connection):
+            all.append(connection)
+        case .idle, .shutDown:
+            break
+        }
+        return all
+    }
+
+    // MARK: Connections
+
+    private func connect() {
+        connectionCount += 1
+        let connection = APNsConnection(slot: self, name: "\(index).\(connectionCount)")
+        state = .connecting(connection)
+        let bound = NIOLoopBound(connection, eventLoop: eventLoop)
+        let shared = self.shared
+        logger.debug("Opening an APNs connection", metadata: ["apns.connection": "\(connection.name)"])
+        let future = ClientBootstrap(group: eventLoop)
+            .connectTimeout(shared.connectTimeout)
+            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(
+                        NIOSSLClientHandler(context: shared.sslContext, serverHostname: shared.serverHostname)
+                    )
+                    var configuration = NIOHTTP2Handler.ConnectionConfiguration()
+                    // Our header blocks are built from validated parts (hex token, printable topic and push type),
+                    // and re-validating every character of every header costs about a tenth of the client's time.
+                    configuration.headerBlockValidation = .disabled
+                    configuration.initialSettings = [
+                        HTTP2Setting(parameter: .enablePush, value: 0),
+                        HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
+                    ]
+                    try pipeline.addHandler(NIOHTTP2Handler(mode: .client, connectionConfiguration: configuration))
+                    try pipeline.addHandler(bound.value)
+                }
+            }
+            .connect(host: shared.endpoint.host, port: shared.endpoint.port)
+        connection.channelFuture = future
+        future.whenComplete { result in
+            switch result {
+            case .success(let channel):
+                self.connected(bound.value, channel: channel)
+            case .failure(let error):
+                self.connectFailed(bound.value, error: error)
+            }
+        }
+    }
+
+    private func connected(_ connection: APNsConnection, channel: any Channel) {
+        if case .shutDown = state {
+            channel.close(promise: nil)
+        }
+    }
+
+    private func connectFailed(_ connection: APNsConnection, error: any Error) {
+        guard case .connecting(let current) = state, current === connection else { return }
+        state = .idle
+        logger.warning(
+            "Could not connect to APNs",
+            metadata: ["apns.connection": "\(connection.name)", "error": "\(error)"]
+        )
+        failWaiting(
+            APNsTransportError(
+                "Could not connect to \(shared.endpoint.host):\(shared.endpoint.port): \(error)"
+            )
+        )
+    }
+
+    /// The connection has the server's settings and takes requests.
+    func connectionReady(_ connection: APNsConnection) {
+        guard case .connecting(let current) = state, current === connection else {
+            connection.close(reason: "no longer needed")
+            return
+        }
+        state = .ready(connection)
+        logger.debug("APNs connection ready", metadata: ["apns.connection": "\(connection.name)"])
+        while case .ready(let ready) = state, ready === connection, let request = waiting.popFirst() {
+            if !request.isFinished {
+                connection.submit(request)
+            }
+        }
+    }
+
+    /// The connection takes no new requests (GOAWAY, exhausted stream ids, a connection-bound credential error).
+    /// `requests` never reached the server and move to a new connection.
+    func connectionRetired(_ connection: APNsConnection, requests: [PendingRequest]) {
+        if case .ready(let current) = state, current === connection {
+            state = .idle
+        }
+        if !draining.contains(where: { $0 === connection }) {
+            draining.append(connection)
+        }
+        for request in requests {
+            move(request)
+        }
+    }
+
+    /// The connection's channel closed. `unsent` requests never reached the server.
+    func connectionClosed(_ connection: APNsConnection, unsent: [PendingRequest], reason: String) {
+        draining.removeAll { $0 === connection }
+        switch state {
+        case .connecting(let current) where current === connection:
+            // It never became usable: TLS, ALPN or HTTP/2 setup failed.
+            state = .idle
+            logger.warning(
+                "Could not open an APNs connection",
+                metadata: ["apns.connection": "\(connection.name)", "reason": "\(reason)"]
+            )
+            let error = APNsTransportError(
+                "Could not open an HTTP/2 connection to \(shared.endpoint.host):\(shared.endpoint.port): \(reason)"
+            )
+            failWaiting(error)
+            for request in unsent {
+                request.finish(.failure(error))
+            }
+            return
+        case .ready(let current) where current === connection:
+            state = .idle
+            logger.info(
+                "APNs connection closed",
+                metadata: ["apns.connection": "\(connection.name)", "reason": "\(reason)"]
+            )
+        default:
+            break
+        }
+        for request in unsent {
+            move(request)
+        }
+    }
+
+    // MARK: Deadlines and keepalive
+
+    private func startSweeper() {
+        sweeper = eventLoop.scheduleRepeatedTask(initialDelay: shared.sweepInterval, delay: shared.sweepInterval) {
+            _ in
+            self.sweep()
+        }
+    }
+
+    private func sweep() {
+        let now = NIODeadline.now()
+        if !waiting.isEmpty {
+            var kept = CircularBuffer<PendingRequest>(initialCapacity: waiting.count)
+            while let request = waiting.popFirst() {
+                if request.isFinished {
+                    continue
+                }
+                if request.deadline <= now {
+                    request.finish(
+                        .failure(
+                            APNsTransportError(
+                                "Timed out after \(shared.configuration.requestTimeout) waiting for a connection to \(shared.endpoint.host):\(shared.endpoint.port)."
+                            )
+                        )
+                    )
+                } else {
+                    kept.append(request)
+                }
+            }
+            waiting = kept
+        }
+        for connection in connections {
+            connection.sweep(now: now)
+        }
+    }
+
+    // MARK: Shutdown
+
+    /// Fails everything queued and closes every connection. The future completes when they are closed.
+    func shutdown() -> EventLoopFuture<Void> {
+        let open = connections
+        state = .shutDown
+        sweeper?.cancel()
+        sweeper = nil
+        failWaiting(APNsTransportError("The APNs client was shut down."))
+        let closed = open.map { $0.shutdown() }
+        return EventLoopFuture.andAllComplete(closed, on: eventLoop)
+    }
+}
