@@ -186,6 +186,65 @@ public final class APNsClient: Sendable {
         }
     }
 
+    /// Sends many notifications at once and returns each one's outcome, in order: APNs' answer, or the error a single
+    /// ``send(_:)-(APNsNotification)`` would have thrown (``APNsTransportError``, ``APNsInvalidNotificationError``,
+    /// `CancellationError`).
+    ///
+    /// Semantically the same as sending each notification concurrently, but cheaper per push: one task, one hop to
+    /// each connection's event loop and one flush per connection for the whole batch. Use it to fan one update out
+    /// to many tokens (a few hundred per call is a good size).
+    public func send(_ notifications: [APNsNotification]) async -> [Result<APNsResponse, any Error>] {
+        guard !notifications.isEmpty else { return [] }
+        if isShutDown.load(ordering: .relaxed) {
+            return notifications.map { _ in .failure(APNsTransportError("The APNs client has been shut down.")) }
+        }
+        let deadline = NIODeadline.now() + requestTimeout
+        let first = nextSlot.wrappingAdd(notifications.count, ordering: .relaxed).oldValue
+        let slotCount = slots.count
+        var bySlot: [[(index: Int, request: PendingRequest)]] = Array(repeating: [], count: slotCount)
+        var invalid: [(index: Int, error: any Error)] = []
+        for (index, notification) in notifications.enumerated() {
+            do {
+                try Self.validate(notification)
+            } catch {
+                invalid.append((index, error))
+                continue
+            }
+            let request = PendingRequest(notification: notification, deadline: deadline)
+            bySlot[(first &+ index) % slotCount].append((index, request))
+        }
+        let slots = self.slots
+        let all = await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<[Result<APNsResponse, any Error>], Never>) in
+                let collector = BatchCollector(count: notifications.count, continuation: continuation)
+                for (index, error) in invalid {
+                    collector.complete(index, with: .failure(error))
+                }
+                for (slotIndex, items) in bySlot.enumerated() where !items.isEmpty {
+                    let requests = items.map { item in
+                        item.request.completion = .batch(collector, index: item.index)
+                        return item.request
+                    }
+                    let slot = slots[slotIndex]
+                    slot.eventLoop.execute {
+                        slot.enqueue(batch: requests)
+                    }
+                }
+            }
+        } onCancel: { [bySlot] in
+            for (slotIndex, items) in bySlot.enumerated() where !items.isEmpty {
+                let slot = slots[slotIndex]
+                let requests = items.map(\.request)
+                slot.eventLoop.execute {
+                    for request in requests {
+                        slot.cancel(request)
+                    }
+                }
+            }
+        }
+        return all
+    }
+
     /// Closes every connection; sends in flight or queued fail with ``APNsTransportError``, and so does every later
     /// send. Returns once the connections are closed. Calling it again does nothing more.
     public func shutdown() async {
@@ -266,14 +325,27 @@ final class ClientContext: Sendable {
 /// One request from `send` until it is answered, failed or cancelled. Created on the caller's thread; from then on
 /// touched only on its slot's event loop.
 final class PendingRequest: @unchecked Sendable {
+    /// Who is waiting for the result.
+    enum Completion {
+        /// Not known yet (a single send sets it when the request reaches its event loop), or already delivered.
+        case none
+        /// A single ``APNsClient/send(_:)-(APNsNotification)``.
+        case single(UnsafeContinuation<APNsResponse, any Error>)
+        /// Item `index` of a batch send.
+        case batch(BatchCollector, index: Int)
+    }
+
     let notification: APNsNotification
     let path: String
     let apnsIDString: String
     let priorityString: String
     let deadline: NIODeadline
 
-    /// Set when the request reaches its event loop; `nil` before and after completion.
-    var continuation: UnsafeContinuation<APNsResponse, any Error>?
+    var completion: Completion
+    /// The request reached its slot's event loop.
+    var isEnqueued = false
+    /// The caller was cancelled before the request reached its event loop.
+    var isCancelledEarly = false
     /// Completed (answered, failed, timed out or cancelled). Queues skip finished requests.
     var isFinished = false
     /// How often the request was moved to a new connection because the old one went away before it was sent.
@@ -290,8 +362,9 @@ final class PendingRequest: @unchecked Sendable {
     var retryAfter: Duration?
     var body: ByteBuffer?
 
-    init(notification: APNsNotification, deadline: NIODeadline) {
+    init(notification: APNsNotification, deadline: NIODeadline, completion: Completion = .none) {
         self.notification = notification
+        self.completion = completion
         self.path = "/3/device/" + notification.deviceToken
         self.apnsIDString = notification.apnsID.lowercasedString
         self.priorityString = String(notification.priority)
@@ -302,9 +375,15 @@ final class PendingRequest: @unchecked Sendable {
     func finish(_ result: Result<APNsResponse, any Error>) {
         guard !isFinished else { return }
         isFinished = true
-        if let continuation {
-            self.continuation = nil
+        let completion = self.completion
+        self.completion = .none
+        switch completion {
+        case .single(let continuation):
             continuation.resume(with: result)
+        case .batch(let collector, let index):
+            collector.complete(index, with: result)
+        case .none:
+            assertionFailure("a request finished before anyone waited for it")
         }
     }
 
@@ -317,6 +396,36 @@ final class PendingRequest: @unchecked Sendable {
         apnsUniqueID = nil
         retryAfter = nil
         body = nil
+    }
+}
+
+/// Gathers the results of one batch send and resumes the caller once all are in. Items complete on different
+/// event loops, hence the lock.
+final class BatchCollector: Sendable {
+    private struct State {
+        var results: [Result<APNsResponse, any Error>?]
+        var remaining: Int
+        var continuation: UnsafeContinuation<[Result<APNsResponse, any Error>], Never>?
+    }
+
+    private let state: Mutex<State>
+
+    init(count: Int, continuation: UnsafeContinuation<[Result<APNsResponse, any Error>], Never>) {
+        state = Mutex(State(results: Array(repeating: nil, count: count), remaining: count, continuation: continuation))
+    }
+
+    func complete(_ index: Int, with result: Result<APNsResponse, any Error>) {
+        let done = state.withLock { state -> (UnsafeContinuation<[Result<APNsResponse, any Error>], Never>, [Result<APNsResponse, any Error>])? in
+            guard state.results[index] == nil else { return nil }
+            state.results[index] = result
+            state.remaining -= 1
+            guard state.remaining == 0, let continuation = state.continuation else { return nil }
+            state.continuation = nil
+            return (continuation, state.results.map { $0! })
+        }
+        if let (continuation, results) = done {
+            continuation.resume(returning: results)
+        }
     }
 }
 

@@ -414,6 +414,11 @@ final class APNsConnection: ChannelInboundHandler {
         if closeReason == nil {
             closeReason = "GOAWAY \(errorCode)" + (reason.map { " \($0)" } ?? "")
         }
+        guard isReady else {
+            // Refused during setup: the requests waiting for this connection fail with the reason.
+            close(reason: closeReason!)
+            return
+        }
         // Streams above lastStreamID were not processed: they may be sent again on a new connection.
         let unprocessed = streams.streamIDs { streamID, _ in streamID > lastStreamID }
         var requests: [PendingRequest] = []

@@ -48,14 +48,26 @@ final class ConnectionSlot: @unchecked Sendable {
 
     // MARK: Requests
 
-    /// A request arrives from ``APNsClient/send(_:)``.
+    /// A request arrives from a single ``APNsClient/send(_:)-(APNsNotification)``.
     func enqueue(_ request: PendingRequest, continuation: UnsafeContinuation<APNsResponse, any Error>) {
-        if request.isFinished {
-            // Cancelled before it got here.
-            continuation.resume(throwing: CancellationError())
+        request.completion = .single(continuation)
+        accept(request)
+    }
+
+    /// Requests arrive from a batch ``APNsClient/send(_:)-([APNsNotification])``; they are written together and
+    /// flushed once.
+    func enqueue(batch requests: [PendingRequest]) {
+        for request in requests {
+            accept(request)
+        }
+    }
+
+    private func accept(_ request: PendingRequest) {
+        request.isEnqueued = true
+        if request.isCancelledEarly {
+            request.finish(.failure(CancellationError()))
             return
         }
-        request.continuation = continuation
         if sweeper == nil, !isShutDown {
             startSweeper()
         }
@@ -65,9 +77,9 @@ final class ConnectionSlot: @unchecked Sendable {
     /// The calling task was cancelled.
     func cancel(_ request: PendingRequest) {
         guard !request.isFinished else { return }
-        guard request.continuation != nil else {
-            // `enqueue` has not run yet; it will see this and throw CancellationError.
-            request.isFinished = true
+        guard request.isEnqueued else {
+            // `enqueue` has not run yet; it will see this and fail the request with CancellationError.
+            request.isCancelledEarly = true
             return
         }
         for connection in connections where connection.cancelStream(of: request) {

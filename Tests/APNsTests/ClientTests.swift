@@ -628,6 +628,71 @@ struct ClientTests {
         }
     }
 
+    @Test("a batch send answers every item in order, over all connections")
+    func batch() async throws {
+        try await withServerAndClient(
+            configuration: .init(connections: 3),
+            script: { request in
+                request.header(":path")?.hasSuffix("07") == true
+                    ? .respond(status: 410, body: #"{"reason":"Unregistered","timestamp":1700000000000}"#) : .ok
+            }
+        ) { server, client in
+            var notifications = (0..<300).map { makeNotification(token: String(format: "%064x", $0)) }
+            notifications[42].deviceToken = "not hex"
+            let ids = notifications.map { $0.apnsID.uuidString.lowercased() }
+            let results = await client.send(notifications)
+            #expect(results.count == 300)
+            for (index, result) in results.enumerated() {
+                switch result {
+                case .success(let response):
+                    #expect(index != 42)
+                    #expect(response.apnsID == ids[index], "item \(index) got another item's answer")
+                    if String(format: "%064x", index).hasSuffix("07") {
+                        #expect(response.status == 410)
+                        #expect(response.disposition == .invalidToken)
+                        #expect(response.tokenInvalidSince == Date(timeIntervalSince1970: 1_700_000_000))
+                    } else {
+                        #expect(response.isSuccess)
+                    }
+                case .failure(let error):
+                    #expect(index == 42)
+                    #expect(error is APNsInvalidNotificationError)
+                }
+            }
+            #expect(server.requests.count == 299)
+            let perConnection = Dictionary(grouping: server.requests, by: \.connection).mapValues(\.count)
+            #expect(perConnection.count == 3)
+            #expect(await client.send([]).isEmpty)
+        }
+    }
+
+    @Test("cancelling a batch resets its streams and fails every item with CancellationError")
+    func batchCancellation() async throws {
+        try await withServerAndClient(script: { _ in .hold }) { server, client in
+            let task = Task { await client.send((0..<5).map { _ in makeNotification() }) }
+            try await server.wait(for: "5 held requests") { $0.heldCount == 5 }
+            task.cancel()
+            let results = await task.value
+            #expect(results.count == 5)
+            for result in results {
+                #expect(throws: CancellationError.self) { try result.get() }
+            }
+            try await server.wait(for: "streams reset") { $0.connections.values.first?.openStreams == 0 }
+        }
+    }
+
+    @Test("a batch after shutdown fails every item with APNsTransportError")
+    func batchAfterShutdown() async throws {
+        try await withServerAndClient { server, client in
+            await client.shutdown()
+            let results = await client.send([makeNotification(), makeNotification()])
+            #expect(results.count == 2)
+            for result in results {
+                #expect(throws: APNsTransportError.self) { try result.get() }
+            }
+        }
+    }
+
     @Test("connection refused fails fast with APNsTransportError")
     func connectionRefused() async throws {
         // Find a port nobody listens on: start a server, note its port, stop it.
