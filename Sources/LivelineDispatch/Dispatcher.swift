@@ -83,7 +83,10 @@ public final class Dispatcher: Service, Sendable {
                     try await deliver(claim)
                     continue
                 }
+            } catch is CancellationError {
+                return
             } catch {
+                if Task.isCancelled { return }
                 logger.error("Delivery pass failed", metadata: ["worker": "\(index)", "error": "\(error)"])
             }
             await idle()
@@ -192,7 +195,9 @@ public final class Dispatcher: Service, Sendable {
                     do {
                         try await store.recordProgress(progress(appID: appID, activityID: activityID, batch), at: now())
                     } catch {
-                        logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
+                        if !Task.isCancelled {
+                            logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
+                        }
                     }
                 }
 
@@ -233,7 +238,7 @@ public final class Dispatcher: Service, Sendable {
                                 after: cursor, limit: configuration.pageSize
                             )
                         } catch {
-                            logger.error("Reading instances failed", metadata: ["error": "\(error)"])
+                            if !Task.isCancelled { logger.error("Reading instances failed", metadata: ["error": "\(error)"]) }
                             retryAt = now().addingTimeInterval(1)
                             break
                         }

@@ -23,6 +23,12 @@ public struct LivelineConfiguration: Sendable {
     public var dev: Bool
     /// The log level.
     public var logLevel: Logger.Level
+    /// Runs the built-in APNs emulator for apps without credentials (default: on in dev mode).
+    public var emulator: Bool
+    /// The emulator's APNs (HTTP/2 + TLS) port.
+    public var emulatorPort: Int
+    /// The emulator's inspection API port.
+    public var emulatorControlPort: Int
     /// Base64 of the 32-byte key that seals provider secrets at rest; generated into
     /// `<dataDirectory>/master.key` when not given.
     public var masterKey: String?
@@ -50,6 +56,12 @@ public struct LivelineConfiguration: Sendable {
             summary: "Bearer token for /admin/v1. The flag reads it from a file so it stays out of `ps`."),
         Key(name: "liveline.dev", environment: "LIVELINE_DEV", flag: "--dev", defaultValue: "false",
             summary: "Development mode: create a demo app on first start and print its keys."),
+        Key(name: "liveline.emulator", environment: "LIVELINE_EMULATOR", flag: "--emulator / --no-emulator", defaultValue: "same as dev",
+            summary: "Run the built-in APNs emulator; apps without APNs credentials push to it, never to Apple."),
+        Key(name: "liveline.emulatorPort", environment: "LIVELINE_EMULATOR_PORT", flag: nil, defaultValue: "8443",
+            summary: "The built-in emulator's APNs port (HTTP/2 + TLS)."),
+        Key(name: "liveline.emulatorControlPort", environment: "LIVELINE_EMULATOR_CONTROL_PORT", flag: nil, defaultValue: "8091",
+            summary: "The built-in emulator's inspection API port (simulated phones, pushes, faults)."),
         Key(name: "liveline.masterKey", environment: "LIVELINE_MASTER_KEY", flag: nil, defaultValue: "<data dir>/master.key (generated)",
             summary: "Base64 of 32 bytes; seals APNs keys at rest (AES-GCM). Keep it out of the database's backups."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
@@ -59,8 +71,12 @@ public struct LivelineConfiguration: Sendable {
     /// Creates a configuration with the defaults.
     public init(
         host: String = "127.0.0.1", port: Int = 8080, dataDirectory: String = "./.liveline", database: String? = nil,
-        adminToken: String? = nil, dev: Bool = false, logLevel: Logger.Level = .info, masterKey: String? = nil
+        adminToken: String? = nil, dev: Bool = false, logLevel: Logger.Level = .info, masterKey: String? = nil,
+        emulator: Bool? = nil, emulatorPort: Int = 8443, emulatorControlPort: Int = 8091
     ) {
+        self.emulator = emulator ?? dev
+        self.emulatorPort = emulatorPort
+        self.emulatorControlPort = emulatorControlPort
         self.masterKey = masterKey
         self.host = host
         self.port = port
@@ -83,7 +99,10 @@ public struct LivelineConfiguration: Sendable {
             adminToken: scoped.string(forKey: "adminToken", isSecret: true),
             dev: scoped.bool(forKey: "dev", default: false),
             logLevel: .info,
-            masterKey: scoped.string(forKey: "masterKey", isSecret: true)
+            masterKey: scoped.string(forKey: "masterKey", isSecret: true),
+            emulator: scoped.bool(forKey: "emulator"),
+            emulatorPort: scoped.int(forKey: "emulatorPort", default: 8443),
+            emulatorControlPort: scoped.int(forKey: "emulatorControlPort", default: 8091)
         )
         let level = scoped.string(forKey: "logLevel", default: "info")
         guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {

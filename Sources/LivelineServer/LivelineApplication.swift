@@ -65,19 +65,40 @@ public enum LivelineApplication {
     }
 
     /// `liveline serve`: opens the store (running migrations), prepares the dev demo app if asked,
-    /// and serves until SIGINT or SIGTERM, then shuts down gracefully.
-    public static func serve(_ configuration: LivelineConfiguration, logger: Logger) async throws {
+    /// starts the delivery engine, and serves until SIGINT or SIGTERM, then shuts down gracefully
+    /// (the engine finishes or hands back the work it claimed).
+    ///
+    /// - Parameters:
+    ///   - apnsFallback: credentials for apps that have none (the built-in emulator), or nil.
+    ///   - services: more services to run alongside (the built-in emulator).
+    public static func serve(
+        _ configuration: LivelineConfiguration, logger: Logger, apnsFallback: APNsTransportDirectory.Fallback? = nil,
+        services: [any Service] = []
+    ) async throws {
         let store = try await openStore(configuration, logger: logger)
         logger.info("Database ready", metadata: ["path": "\(store.path)"])
+        let sealer: CredentialSealer
         do {
-            let sealer = try CredentialSealer(masterKey: try masterKey(configuration))
+            sealer = try CredentialSealer(masterKey: try masterKey(configuration))
             if configuration.dev { try await prepareDevApp(store: store, sealer: sealer, logger: logger) }
-            let app = makeApplication(configuration: configuration, store: store, logger: logger, sealer: sealer)
-            try await app.runService()
         } catch {
             try? await store.close()
             throw error
         }
+        let transports = APNsTransportDirectory(store: store, sealer: sealer, fallback: apnsFallback, logger: logger)
+        let dispatcher = Dispatcher(store: store, transports: transports, logger: logger)
+        do {
+            let app = makeApplication(
+                configuration: configuration, store: store, logger: logger, sealer: sealer, onAccepted: { dispatcher.wake() },
+                services: services + [dispatcher]
+            )
+            try await app.runService()
+        } catch {
+            await transports.shutdown()
+            try? await store.close()
+            throw error
+        }
+        await transports.shutdown()
         try await store.close()
     }
 

@@ -80,15 +80,19 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     /// Runs `body` in one immediate transaction on the writer connection.
+    ///
+    /// BEGIN, COMMIT and ROLLBACK run even when the calling task is cancelled (they go through the
+    /// connection's future-based API, which does not observe task cancellation), so a cancelled caller
+    /// never leaves the connection inside an open transaction.
     func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
         try await gate.withGate {
-            _ = try await writer.query("BEGIN IMMEDIATE")
+            _ = try await writer.query("BEGIN IMMEDIATE", []).get()
             do {
                 let result = try await body(writer)
-                _ = try await writer.query("COMMIT")
+                _ = try await writer.query("COMMIT", []).get()
                 return result
             } catch {
-                _ = try? await writer.query("ROLLBACK")
+                _ = try? await writer.query("ROLLBACK", []).get()
                 throw error
             }
         }

@@ -1,8 +1,10 @@
 import ArgumentParser
 import Configuration
+import Crypto
 import Foundation
 import LivelineCore
 import LivelineDispatch
+import LivelineEmulator
 import LivelineServer
 import LivelineStore
 import Logging
@@ -12,7 +14,7 @@ struct Liveline: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "liveline",
         abstract: "Liveline: keeps iOS Live Activities and Android live updates current from your backend.",
-        subcommands: [Serve.self, Apps.self, Keys.self, ConfigKeys.self, OpenAPI.self]
+        subcommands: [Serve.self, Apps.self, Keys.self, EmulatorCommand.self, Bench.self, ConfigKeys.self, OpenAPI.self]
     )
 }
 
@@ -65,8 +67,11 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("admin-token-file"), help: "File holding the admin API token (env LIVELINE_ADMIN_TOKEN).")
     var adminTokenFile: String?
 
-    @Flag(help: "Development mode: create a demo app on first start and print its keys (env LIVELINE_DEV).")
+    @Flag(help: "Development mode: create a demo app on first start and print its keys, and run the APNs emulator (env LIVELINE_DEV).")
     var dev = false
+
+    @Flag(inversion: .prefixedNo, help: "Run the built-in APNs emulator for apps without credentials (env LIVELINE_EMULATOR; default: on with --dev).")
+    var emulator: Bool?
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (env LIVELINE_LOG_LEVEL).")
     var logLevel: String?
@@ -76,6 +81,7 @@ struct Serve: AsyncParsableCommand {
         if let host { extra["liveline.host"] = ConfigValue(.string(host), isSecret: false) }
         if let port { extra["liveline.port"] = ConfigValue(.int(port), isSecret: false) }
         if dev { extra["liveline.dev"] = ConfigValue(.bool(true), isSecret: false) }
+        if let emulator { extra["liveline.emulator"] = ConfigValue(.bool(emulator), isSecret: false) }
         if let logLevel { extra["liveline.logLevel"] = ConfigValue(.string(logLevel), isSecret: false) }
         if let adminTokenFile {
             let token = try String(contentsOfFile: adminTokenFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -88,7 +94,39 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError(error.description)
         }
         let logger = makeLogger(level: configuration.logLevel)
-        try await LivelineApplication.serve(configuration, logger: logger)
+        guard configuration.emulator else {
+            try await LivelineApplication.serve(configuration, logger: logger)
+            return
+        }
+        // The built-in APNs emulator: apps without APNs credentials push here, never to Apple.
+        var emulatorConfiguration = APNsEmulatorConfiguration(
+            dataDirectory: (configuration.dataDirectory as NSString).appendingPathComponent("emulator")
+        )
+        emulatorConfiguration.host = "127.0.0.1"
+        emulatorConfiguration.apnsPort = configuration.emulatorPort
+        emulatorConfiguration.controlPort = configuration.emulatorControlPort
+        let emulator = try APNsEmulator(configuration: emulatorConfiguration, logger: logger)
+        let ports = try await emulator.start()
+        let key = P256.Signing.PrivateKey()
+        let teamID = "EMULATED01", keyID = "EMULATED01"
+        emulator.registerSigningKey(teamID: teamID, keyID: keyID, publicKey: key.publicKey)
+        let baseURL = "https://127.0.0.1:\(ports.apnsPort)"
+        let caPEM = emulator.caCertificatePEM
+        let keyPEM = key.pemRepresentation
+        logger.notice(
+            "Built-in APNs emulator running: apps without APNs credentials push to it, not to Apple",
+            metadata: ["apns": "\(baseURL)", "phones": "http://127.0.0.1:\(ports.controlPort)/devices", "ca": "\(emulator.caCertificatePath)"]
+        )
+        try await LivelineApplication.serve(
+            configuration, logger: logger,
+            apnsFallback: { _, bundleID in
+                emulator.registerBundleID(bundleID)
+                return APNsCredentials(
+                    teamID: teamID, keyID: keyID, privateKeyPEM: keyPEM, environment: .sandbox, baseURL: baseURL, caCertificatePEM: caPEM
+                )
+            },
+            services: [emulator]
+        )
     }
 }
 

@@ -1,0 +1,132 @@
+import APNs
+import Foundation
+import LivelineCore
+import LivelineStore
+import Logging
+import NIOCore
+import NIOPosix
+
+/// Sends Live Activity pushes through an ``APNsClient`` and turns Apple's answers into ``PushOutcome``s.
+///
+/// A 403 InvalidProviderToken or ExpiredProviderToken gets one more try (the client has already replaced
+/// the refused provider token); if APNs refuses that too, the outcome is `.credentialsRejected`.
+public struct APNsPushTransport: PushTransport {
+    public let client: APNsClient
+
+    /// A transport over `client`.
+    public init(client: APNsClient) { self.client = client }
+
+    public func send(_ push: OutgoingPush) async -> PushOutcome {
+        let notification = APNsNotification(
+            deviceToken: push.token, topic: push.topic, priority: push.priority, expiration: push.expiration, payload: push.payload
+        )
+        var retriedWithFreshToken = false
+        while true {
+            let response: APNsResponse
+            do {
+                response = try await client.send(notification)
+            } catch let error as APNsInvalidNotificationError {
+                return .rejected(reason: error.description, providerID: nil)
+            } catch {
+                return .retryable(reason: "\(error)", retryAfter: nil, providerID: nil)
+            }
+            if response.isSuccess { return .delivered(providerID: response.apnsID) }
+            let reason = response.reason?.rawValue ?? "HTTP \(response.status)"
+            switch response.disposition ?? .terminal {
+            case .invalidToken:
+                return .invalidToken(reason: reason, providerID: response.apnsID)
+            case .terminal:
+                return .rejected(reason: reason, providerID: response.apnsID)
+            case .retryable:
+                return .retryable(reason: reason, retryAfter: response.retryAfter, providerID: response.apnsID)
+            case .credentials:
+                let tokenProblem = response.reason == .expiredProviderToken || response.reason == .invalidProviderToken
+                if tokenProblem, !retriedWithFreshToken {
+                    retriedWithFreshToken = true
+                    continue
+                }
+                return .credentialsRejected(reason: reason, providerID: response.apnsID)
+            }
+        }
+    }
+}
+
+/// Builds and keeps one ``APNsClient`` per app from its stored (sealed) credentials; an app without
+/// credentials uses `fallback` (the local emulator) when there is one.
+public actor APNsTransportDirectory: PushTransportDirectory {
+    /// Credentials for an app that has none stored: the built-in emulator's, or nil.
+    public typealias Fallback = @Sendable (_ appID: String, _ bundleID: String) async throws -> APNsCredentials?
+
+    private let store: any Store
+    private let sealer: CredentialSealer
+    private let fallback: Fallback?
+    private let connections: Int
+    private let now: @Sendable () -> Date
+    private let logger: Logger
+    private var clients: [String: (version: Date?, client: APNsClient)] = [:]
+    private var warned: Set<String> = []
+
+    /// Creates the directory.
+    public init(
+        store: any Store, sealer: CredentialSealer, connectionsPerApp: Int = 4, fallback: Fallback? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "liveline.apns")
+    ) {
+        self.store = store
+        self.sealer = sealer
+        self.connections = connectionsPerApp
+        self.fallback = fallback
+        self.now = now
+        self.logger = logger
+    }
+
+    public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
+        guard platform == .ios else { return nil }
+        let stored = try await store.credentials(appID: appID, provider: "apns")
+        if let cached = clients[appID], cached.version == stored?.updatedAt { return APNsPushTransport(client: cached.client) }
+        let credentials: APNsCredentials
+        if let stored {
+            credentials = try APNsCredentials(stored, sealer: sealer)
+        } else if let fallback, let app = try await store.app(id: appID), let emulated = try await fallback(appID, app.bundleID) {
+            if !warned.contains(appID) {
+                warned.insert(appID)
+                logger.warning(
+                    "App has no APNs credentials: its pushes go to the built-in APNs emulator, not to Apple",
+                    metadata: ["app": "\(appID)", "emulator": "\(emulated.baseURL ?? "")"]
+                )
+            }
+            credentials = emulated
+        } else {
+            return nil
+        }
+        let endpoint: APNsEndpoint
+        if let baseURL = credentials.baseURL {
+            endpoint = try APNsEndpoint(baseURL: baseURL, trustedCAPEM: credentials.caCertificatePEM)
+        } else {
+            endpoint = credentials.environment == .production ? .production : .sandbox
+        }
+        let signingKey = try APNsSigningKey(teamID: credentials.teamID, keyID: credentials.keyID, p8PEM: credentials.privateKeyPEM)
+        let client = try APNsClient(
+            endpoint: endpoint, tokens: APNsProviderTokens(signingKey: signingKey, now: now), connections: connections, logger: logger
+        )
+        if let previous = clients[appID]?.client { Task { await previous.shutdown() } }
+        clients[appID] = (stored?.updatedAt, client)
+        return APNsPushTransport(client: client)
+    }
+
+    public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
+        do {
+            try await store.setCredentialsHealth(appID: appID, provider: "apns", healthy: healthy, reason: reason, at: now())
+        } catch {
+            logger.error("Recording credentials health failed", metadata: ["app": "\(appID)", "error": "\(error)"])
+        }
+        if !healthy {
+            logger.error("APNs refused the app's credentials; its pushes wait until they are fixed", metadata: ["app": "\(appID)"])
+        }
+    }
+
+    /// Closes every client's connections.
+    public func shutdown() async {
+        for (_, entry) in clients { await entry.client.shutdown() }
+        clients.removeAll()
+    }
+}

@@ -1,0 +1,139 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineEmulator
+import LivelineStore
+import Logging
+
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self]
+    )
+
+    struct FanOut: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "fanout",
+            abstract: "Register N iOS instances on one activity, accept one update, and time until the local APNs sink has all N pushes."
+        )
+
+        @Option(help: "How many instances watch the activity.") var instances = 100_000
+        @Option(help: "HTTP/2 connections to the sink.") var connections = 4
+        @Option(name: .customLong("in-flight"), help: "Pushes in flight at once.") var inFlight = 4096
+        @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
+        var dataDirectory: String?
+
+        func run() async throws {
+            var logger = Logger(label: "liveline.bench")
+            logger.logLevel = .warning
+            let root = dataDirectory.map(URL.init(fileURLWithPath:))
+                ?? FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            defer { if dataDirectory == nil { try? FileManager.default.removeItem(at: root) } }
+
+            // The sink: the APNs emulator over HTTP/2 + TLS on loopback.
+            let emulator = try APNsEmulator(
+                configuration: APNsEmulatorConfiguration(dataDirectory: root.appendingPathComponent("emulator").path), logger: logger
+            )
+            let ports = try await emulator.start()
+            let key = P256.Signing.PrivateKey()
+            emulator.registerSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", publicKey: key.publicKey)
+            let bundleID = "com.example.bench"
+            emulator.registerBundleID(bundleID)
+
+            let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path, logger: logger)
+            let appID = "app_bench"
+            try await store.createApp(AppRecord(id: appID, name: "Bench", bundleID: bundleID, androidPackage: nil, createdAt: Date()), keys: [])
+            let sealer = try CredentialSealer(masterKey: (0..<32).map { _ in UInt8.random(in: 0...255) })
+            let credentials = APNsCredentials(
+                teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKeyPEM: key.pemRepresentation, environment: .sandbox,
+                baseURL: "https://127.0.0.1:\(ports.apnsPort)", caCertificatePEM: emulator.caCertificatePEM
+            )
+            try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: Date()))
+
+            print("Registering \(instances) instances…")
+            let setupStart = ContinuousClock.now
+            for index in 0..<instances {
+                let token = emulator.addDevice(bundleID: bundleID, token: String(format: "%064x", index + 1))
+                _ = try await store.registerInstance(
+                    InstanceRegistration(appID: appID, activityID: "bench", deviceID: String(format: "device-%07d", index), platform: .ios,
+                                         pushToken: token, attributesType: "BenchAttributes", attributes: [:], userID: nil),
+                    at: Date()
+                )
+            }
+            print("  done in \(format(ContinuousClock.now - setupStart)).")
+
+            var configuration = DispatcherConfiguration()
+            configuration.pushesInFlight = inFlight
+            configuration.workers = 2
+            let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: connections, logger: logger)
+            let dispatcher = Dispatcher(store: store, transports: directory, configuration: configuration, logger: logger)
+            let engine = Task { try await dispatcher.run() }
+            try await Task.sleep(for: .milliseconds(200))
+
+            let before = emulator.statistics.accepted
+            let started = ContinuousClock.now
+            _ = try await store.acceptUpdate(
+                ActivityUpdate(appID: appID, activityID: "bench", contentState: ["score": "1-0", "minute": 42]), at: Date()
+            )
+            let firstAccept = ContinuousClock.now - started
+            dispatcher.wake()
+
+            // Accept latency while the fan-out runs: updates to another activity, as a backend would keep sending.
+            var acceptLatencies: [Duration] = [firstAccept]
+            var side = 0
+            while emulator.statistics.accepted - before < instances {
+                if side < 500 {
+                    side += 1
+                    let t0 = ContinuousClock.now
+                    _ = try await store.acceptUpdate(
+                        ActivityUpdate(appID: appID, activityID: "side-\(side % 50)", contentState: ["n": .integer(Int64(side))]), at: Date()
+                    )
+                    acceptLatencies.append(ContinuousClock.now - t0)
+                }
+                try await Task.sleep(for: .milliseconds(2))
+                if ContinuousClock.now - started > .seconds(600) { throw ValidationError("The sink did not receive every push within 10 minutes.") }
+            }
+            let elapsed = ContinuousClock.now - started
+            engine.cancel()
+            _ = await engine.result
+            await directory.shutdown()
+            try await emulator.shutdown()
+            try await store.close()
+
+            acceptLatencies.sort()
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let statistics = emulator.statistics
+            print("""
+
+                liveline bench fanout: \(instances) instances, \(connections) HTTP/2 connections, \(inFlight) in flight
+                  all pushes received in  \(format(elapsed))
+                  pushes per second       \(Int(Double(instances) / seconds))
+                  accept latency p50      \(format(percentile(acceptLatencies, 0.50)))   (\(acceptLatencies.count) accepts during the fan-out)
+                  accept latency p99      \(format(percentile(acceptLatencies, 0.99)))
+                  peak memory (RSS)       \(peakMemory())
+                  sink answers            \(statistics.byStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", "))
+                """)
+        }
+
+        func percentile(_ sorted: [Duration], _ p: Double) -> Duration {
+            guard !sorted.isEmpty else { return .zero }
+            return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
+        }
+
+        func format(_ duration: Duration) -> String {
+            let ms = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+            return ms >= 1000 ? String(format: "%.2f s", ms / 1000) : String(format: "%.2f ms", ms)
+        }
+
+        /// VmHWM from /proc: the most resident memory the process ever had.
+        func peakMemory() -> String {
+            guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+                let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") })
+            else { return "unknown" }
+            let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+            return String(format: "%.0f MB", Double(kilobytes) / 1024)
+        }
+    }
+}

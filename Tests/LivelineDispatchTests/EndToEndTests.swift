@@ -1,0 +1,281 @@
+import APNs
+import Crypto
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineEmulator
+import LivelineStore
+import Logging
+import Testing
+
+/// A mutable clock shared by the sender's provider tokens and the emulator.
+final class SharedClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var offset: TimeInterval = 0
+    var now: Date { lock.withLock { Date().addingTimeInterval(offset) } }
+    func advance(by seconds: TimeInterval) { lock.withLock { offset += seconds } }
+}
+
+/// Liveline's store and delivery engine sending over real HTTP/2 + TLS to the APNs emulator.
+struct EmulatedAPNs {
+    let store: SQLiteStore
+    let emulator: APNsEmulator
+    let directory: APNsTransportDirectory
+    let clock: SharedClock
+    let appID: String
+    let bundleID: String
+
+    func addPhone(_ deviceID: String, activity: String) async throws -> String {
+        let token = emulator.addDevice(bundleID: bundleID)
+        _ = try await store.registerInstance(
+            InstanceRegistration(appID: appID, activityID: activity, deviceID: deviceID, platform: .ios, pushToken: token,
+                                 attributesType: "DeliveryAttributes", attributes: ["order": "1"], userID: nil),
+            at: clock.now
+        )
+        return token
+    }
+
+    func update(_ activity: String, _ state: JSONValue, alert: LiveActivityAlert? = nil) async throws -> Int64 {
+        try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: activity, contentState: state, alert: alert), at: clock.now).sequence
+    }
+
+    func makeDispatcher(_ configuration: DispatcherConfiguration = e2eConfiguration()) -> Dispatcher {
+        Dispatcher(store: store, transports: directory, configuration: configuration, now: { [clock] in clock.now })
+    }
+}
+
+func e2eConfiguration() -> DispatcherConfiguration {
+    var configuration = DispatcherConfiguration()
+    configuration.idlePollInterval = .milliseconds(10)
+    configuration.retry = RetryPolicy(maximumAttempts: 12, baseDelay: .milliseconds(2), maximumDelay: .milliseconds(20), passRetryDelay: .milliseconds(50))
+    return configuration
+}
+
+func withEmulatedAPNs<T>(_ body: (EmulatedAPNs) async throws -> T) async throws -> T {
+    let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-e2e-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: root) }
+    let clock = SharedClock()
+    var configuration = APNsEmulatorConfiguration(dataDirectory: root.appendingPathComponent("emulator").path)
+    configuration.now = { [clock] in clock.now }
+    let emulator = try APNsEmulator(configuration: configuration, logger: Logger(label: "test.emulator"))
+    let ports = try await emulator.start()
+    let key = P256.Signing.PrivateKey()
+    emulator.registerSigningKey(teamID: "TEAM123456", keyID: "KEY1234567", publicKey: key.publicKey)
+    let bundleID = "com.example.e2e"
+    emulator.registerBundleID(bundleID)
+
+    let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
+    let appID = "app_e2e"
+    try await store.createApp(AppRecord(id: appID, name: "E2E", bundleID: bundleID, androidPackage: nil, createdAt: clock.now), keys: [])
+    let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
+    let credentials = APNsCredentials(
+        teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: key.pemRepresentation, environment: .sandbox,
+        baseURL: "https://127.0.0.1:\(ports.apnsPort)", caCertificatePEM: emulator.caCertificatePEM
+    )
+    try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: clock.now))
+    let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: 2, now: { [clock] in clock.now })
+    let environment = EmulatedAPNs(store: store, emulator: emulator, directory: directory, clock: clock, appID: appID, bundleID: bundleID)
+    do {
+        let result = try await body(environment)
+        await directory.shutdown()
+        try await emulator.shutdown()
+        try await store.close()
+        return result
+    } catch {
+        await directory.shutdown()
+        try? await emulator.shutdown()
+        try? await store.close()
+        throw error
+    }
+}
+
+func running<T>(_ dispatcher: Dispatcher, _ body: () async throws -> T) async throws -> T {
+    let task = Task { try await dispatcher.run() }
+    defer { task.cancel() }
+    let result = try await body()
+    task.cancel()
+    _ = await task.result
+    return result
+}
+
+func waitFor(timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    return try await condition()
+}
+
+@Suite("End to end through the APNs emulator (HTTP/2 + TLS)")
+struct EndToEndTests {
+    @Test("update and end arrive with Apple's headers and payloads, and the phone shows them")
+    func updateAndEnd() async throws {
+        try await withEmulatedAPNs { env in
+            let token = try await env.addPhone("iphone-1", activity: "order-1")
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.update("order-1", ["status": "On the way", "minutesAway": 12],
+                                         alert: LiveActivityAlert(title: "On the way", body: "12 minutes", sound: "default"))
+                dispatcher.wake()
+                #expect(try await waitFor { env.emulator.display(token: token)?.contentState == ["status": "On the way", "minutesAway": 12] })
+                _ = try await env.store.endActivity(
+                    ActivityEnd(appID: env.appID, activityID: "order-1", contentState: ["status": "Delivered", "minutesAway": 0],
+                                dismissalDate: Int64(env.clock.now.timeIntervalSince1970) + 600),
+                    at: env.clock.now
+                )
+                dispatcher.wake()
+                #expect(try await waitFor { env.emulator.display(token: token)?.ended == true })
+                #expect(try await waitFor { try await env.store.activity(appID: env.appID, activityID: "order-1")?.instanceCounts[.ended] == 1 })
+            }
+            let pushes = env.emulator.pushes(token: token)
+            #expect(pushes.count == 2)
+            #expect(pushes.allSatisfy { $0.status == 200 && $0.verdict == .applied })
+            let first = try #require(pushes.first)
+            #expect(first.header("apns-push-type") == "liveactivity")
+            #expect(first.header("apns-topic") == "com.example.e2e.push-type.liveactivity")
+            #expect(first.header("apns-priority") == "10")
+            #expect(first.header("authorization")?.hasPrefix("bearer ") == true)
+            #expect(first.header("apns-id").map { UUID(uuidString: $0) != nil && $0 == $0.lowercased() } == true)
+            #expect(pushes[0].header("authorization") == pushes[1].header("authorization"), "the provider token is reused")
+            let aps = try #require(try JSONValue(parsing: Array(first.payload.utf8)).objectValue?["aps"]?.objectValue)
+            #expect(aps["event"] == "update")
+            #expect(aps["alert"] == ["title": "On the way", "body": "12 minutes", "sound": "default"])
+            let end = try #require(try JSONValue(parsing: Array(pushes[1].payload.utf8)).objectValue?["aps"]?.objectValue)
+            #expect(end["event"] == "end")
+            #expect(end["dismissal-date"] != nil)
+            let display = try #require(env.emulator.display(token: token))
+            #expect(display.contentState == ["status": "Delivered", "minutesAway": 0])
+            let timeline = try await env.store.deliveries(appID: env.appID, activityID: "order-1", cursor: nil, limit: 10).items
+            #expect(timeline.count == 2)
+            #expect(timeline.allSatisfy { $0.status == .delivered && $0.providerID != nil && ($0.latencyMilliseconds ?? -1) >= 0 })
+        }
+    }
+
+    @Test("token rotation mid-activity: the new token gets the latest state at once, the old one nothing more")
+    func rotation() async throws {
+        try await withEmulatedAPNs { env in
+            let old = try await env.addPhone("iphone-1", activity: "a")
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.update("a", ["step": 1])
+                dispatcher.wake()
+                #expect(try await waitFor { env.emulator.display(token: old)?.contentState == ["step": 1] })
+                let new = try await env.addPhone("iphone-1", activity: "a")  // same device, rotated token
+                dispatcher.wake()
+                #expect(try await waitFor { env.emulator.display(token: new)?.contentState == ["step": 1] })
+                _ = try await env.update("a", ["step": 2])
+                dispatcher.wake()
+                #expect(try await waitFor { env.emulator.display(token: new)?.contentState == ["step": 2] })
+                #expect(env.emulator.display(token: old)?.contentState == ["step": 1])
+                #expect(env.emulator.pushes(token: old).count == 1)
+            }
+        }
+    }
+
+    @Test("410 invalidates that instance only; a dismissed instance receives nothing more")
+    func invalidationAndDismissal() async throws {
+        try await withEmulatedAPNs { env in
+            let expired = try await env.addPhone("gone", activity: "a")
+            let dismissed = try await env.addPhone("dismisser", activity: "a")
+            let healthy = try await env.addPhone("healthy", activity: "a")
+            env.emulator.expireDevice(token: expired)
+            _ = try await env.store.recordInstanceEvent(appID: env.appID, activityID: "a", deviceID: "dismisser", event: .dismissedOnDevice, at: env.clock.now)
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.update("a", ["n": 1])
+                dispatcher.wake()
+                #expect(try await waitFor { env.emulator.display(token: healthy)?.contentState == ["n": 1] })
+                #expect(try await waitFor { try await env.store.activity(appID: env.appID, activityID: "a")?.instanceCounts[.invalidated] == 1 })
+                _ = try await env.update("a", ["n": 2])
+                dispatcher.wake()
+                #expect(try await waitFor { env.emulator.display(token: healthy)?.contentState == ["n": 2] })
+            }
+            #expect(env.emulator.pushes(token: expired).count == 1)
+            #expect(env.emulator.pushes(token: expired).first?.status == 410)
+            #expect(env.emulator.pushes(token: dismissed).isEmpty)
+            let timeline = try await env.store.deliveries(appID: env.appID, activityID: "a", cursor: nil, limit: 50).items
+            #expect(timeline.contains { $0.deviceID == "gone" && $0.status == .invalidated && $0.reason == "Unregistered" })
+        }
+    }
+
+    @Test("429 and 503 are retried until delivered")
+    func retries() async throws {
+        try await withEmulatedAPNs { env in
+            var tokens: [String] = []
+            for index in 0..<40 { tokens.append(try await env.addPhone("d\(index)", activity: "a")) }
+            var faults = APNsFaults()
+            faults.unavailableRate = 0.2
+            faults.tooManyRequestsRate = 0.2
+            env.emulator.setFaults(faults)
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.update("a", ["n": 7])
+                dispatcher.wake()
+                #expect(try await waitFor { tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["n": 7] } })
+            }
+            let statistics = env.emulator.statistics
+            #expect((statistics.byStatus[503] ?? 0) + (statistics.byStatus[429] ?? 0) > 0, "faults were injected")
+            let timeline = try await env.store.deliveries(appID: env.appID, activityID: "a", cursor: nil, limit: 200).items
+            #expect(timeline.contains { $0.status == .retrying })
+        }
+    }
+
+    @Test("the provider token is reused, then refreshed as an hour passes; pushes never fail for it")
+    func providerTokenAcrossAnHour() async throws {
+        try await withEmulatedAPNs { env in
+            let token = try await env.addPhone("iphone", activity: "a")
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                for (step, advance) in [(1, 0.0), (2, 30 * 60.0), (3, 31 * 60.0), (4, 10 * 60.0)] {
+                    env.clock.advance(by: advance)
+                    _ = try await env.update("a", ["step": .integer(Int64(step))])
+                    dispatcher.wake()
+                    #expect(try await waitFor { env.emulator.display(token: token)?.contentState == ["step": .integer(Int64(step))] })
+                }
+            }
+            // The injected clock jumps by half an hour, past the 30 s claim lease, so a second worker may
+            // send a step again; the phone ignores such a repeat (same timestamp). Count what it applied.
+            let pushes = env.emulator.pushes(token: token).filter { $0.verdict == .applied }
+            #expect(pushes.count == 4)
+            #expect(env.emulator.pushes(token: token).allSatisfy { $0.status == 200 })
+            let authorizations = pushes.compactMap { $0.header("authorization") }
+            #expect(Set(authorizations).count == 2, "one token for the first 50 minutes, a fresh one after")
+            #expect(authorizations[0] == authorizations[1])
+            #expect(authorizations[2] == authorizations[3])
+        }
+    }
+
+    @Test("a dispatcher stopped during a fan-out to thousands, then restarted, leaves every phone at the latest state")
+    func crashDuringFanOut() async throws {
+        try await withEmulatedAPNs { env in
+            var tokens: [String] = []
+            for index in 0..<2000 { tokens.append(try await env.addPhone(String(format: "p%05d", index), activity: "big")) }
+            var slow = APNsFaults()
+            slow.delayMilliseconds = 5
+            env.emulator.setFaults(slow)
+            var configuration = e2eConfiguration()
+            configuration.pushesInFlight = 16
+            let first = env.makeDispatcher(configuration)
+            _ = try await env.update("big", ["n": 1])
+            try await running(first) { () async throws in
+                #expect(try await waitFor { env.emulator.statistics.accepted >= 200 })
+            }
+            let delivered = env.emulator.statistics.accepted
+            #expect(delivered < 2000, "stopped part-way")
+            env.emulator.setFaults(APNsFaults())
+            _ = try await env.update("big", ["n": 2])
+            let second = env.makeDispatcher()
+            try await running(second) { () async throws in
+                second.wake()
+                #expect(try await waitFor(timeout: .seconds(60)) {
+                    tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["n": 2] }
+                })
+            }
+            let activity = try await env.store.activity(appID: env.appID, activityID: "big")
+            #expect(activity?.instanceCounts[.active] == 2000)
+        }
+    }
+}
+
