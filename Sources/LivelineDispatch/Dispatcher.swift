@@ -331,15 +331,16 @@ public final class Dispatcher: Service, Sendable {
         var progress = DeliveryProgress(appID: appID, activityID: activityID)
         for result in results {
             progress.attempts += result.attempts
+            let pushed = PushedInstance(deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence)
             switch result.final {
             case .delivered:
-                progress.delivered.append((result.instance.deviceID, result.sequence))
-                if result.event == .end { progress.endDelivered.append(result.instance.deviceID) }
+                progress.delivered.append(pushed)
+                if result.event == .end { progress.endDelivered.append(pushed) }
             case .rejected:
                 // Refused for good: this sequence is done for the instance; a newer one is tried afresh.
-                progress.delivered.append((result.instance.deviceID, result.sequence))
+                progress.delivered.append(pushed)
             case .invalidated:
-                progress.invalidated.append(result.instance.deviceID)
+                progress.invalidated.append(pushed)
             case .exhausted, .credentials:
                 break
             }

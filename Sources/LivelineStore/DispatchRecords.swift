@@ -68,22 +68,36 @@ public struct DeliveryRecord: Sendable, Hashable {
     }
 }
 
+/// One instance, as it was when a push went to it: progress applies only while the token is unchanged,
+/// so a push to a token that rotated meanwhile never marks the new token as served.
+public struct PushedInstance: Sendable, Hashable {
+    public var deviceID: String
+    public var token: String
+    public var sequence: Int64
+
+    public init(deviceID: String, token: String, sequence: Int64) {
+        self.deviceID = deviceID
+        self.token = token
+        self.sequence = sequence
+    }
+}
+
 /// What a dispatcher learned from one page of pushes, written in one transaction.
 public struct DeliveryProgress: Sendable {
     public var appID: String
     public var activityID: String
-    /// Instances that now have `sequence` (their delivered sequence only ever rises).
-    public var delivered: [(deviceID: String, sequence: Int64)]
+    /// Instances that now have their `sequence` (a delivered sequence only ever rises).
+    public var delivered: [PushedInstance]
     /// Instances whose token the push service refused: they become `invalidated`.
-    public var invalidated: [String]
+    public var invalidated: [PushedInstance]
     /// Instances that received the activity's end: they become `ended`.
-    public var endDelivered: [String]
+    public var endDelivered: [PushedInstance]
     /// Every attempt, for the timeline.
     public var attempts: [DeliveryRecord]
 
     public init(
-        appID: String, activityID: String, delivered: [(deviceID: String, sequence: Int64)] = [], invalidated: [String] = [],
-        endDelivered: [String] = [], attempts: [DeliveryRecord] = []
+        appID: String, activityID: String, delivered: [PushedInstance] = [], invalidated: [PushedInstance] = [],
+        endDelivered: [PushedInstance] = [], attempts: [DeliveryRecord] = []
     ) {
         self.appID = appID
         self.activityID = activityID

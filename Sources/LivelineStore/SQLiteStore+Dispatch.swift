@@ -70,21 +70,23 @@ extension SQLiteStore {
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
         try await transaction { db in
             let nowMillis = Self.millis(now)
-            // Delivered sequences only ever rise; group by sequence to update many devices per statement.
+            // Delivered sequences only ever rise, and only for the token that was pushed to.
             let bySequence = Dictionary(grouping: progress.delivered, by: \.sequence)
             for (sequence, entries) in bySequence {
-                for chunk in entries.map(\.deviceID).chunked(into: 500) {
+                for chunk in entries.chunked(into: 400) {
                     _ = try await db.query(
                         """
                         UPDATE instances SET delivered_sequence = MAX(delivered_sequence, ?)
-                        WHERE app_id = ? AND activity_id = ? AND device_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ",")))
+                        WHERE app_id = ? AND activity_id = ?
+                          AND (device_id, push_token) IN (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ",")))
                         """,
-                        [.integer(Int(sequence)), .text(progress.appID), .text(progress.activityID)] + chunk.map { .text($0) }
+                        [.integer(Int(sequence)), .text(progress.appID), .text(progress.activityID)]
+                            + chunk.flatMap { [SQLiteData.text($0.deviceID), .text($0.token)] }
                     )
                 }
             }
-            for (event, devices) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
-                for chunk in devices.chunked(into: 500) {
+            for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
+                for chunk in instances.chunked(into: 400) {
                     // The state machine's rules, per current state (dismissed stays dismissed, and so on).
                     for state in InstanceState.allCases {
                         let next = state.applying(event)
@@ -93,10 +95,10 @@ extension SQLiteStore {
                             """
                             UPDATE instances SET state = ?, updated_at = ?
                             WHERE app_id = ? AND activity_id = ? AND state = ?
-                              AND device_id IN (\(Array(repeating: "?", count: chunk.count).joined(separator: ",")))
+                              AND (device_id, push_token) IN (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ",")))
                             """,
                             [.text(next.rawValue), .integer(nowMillis), .text(progress.appID), .text(progress.activityID), .text(state.rawValue)]
-                                + chunk.map { .text($0) }
+                                + chunk.flatMap { [SQLiteData.text($0.deviceID), .text($0.token)] }
                         )
                     }
                 }

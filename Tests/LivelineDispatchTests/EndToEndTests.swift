@@ -214,6 +214,10 @@ struct EndToEndTests {
                 _ = try await env.update("a", ["n": 7])
                 dispatcher.wake()
                 #expect(try await waitFor { tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["n": 7] } })
+                // The phones have it; wait for the engine to record its progress before stopping it.
+                #expect(try await waitFor {
+                    try await env.store.activity(appID: env.appID, activityID: "a")?.dispatchedSequence == 1
+                })
             }
             let statistics = env.emulator.statistics
             #expect((statistics.byStatus[503] ?? 0) + (statistics.byStatus[429] ?? 0) > 0, "faults were injected")

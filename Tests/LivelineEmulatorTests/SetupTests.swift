@@ -127,7 +127,7 @@ struct SetupTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await services.run() }
             var ports: (apnsPort: Int, controlPort: Int)?
-            for _ in 0..<200 where ports == nil {
+            for _ in 0..<3000 where ports == nil {  // up to 30 s on a loaded machine
                 ports = emulator.boundPorts
                 if ports == nil { try await Task.sleep(for: .milliseconds(10)) }
             }

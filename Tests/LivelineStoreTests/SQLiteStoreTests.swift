@@ -238,3 +238,26 @@ struct SQLiteStoreTests {
         }
     }
 }
+
+@Suite("SQLite store: delivery progress")
+struct DeliveryProgressTests {
+    @Test("progress for a token that rotated meanwhile does not mark the new token as served")
+    func rotatedTokenStaysBehind() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            _ = try await store.registerInstance(registration("d1", token: "aaaa"), at: t0)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["n": 1]), at: t0)
+            _ = try await store.registerInstance(registration("d1", token: "bbbb"), at: t0)  // rotation while the push to aaaa is in flight
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "order-1", delivered: [PushedInstance(deviceID: "d1", token: "aaaa", sequence: 1)],
+                                 invalidated: [PushedInstance(deviceID: "d1", token: "aaaa", sequence: 1)]),
+                at: t0
+            )
+            let instance = try #require(try await store.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 5).items.first)
+            #expect(instance.deliveredSequence == 0)
+            #expect(instance.state == .active)
+            let pending = try await store.pendingInstances(appID: "app_test", activityID: "order-1", below: 1, platforms: [.ios], after: nil, limit: 10)
+            #expect(pending.map(\.pushToken) == ["bbbb"])
+        }
+    }
+}
