@@ -102,6 +102,7 @@ public final class Dispatcher: Service, Sendable {
             group.addTask { [interval = configuration.idlePollInterval] in
                 try? await Task.sleep(for: interval)
             }
+            group.addTask { try? await gracefulShutdown() }
             await group.next()
             group.cancelAll()
         }
@@ -117,7 +118,17 @@ public final class Dispatcher: Service, Sendable {
             } catch {
                 logger.warning("Pruning the delivery timeline failed", metadata: ["error": "\(error)"])
             }
-            try? await Task.sleep(for: .seconds(60))
+            await sleepUnlessShuttingDown(for: .seconds(60))
+        }
+    }
+
+    /// Sleeps for `duration`, or less if graceful shutdown begins.
+    private func sleepUnlessShuttingDown(for duration: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: duration) }
+            group.addTask { try? await gracefulShutdown() }
+            await group.next()
+            group.cancelAll()
         }
     }
 
