@@ -57,6 +57,8 @@ final class EmulatorCore: Sendable {
 
     struct State: Sendable {
         var keys: [String: RegisteredSigningKey] = [:]
+        /// Counts key registrations, so a verdict made with an older key set is not cached.
+        var keyGeneration = 0
         var bundles: Set<String> = []
         var devices: [String: Device] = [:]
         var nextDeviceSequence = 0
@@ -81,6 +83,7 @@ final class EmulatorCore: Sendable {
     func registerSigningKey(teamID: String, keyID: String, publicKey: P256.Signing.PublicKey) {
         state.withLock {
             $0.keys[keyID] = RegisteredSigningKey(teamID: teamID, keyID: keyID, publicKey: publicKey)
+            $0.keyGeneration += 1
             $0.tokenChecks.removeAll()
         }
     }
@@ -305,11 +308,11 @@ final class EmulatorCore: Sendable {
 
     /// Verifies a token's signature once; later requests with the same token read the cache.
     private func verifyAndCache(_ token: String) -> ProviderTokenCheck {
-        let keys = state.withLock { $0.keys }
+        let (keys, generation) = state.withLock { ($0.keys, $0.keyGeneration) }
         let check = ProviderTokenVerifier.check(token, keys: keys)
         state.withLock { state in
             // A key registered meanwhile cleared the cache; do not store a verdict made without it.
-            guard state.keys.count == keys.count else { return }
+            guard state.keyGeneration == generation else { return }
             if state.tokenChecks.count >= Self.maximumCachedTokenChecks { state.tokenChecks.removeAll() }
             state.tokenChecks[token] = check
         }
