@@ -190,21 +190,41 @@ final class EmulatorCore: Sendable {
         case drop
     }
 
+    /// What a request's checks need from the shared state, read under one lock.
+    struct Snapshot {
+        var tokenCheck: ProviderTokenCheck?
+        var faults: APNsFaults
+        var topicRegistered: Bool
+        var device: (bundleID: String, unregisteredAt: Date?)?
+    }
+
     /// Answers one request as APNs does, applies an accepted push to the simulated phone, and
     /// records the request. `connection` is the calling connection's provider-token memory.
     func handle(_ request: APNsRequest, connection: inout ConnectionTokenState) -> APNsOutcome {
         let now = clock()
         let headers = RequestHeaders(request.headers)
-        let apnsID = headers.validAPNsID ?? UUID().uuidString.lowercased()
+        let apnsID = headers.validAPNsID ?? Self.newAPNsID()
         let token = headers.deviceToken ?? ""
-        var faults: APNsFaults?
+        let providerToken = headers.bearerToken
+        let bundleID = headers.topicBundleID
+        let snapshot = state.withLock { state in
+            Snapshot(
+                tokenCheck: providerToken.flatMap { state.tokenChecks[$0] }, faults: state.faults,
+                topicRegistered: bundleID.map { state.bundles.contains($0) } ?? false,
+                device: state.devices[token].map { ($0.bundleID, $0.unregisteredAt) }
+            )
+        }
         var status: Int?
         var reason: String?
         var body: [UInt8]?
         var retryAfter: Int?
         var accepted: (decoded: Result<LiveActivityState.DecodedPush, LiveActivityState.Unusable>, priority10: Bool)?
+        var faultsApplied = false
         do throws(Refusal) {
-            accepted = try evaluate(request, headers: headers, token: token, now: now, connection: &connection, faults: &faults)
+            accepted = try evaluate(
+                request, headers: headers, token: token, snapshot: snapshot, now: now, connection: &connection,
+                faultsApplied: &faultsApplied
+            )
             status = 200
         } catch {
             switch error {
@@ -214,7 +234,7 @@ final class EmulatorCore: Sendable {
                 status = rejection.status
                 reason = rejection.reason
                 body = rejection.body
-                if Self.injectedReasons.contains(rejection.reason) { retryAfter = faults?.retryAfterSeconds }
+                if faultsApplied, Self.injectedReasons.contains(rejection.reason) { retryAfter = snapshot.faults.retryAfterSeconds }
             }
         }
 
@@ -243,7 +263,8 @@ final class EmulatorCore: Sendable {
         let answer: APNsOutcome.Answer =
             if let status { .respond(status: status, apnsID: apnsID, body: body, retryAfter: retryAfter) } else { .drop }
         return APNsOutcome(
-            answer: answer, delayMilliseconds: faults?.delayMilliseconds ?? 0, goAwayAfterRequests: faults?.goAwayAfterRequests
+            answer: answer, delayMilliseconds: faultsApplied ? snapshot.faults.delayMilliseconds : 0,
+            goAwayAfterRequests: faultsApplied ? snapshot.faults.goAwayAfterRequests : nil
         )
     }
 
@@ -252,25 +273,29 @@ final class EmulatorCore: Sendable {
 
     /// Apple's checks, in order; returns the decoded payload of an accepted push.
     private func evaluate(
-        _ request: APNsRequest, headers: RequestHeaders, token: String, now: Date,
-        connection: inout ConnectionTokenState, faults: inout APNsFaults?
+        _ request: APNsRequest, headers: RequestHeaders, token: String, snapshot: Snapshot, now: Date,
+        connection: inout ConnectionTokenState, faultsApplied: inout Bool
     ) throws(Refusal) -> (decoded: Result<LiveActivityState.DecodedPush, LiveActivityState.Unusable>, priority10: Bool) {
         do throws(Rejection) {
             try headers.checkMethodAndPath()
-            try authenticate(headers, now: now, connection: &connection)
+            try authenticate(headers, cached: snapshot.tokenCheck, now: now, connection: &connection)
         } catch {
             throw .reject(error)
         }
         // Faults apply once the provider token was accepted.
-        let current = self.faults
-        faults = current
-        if Self.happens(current.dropConnectionRate) { throw .drop }
-        if Self.happens(current.internalErrorRate) { throw .reject(Rejection(500, "InternalServerError")) }
-        if Self.happens(current.unavailableRate) { throw .reject(Rejection(503, "ServiceUnavailable")) }
-        if Self.happens(current.tooManyRequestsRate) { throw .reject(Rejection(429, "TooManyRequests")) }
+        let faults = snapshot.faults
+        faultsApplied = true
+        if Self.happens(faults.dropConnectionRate) { throw .drop }
+        if Self.happens(faults.internalErrorRate) { throw .reject(Rejection(500, "InternalServerError")) }
+        if Self.happens(faults.unavailableRate) { throw .reject(Rejection(503, "ServiceUnavailable")) }
+        if Self.happens(faults.tooManyRequestsRate) { throw .reject(Rejection(429, "TooManyRequests")) }
         do throws(Rejection) {
-            let bundleID = try headers.checkAPNsHeaders { self.isRegistered(bundleID: $0) }
-            try checkDevice(token: token, bundleID: bundleID)
+            let bundleID = try headers.checkAPNsHeaders(isRegistered: snapshot.topicRegistered)
+            guard Self.isHexToken(token), let device = snapshot.device else { throw Rejection(400, "BadDeviceToken") }
+            guard device.bundleID == bundleID else { throw Rejection(400, "DeviceTokenNotForTopic") }
+            if let unregisteredAt = device.unregisteredAt {
+                throw Rejection(410, "Unregistered", timestamp: Int64((unregisteredAt.timeIntervalSince1970 * 1000).rounded(.down)))
+            }
             if request.bodyLength == 0 { throw Rejection(400, "PayloadEmpty") }
             if request.bodyLength > Self.maximumPayloadBytes { throw Rejection(413, "PayloadTooLarge") }
         } catch {
@@ -285,15 +310,12 @@ final class EmulatorCore: Sendable {
 
     /// Checks `authorization: bearer <provider token>` and the connection's token history.
     private func authenticate(
-        _ headers: RequestHeaders, now: Date, connection: inout ConnectionTokenState
+        _ headers: RequestHeaders, cached: ProviderTokenCheck?, now: Date, connection: inout ConnectionTokenState
     ) throws(Rejection) {
-        guard let authorization = headers.authorization.first else { throw Rejection(403, "MissingProviderToken") }
-        guard headers.authorization.count == 1 else { throw Rejection(400, "DuplicateHeaders") }
-        let scheme = authorization.prefix(7)
-        guard scheme.lowercased() == "bearer " else { throw Rejection(403, "InvalidProviderToken") }
-        let token = String(authorization.dropFirst(7))
-        let check = state.withLock { $0.tokenChecks[token] } ?? verifyAndCache(token)
-        guard case .valid(let verified) = check else { throw Rejection(403, "InvalidProviderToken") }
+        guard headers.authorizationCount > 0 else { throw Rejection(403, "MissingProviderToken") }
+        guard headers.authorizationCount == 1 else { throw Rejection(400, "DuplicateHeaders") }
+        guard let token = headers.bearerToken else { throw Rejection(403, "InvalidProviderToken") }
+        guard case .valid(let verified) = cached ?? verifyAndCache(token) else { throw Rejection(403, "InvalidProviderToken") }
         let nowSeconds = now.timeIntervalSince1970
         if verified.issuedAt > nowSeconds + clockSkew { throw Rejection(403, "InvalidProviderToken") }
         if nowSeconds - verified.issuedAt > Self.providerTokenLifetime { throw Rejection(403, "ExpiredProviderToken") }
@@ -319,18 +341,22 @@ final class EmulatorCore: Sendable {
         return check
     }
 
-    private func checkDevice(token: String, bundleID: String) throws(Rejection) {
-        guard Self.isHexToken(token) else { throw Rejection(400, "BadDeviceToken") }
-        let device = state.withLock { $0.devices[token].map { ($0.bundleID, $0.unregisteredAt) } }
-        guard let (deviceBundleID, unregisteredAt) = device else { throw Rejection(400, "BadDeviceToken") }
-        guard deviceBundleID == bundleID else { throw Rejection(400, "DeviceTokenNotForTopic") }
-        if let unregisteredAt {
-            throw Rejection(410, "Unregistered", timestamp: Int64((unregisteredAt.timeIntervalSince1970 * 1000).rounded(.down)))
+    /// A new lowercase UUID, formatted without going through `String(format:)`.
+    static func newAPNsID() -> String {
+        let uuid = UUID().uuid
+        let bytes = [
+            uuid.0, uuid.1, uuid.2, uuid.3, uuid.4, uuid.5, uuid.6, uuid.7,
+            uuid.8, uuid.9, uuid.10, uuid.11, uuid.12, uuid.13, uuid.14, uuid.15,
+        ]
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(36)
+        for (index, byte) in bytes.enumerated() {
+            if index == 4 || index == 6 || index == 8 || index == 10 { text.append(UInt8(ascii: "-")) }
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 0x0F)])
         }
-    }
-
-    func isRegistered(bundleID: String) -> Bool {
-        state.withLock { $0.bundles.contains(bundleID) }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// A device token is a non-empty, even-length string of hex digits (compared case-insensitively).

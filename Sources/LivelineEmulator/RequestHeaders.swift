@@ -2,40 +2,77 @@
 struct RequestHeaders {
     var method: String?
     var path: String?
-    var authorization: [String] = []
-    /// Every `apns-*` header's values, in arrival order.
-    var apns: [String: [String]] = [:]
+    var authorization: String?
+    var authorizationCount = 0
+    var pushType: String?
+    var topic: String?
+    var priority: String?
+    var expiration: String?
+    var apnsID: String?
+    var collapseID: String?
+    /// Whether some `apns-*` header came more than once.
+    var hasDuplicateAPNsHeader = false
+    var apnsIDRepeated = false
+    /// The device token from `/3/device/<token>`, lowercased; `nil` when the path has another form.
+    var deviceToken: String?
 
     static let devicePathPrefix = "/3/device/"
 
     init(_ headers: [ReceivedPush.Header]) {
+        var otherAPNsNames: [String] = []
         for header in headers {
             switch header.name {
             case ":method": method = header.value
             case ":path": path = header.value
-            case "authorization": authorization.append(header.value)
+            case "authorization":
+                authorizationCount += 1
+                if authorization == nil { authorization = header.value }
+            case "apns-push-type": Self.keep(header.value, in: &pushType, duplicate: &hasDuplicateAPNsHeader)
+            case "apns-topic": Self.keep(header.value, in: &topic, duplicate: &hasDuplicateAPNsHeader)
+            case "apns-priority": Self.keep(header.value, in: &priority, duplicate: &hasDuplicateAPNsHeader)
+            case "apns-expiration": Self.keep(header.value, in: &expiration, duplicate: &hasDuplicateAPNsHeader)
+            case "apns-id":
+                if apnsID != nil { apnsIDRepeated = true }
+                Self.keep(header.value, in: &apnsID, duplicate: &hasDuplicateAPNsHeader)
+            case "apns-collapse-id": Self.keep(header.value, in: &collapseID, duplicate: &hasDuplicateAPNsHeader)
             default:
-                if header.name.hasPrefix("apns-") { apns[header.name, default: []].append(header.value) }
+                if header.name.hasPrefix("apns-") {
+                    if otherAPNsNames.contains(header.name) { hasDuplicateAPNsHeader = true }
+                    otherAPNsNames.append(header.name)
+                }
+            }
+        }
+        if let path, path.hasPrefix(Self.devicePathPrefix) {
+            let token = path.utf8.dropFirst(Self.devicePathPrefix.utf8.count)
+            if !token.isEmpty, !token.contains(UInt8(ascii: "/")) {
+                deviceToken = String(decoding: token, as: UTF8.self).lowercased()
             }
         }
     }
 
-    func value(_ name: String) -> String? { apns[name]?.first }
-
-    /// The device token from `/3/device/<token>`, lowercased; `nil` when the path has another form.
-    var deviceToken: String? {
-        guard let path, path.hasPrefix(Self.devicePathPrefix) else { return nil }
-        let token = path.dropFirst(Self.devicePathPrefix.count)
-        guard !token.isEmpty, !token.contains("/") else { return nil }
-        return token.lowercased()
+    private static func keep(_ value: String, in field: inout String?, duplicate: inout Bool) {
+        if field == nil { field = value } else { duplicate = true }
     }
 
-    var priority: String? { value("apns-priority") }
+    /// The provider token of `authorization: bearer <token>` (scheme case-insensitive).
+    var bearerToken: String? {
+        guard let authorization, authorization.utf8.count > 7, authorization.prefix(7).lowercased() == "bearer " else {
+            return nil
+        }
+        return String(authorization.dropFirst(7))
+    }
 
     /// The request's `apns-id` when it is present once and a UUID, to echo back.
     var validAPNsID: String? {
-        guard let values = apns["apns-id"], values.count == 1, Self.isUUID(values[0]) else { return nil }
-        return values[0]
+        guard !apnsIDRepeated, let apnsID, Self.isUUID(apnsID) else { return nil }
+        return apnsID
+    }
+
+    /// The bundle id of a well-formed Live Activity topic (`<bundle id>.push-type.liveactivity`).
+    var topicBundleID: String? {
+        guard let topic, topic.hasSuffix(EmulatorCore.topicSuffix), topic.utf8.count > EmulatorCore.topicSuffix.utf8.count
+        else { return nil }
+        return String(topic.dropLast(EmulatorCore.topicSuffix.count))
     }
 
     /// `:method` must be POST (405) and `:path` `/3/device/<token>` (404, or 400 without a token).
@@ -47,22 +84,19 @@ struct RequestHeaders {
     }
 
     /// The `apns-*` headers, in Apple's order; returns the topic's bundle id.
-    func checkAPNsHeaders(isRegistered: (String) -> Bool) throws(EmulatorCore.Rejection) -> String {
-        if apns.values.contains(where: { $0.count > 1 }) { throw .init(400, "DuplicateHeaders") }
-        guard value("apns-push-type") == "liveactivity" else { throw .init(400, "InvalidPushType") }
-        guard let topic = value("apns-topic") else { throw .init(400, "MissingTopic") }
-        guard topic.hasSuffix(EmulatorCore.topicSuffix), topic.count > EmulatorCore.topicSuffix.count else {
-            throw .init(400, "BadTopic")
-        }
-        let bundleID = String(topic.dropLast(EmulatorCore.topicSuffix.count))
-        guard isRegistered(bundleID) else { throw .init(400, "TopicDisallowed") }
+    func checkAPNsHeaders(isRegistered: Bool) throws(EmulatorCore.Rejection) -> String {
+        if hasDuplicateAPNsHeader { throw .init(400, "DuplicateHeaders") }
+        guard pushType == "liveactivity" else { throw .init(400, "InvalidPushType") }
+        guard topic != nil else { throw .init(400, "MissingTopic") }
+        guard let bundleID = topicBundleID else { throw .init(400, "BadTopic") }
+        guard isRegistered else { throw .init(400, "TopicDisallowed") }
         if let priority, priority != "5", priority != "10" { throw .init(400, "BadPriority") }
-        if let expiration = value("apns-expiration") {
+        if let expiration {
             guard !expiration.isEmpty, expiration.utf8.allSatisfy({ (0x30...0x39).contains($0) }), Int64(expiration) != nil
             else { throw .init(400, "BadExpirationDate") }
         }
-        if let id = value("apns-id"), !Self.isUUID(id) { throw .init(400, "BadMessageId") }
-        if let collapseID = value("apns-collapse-id"), collapseID.utf8.count > 64 { throw .init(400, "BadCollapseId") }
+        if let apnsID, !Self.isUUID(apnsID) { throw .init(400, "BadMessageId") }
+        if let collapseID, collapseID.utf8.count > 64 { throw .init(400, "BadCollapseId") }
         return bundleID
     }
 
