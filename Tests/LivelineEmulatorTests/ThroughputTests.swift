@@ -10,12 +10,15 @@ import Testing
 @Suite("Throughput")
 struct ThroughputTests {
     /// Debug builds spend most of this in swift-nio-http2's unoptimized internals, so the default
-    /// run is short; set `LIVELINE_EMULATOR_BENCH_BATCHES` (per connection) for a longer one.
-    @Test("Sustained pushes over two connections, 100 streams in flight each")
+    /// run is short. For a real measurement build in release (`swift build -c release
+    /// --build-tests -Xswiftc -enable-testing`) and set `LIVELINE_EMULATOR_BENCH_BATCHES`
+    /// (batches per connection), `…_CONNECTIONS` and `…_STREAMS` (requests per batch).
+    @Test("Sustained pushes over several connections, many streams in flight each")
     func throughput() async throws {
-        let connections = 2
-        let batch = 100
-        let batchesPerConnection = Int(ProcessInfo.processInfo.environment["LIVELINE_EMULATOR_BENCH_BATCHES"] ?? "") ?? 10
+        let environment = ProcessInfo.processInfo.environment
+        let connections = environment["LIVELINE_EMULATOR_BENCH_CONNECTIONS"].flatMap { Int($0) } ?? 2
+        let batch = environment["LIVELINE_EMULATOR_BENCH_STREAMS"].flatMap { Int($0) } ?? 100
+        let batchesPerConnection = environment["LIVELINE_EMULATOR_BENCH_BATCHES"].flatMap { Int($0) } ?? 10
         try await withEmulator(historyLimit: 10_000) { fixture in
             let clients = try await (0..<connections).asyncMap { _ in try await fixture.connect() }
             let start = fixture.clock.seconds
