@@ -524,25 +524,10 @@ final class APNsConnection: ChannelInboundHandler {
                 request.finish(.failure(timeout))
             }
         }
-        if !pending.isEmpty {
-            var kept = CircularBuffer<PendingRequest>(initialCapacity: pending.count)
-            while let request = pending.popFirst() {
-                if request.isFinished {
-                    continue
-                }
-                if request.deadline <= now {
-                    request.finish(
-                        .failure(
-                            APNsTransportError(
-                                "Timed out after \(shared.configuration.requestTimeout) waiting for a free HTTP/2 stream (the server allows \(maxConcurrentStreams))."
-                            )
-                        )
-                    )
-                } else {
-                    kept.append(request)
-                }
-            }
-            pending = kept
+        pending.failExpired(now: now) {
+            APNsTransportError(
+                "Timed out after \(shared.configuration.requestTimeout) waiting for a free HTTP/2 stream (the server allows \(maxConcurrentStreams))."
+            )
         }
         if !expired.isEmpty {
             markNeedsFlush()

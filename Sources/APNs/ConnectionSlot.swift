@@ -277,25 +277,10 @@ final class ConnectionSlot: @unchecked Sendable {
 
     private func sweep() {
         let now = NIODeadline.now()
-        if !waiting.isEmpty {
-            var kept = CircularBuffer<PendingRequest>(initialCapacity: waiting.count)
-            while let request = waiting.popFirst() {
-                if request.isFinished {
-                    continue
-                }
-                if request.deadline <= now {
-                    request.finish(
-                        .failure(
-                            APNsTransportError(
-                                "Timed out after \(shared.configuration.requestTimeout) waiting for a connection to \(shared.endpoint.host):\(shared.endpoint.port)."
-                            )
-                        )
-                    )
-                } else {
-                    kept.append(request)
-                }
-            }
-            waiting = kept
+        waiting.failExpired(now: now) {
+            APNsTransportError(
+                "Timed out after \(shared.configuration.requestTimeout) waiting for a connection to \(shared.endpoint.host):\(shared.endpoint.port)."
+            )
         }
         for connection in connections {
             connection.sweep(now: now)
@@ -313,5 +298,22 @@ final class ConnectionSlot: @unchecked Sendable {
         failWaiting(APNsTransportError("The APNs client was shut down."))
         let closed = open.map { $0.shutdown() }
         return EventLoopFuture.andAllComplete(closed, on: eventLoop)
+    }
+}
+
+extension CircularBuffer where Element == PendingRequest {
+    /// Drops finished requests and fails those past their deadline, keeping the rest in order.
+    mutating func failExpired(now: NIODeadline, _ timeout: () -> APNsTransportError) {
+        guard !isEmpty else { return }
+        var kept = CircularBuffer<PendingRequest>(initialCapacity: count)
+        while let request = popFirst() {
+            if request.isFinished { continue }
+            if request.deadline <= now {
+                request.finish(.failure(timeout()))
+            } else {
+                kept.append(request)
+            }
+        }
+        self = kept
     }
 }

@@ -40,12 +40,17 @@ public struct CredentialSealer: Sendable {
             }
             return Array(data)
         }
-        let key = SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
+        let key = newMasterKey()
         let created = FileManager.default.createFile(
             atPath: path, contents: Data(Data(key).base64EncodedString().utf8), attributes: [.posixPermissions: 0o600]
         )
         guard created else { throw CredentialError("Cannot write the master key to \(path).") }
         return key
+    }
+
+    /// 32 fresh random bytes from the system's secure generator.
+    public static func newMasterKey() -> [UInt8] {
+        SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
     }
 
     /// Parses a base64 master key from configuration.

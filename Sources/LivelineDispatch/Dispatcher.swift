@@ -301,7 +301,7 @@ public final class Dispatcher: Service, Sendable {
             let started = ContinuousClock.now
             let outcome = await transport.send(push)
             let elapsed = ContinuousClock.now - started
-            let latency = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+            let latency = elapsed.seconds * 1000
             func record(_ status: DeliveryStatus, _ providerID: String?, _ reason: String?) {
                 attempts.append(
                     DeliveryRecord(

@@ -121,11 +121,10 @@ public struct LivelineConfiguration: Sendable {
         var providers: [any ConfigProvider] = [
             InMemoryProvider(name: "flags", values: Dictionary(uniqueKeysWithValues: flags.map { (AbsoluteConfigKey(stringLiteral: $0.key), $0.value) }))
         ]
-        if let environment {
-            providers.append(EnvironmentVariablesProvider(environmentVariables: environment, secretsSpecifier: .specific(["LIVELINE_ADMIN_TOKEN", "LIVELINE_MASTER_KEY"])))
-        } else {
-            providers.append(EnvironmentVariablesProvider(secretsSpecifier: .specific(["LIVELINE_ADMIN_TOKEN", "LIVELINE_MASTER_KEY"])))
-        }
+        let secrets: SecretsSpecifier<String, String> = .specific(["LIVELINE_ADMIN_TOKEN", "LIVELINE_MASTER_KEY"])
+        providers.append(
+            EnvironmentVariablesProvider(environmentVariables: environment ?? ProcessInfo.processInfo.environment, secretsSpecifier: secrets)
+        )
         if let file {
             providers.append(try await FileProvider<JSONSnapshot>(filePath: FilePath(file)))
         }

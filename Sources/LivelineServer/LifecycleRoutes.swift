@@ -175,10 +175,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     @Sendable func activity(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
-        guard let record = try await store.activity(appID: caller.appID, activityID: activityID) else {
-            throw APIError.activityNotFound(activityID)
-        }
-        return Response.json(Representation.activity(record))
+        return Response.json(Representation.activity(try await existingActivity(caller, activityID)))
     }
 
     @Sendable func activities(_ request: Request, context: Context) async throws -> Response {
@@ -204,9 +201,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     @Sendable func instances(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
-        guard try await store.activity(appID: caller.appID, activityID: activityID) != nil else {
-            throw APIError.activityNotFound(activityID)
-        }
+        _ = try await existingActivity(caller, activityID)
         let page = try await store.instances(
             appID: caller.appID, activityID: activityID, cursor: request.uri.queryParameters["cursor"].map(String.init),
             limit: try Self.limit(request)
@@ -254,9 +249,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     @Sendable func deliveries(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
-        guard try await store.activity(appID: caller.appID, activityID: activityID) != nil else {
-            throw APIError.activityNotFound(activityID)
-        }
+        _ = try await existingActivity(caller, activityID)
         let page = try await store.deliveries(
             appID: caller.appID, activityID: activityID, cursor: request.uri.queryParameters["cursor"].map(String.init),
             limit: try Self.limit(request)
@@ -276,6 +269,14 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         var json = Representation.app(app).objectValue ?? [:]
         json["credentials"] = .array(credentials)
         return Response.json(.object(json))
+    }
+
+    /// The caller's activity, or 404 (also for another app's activity: ids are per app).
+    private func existingActivity(_ caller: Caller, _ activityID: String) async throws -> ActivityRecord {
+        guard let record = try await store.activity(appID: caller.appID, activityID: activityID) else {
+            throw APIError.activityNotFound(activityID)
+        }
+        return record
     }
 
     // MARK: Input rules

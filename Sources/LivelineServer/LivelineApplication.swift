@@ -18,7 +18,7 @@ public enum LivelineApplication {
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
         onAccepted: @escaping @Sendable () -> Void = {}
     ) -> Router<BasicRequestContext> {
-        let sealer = sealer ?? (try! CredentialSealer(masterKey: SymmetricKeyBytes.random()))
+        let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let administration = AppAdministration(store: store, clock: clock, sealer: sealer)
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ErrorMiddleware())
@@ -132,10 +132,3 @@ extension LivelineApplication {
     public static var openAPIDocument: String { OpenAPIDocument.json }
 }
 
-/// 32 random bytes for a throwaway key.
-enum SymmetricKeyBytes {
-    static func random() -> [UInt8] {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-    }
-}

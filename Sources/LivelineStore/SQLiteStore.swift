@@ -205,7 +205,8 @@ public final class SQLiteStore: Store, DispatchStore {
                     [.text(r.appID), .text(r.activityID), .text(r.deviceID), .text(r.platform.rawValue), .text(r.pushToken),
                      Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis)]
                 )
-                try await Self.markPending(appID: r.appID, activityID: r.activityID, in: db)
+                // A newcomer to an activity with accepted state is caught up; a new activity has none yet.
+                if activity != nil { try await Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
                 let created = InstanceRecord(
                     appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
                     userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,

@@ -45,7 +45,7 @@ struct Bench: AsyncParsableCommand {
             let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path, logger: logger)
             let appID = "app_bench"
             try await store.createApp(AppRecord(id: appID, name: "Bench", bundleID: bundleID, androidPackage: nil, createdAt: Date()), keys: [])
-            let sealer = try CredentialSealer(masterKey: (0..<32).map { _ in UInt8.random(in: 0...255) })
+            let sealer = try CredentialSealer(masterKey: CredentialSealer.newMasterKey())
             let credentials = APNsCredentials(
                 teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKeyPEM: key.pemRepresentation, environment: .sandbox,
                 baseURL: "https://127.0.0.1:\(ports.apnsPort)", caCertificatePEM: emulator.caCertificatePEM
