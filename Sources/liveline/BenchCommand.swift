@@ -73,6 +73,7 @@ struct Bench: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(200))
 
             let before = emulator.statistics.accepted
+            let cpuBefore = processCPUSeconds()
             let started = ContinuousClock.now
             _ = try await store.acceptUpdate(
                 ActivityUpdate(appID: appID, activityID: "bench", contentState: ["score": "1-0", "minute": 42]), at: Date()
@@ -96,6 +97,7 @@ struct Bench: AsyncParsableCommand {
                 if ContinuousClock.now - started > .seconds(600) { throw ValidationError("The sink did not receive every push within 10 minutes.") }
             }
             let elapsed = ContinuousClock.now - started
+            let cpuSeconds = processCPUSeconds() - cpuBefore
             engine.cancel()
             _ = await engine.result
             await directory.shutdown()
@@ -112,6 +114,7 @@ struct Bench: AsyncParsableCommand {
                   pushes per second       \(Int(Double(instances) / seconds))
                   accept latency p50      \(format(percentile(acceptLatencies, 0.50)))   (\(acceptLatencies.count) accepts during the fan-out)
                   accept latency p99      \(format(percentile(acceptLatencies, 0.99)))
+                  CPU per push            \(String(format: "%.1f µs", cpuSeconds / Double(instances) * 1e6)) (sender, engine, store and sink together; \(String(format: "%.2f", cpuSeconds / seconds)) cores busy)
                   peak memory (RSS)       \(peakMemory())
                   sink answers            \(statistics.byStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", "))
                 """)
@@ -125,6 +128,14 @@ struct Bench: AsyncParsableCommand {
         func format(_ duration: Duration) -> String {
             let ms = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
             return ms >= 1000 ? String(format: "%.2f s", ms / 1000) : String(format: "%.2f ms", ms)
+        }
+
+        /// User and system CPU time this process has used, in seconds.
+        func processCPUSeconds() -> Double {
+            var usage = rusage()
+            getrusage(RUSAGE_SELF.rawValue, &usage)
+            return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+                + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
         }
 
         /// VmHWM from /proc: the most resident memory the process ever had.
