@@ -19,6 +19,11 @@ public enum JSONValue: Sendable, Hashable {
     }
 
     /// The string, or `nil` for any other kind of value.
+    public var arrayValue: [JSONValue]? {
+        if case .array(let values) = self { return values }
+        return nil
+    }
+
     public var stringValue: String? {
         if case .string(let value) = self { return value }
         return nil

@@ -9,6 +9,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     let store: any Store
     let authenticator: Authenticator
     let clock: WallClock
+    var contracts: ContentContracts { ContentContracts(store: store) }
     /// Wakes the delivery engine after a commit.
     let onAccepted: @Sendable () -> Void
 
@@ -52,6 +53,9 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             attributes = value
         }
         let userID = try body.string("userId").map { userID throws(ValidationError) in try Identifier.validate(userID, field: "userId") }
+        if let given = attributes, let schema = try await contracts.schema(appID: caller.appID, attributesType: attributesType) {
+            attributes = try schema.conform(attributes: given)
+        }
         let result: RegistrationResult
         do {
             result = try await store.registerInstance(
@@ -80,11 +84,15 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
                 field: "dismissalDate"
             )
         }
-        let contentState = try Self.contentState(body, required: true)!
         let common = try Self.commonFields(body)
         let now = clock.now()
+        let current = try await store.activity(appID: caller.appID, activityID: activityID)
+        if let current, current.state != .active { throw APIError.activityEnded(activityID) }
+        let checked = try await contracts.check(
+            try Self.contentState(body, required: true)!, appID: caller.appID, activity: current, remember: true
+        )
         let payload = APNsLiveActivityPayload(
-            event: .update, timestamp: Int64(now.timeIntervalSince1970), contentState: contentState,
+            event: .update, timestamp: Int64(now.timeIntervalSince1970), contentState: checked.contentState,
             staleDate: common.staleDate, relevanceScore: common.relevanceScore, alert: common.alert
         )
         try payload.validate()
@@ -92,8 +100,9 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         do {
             accepted = try await store.acceptUpdate(
                 ActivityUpdate(
-                    appID: caller.appID, activityID: activityID, contentState: contentState, alert: common.alert,
-                    staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority
+                    appID: caller.appID, activityID: activityID, contentState: checked.contentState, alert: common.alert,
+                    staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
+                    contentShape: checked.shape
                 ),
                 at: now
             )
@@ -101,7 +110,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             throw APIError.activityEnded(activityID)
         }
         onAccepted()
-        return Response.json(Representation.accepted(accepted), status: .accepted)
+        return Response.json(Representation.accepted(accepted, warnings: ContentContracts.warnings(checked.changes)), status: .accepted)
     }
 
     @Sendable func end(_ request: Request, context: Context) async throws -> Response {
@@ -128,7 +137,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             ),
             at: now
         )
-        return Response.json(Representation.accepted(accepted), status: .accepted)
+        return Response.json(Representation.accepted(accepted.0, warnings: ContentContracts.warnings(accepted.1)), status: .accepted)
     }
 
     @Sendable func endAndDismiss(_ request: Request, context: Context) async throws -> Response {
@@ -138,16 +147,23 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let accepted = try await endActivity(
             ActivityEnd(appID: caller.appID, activityID: activityID, dismissalDate: Int64(now.timeIntervalSince1970)),
             at: now
-        )
+        ).0
         return Response.json(Representation.accepted(accepted), status: .accepted)
     }
 
     /// Ends an activity after checking that the end push it implies is one APNs and the phone accept.
-    private func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
+    private func endActivity(_ end: ActivityEnd, at now: Date) async throws -> (AcceptedSequence, [JSONShape.Change]) {
         guard let current = try await store.activity(appID: end.appID, activityID: end.activityID) else {
             throw APIError.activityNotFound(end.activityID)
         }
         guard current.state == .active else { throw APIError.activityEnded(end.activityID) }
+        var end = end
+        var changes: [JSONShape.Change] = []
+        if let given = end.contentState {
+            let checked = try await contracts.check(given, appID: end.appID, activity: current, remember: false)
+            end.contentState = checked.contentState
+            changes = checked.changes
+        }
         guard let finalState = end.contentState ?? current.contentState else {
             throw ValidationError(
                 code: "content_state_required",
@@ -164,7 +180,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         do {
             let accepted = try await store.endActivity(end, at: now)
             onAccepted()
-            return accepted
+            return (accepted, changes)
         } catch StoreError.activityEnded {
             throw APIError.activityEnded(end.activityID)
         } catch StoreError.activityNotFound {

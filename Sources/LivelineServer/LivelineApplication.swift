@@ -24,6 +24,7 @@ public enum LivelineApplication {
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
         LifecycleRoutes(store: store, authenticator: Authenticator(store: store), clock: clock, onAccepted: onAccepted).add(to: router)
+        SchemaRoutes(store: store, authenticator: Authenticator(store: store), clock: clock).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
         return router
     }

@@ -39,6 +39,10 @@ enum OpenAPIDocument {
         {
           "name": "Health",
           "description": "Liveness, readiness and this document (no authentication)."
+        },
+        {
+          "name": "Schemas",
+          "description": "Content-state contracts per attributes type."
         }
       ],
       "security": [
@@ -116,7 +120,7 @@ enum OpenAPIDocument {
                 "$ref": "#/components/responses/BodyTooLarge"
               },
               "422": {
-                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_platform`, `invalid_push_token`, `invalid_attributes_type`, `invalid_attributes`.",
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_platform`, `invalid_push_token`, `invalid_attributes_type`, `invalid_attributes`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field).",
                 "content": {
                   "application/json": {
                     "schema": {
@@ -264,7 +268,7 @@ enum OpenAPIDocument {
                 "$ref": "#/components/responses/BodyTooLarge"
               },
               "422": {
-                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `invalid_date`, `invalid_relevance_score`, `invalid_priority`, `dismissal_date_not_allowed`, `payload_too_large`.",
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `invalid_date`, `invalid_relevance_score`, `invalid_priority`, `dismissal_date_not_allowed`, `payload_too_large`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field).",
                 "content": {
                   "application/json": {
                     "schema": {
@@ -344,7 +348,7 @@ enum OpenAPIDocument {
                 "$ref": "#/components/responses/BodyTooLarge"
               },
               "422": {
-                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `content_state_required`, `invalid_date`, `invalid_dismissal_date`, `invalid_relevance_score`, `invalid_priority`, `payload_too_large`.",
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `content_state_required`, `invalid_date`, `invalid_dismissal_date`, `invalid_relevance_score`, `invalid_priority`, `payload_too_large`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field).",
                 "content": {
                   "application/json": {
                     "schema": {
@@ -1139,6 +1143,143 @@ enum OpenAPIDocument {
               }
             }
           }
+        },
+        "/v1/attributes-types/{attributesType}/schema": {
+          "parameters": [
+            {
+              "name": "attributesType",
+              "in": "path",
+              "required": true,
+              "description": "The Swift type name of the ActivityAttributes (letters, digits, `_`, `.`).",
+              "schema": {
+                "type": "string",
+                "pattern": "^[A-Za-z0-9_.]{1,128}$"
+              }
+            }
+          ],
+          "put": {
+            "operationId": "putAttributesTypeSchema",
+            "tags": [
+              "Schemas"
+            ],
+            "summary": "Register the content-state contract of an attributes type.",
+            "description": "With a schema, an update or end whose `contentState` does not conform — and a registration whose `attributes` do not — is refused with 422 `schema_mismatch`, naming the field and the expectation (`contentState.minutesAway: expected integer, got string \"128\".`). Fields the schema does not name pass through (a `Codable` struct ignores them). ISO-8601 dates are encoded as `dateEncoding` says. Without a schema, Liveline remembers the kinds of the first accepted state's fields and reports later changes in the 202 response's `warnings`.",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "requestBody": {
+              "required": true,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/AttributesTypeSchemaInput"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "200": {
+                "description": "The schema replaced the earlier one.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AttributesTypeSchema"
+                    }
+                  }
+                }
+              },
+              "201": {
+                "description": "The schema is registered.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AttributesTypeSchema"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "The schema is not valid (`invalid_schema`, `unknown_field`, `missing_field`) or the name is not (`invalid_attributes_type`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          },
+          "get": {
+            "operationId": "getAttributesTypeSchema",
+            "tags": [
+              "Schemas"
+            ],
+            "summary": "Read the schema registered for an attributes type.",
+            "security": [
+              {
+                "secretKey": []
+              }
+            ],
+            "responses": {
+              "200": {
+                "description": "The schema.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/AttributesTypeSchema"
+                    }
+                  }
+                }
+              },
+              "401": {
+                "$ref": "#/components/responses/Unauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/SecretKeyRequired"
+              },
+              "404": {
+                "description": "No schema is registered for this attributes type (`schema_not_found`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "422": {
+                "description": "The name is not valid (`invalid_attributes_type`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
         }
       },
       "components": {
@@ -1549,6 +1690,33 @@ enum OpenAPIDocument {
                 "type": "string",
                 "format": "date-time",
                 "description": "When the sequence was accepted; becomes the push's `aps.timestamp`."
+              },
+              "warnings": {
+                "type": "array",
+                "description": "Present only when something looks wrong but was accepted: for an activity whose attributes type has no schema, fields whose JSON kind differs from earlier accepted states (`content_state_type_changed`). The phone's decoder would silently drop such a state.",
+                "items": {
+                  "type": "object",
+                  "required": [
+                    "code",
+                    "field",
+                    "message"
+                  ],
+                  "properties": {
+                    "code": {
+                      "type": "string",
+                      "enum": [
+                        "content_state_type_changed"
+                      ]
+                    },
+                    "field": {
+                      "type": "string",
+                      "description": "The field's path, such as `contentState.minutesAway`."
+                    },
+                    "message": {
+                      "type": "string"
+                    }
+                  }
+                }
               }
             },
             "example": {
@@ -2350,6 +2518,156 @@ enum OpenAPIDocument {
                   "ok",
                   "ready"
                 ]
+              }
+            }
+          },
+          "SchemaFieldType": {
+            "description": "The type of one field: a name (`string`, `integer`, `number`, `boolean`, `date`; a trailing `?` makes it optional, so it may be missing or null), or an object for composite types: `{\"type\": \"array\", \"items\": T}`, `{\"type\": \"object\", \"fields\": {name: T}}`, `{\"type\": \"enum\", \"values\": [\"a\", \"b\"]}`, each with an optional `\"optional\": true`.",
+            "oneOf": [
+              {
+                "type": "string",
+                "pattern": "^(string|integer|number|boolean|date)\\??$"
+              },
+              {
+                "type": "object",
+                "required": [
+                  "type"
+                ],
+                "properties": {
+                  "type": {
+                    "type": "string",
+                    "enum": [
+                      "array",
+                      "object",
+                      "enum",
+                      "string",
+                      "integer",
+                      "number",
+                      "boolean",
+                      "date"
+                    ]
+                  },
+                  "items": {
+                    "$ref": "#/components/schemas/SchemaFieldType"
+                  },
+                  "fields": {
+                    "type": "object",
+                    "additionalProperties": {
+                      "$ref": "#/components/schemas/SchemaFieldType"
+                    }
+                  },
+                  "values": {
+                    "type": "array",
+                    "items": {
+                      "type": "string"
+                    },
+                    "minItems": 1
+                  },
+                  "optional": {
+                    "type": "boolean"
+                  }
+                },
+                "additionalProperties": false
+              }
+            ]
+          },
+          "AttributesTypeSchemaInput": {
+            "type": "object",
+            "required": [
+              "contentState"
+            ],
+            "additionalProperties": false,
+            "description": "The fields of the app's ContentState (and optionally of its static Attributes), as its `Codable` structs declare them.",
+            "properties": {
+              "contentState": {
+                "type": "object",
+                "additionalProperties": {
+                  "$ref": "#/components/schemas/SchemaFieldType"
+                }
+              },
+              "attributes": {
+                "type": [
+                  "object",
+                  "null"
+                ],
+                "additionalProperties": {
+                  "$ref": "#/components/schemas/SchemaFieldType"
+                }
+              },
+              "dateEncoding": {
+                "type": "string",
+                "enum": [
+                  "secondsSince2001",
+                  "secondsSince1970"
+                ],
+                "default": "secondsSince2001",
+                "description": "How `date` fields go to the phone. `secondsSince2001` is what a default `JSONDecoder` expects (`Date`'s own Codable form), and so what ActivityKit decodes unless the app changed its strategy. Callers may send dates as ISO-8601 text (converted) or as numbers (sent as given)."
+              }
+            },
+            "example": {
+              "contentState": {
+                "status": "string",
+                "minutesAway": "integer",
+                "eta": "date",
+                "note": "string?",
+                "stops": {
+                  "type": "array",
+                  "items": "string"
+                },
+                "phase": {
+                  "type": "enum",
+                  "values": [
+                    "preparing",
+                    "onTheWay",
+                    "delivered"
+                  ]
+                }
+              },
+              "attributes": {
+                "orderNumber": "string"
+              }
+            }
+          },
+          "AttributesTypeSchema": {
+            "type": "object",
+            "required": [
+              "attributesType",
+              "contentState",
+              "dateEncoding",
+              "createdAt",
+              "updatedAt"
+            ],
+            "description": "A registered schema, in its normalized form.",
+            "properties": {
+              "attributesType": {
+                "type": "string"
+              },
+              "contentState": {
+                "type": "object",
+                "additionalProperties": {
+                  "$ref": "#/components/schemas/SchemaFieldType"
+                }
+              },
+              "attributes": {
+                "type": "object",
+                "additionalProperties": {
+                  "$ref": "#/components/schemas/SchemaFieldType"
+                }
+              },
+              "dateEncoding": {
+                "type": "string",
+                "enum": [
+                  "secondsSince2001",
+                  "secondsSince1970"
+                ]
+              },
+              "createdAt": {
+                "type": "string",
+                "format": "date-time"
+              },
+              "updatedAt": {
+                "type": "string",
+                "format": "date-time"
               }
             }
           }

@@ -53,13 +53,15 @@ enum Representation {
         ])
     }
 
-    static func accepted(_ accepted: AcceptedSequence) -> JSONValue {
-        .object([
+    static func accepted(_ accepted: AcceptedSequence, warnings: [JSONValue] = []) -> JSONValue {
+        var json: [String: JSONValue] = [
             "activityId": .string(accepted.activityID),
             "sequence": .integer(accepted.sequence),
             "event": .string(accepted.event.rawValue),
             "acceptedAt": date(accepted.acceptedAt),
-        ])
+        ]
+        if !warnings.isEmpty { json["warnings"] = .array(warnings) }
+        return .object(json)
     }
 
     static func app(_ app: AppRecord) -> JSONValue {

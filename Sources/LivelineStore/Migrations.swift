@@ -123,5 +123,23 @@ enum SQLiteMigrations {
                 """,
             ]
         ),
+        Migration(
+            version: 3,
+            name: "content-state contracts: schemas per attributes type, remembered shapes",
+            statements: [
+                """
+                CREATE TABLE attributes_type_schemas (
+                    app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                    attributes_type TEXT NOT NULL,
+                    schema TEXT NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    updated_at INTEGER NOT NULL,
+                    PRIMARY KEY (app_id, attributes_type)
+                ) WITHOUT ROWID
+                """,
+                // For activities without a schema: the kinds of the content state's fields, first seen first.
+                "ALTER TABLE activities ADD COLUMN content_shape TEXT",
+            ]
+        ),
     ]
 }

@@ -118,10 +118,12 @@ public struct ActivityUpdate: Sendable, Hashable {
     public var relevanceScore: Double?
     /// 5 or 10; `nil` lets Liveline choose.
     public var priority: Int?
+    /// The field kinds to remember for this activity (schema-less drift reports); `nil` keeps what is stored.
+    public var contentShape: JSONShape?
 
     public init(
         appID: String, activityID: String, contentState: JSONValue, alert: LiveActivityAlert? = nil,
-        staleDate: Int64? = nil, relevanceScore: Double? = nil, priority: Int? = nil
+        staleDate: Int64? = nil, relevanceScore: Double? = nil, priority: Int? = nil, contentShape: JSONShape? = nil
     ) {
         self.appID = appID
         self.activityID = activityID
@@ -130,6 +132,25 @@ public struct ActivityUpdate: Sendable, Hashable {
         self.staleDate = staleDate
         self.relevanceScore = relevanceScore
         self.priority = priority
+        self.contentShape = contentShape
+    }
+}
+
+/// A registered content-state contract of one attributes type of one app.
+public struct StoredSchema: Sendable, Hashable {
+    public var appID: String
+    public var attributesType: String
+    /// The schema in its JSON form (``AttributesTypeSchema/json``).
+    public var schema: JSONValue
+    public var createdAt: Date
+    public var updatedAt: Date
+
+    public init(appID: String, attributesType: String, schema: JSONValue, createdAt: Date, updatedAt: Date) {
+        self.appID = appID
+        self.attributesType = attributesType
+        self.schema = schema
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
     }
 }
 

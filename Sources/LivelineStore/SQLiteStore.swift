@@ -258,26 +258,27 @@ public final class SQLiteStore: Store, DispatchStore {
                 _ = try await db.query(
                     """
                     UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
-                        stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?
+                        stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape)
                     WHERE app_id = ? AND activity_id = ?
                     """,
                     [.integer(Int(sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp),
                      Self.json(update.contentState),
                      Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
-                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .text(update.appID), .text(update.activityID)]
+                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
+                     .text(update.appID), .text(update.activityID)]
                 )
             } else {
                 sequence = 1
                 _ = try await db.query(
                     """
                     INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
-                        alert, stale_date, relevance_score, priority, created_at, updated_at)
-                    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape)
+                    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue),
                      .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp), Self.json(update.contentState),
                      Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
-                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis)]
+                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape)]
                 )
             }
             return AcceptedSequence(activityID: update.activityID, sequence: sequence, event: .update, acceptedAt: Self.date(nowMillis))
@@ -445,6 +446,7 @@ public final class SQLiteStore: Store, DispatchStore {
     static func integer(_ value: Int64?) -> SQLiteData { value.map { .integer(Int($0)) } ?? .null }
     static func real(_ value: Double?) -> SQLiteData { value.map { .float($0) } ?? .null }
     static func json(_ value: JSONValue?) -> SQLiteData { value.map { .text($0.encodedString) } ?? .null }
+    static func shape(_ shape: JSONShape?) -> SQLiteData { json(shape.map { .object($0.kinds.mapValues(JSONValue.string)) }) }
 
     static func encodeCursor(_ key: String) -> String {
         Data(key.utf8).base64EncodedString()

@@ -45,6 +45,16 @@ public protocol Store: DispatchStore {
         appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date
     ) async throws -> InstanceRecord
 
+    /// The field kinds remembered for the activity's content state, or `nil` (no activity, or none remembered).
+    func contentShape(appID: String, activityID: String) async throws -> JSONShape?
+
+    // MARK: Content-state contracts
+
+    /// Registers (or replaces) the schema of an attributes type. Throws `appNotFound`.
+    func saveSchema(appID: String, attributesType: String, schema: JSONValue, at now: Date) async throws -> StoredSchema
+    /// The schema registered for an attributes type, or `nil`.
+    func schema(appID: String, attributesType: String) async throws -> StoredSchema?
+
     /// Checks that the database answers.
     func ping() async throws
 
