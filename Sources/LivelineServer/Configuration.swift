@@ -1,5 +1,6 @@
 import Configuration
 import Foundation
+import LivelineCore
 import Logging
 import SystemPackage
 
@@ -32,6 +33,8 @@ public struct LivelineConfiguration: Sendable {
     /// Base64 of the 32-byte key that seals provider secrets at rest; generated into
     /// `<dataDirectory>/master.key` when not given.
     public var masterKey: String?
+    /// Default stale dates for updates posted without one.
+    public var staleness: StalenessPolicy = StalenessPolicy()
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -64,6 +67,12 @@ public struct LivelineConfiguration: Sendable {
             summary: "The built-in emulator's inspection API port (simulated phones, pushes, faults)."),
         Key(name: "liveline.masterKey", environment: "LIVELINE_MASTER_KEY", flag: nil, defaultValue: "<data dir>/master.key (generated)",
             summary: "Base64 of 32 bytes; seals APNs keys at rest (AES-GCM). Keep it out of the database's backups."),
+        Key(name: "liveline.staleness.first", environment: "LIVELINE_STALENESS_FIRST", flag: nil, defaultValue: "3600",
+            summary: "Seconds until a first update without a staleDate goes stale."),
+        Key(name: "liveline.staleness.minimum", environment: "LIVELINE_STALENESS_MINIMUM", flag: nil, defaultValue: "120",
+            summary: "Later updates without a staleDate go stale after twice the time since the previous one, at least this many seconds …"),
+        Key(name: "liveline.staleness.maximum", environment: "LIVELINE_STALENESS_MAXIMUM", flag: nil, defaultValue: "14400",
+            summary: "… and at most this many."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
             summary: "trace, debug, info, notice, warning, error or critical."),
     ]
@@ -104,6 +113,15 @@ public struct LivelineConfiguration: Sendable {
             emulatorPort: scoped.int(forKey: "emulatorPort", default: 8443),
             emulatorControlPort: scoped.int(forKey: "emulatorControlPort", default: 8091)
         )
+        let defaultStaleness = StalenessPolicy()
+        staleness = StalenessPolicy(
+            first: Int64(scoped.int(forKey: "staleness.first", default: Int(defaultStaleness.first))),
+            minimum: Int64(scoped.int(forKey: "staleness.minimum", default: Int(defaultStaleness.minimum))),
+            maximum: Int64(scoped.int(forKey: "staleness.maximum", default: Int(defaultStaleness.maximum)))
+        )
+        guard staleness.first > 0, staleness.minimum > 0, staleness.maximum >= staleness.minimum else {
+            throw ConfigurationError("staleness.first and staleness.minimum must be positive and staleness.maximum at least staleness.minimum.")
+        }
         let level = scoped.string(forKey: "logLevel", default: "info")
         guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {
             throw ConfigurationError("logLevel must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'.")

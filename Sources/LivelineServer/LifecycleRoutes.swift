@@ -9,6 +9,8 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     let store: any Store
     let authenticator: Authenticator
     let clock: WallClock
+    /// Default stale dates for states given without one.
+    let staleness: StalenessPolicy
     var contracts: ContentContracts { ContentContracts(store: store) }
     /// Wakes the delivery engine after a commit.
     let onAccepted: @Sendable () -> Void
@@ -91,9 +93,10 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let checked = try await contracts.check(
             try Self.contentState(body, required: true)!, appID: caller.appID, activity: current, remember: true
         )
+        let staleDate = common.staleDate ?? staleness.staleDate(now: now, previous: current?.sequenceAt)
         let payload = APNsLiveActivityPayload(
             event: .update, timestamp: Int64(now.timeIntervalSince1970), contentState: checked.contentState,
-            staleDate: common.staleDate, relevanceScore: common.relevanceScore, alert: common.alert
+            staleDate: staleDate, relevanceScore: common.relevanceScore, alert: common.alert
         )
         try payload.validate()
         let accepted: AcceptedSequence
@@ -101,7 +104,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             accepted = try await store.acceptUpdate(
                 ActivityUpdate(
                     appID: caller.appID, activityID: activityID, contentState: checked.contentState, alert: common.alert,
-                    staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
+                    staleDate: staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
                     contentShape: checked.shape
                 ),
                 at: now

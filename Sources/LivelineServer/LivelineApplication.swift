@@ -16,14 +16,16 @@ public enum LivelineApplication {
     ///   - onAccepted: called after an update, end or registration is committed, to wake the delivery engine.
     public static func makeRouter(
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
-        onAccepted: @escaping @Sendable () -> Void = {}
+        staleness: StalenessPolicy = StalenessPolicy(), onAccepted: @escaping @Sendable () -> Void = {}
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let administration = AppAdministration(store: store, clock: clock, sealer: sealer)
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
-        LifecycleRoutes(store: store, authenticator: Authenticator(store: store), clock: clock, onAccepted: onAccepted).add(to: router)
+        LifecycleRoutes(
+            store: store, authenticator: Authenticator(store: store), clock: clock, staleness: staleness, onAccepted: onAccepted
+        ).add(to: router)
         SchemaRoutes(store: store, authenticator: Authenticator(store: store), clock: clock).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
         return router
@@ -36,7 +38,10 @@ public enum LivelineApplication {
         onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
-            router: makeRouter(store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, onAccepted: onAccepted),
+            router: makeRouter(
+                store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, staleness: configuration.staleness,
+                onAccepted: onAccepted
+            ),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
                 serverName: "Liveline"

@@ -146,3 +146,28 @@ struct ContentStateSchemaTests {
         #expect(merged.kinds["contentState.minutesAway"] == "integer")
     }
 }
+
+@Suite("Default stale dates")
+struct StalenessPolicyTests {
+    let now = Date(timeIntervalSince1970: 1_795_255_200)
+
+    @Test("a first state gets an hour; later ones twice the interval, bounded")
+    func defaults() {
+        let policy = StalenessPolicy()
+        #expect(policy.staleDate(now: now, previous: nil) == 1_795_255_200 + 3600)
+        #expect(policy.staleDate(now: now, previous: now - 600) == 1_795_255_200 + 1200)
+        #expect(policy.staleDate(now: now, previous: now - 1) == 1_795_255_200 + 120)
+        #expect(policy.staleDate(now: now, previous: now - 86_400) == 1_795_255_200 + 14_400)
+        // A clock that went backwards is treated like a first state.
+        #expect(policy.staleDate(now: now, previous: now + 60) == 1_795_255_200 + 3600)
+    }
+
+    @Test("bounds are configurable")
+    func configured() {
+        let policy = StalenessPolicy(first: 60, minimum: 30, maximum: 90, factor: 3)
+        #expect(policy.staleDate(now: now, previous: nil) == 1_795_255_200 + 60)
+        #expect(policy.staleDate(now: now, previous: now - 20) == 1_795_255_200 + 60)
+        #expect(policy.staleDate(now: now, previous: now - 5) == 1_795_255_200 + 30)
+        #expect(policy.staleDate(now: now, previous: now - 100) == 1_795_255_200 + 90)
+    }
+}

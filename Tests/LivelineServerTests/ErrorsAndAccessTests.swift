@@ -156,8 +156,11 @@ struct ErrorsAndAccessTests {
                 #expect(reply.errorCode == code, "\(reply.json)")
                 #expect(reply.errorField == field)
             }
-            // A payload just under the limit is accepted; the limit counts the whole aps payload.
-            let probe = APNsLiveActivityPayload(event: .update, timestamp: 1_795_255_200, contentState: ["text": ""])
+            // A payload just under the limit is accepted; the limit counts the whole aps payload, with the default
+            // stale date Liveline adds to a first state (an hour on).
+            let probe = APNsLiveActivityPayload(
+                event: .update, timestamp: 1_795_255_200, contentState: ["text": ""], staleDate: 1_795_255_200 + 3600
+            )
             let fits = String(repeating: "y", count: Limits.maximumAPNsPayloadBytes - probe.byteCount)
             let accepted = try await api.json(.post, "/v1/activities/a1/updates", key: app.secretKey, ["contentState": ["text": .string(fits)]])
             #expect(accepted.status == .accepted)

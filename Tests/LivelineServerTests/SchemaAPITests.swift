@@ -98,3 +98,23 @@ struct SchemaAPITests {
         }
     }
 }
+
+@Suite("Default stale dates over the API")
+struct StalenessAPITests {
+    @Test("an update without staleDate gets one from the observed interval; an explicit one is kept")
+    func defaults() async throws {
+        let clock = TestClock()
+        try await withLiveline(clock: clock) { api, store in
+            let app = try await createApp(store)
+            _ = try await api.json(.post, "/v1/activities/m1/updates", key: app.secretKey, ["contentState": ["n": 1]])
+            #expect(try await api.call(.get, "/v1/activities/m1", key: app.secretKey)["staleDate"] == "2026-11-21T11:00:00Z")
+            clock.advance(by: 600)
+            _ = try await api.json(.post, "/v1/activities/m1/updates", key: app.secretKey, ["contentState": ["n": 2]])
+            // Ten minutes after the first: stale twenty minutes on.
+            #expect(try await api.call(.get, "/v1/activities/m1", key: app.secretKey)["staleDate"] == "2026-11-21T10:30:00Z")
+            clock.advance(by: 5)
+            _ = try await api.json(.post, "/v1/activities/m1/updates", key: app.secretKey, ["contentState": ["n": 3], "staleDate": "2026-11-21T12:00:00Z"])
+            #expect(try await api.call(.get, "/v1/activities/m1", key: app.secretKey)["staleDate"] == "2026-11-21T12:00:00Z")
+        }
+    }
+}
