@@ -8,7 +8,7 @@ struct EmulatorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "emulator",
         abstract: "Run local stand-ins for the push services Liveline talks to.",
-        subcommands: [APNsCommand.self]
+        subcommands: [APNsCommand.self, FCMCommand.self]
     )
 
     /// `liveline emulator apns`: the APNs emulator with its control API.
@@ -106,6 +106,88 @@ struct EmulatorCommand: AsyncParsableCommand {
 
         private func shellQuoted(_ path: String) -> String {
             path.allSatisfy({ $0.isLetter || $0.isNumber || "/._-+".contains($0) }) ? path : "'\(path.replacingOccurrences(of: "'", with: "'\\''"))'"
+        }
+    }
+
+    /// `liveline emulator fcm`: the FCM emulator (with Google's OAuth token endpoint) and its control API.
+    struct FCMCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "fcm",
+            abstract: "Run a local FCM HTTP v1 (HTTPS, HTTP/2) with an OAuth token endpoint, simulated Android phones and a JSON control API.",
+            discussion: """
+                Messages are checked as Google documents them and applied to simulated Android phones; see what a phone \
+                shows with GET /devices on the control API. A demo service account is generated once into the data \
+                directory (fcm-service-account.json, mode 0600), its token_uri pointing at this emulator, and reused on \
+                later starts.
+                """
+        )
+
+        @Option(help: "Address both listeners bind to.")
+        var host = "127.0.0.1"
+
+        @Option(help: "Port of the FCM listener (HTTPS: OAuth /token and /v1/projects/…/messages:send).")
+        var port = 8444
+
+        @Option(name: .customLong("control-port"), help: "Port of the JSON control API (HTTP/1.1).")
+        var controlPort = 8092
+
+        @Option(name: .customLong("data-dir"), help: "Directory for the CA certificate and the demo service account.")
+        var dataDirectory = "./.liveline/emulator"
+
+        @Option(name: .customLong("project-id"), help: "The demo service account's project, for a newly generated account.")
+        var projectID = "liveline-demo"
+
+        @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
+        var logLevel = "info"
+
+        func validate() throws {
+            guard Logger.Level(rawValue: logLevel) != nil else {
+                throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
+            }
+            for (name, value) in [("--port", port), ("--control-port", controlPort)] where !(0...65535).contains(value) {
+                throw ValidationError("\(name) must be a port number from 0 to 65535.")
+            }
+            guard !projectID.isEmpty, projectID.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
+                throw ValidationError("--project-id must be letters, digits and '-', as Firebase project ids are.")
+            }
+        }
+
+        func run() async throws {
+            let logger = makeLogger(level: Logger.Level(rawValue: logLevel) ?? .info)
+            let directory = URL(fileURLWithPath: dataDirectory).standardizedFileURL.path
+            var configuration = FCMEmulatorConfiguration(dataDirectory: directory)
+            configuration.host = host
+            configuration.fcmPort = port
+            configuration.controlPort = controlPort
+            configuration.defaultProjectID = projectID
+            let emulator = try FCMEmulator(configuration: configuration, logger: logger)
+            try await emulator.start()
+            let account: FCMDemoServiceAccount
+            do {
+                account = try emulator.demoServiceAccount()
+            } catch let problem as FCMDemoServiceAccount.Problem {
+                try await emulator.shutdown()
+                throw ValidationError(problem.description)
+            }
+            let baseURL = emulator.baseURL ?? ""
+            let controlURL = emulator.controlURL ?? ""
+            let banner = """
+                Liveline FCM emulator
+                  FCM:              \(baseURL)
+                  token endpoint:   \(account.tokenURI)
+                  CA file:          \(emulator.caCertificatePath)
+                  control API:      \(controlURL)
+                  service account:  \(account.path)\(account.generated ? " (generated)" : "")
+                  project id:       \(account.projectID)
+                  client email:     \(account.clientEmail)
+
+                Point an app at it: its FCM credentials are the service-account file, with base URL \(baseURL) and the CA file above.
+
+                Add a simulated Android phone: curl -X POST \(controlURL)/devices -d '{"projectId":"\(account.projectID)"}'
+
+                """
+            FileHandle.standardOutput.write(Data(banner.utf8))
+            try await emulator.runService()
         }
     }
 }

@@ -1,0 +1,136 @@
+import FCM
+import Foundation
+import LivelineCore
+import LivelineStore
+import Logging
+import NIOCore
+
+/// Sends Android live updates through an ``FCMClient`` and turns Google's answers into ``PushOutcome``s.
+///
+/// An ``OutgoingPush`` for Android carries in `payload` the whole `messages:send` body with the token already in it
+/// (``FCMEncodedMessage/body(token:)`` of the sequence's ``FCMLiveUpdateMessage``); `token` is the same FCM
+/// registration token, for records; `topic`, `priority` and `expiration` are not read (priority, TTL and collapse key
+/// are in the body). The project is the service account's.
+///
+/// The client has already retried a 401 once with a fresh access token; a refusal after that, 403, or
+/// `SENDER_ID_MISMATCH` / `THIRD_PARTY_AUTH_ERROR` is `.credentialsRejected`, as is a token endpoint that refuses the
+/// service account. `UNREGISTERED` (404) is `.invalidToken`; `INVALID_ARGUMENT` and other 4xx `.rejected`;
+/// `QUOTA_EXCEEDED`, `UNAVAILABLE`, `INTERNAL`, 429 and 5xx `.retryable` with the `Retry-After` delay; a transport
+/// failure `.retryable` without one. The provider id of a delivered push is the message name
+/// (`projects/<project>/messages/<id>`).
+public struct FCMPushTransport: PushTransport {
+    /// The client messages go through.
+    public let client: FCMClient
+    /// The Firebase project messages are sent for.
+    public let projectID: String
+
+    /// A transport over `client`, for `projectID` (defaults to the client's service account's project).
+    public init(client: FCMClient, projectID: String? = nil) {
+        self.client = client
+        self.projectID = projectID ?? client.serviceAccount.projectID
+    }
+
+    public func send(_ push: OutgoingPush) async -> PushOutcome {
+        let response: FCMResponse
+        do {
+            response = try await client.send(projectID: projectID, body: push.payload)
+        } catch let error as FCMAuthenticationError {
+            if error.isRetryable { return .retryable(reason: error.description, retryAfter: nil, providerID: nil) }
+            return .credentialsRejected(reason: error.description, providerID: nil)
+        } catch let error as FCMConfigurationError {
+            return .credentialsRejected(reason: error.description, providerID: nil)
+        } catch {
+            return .retryable(reason: "\(error)", retryAfter: nil, providerID: nil)
+        }
+        return Self.outcome(response)
+    }
+
+    /// The outcome of an answer FCM gave (after the client's one 401 retry).
+    public static func outcome(_ response: FCMResponse) -> PushOutcome {
+        guard let disposition = response.disposition else { return .delivered(providerID: response.messageName) }
+        let reason = response.reason
+        switch disposition {
+        case .invalidToken: return .invalidToken(reason: reason, providerID: nil)
+        case .terminal: return .rejected(reason: reason, providerID: nil)
+        case .retryable: return .retryable(reason: reason, retryAfter: response.retryAfter, providerID: nil)
+        case .credentials: return .credentialsRejected(reason: reason, providerID: nil)
+        }
+    }
+}
+
+/// Builds and keeps one ``FCMClient`` per app from its stored (sealed) FCM credentials; an app without credentials
+/// uses `fallback` (the local FCM emulator's demo service account) when there is one.
+public actor FCMTransportDirectory: PushTransportDirectory {
+    /// Credentials for an app that has none stored: the built-in emulator's, or nil.
+    public typealias Fallback = @Sendable (_ appID: String) async throws -> FCMCredentials?
+
+    private let store: any Store
+    private let sealer: CredentialSealer
+    private let fallback: Fallback?
+    private let now: @Sendable () -> Date
+    private let logger: Logger
+    private var clients: [String: (version: Date?, client: FCMClient)] = [:]
+    private var warned: Set<String> = []
+
+    /// Creates the directory.
+    public init(
+        store: any Store, sealer: CredentialSealer, fallback: Fallback? = nil, now: @escaping @Sendable () -> Date = { Date() },
+        logger: Logger = Logger(label: "liveline.fcm")
+    ) {
+        self.store = store
+        self.sealer = sealer
+        self.fallback = fallback
+        self.now = now
+        self.logger = logger
+    }
+
+    public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
+        guard platform == .android else { return nil }
+        let stored = try await store.credentials(appID: appID, provider: FCMCredentials.provider)
+        if let cached = clients[appID], cached.version == stored?.updatedAt { return FCMPushTransport(client: cached.client) }
+        let credentials: FCMCredentials
+        if let stored {
+            credentials = try FCMCredentials(stored, sealer: sealer)
+        } else if let fallback, let emulated = try await fallback(appID) {
+            if !warned.contains(appID) {
+                warned.insert(appID)
+                logger.warning(
+                    "App has no FCM credentials: its pushes go to the built-in FCM emulator, not to Google",
+                    metadata: ["app": "\(appID)", "emulator": "\(emulated.baseURL ?? "")"]
+                )
+            }
+            credentials = emulated
+        } else {
+            return nil
+        }
+        let client = try FCMClient(
+            serviceAccount: try credentials.serviceAccount(),
+            configuration: FCMClient.Configuration(
+                baseURL: credentials.baseURL ?? FCMClient.defaultBaseURL, trustedCAPEM: credentials.caCertificatePEM
+            ),
+            now: now, logger: logger
+        )
+        if let previous = clients[appID]?.client { await previous.shutdown() }
+        clients[appID] = (stored?.updatedAt, client)
+        return FCMPushTransport(client: client)
+    }
+
+    public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
+        do {
+            try await store.setCredentialsHealth(
+                appID: appID, provider: FCMCredentials.provider, healthy: healthy, reason: reason, at: now()
+            )
+        } catch {
+            logger.error("Recording credentials health failed", metadata: ["app": "\(appID)", "error": "\(error)"])
+        }
+        if !healthy {
+            logger.error("FCM refused the app's credentials; its pushes wait until they are fixed", metadata: ["app": "\(appID)"])
+        }
+    }
+
+    /// Closes every client's connections.
+    public func shutdown() async {
+        for (_, entry) in clients { await entry.client.shutdown() }
+        clients.removeAll()
+    }
+}
