@@ -192,15 +192,19 @@ public final class FCMClient: Sendable {
         request.headers.add(name: "content-type", value: "application/json; charset=utf-8")
         request.headers.add(name: "accept", value: "application/json")
         request.body = .bytes(body)
-        do {
-            let response = try await httpClient.execute(request, timeout: TimeAmount(configuration.requestTimeout), logger: logger)
+        // The exchange runs to its end (or its timeout) even when the caller is cancelled: a request cancelled
+        // mid-stream was seen to leave the pooled HTTP/2 connection unusable, every later send hanging on it.
+        let httpClient = self.httpClient
+        let timeout = TimeAmount(configuration.requestTimeout)
+        let logger = self.logger
+        let exchange = Task {
+            let response = try await httpClient.execute(request, timeout: timeout, logger: logger)
             let bytes = try await response.body.collect(upTo: Self.maximumResponseBytes)
-            return FCMResponse(
-                status: Int(response.status.code), body: bytes.readableBytesView,
-                retryAfterHeader: response.headers.first(name: "retry-after"), now: now()
-            )
-        } catch let error as CancellationError {
-            throw error
+            return (Int(response.status.code), bytes, response.headers.first(name: "retry-after"))
+        }
+        do {
+            let (status, bytes, retryAfter) = try await exchange.value
+            return FCMResponse(status: status, body: bytes.readableBytesView, retryAfterHeader: retryAfter, now: now())
         } catch {
             throw FCMTransportError("The FCM request to \(url) failed: \(error)")
         }

@@ -20,7 +20,7 @@ public struct DispatcherConfiguration: Sendable {
     /// Retries of 429, 5xx and transport failures.
     public var retry = RetryPolicy()
     /// The platforms this engine delivers to.
-    public var platforms: [Platform] = [.ios]
+    public var platforms: [Platform] = [.ios, .android]
     /// Delivery timeline retention: attempts older than this are dropped …
     public var deliveryRetention: TimeInterval = 7 * 24 * 3600
     /// … and at most this many attempts are kept per activity.
@@ -147,32 +147,57 @@ public final class Dispatcher: Service, Sendable {
         }
     }
 
-    /// The bytes and headers of one sequence, built once.
+    /// The bytes and headers of one sequence, built once per platform.
     private struct PreparedSequence: Sendable {
         var sequence: Int64
         var event: LiveActivityEvent
         var priority: Int
+        /// iOS: the `aps` payload, the same for every token.
         var payload: ByteBuffer
+        /// Android: the `messages:send` body, encoded once; each token is spliced in.
+        var fcmMessage: FCMEncodedMessage?
         var topic: String
         var expiration: Int64?
+
+        /// What goes on the wire for one token.
+        func body(for token: String) -> ByteBuffer {
+            guard let fcmMessage else { return payload }
+            var body: [UInt8] = []
+            fcmMessage.append(token: token, to: &body)
+            return ByteBuffer(bytes: body)
+        }
     }
 
-    private func prepare(_ claim: DispatchClaim) -> PreparedSequence? {
+    private func prepare(_ claim: DispatchClaim, for platform: Platform) -> PreparedSequence? {
         let activity = claim.activity
         guard let contentState = activity.contentState, let event = activity.event else { return nil }
         let timestamp = activity.timestampSeconds ?? Int64((activity.sequenceAt ?? now()).timeIntervalSince1970)
-        let payload = APNsLiveActivityPayload(
-            event: event, timestamp: timestamp, contentState: contentState, staleDate: activity.staleDate,
-            relevanceScore: activity.relevanceScore, alert: activity.alert,
-            dismissalDate: event == .end ? activity.dismissalDate : nil
-        )
-        var buffer = ByteBufferAllocator().buffer(capacity: 512)
-        buffer.writeBytes(payload.encoded())
         let priority = (event == .end || activity.alert != nil) ? 10 : (activity.priority ?? 10)
-        return PreparedSequence(
-            sequence: activity.sequence, event: event, priority: priority, payload: buffer,
-            topic: claim.bundleID + ".push-type.liveactivity", expiration: nil
-        )
+        let dismissalDate = event == .end ? activity.dismissalDate : nil
+        switch platform {
+        case .ios:
+            let payload = APNsLiveActivityPayload(
+                event: event, timestamp: timestamp, contentState: contentState, staleDate: activity.staleDate,
+                relevanceScore: activity.relevanceScore, alert: activity.alert, dismissalDate: dismissalDate
+            )
+            var buffer = ByteBufferAllocator().buffer(capacity: 512)
+            buffer.writeBytes(payload.encoded())
+            return PreparedSequence(
+                sequence: activity.sequence, event: event, priority: priority, payload: buffer, fcmMessage: nil,
+                topic: claim.bundleID + ".push-type.liveactivity", expiration: nil
+            )
+        case .android:
+            let message = FCMLiveUpdateMessage(
+                activityID: activity.activityID, event: event, sequence: activity.sequence, timestamp: timestamp,
+                contentState: contentState, staleDate: activity.staleDate, dismissalDate: dismissalDate, alert: activity.alert,
+                priority: .high,
+                timeToLive: FCMLiveUpdateMessage.timeToLive(event: event, staleDate: activity.staleDate, now: now())
+            )
+            return PreparedSequence(
+                sequence: activity.sequence, event: event, priority: priority, payload: ByteBuffer(), fcmMessage: message.encoded(),
+                topic: "", expiration: nil
+            )
+        }
     }
 
     private func deliver(_ initialClaim: DispatchClaim) async throws {
@@ -183,12 +208,17 @@ public final class Dispatcher: Service, Sendable {
         var stopped = false
 
         for platform in configuration.platforms {
+            // A platform none of whose instances is behind needs no transport (nor credentials).
+            let behind = try await store.pendingInstances(
+                appID: appID, activityID: activityID, below: claim.activity.sequence, platforms: [platform], after: nil, limit: 1
+            )
+            if behind.isEmpty { continue }
             guard let transport = try await transports.transport(appID: appID, platform: platform) else {
                 logger.warning("No way to send this app's pushes; its instances wait", metadata: ["app": "\(appID)", "platform": "\(platform)"])
                 retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
                 continue
             }
-            guard var prepared = prepare(claim) else { break }
+            guard var prepared = prepare(claim, for: platform) else { break }
             var cursor: String?
             var buffer: [InstanceResult] = []
             var credentialsRefused = false
@@ -226,8 +256,8 @@ public final class Dispatcher: Service, Sendable {
                 }
 
                 while true {
-                    if Task.isShuttingDownGracefully || credentialsRefused {
-                        stopped = stopped || Task.isShuttingDownGracefully
+                    if Task.isShuttingDownGracefully || Task.isCancelled || credentialsRefused {
+                        stopped = stopped || Task.isShuttingDownGracefully || Task.isCancelled
                         break
                     }
                     if pageIndex == page.count {
@@ -240,7 +270,7 @@ public final class Dispatcher: Service, Sendable {
                                 stopped = true
                                 break
                             }
-                            if renewed.activity.sequence != claim.activity.sequence, let newer = prepare(renewed) {
+                            if renewed.activity.sequence != claim.activity.sequence, let newer = prepare(renewed, for: platform) {
                                 claim = renewed
                                 prepared = newer
                             }
@@ -269,7 +299,7 @@ public final class Dispatcher: Service, Sendable {
                     let push = OutgoingPush(
                         appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: platform, token: instance.pushToken,
                         topic: prepared.topic, sequence: prepared.sequence, event: prepared.event, priority: prepared.priority,
-                        expiration: prepared.expiration, payload: prepared.payload
+                        expiration: prepared.expiration, payload: prepared.body(for: instance.pushToken)
                     )
                     group.addTask { await self.push(push, instance: instance, transport: transport) }
                 }

@@ -15,6 +15,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         admin.get("apps", use: listApps)
         admin.post("apps/:appId/keys/rotate", use: rotateKeys)
         admin.put("apps/:appId/credentials/apns", use: setAPNs)
+        admin.put("apps/:appId/credentials/fcm", use: setFCM)
         admin.get("apps/:appId/credentials", use: credentials)
     }
 
@@ -69,6 +70,31 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
                 teamID: try body.requiredString("teamId"), keyID: try body.requiredString("keyId"),
                 privateKeyPEM: try body.requiredString("privateKey"), environment: environment,
                 baseURL: try body.string("baseUrl"), caCertificatePEM: try body.string("caCertificate")
+            )
+        )
+        return Response.json(Representation.credentials(stored))
+    }
+
+    @Sendable func setFCM(_ request: Request, context: Context) async throws -> Response {
+        try authorize(request)
+        guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
+        let body = try await RequestBody.read(request)
+        try body.allowOnly(["serviceAccount", "baseUrl", "caCertificate"])
+        let serviceAccountJSON: String
+        switch body.value("serviceAccount") {
+        case .object(let members)?:
+            serviceAccountJSON = JSONValue.object(members).encodedString
+        case .string(let text)?:
+            serviceAccountJSON = text
+        case nil, .null?:
+            throw APIError.badRequest("missing_field", "serviceAccount is required: the service-account JSON (an object, or its text).", field: "serviceAccount")
+        default:
+            throw APIError.badRequest("invalid_type", "serviceAccount must be the service-account JSON object (or its text).", field: "serviceAccount")
+        }
+        let stored = try await administration.setFCMCredentials(
+            appID: appID,
+            FCMCredentials(
+                serviceAccountJSON: serviceAccountJSON, baseURL: try body.string("baseUrl"), caCertificatePEM: try body.string("caCertificate")
             )
         )
         return Response.json(Representation.credentials(stored))

@@ -25,6 +25,15 @@ public struct AppAdministration: Sendable {
         return stored
     }
 
+    /// Stores an app's FCM service account, sealed; replaces earlier FCM credentials and marks them healthy.
+    public func setFCMCredentials(appID: String, _ credentials: FCMCredentials) async throws -> StoredCredentials {
+        try credentials.validate()
+        guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }
+        let stored = try credentials.stored(appID: appID, sealer: sealer, at: clock.now())
+        try await store.saveCredentials(stored)
+        return stored
+    }
+
     /// The app's credentials as shown to operators: settings and health, never the secret.
     public func credentials(appID: String) async throws -> [StoredCredentials] {
         guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }

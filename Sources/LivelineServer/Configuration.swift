@@ -30,6 +30,10 @@ public struct LivelineConfiguration: Sendable {
     public var emulatorPort: Int
     /// The emulator's inspection API port.
     public var emulatorControlPort: Int
+    /// The FCM emulator's port (HTTPS: OAuth token endpoint and messages:send).
+    public var fcmEmulatorPort: Int = 8444
+    /// The FCM emulator's inspection API port.
+    public var fcmEmulatorControlPort: Int = 8092
     /// Base64 of the 32-byte key that seals provider secrets at rest; generated into
     /// `<dataDirectory>/master.key` when not given.
     public var masterKey: String?
@@ -60,13 +64,17 @@ public struct LivelineConfiguration: Sendable {
         Key(name: "liveline.dev", environment: "LIVELINE_DEV", flag: "--dev", defaultValue: "false",
             summary: "Development mode: create a demo app on first start and print its keys."),
         Key(name: "liveline.emulator", environment: "LIVELINE_EMULATOR", flag: "--emulator / --no-emulator", defaultValue: "same as dev",
-            summary: "Run the built-in APNs emulator; apps without APNs credentials push to it, never to Apple."),
+            summary: "Run the built-in APNs and FCM emulators; apps without credentials push to them, never to Apple or Google."),
         Key(name: "liveline.emulatorPort", environment: "LIVELINE_EMULATOR_PORT", flag: nil, defaultValue: "8443",
             summary: "The built-in emulator's APNs port (HTTP/2 + TLS)."),
         Key(name: "liveline.emulatorControlPort", environment: "LIVELINE_EMULATOR_CONTROL_PORT", flag: nil, defaultValue: "8091",
             summary: "The built-in emulator's inspection API port (simulated phones, pushes, faults)."),
+        Key(name: "liveline.fcmEmulatorPort", environment: "LIVELINE_FCM_EMULATOR_PORT", flag: nil, defaultValue: "8444",
+            summary: "The built-in FCM emulator's port (HTTPS: OAuth token endpoint and messages:send)."),
+        Key(name: "liveline.fcmEmulatorControlPort", environment: "LIVELINE_FCM_EMULATOR_CONTROL_PORT", flag: nil, defaultValue: "8092",
+            summary: "The built-in FCM emulator's inspection API port (simulated Android phones, messages, faults)."),
         Key(name: "liveline.masterKey", environment: "LIVELINE_MASTER_KEY", flag: nil, defaultValue: "<data dir>/master.key (generated)",
-            summary: "Base64 of 32 bytes; seals APNs keys at rest (AES-GCM). Keep it out of the database's backups."),
+            summary: "Base64 of 32 bytes; seals APNs keys and FCM service accounts at rest (AES-GCM). Keep it out of the database's backups."),
         Key(name: "liveline.staleness.first", environment: "LIVELINE_STALENESS_FIRST", flag: nil, defaultValue: "3600",
             summary: "Seconds until a first update without a staleDate goes stale."),
         Key(name: "liveline.staleness.minimum", environment: "LIVELINE_STALENESS_MINIMUM", flag: nil, defaultValue: "120",
@@ -113,6 +121,8 @@ public struct LivelineConfiguration: Sendable {
             emulatorPort: scoped.int(forKey: "emulatorPort", default: 8443),
             emulatorControlPort: scoped.int(forKey: "emulatorControlPort", default: 8091)
         )
+        fcmEmulatorPort = scoped.int(forKey: "fcmEmulatorPort", default: 8444)
+        fcmEmulatorControlPort = scoped.int(forKey: "fcmEmulatorControlPort", default: 8092)
         let defaultStaleness = StalenessPolicy()
         staleness = StalenessPolicy(
             first: Int64(scoped.int(forKey: "staleness.first", default: Int(defaultStaleness.first))),

@@ -99,6 +99,11 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             staleDate: staleDate, relevanceScore: common.relevanceScore, alert: common.alert
         )
         try payload.validate()
+        // The same state goes to Android phones: its FCM message must fit too (refused here, not at FCM).
+        try FCMLiveUpdateMessage(
+            activityID: activityID, event: .update, sequence: (current?.sequence ?? 0) + 1, timestamp: Int64(now.timeIntervalSince1970),
+            contentState: checked.contentState, staleDate: staleDate, alert: common.alert
+        ).validate()
         let accepted: AcceptedSequence
         do {
             accepted = try await store.acceptUpdate(
@@ -180,6 +185,10 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             alert: end.alert, dismissalDate: end.dismissalDate
         )
         try payload.validate()
+        try FCMLiveUpdateMessage(
+            activityID: end.activityID, event: .end, sequence: current.sequence + 1, timestamp: Int64(now.timeIntervalSince1970),
+            contentState: finalState, staleDate: end.staleDate ?? current.staleDate, dismissalDate: end.dismissalDate, alert: end.alert
+        ).validate()
         do {
             let accepted = try await store.endActivity(end, at: now)
             onAccepted()

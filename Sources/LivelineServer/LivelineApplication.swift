@@ -79,7 +79,7 @@ public enum LivelineApplication {
     ///   - services: more services to run alongside (the built-in emulator).
     public static func serve(
         _ configuration: LivelineConfiguration, logger: Logger, apnsFallback: APNsTransportDirectory.Fallback? = nil,
-        services: [any Service] = []
+        fcmFallback: FCMTransportDirectory.Fallback? = nil, services: [any Service] = []
     ) async throws {
         let store = try await openStore(configuration, logger: logger)
         logger.info("Database ready", metadata: ["path": "\(store.path)"])
@@ -91,8 +91,9 @@ public enum LivelineApplication {
             try? await store.close()
             throw error
         }
-        let transports = APNsTransportDirectory(store: store, sealer: sealer, fallback: apnsFallback, logger: logger)
-        let dispatcher = Dispatcher(store: store, transports: transports, logger: logger)
+        let apns = APNsTransportDirectory(store: store, sealer: sealer, fallback: apnsFallback, logger: logger)
+        let fcm = FCMTransportDirectory(store: store, sealer: sealer, fallback: fcmFallback, logger: logger)
+        let dispatcher = Dispatcher(store: store, transports: PlatformTransports(ios: apns, android: fcm), logger: logger)
         do {
             let app = makeApplication(
                 configuration: configuration, store: store, logger: logger, sealer: sealer, onAccepted: { dispatcher.wake() },
@@ -100,11 +101,13 @@ public enum LivelineApplication {
             )
             try await app.runService()
         } catch {
-            await transports.shutdown()
+            await apns.shutdown()
+            await fcm.shutdown()
             try? await store.close()
             throw error
         }
-        await transports.shutdown()
+        await apns.shutdown()
+        await fcm.shutdown()
         try await store.close()
     }
 

@@ -6,8 +6,8 @@ enum OpenAPIDocument {
       "info": {
         "title": "Liveline",
         "version": "0.1.0",
-        "summary": "A self-hosted server for iOS Live Activities.",
-        "description": "Liveline keeps track of Live Activities and the devices watching them, and pushes updates to them. The app on the phone registers each instance's push token with its publishable key (`pk_…`); the backend updates and ends activities with its secret key (`sk_…`); the operator manages apps with the admin token. All request and response bodies are JSON. Request bodies must be JSON objects of at most 64 KiB; unknown fields are refused (400 `unknown_field`). Dates are accepted as ISO-8601 strings or seconds since 1970 and returned as ISO-8601 UTC strings. Every error has the shape `{\"error\": {\"code\", \"message\", \"field\"}}`; an unknown route answers 404 `not_found` and a known route with the wrong method 405 `method_not_allowed`.",
+        "summary": "A self-hosted server for iOS Live Activities and Android live updates.",
+        "description": "Liveline keeps track of Live Activities and the devices watching them, and pushes updates to them. The app on the phone registers each instance's push token with its publishable key (`pk_…`); the backend updates and ends activities with its secret key (`sk_…`); the operator manages apps with the admin token. All request and response bodies are JSON. Request bodies must be JSON objects of at most 64 KiB; unknown fields are refused (400 `unknown_field`). Dates are accepted as ISO-8601 strings or seconds since 1970 and returned as ISO-8601 UTC strings. Every error has the shape `{\"error\": {\"code\", \"message\", \"field\"}}`; an unknown route answers 404 `not_found` and a known route with the wrong method 405 `method_not_allowed`. iOS instances are pushed through APNs; Android instances (`platform: android`) through FCM HTTP v1 as high-priority data-only messages whose `data` keys are described by the `FCMLiveUpdateData` schema (and docs/android.md). An update, start or end whose APNs payload or FCM data would be over 4096 bytes is refused with 422 `payload_too_large` when the call arrives.",
         "license": {
           "name": "Apache-2.0",
           "identifier": "Apache-2.0"
@@ -268,7 +268,7 @@ enum OpenAPIDocument {
                 "$ref": "#/components/responses/BodyTooLarge"
               },
               "422": {
-                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `invalid_date`, `invalid_relevance_score`, `invalid_priority`, `dismissal_date_not_allowed`, `payload_too_large`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field).",
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `invalid_date`, `invalid_relevance_score`, `invalid_priority`, `dismissal_date_not_allowed`, `payload_too_large`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field). `payload_too_large` covers both the APNs payload and the FCM data (4096 bytes each).",
                 "content": {
                   "application/json": {
                     "schema": {
@@ -348,7 +348,7 @@ enum OpenAPIDocument {
                 "$ref": "#/components/responses/BodyTooLarge"
               },
               "422": {
-                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `content_state_required`, `invalid_date`, `invalid_dismissal_date`, `invalid_relevance_score`, `invalid_priority`, `payload_too_large`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field).",
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `content_state_required`, `invalid_date`, `invalid_dismissal_date`, `invalid_relevance_score`, `invalid_priority`, `payload_too_large`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field). `payload_too_large` covers both the APNs payload and the FCM data (4096 bytes each).",
                 "content": {
                   "application/json": {
                     "schema": {
@@ -1267,6 +1267,95 @@ enum OpenAPIDocument {
               },
               "422": {
                 "description": "The name is not valid (`invalid_attributes_type`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
+        },
+        "/admin/v1/apps/{appId}/credentials/fcm": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/AppId"
+            }
+          ],
+          "put": {
+            "operationId": "setFCMCredentials",
+            "tags": [
+              "Admin"
+            ],
+            "summary": "Set (replace) an app's FCM credentials.",
+            "description": "The Firebase service account Liveline signs its RS256 OAuth assertions with. The JSON (with its private key) is sealed at rest with AES-GCM under the server's master key and never returned; the response shows only the non-secret settings. New credentials start out healthy. The body is validated before the app is looked up, so an invalid body answers 422 even for an unknown app.",
+            "security": [
+              {
+                "adminToken": []
+              }
+            ],
+            "requestBody": {
+              "description": "The FCM credentials.",
+              "required": true,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/SetFCMCredentialsRequest"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "200": {
+                "description": "The credentials as stored (without the private key).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Credentials"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/AdminUnauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/AdminDisabled"
+              },
+              "404": {
+                "description": "No such app (HTTP 404 `app_not_found`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    },
+                    "examples": {
+                      "app_not_found": {
+                        "value": {
+                          "error": {
+                            "code": "app_not_found",
+                            "message": "No such app.",
+                            "field": "appId"
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_service_account`, `invalid_base_url`, `invalid_ca_certificate`.",
                 "content": {
                   "application/json": {
                     "schema": {
@@ -2349,17 +2438,25 @@ enum OpenAPIDocument {
             "properties": {
               "provider": {
                 "type": "string",
-                "description": "The push provider: `apns` (`fcm` is reserved for Android).",
-                "examples": [
-                  "apns"
-                ]
+                "enum": [
+                  "apns",
+                  "fcm"
+                ],
+                "description": "The push provider: `apns` (iOS) or `fcm` (Android)."
               },
               "settings": {
-                "$ref": "#/components/schemas/APNsSettings"
+                "oneOf": [
+                  {
+                    "$ref": "#/components/schemas/APNsSettings"
+                  },
+                  {
+                    "$ref": "#/components/schemas/FCMSettings"
+                  }
+                ]
               },
               "healthy": {
                 "type": "boolean",
-                "description": "`false` once APNs refused the credentials twice, the second time with a freshly signed provider token (`InvalidProviderToken`, `ExpiredProviderToken`); such attempts show in the delivery timeline as `credentials_rejected`. Setting credentials again makes them healthy."
+                "description": "`false` once the push service refused the credentials: APNs twice, the second time with a freshly signed provider token (`InvalidProviderToken`, `ExpiredProviderToken`); FCM with `SENDER_ID_MISMATCH`, `THIRD_PARTY_AUTH_ERROR`, a 401 after a fresh access token, or a token endpoint that refuses the service account. Such attempts show in the delivery timeline as `credentials_rejected`. Setting credentials again makes them healthy."
               },
               "healthReason": {
                 "type": [
@@ -2669,6 +2766,175 @@ enum OpenAPIDocument {
                 "type": "string",
                 "format": "date-time"
               }
+            }
+          },
+          "FCMSettings": {
+            "type": "object",
+            "description": "An app's non-secret FCM settings, read from its service account. The private key is sealed at rest and never returned.",
+            "required": [
+              "projectId",
+              "clientEmail",
+              "privateKeyId",
+              "tokenUri",
+              "baseUrl",
+              "caCertificate"
+            ],
+            "properties": {
+              "projectId": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The Firebase project messages are sent for."
+              },
+              "clientEmail": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The service account's email (the assertion's `iss`)."
+              },
+              "privateKeyId": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The id of the service account's key (the assertion's `kid`)."
+              },
+              "tokenUri": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "Where access tokens are obtained."
+              },
+              "baseUrl": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "The FCM host that overrides `https://fcm.googleapis.com`, e.g. the local emulator; `null` for Google's."
+              },
+              "caCertificate": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "enum": [
+                  "(set)",
+                  null
+                ],
+                "description": "`(set)` when a CA certificate to trust is configured (the PEM itself is not shown); otherwise `null`."
+              }
+            }
+          },
+          "SetFCMCredentialsRequest": {
+            "type": "object",
+            "required": [
+              "serviceAccount"
+            ],
+            "additionalProperties": false,
+            "properties": {
+              "serviceAccount": {
+                "description": "The Firebase service-account JSON (Project settings → Service accounts → Generate new private key), as an object or as its text. Needs `project_id`, `private_key_id`, `private_key`, `client_email` and `token_uri`.",
+                "oneOf": [
+                  {
+                    "type": "object"
+                  },
+                  {
+                    "type": "string"
+                  }
+                ]
+              },
+              "baseUrl": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "An https URL to send to instead of `https://fcm.googleapis.com` (e.g. the local emulator)."
+              },
+              "caCertificate": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "description": "A PEM CA certificate to trust for `baseUrl` and the token URI."
+              }
+            }
+          },
+          "FCMLiveUpdateData": {
+            "type": "object",
+            "additionalProperties": false,
+            "description": "The `data` of every FCM message Liveline sends to an Android instance (`{\"message\": {\"token\", \"data\", \"android\": {\"priority\": \"high\", \"ttl\", \"collapse_key\": <activity id>}}}`). Every value is a string (FCM allows no other); absent optional values are left out. `ttl` is the seconds until the stale date (`0s` once past), else `3600s` for an update and `28800s` for an end. Keep the highest `liveline_sequence` per activity and ignore lower or equal ones; an `end` is final. The keys and the values together must stay within 4096 bytes (checked when the API call arrives).",
+            "required": [
+              "liveline_activity_id",
+              "liveline_event",
+              "liveline_sequence",
+              "liveline_timestamp",
+              "liveline_content_state"
+            ],
+            "properties": {
+              "liveline_activity_id": {
+                "type": "string",
+                "description": "The activity id."
+              },
+              "liveline_event": {
+                "type": "string",
+                "description": "`start`, `update` or `end`.",
+                "enum": [
+                  "start",
+                  "update",
+                  "end"
+                ]
+              },
+              "liveline_sequence": {
+                "type": "string",
+                "description": "The activity's sequence number, decimal; strictly increases with every accepted state.",
+                "pattern": "^[0-9]+$"
+              },
+              "liveline_timestamp": {
+                "type": "string",
+                "description": "When Liveline accepted the state: seconds since 1970, decimal (the iPhones' `aps.timestamp`).",
+                "pattern": "^[0-9]+$"
+              },
+              "liveline_content_state": {
+                "type": "string",
+                "description": "The content state as JSON text (keys sorted)."
+              },
+              "liveline_stale_date": {
+                "type": "string",
+                "description": "Seconds since 1970, decimal: after it the state is out of date.",
+                "pattern": "^[0-9]+$"
+              },
+              "liveline_dismissal_date": {
+                "type": "string",
+                "description": "`end` only: seconds since 1970, decimal, when to remove the notification.",
+                "pattern": "^[0-9]+$"
+              },
+              "liveline_attributes_type": {
+                "type": "string",
+                "description": "`start` only: the attributes type name."
+              },
+              "liveline_attributes": {
+                "type": "string",
+                "description": "`start` only: the static attributes as JSON text."
+              },
+              "liveline_alert_title": {
+                "type": "string",
+                "description": "The alert's title, when the update carries one."
+              },
+              "liveline_alert_body": {
+                "type": "string",
+                "description": "The alert's body, when the update carries one."
+              }
+            },
+            "example": {
+              "liveline_activity_id": "order-1234",
+              "liveline_event": "update",
+              "liveline_sequence": "3",
+              "liveline_timestamp": "1795255200",
+              "liveline_content_state": "{\"minutesAway\":12,\"status\":\"On the way\"}",
+              "liveline_stale_date": "1795256400"
             }
           }
         },

@@ -67,10 +67,10 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("admin-token-file"), help: "File holding the admin API token (env LIVELINE_ADMIN_TOKEN).")
     var adminTokenFile: String?
 
-    @Flag(help: "Development mode: create a demo app on first start and print its keys, and run the APNs emulator (env LIVELINE_DEV).")
+    @Flag(help: "Development mode: create a demo app on first start and print its keys, and run the APNs and FCM emulators (env LIVELINE_DEV).")
     var dev = false
 
-    @Flag(inversion: .prefixedNo, help: "Run the built-in APNs emulator for apps without credentials (env LIVELINE_EMULATOR; default: on with --dev).")
+    @Flag(inversion: .prefixedNo, help: "Run the built-in APNs and FCM emulators for apps without credentials (env LIVELINE_EMULATOR; default: on with --dev).")
     var emulator: Bool?
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (env LIVELINE_LOG_LEVEL).")
@@ -117,6 +117,24 @@ struct Serve: AsyncParsableCommand {
             "Built-in APNs emulator running: apps without APNs credentials push to it, not to Apple",
             metadata: ["apns": "\(baseURL)", "phones": "http://127.0.0.1:\(ports.controlPort)/devices", "ca": "\(emulator.caCertificatePath)"]
         )
+        // The built-in FCM emulator, with a demo service account: apps without FCM credentials push here, never to Google.
+        var fcmConfiguration = FCMEmulatorConfiguration(dataDirectory: emulatorConfiguration.dataDirectory)
+        fcmConfiguration.host = "127.0.0.1"
+        fcmConfiguration.fcmPort = configuration.fcmEmulatorPort
+        fcmConfiguration.controlPort = configuration.fcmEmulatorControlPort
+        let fcmEmulator = try FCMEmulator(configuration: fcmConfiguration, logger: logger)
+        let fcmPorts = try await fcmEmulator.start()
+        let demoAccount = try fcmEmulator.demoServiceAccount()
+        let fcmCredentials = FCMCredentials(
+            serviceAccountJSON: demoAccount.json, baseURL: fcmEmulator.baseURL, caCertificatePEM: fcmEmulator.caCertificatePEM
+        )
+        logger.notice(
+            "Built-in FCM emulator running: apps without FCM credentials push to it, not to Google",
+            metadata: [
+                "fcm": "\(fcmEmulator.baseURL ?? "")", "phones": "http://127.0.0.1:\(fcmPorts.controlPort)/devices",
+                "project": "\(demoAccount.projectID)",
+            ]
+        )
         try await LivelineApplication.serve(
             configuration, logger: logger,
             apnsFallback: { _, bundleID in
@@ -125,7 +143,8 @@ struct Serve: AsyncParsableCommand {
                     teamID: teamID, keyID: keyID, privateKeyPEM: keyPEM, environment: .sandbox, baseURL: baseURL, caCertificatePEM: caPEM
                 )
             },
-            services: [emulator]
+            fcmFallback: { _ in fcmCredentials },
+            services: [emulator, fcmEmulator]
         )
     }
 }
@@ -193,7 +212,7 @@ func describe(_ error: any Error) -> any Error {
 
 struct Apps: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Create and list apps, and set their push credentials.", subcommands: [Create.self, List.self, SetAPNs.self]
+        abstract: "Create and list apps, and set their push credentials.", subcommands: [Create.self, List.self, SetAPNs.self, SetFCM.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -279,6 +298,38 @@ extension Apps {
                     )
                 }
                 print("Stored APNs credentials for \(stored.appID): team \(teamID), key \(keyID), \(environment.rawValue)\(baseURL.map { " via \($0)" } ?? "").")
+            } catch {
+                throw describe(error)
+            }
+        }
+    }
+}
+
+extension Apps {
+    struct SetFCM: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set-fcm",
+            abstract: "Set an app's FCM service account. Its private key is sealed at rest and never shown again."
+        )
+
+        @OptionGroup var storage: StorageOptions
+        @Option(help: "The app id (app_…).") var app: String
+        @Option(name: .customLong("service-account"), help: "Path to the Firebase service-account JSON.") var serviceAccount: String
+        @Option(name: .customLong("base-url"), help: "Send to this https URL instead of fcm.googleapis.com (e.g. the local emulator).")
+        var baseURL: String?
+        @Option(name: .customLong("ca-file"), help: "A PEM CA certificate to trust for --base-url and the token URI.") var caFile: String?
+
+        func run() async throws {
+            let json = try String(contentsOfFile: serviceAccount, encoding: .utf8)
+            let ca = try caFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
+            do {
+                let stored = try await withAdministration(storage) {
+                    try await $0.setFCMCredentials(appID: app, FCMCredentials(serviceAccountJSON: json, baseURL: baseURL, caCertificatePEM: ca))
+                }
+                let settings = stored.settings.objectValue ?? [:]
+                print(
+                    "Stored FCM credentials for \(stored.appID): project \(settings["projectId"]?.stringValue ?? "?"), \(settings["clientEmail"]?.stringValue ?? "?")\(baseURL.map { " via \($0)" } ?? "")."
+                )
             } catch {
                 throw describe(error)
             }
