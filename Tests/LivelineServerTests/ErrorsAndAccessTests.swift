@@ -156,12 +156,18 @@ struct ErrorsAndAccessTests {
                 #expect(reply.errorCode == code, "\(reply.json)")
                 #expect(reply.errorField == field)
             }
-            // A payload just under the limit is accepted; the limit counts the whole aps payload, with the default
+            // A state just under the limit is accepted; the limit counts the whole aps payload, with the default
             // stale date Liveline adds to a first state (an hour on).
             let probe = APNsLiveActivityPayload(
                 event: .update, timestamp: 1_795_255_200, contentState: ["text": ""], staleDate: 1_795_255_200 + 3600
             )
-            let fits = String(repeating: "y", count: Limits.maximumAPNsPayloadBytes - probe.byteCount)
+            // The same state must also fit in an Android (FCM) message, whose data is the tighter of the two here.
+            let fcmProbe = FCMLiveUpdateMessage(
+                activityID: "a1", event: .update, sequence: 1, timestamp: 1_795_255_200, contentState: ["text": ""],
+                staleDate: 1_795_255_200 + 3600
+            )
+            let room = min(Limits.maximumAPNsPayloadBytes - probe.byteCount, FCMLiveUpdateMessage.maximumDataBytes - fcmProbe.dataByteCount)
+            let fits = String(repeating: "y", count: room)
             let accepted = try await api.json(.post, "/v1/activities/a1/updates", key: app.secretKey, ["contentState": ["text": .string(fits)]])
             #expect(accepted.status == .accepted)
             let over = try await api.json(.post, "/v1/activities/a1/updates", key: app.secretKey, ["contentState": ["text": .string(fits + "y")]])

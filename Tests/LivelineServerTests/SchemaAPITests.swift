@@ -118,3 +118,28 @@ struct StalenessAPITests {
         }
     }
 }
+
+@Suite("The Android message size rule")
+struct AndroidSizeAPITests {
+    @Test("a state whose APNs payload fits but whose FCM data would not is refused with 422 when the call arrives")
+    func fcmDataTooLarge() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            let staleDate: Int64 = 1_795_255_200 + 3600
+            let apnsProbe = APNsLiveActivityPayload(event: .update, timestamp: 1_795_255_200, contentState: ["text": ""], staleDate: staleDate)
+            let fcmProbe = FCMLiveUpdateMessage(
+                activityID: "a1", event: .update, sequence: 1, timestamp: 1_795_255_200, contentState: ["text": ""], staleDate: staleDate
+            )
+            // Between the two limits: over FCM's 4096 bytes of data, within APNs' 4096 bytes of payload.
+            let length = Limits.maximumAPNsPayloadBytes - apnsProbe.byteCount
+            #expect(fcmProbe.dataByteCount + length > FCMLiveUpdateMessage.maximumDataBytes)
+            let reply = try await api.json(
+                .post, "/v1/activities/a1/updates", key: app.secretKey, ["contentState": ["text": .string(String(repeating: "y", count: length))]]
+            )
+            #expect(reply.status == .unprocessableContent)
+            #expect(reply.errorCode == "payload_too_large")
+            #expect(reply.json.objectValue?["error"]?.objectValue?["message"]?.stringValue?.contains("FCM") == true)
+            #expect(try await api.call(.get, "/v1/activities/a1", key: app.secretKey).status == .notFound, "nothing was stored")
+        }
+    }
+}
