@@ -1,6 +1,7 @@
 import Configuration
 import Foundation
 import LivelineCore
+import LivelineDispatch
 import Logging
 import SystemPackage
 
@@ -39,6 +40,8 @@ public struct LivelineConfiguration: Sendable {
     public var masterKey: String?
     /// Default stale dates for updates posted without one.
     public var staleness: StalenessPolicy = StalenessPolicy()
+    /// When Liveline ends activities and instances nobody ended, and how long it keeps ended ones.
+    public var lifetime: LifetimePolicy = LifetimePolicy()
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -81,6 +84,12 @@ public struct LivelineConfiguration: Sendable {
             summary: "Later updates without a staleDate go stale after twice the time since the previous one, at least this many seconds …"),
         Key(name: "liveline.staleness.maximum", environment: "LIVELINE_STALENESS_MAXIMUM", flag: nil, defaultValue: "14400",
             summary: "… and at most this many."),
+        Key(name: "liveline.lifetime.endAfter", environment: "LIVELINE_LIFETIME_END_AFTER", flag: nil, defaultValue: "27900",
+            summary: "Seconds after which Liveline ends an activity nobody ended, with its last state (iOS ends them at 8 hours)."),
+        Key(name: "liveline.lifetime.instancesEndAfter", environment: "LIVELINE_LIFETIME_INSTANCES_END_AFTER", flag: nil, defaultValue: "43200",
+            summary: "Seconds after registering that an instance is marked ended (the platform has ended it)."),
+        Key(name: "liveline.lifetime.retention", environment: "LIVELINE_LIFETIME_RETENTION", flag: nil, defaultValue: "604800",
+            summary: "Seconds an ended activity is kept, with its instances and timeline, before it is purged."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
             summary: "trace, debug, info, notice, warning, error or critical."),
     ]
@@ -131,6 +140,15 @@ public struct LivelineConfiguration: Sendable {
         )
         guard staleness.first > 0, staleness.minimum > 0, staleness.maximum >= staleness.minimum else {
             throw ConfigurationError("staleness.first and staleness.minimum must be positive and staleness.maximum at least staleness.minimum.")
+        }
+        let defaultLifetime = LifetimePolicy()
+        lifetime = LifetimePolicy(
+            endAfter: TimeInterval(scoped.int(forKey: "lifetime.endAfter", default: Int(defaultLifetime.endAfter))),
+            instancesEndAfter: TimeInterval(scoped.int(forKey: "lifetime.instancesEndAfter", default: Int(defaultLifetime.instancesEndAfter))),
+            retention: TimeInterval(scoped.int(forKey: "lifetime.retention", default: Int(defaultLifetime.retention)))
+        )
+        guard lifetime.endAfter > 0, lifetime.instancesEndAfter > 0, lifetime.retention > 0 else {
+            throw ConfigurationError("lifetime.endAfter, lifetime.instancesEndAfter and lifetime.retention must be positive.")
         }
         let level = scoped.string(forKey: "logLevel", default: "info")
         guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {

@@ -94,10 +94,11 @@ public enum LivelineApplication {
         let apns = APNsTransportDirectory(store: store, sealer: sealer, fallback: apnsFallback, logger: logger)
         let fcm = FCMTransportDirectory(store: store, sealer: sealer, fallback: fcmFallback, logger: logger)
         let dispatcher = Dispatcher(store: store, transports: PlatformTransports(ios: apns, android: fcm), logger: logger)
+        let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, onEnded: { dispatcher.wake() })
         do {
             let app = makeApplication(
                 configuration: configuration, store: store, logger: logger, sealer: sealer, onAccepted: { dispatcher.wake() },
-                services: services + [dispatcher]
+                services: services + [dispatcher, sweeper]
             )
             try await app.runService()
         } catch {

@@ -1548,7 +1548,8 @@ enum OpenAPIDocument {
               "instances",
               "createdAt",
               "updatedAt",
-              "endedAt"
+              "endedAt",
+              "endReason"
             ],
             "properties": {
               "activityId": {
@@ -1675,6 +1676,19 @@ enum OpenAPIDocument {
                 ],
                 "format": "date-time",
                 "description": "When the activity ended; `null` while active."
+              },
+              "endReason": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "enum": [
+                  "caller",
+                  "lifetime",
+                  "all-instances-gone",
+                  null
+                ],
+                "description": "Why the activity ended: `caller` (POST …/end or DELETE), `lifetime` (Liveline ended it before the platform's 8-hour limit, with its last state), `all-instances-gone` (every instance was dismissed, ended on the device or invalidated); `null` while active."
               }
             }
           },

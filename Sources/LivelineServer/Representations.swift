@@ -35,6 +35,7 @@ enum Representation {
             "createdAt": date(record.createdAt),
             "updatedAt": date(record.updatedAt),
             "endedAt": date(record.endedAt),
+            "endReason": optional(record.endReason?.rawValue),
         ])
     }
 

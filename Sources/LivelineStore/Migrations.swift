@@ -141,5 +141,16 @@ enum SQLiteMigrations {
                 "ALTER TABLE activities ADD COLUMN content_shape TEXT",
             ]
         ),
+        Migration(
+            version: 4,
+            name: "lifetime: end reasons; indexes for the sweeper",
+            statements: [
+                "ALTER TABLE activities ADD COLUMN end_reason TEXT",
+                "UPDATE activities SET end_reason = 'caller' WHERE state = 'ended'",
+                "CREATE INDEX activities_by_age ON activities(state, created_at)",
+                "CREATE INDEX activities_ended ON activities(state, ended_at)",
+                "CREATE INDEX instances_by_age ON instances(state, created_at)",
+            ]
+        ),
     ]
 }

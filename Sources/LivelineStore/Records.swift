@@ -154,6 +154,27 @@ public struct StoredSchema: Sendable, Hashable {
     }
 }
 
+/// An activity's identity.
+public struct ActivityKey: Sendable, Hashable {
+    public var appID: String
+    public var activityID: String
+
+    public init(appID: String, activityID: String) {
+        self.appID = appID
+        self.activityID = activityID
+    }
+}
+
+/// Why an activity ended.
+public enum EndReason: String, Sendable, Hashable, CaseIterable {
+    /// The backend ended it (`POST …/end` or `DELETE`).
+    case caller
+    /// Liveline ended it before the platform's limit (about 8 hours active).
+    case lifetime
+    /// Every instance was dismissed, ended on the device or invalidated.
+    case allInstancesGone = "all-instances-gone"
+}
+
 /// The end of an activity, validated.
 public struct ActivityEnd: Sendable, Hashable {
     public var appID: String
@@ -166,11 +187,15 @@ public struct ActivityEnd: Sendable, Hashable {
     public var staleDate: Int64?
     public var relevanceScore: Double?
     public var priority: Int?
+    /// Why the activity ends.
+    public var reason: EndReason
 
     public init(
         appID: String, activityID: String, contentState: JSONValue? = nil, alert: LiveActivityAlert? = nil,
-        dismissalDate: Int64? = nil, staleDate: Int64? = nil, relevanceScore: Double? = nil, priority: Int? = nil
+        dismissalDate: Int64? = nil, staleDate: Int64? = nil, relevanceScore: Double? = nil, priority: Int? = nil,
+        reason: EndReason = .caller
     ) {
+        self.reason = reason
         self.appID = appID
         self.activityID = activityID
         self.contentState = contentState
@@ -223,6 +248,8 @@ public struct ActivityRecord: Sendable, Hashable {
     public var createdAt: Date
     public var updatedAt: Date
     public var endedAt: Date?
+    /// Why it ended, once it has.
+    public var endReason: EndReason?
     /// How many instances are in each state.
     public var instanceCounts: [InstanceState: Int]
 
@@ -231,8 +258,10 @@ public struct ActivityRecord: Sendable, Hashable {
         sequence: Int64, event: LiveActivityEvent?, sequenceAt: Date?, timestampSeconds: Int64? = nil, dispatchedSequence: Int64 = 0,
         contentState: JSONValue?,
         alert: LiveActivityAlert?, staleDate: Int64?, relevanceScore: Double?, priority: Int?,
-        dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int]
+        dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int],
+        endReason: EndReason? = nil
     ) {
+        self.endReason = endReason
         self.appID = appID
         self.activityID = activityID
         self.attributesType = attributesType

@@ -301,13 +301,13 @@ public final class SQLiteStore: Store, DispatchStore {
                 UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
                     content_state = COALESCE(?, content_state), alert = ?, dismissal_date = ?,
                     stale_date = COALESCE(?, stale_date), relevance_score = COALESCE(?, relevance_score), priority = ?,
-                    updated_at = ?, ended_at = ?
+                    updated_at = ?, ended_at = ?, end_reason = ?
                 WHERE app_id = ? AND activity_id = ?
                 """,
                 [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
                  .integer(timestamp), Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
                  Self.integer(end.staleDate), Self.real(end.relevanceScore), Self.integer(end.priority.map(Int64.init)),
-                 .integer(nowMillis), .integer(nowMillis), .text(end.appID), .text(end.activityID)]
+                 .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
             )
             return AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
         }
@@ -490,7 +490,8 @@ public final class SQLiteStore: Store, DispatchStore {
             createdAt: try row.date("created_at"),
             updatedAt: try row.date("updated_at"),
             endedAt: row.column("ended_at")?.integer.map(date),
-            instanceCounts: [:]
+            instanceCounts: [:],
+            endReason: row.column("end_reason")?.string.flatMap(EndReason.init(rawValue:))
         )
     }
 

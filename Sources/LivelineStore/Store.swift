@@ -48,6 +48,17 @@ public protocol Store: DispatchStore {
     /// The field kinds remembered for the activity's content state, or `nil` (no activity, or none remembered).
     func contentShape(appID: String, activityID: String) async throws -> JSONShape?
 
+    // MARK: Lifetime
+
+    /// Active activities first seen at or before `cutoff`, oldest first.
+    func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey]
+    /// Active activities that had instances and have no active one left.
+    func activitiesWithAllInstancesGone(limit: Int) async throws -> [ActivityKey]
+    /// Marks active instances registered at or before `cutoff` as ended (the platform has ended them); returns how many.
+    func endInstances(registeredBefore cutoff: Date, at now: Date) async throws -> Int
+    /// Deletes activities that ended at or before `cutoff`, with their instances and timeline; returns how many.
+    func purgeActivities(endedBefore cutoff: Date) async throws -> Int
+
     // MARK: Content-state contracts
 
     /// Registers (or replaces) the schema of an attributes type. Throws `appNotFound`.

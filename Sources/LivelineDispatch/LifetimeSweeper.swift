@@ -1,0 +1,127 @@
+import Foundation
+import LivelineCore
+import LivelineStore
+import Logging
+import ServiceLifecycle
+
+/// How long activities and instances live before Liveline ends them, and how long ended ones are kept.
+///
+/// iOS ends a Live Activity after 8 hours active and removes it from the Lock Screen 4 hours later at the latest.
+/// Liveline ends an activity shortly before the first limit (with its last state, so the phone shows it as ended
+/// rather than frozen), marks instances ended once the platform has surely ended them, and purges ended activities
+/// after a retention period.
+public struct LifetimePolicy: Sendable, Hashable {
+    /// An activity active this long (since Liveline first saw it) is ended with reason `lifetime`.
+    public var endAfter: TimeInterval
+    /// An instance registered this long ago is marked ended: the platform has ended it.
+    public var instancesEndAfter: TimeInterval
+    /// An ended activity is deleted, with its instances and timeline, this long after it ended.
+    public var retention: TimeInterval
+    /// How often the sweeper looks.
+    public var interval: Duration
+
+    /// The defaults: end at 7 h 45 min, instances ended at 12 h, ended activities kept 7 days, a sweep a minute.
+    public init(
+        endAfter: TimeInterval = 7 * 3600 + 45 * 60, instancesEndAfter: TimeInterval = 12 * 3600, retention: TimeInterval = 7 * 24 * 3600,
+        interval: Duration = .seconds(60)
+    ) {
+        self.endAfter = endAfter
+        self.instancesEndAfter = instancesEndAfter
+        self.retention = retention
+        self.interval = interval
+    }
+}
+
+/// Ends activities nobody ended before the platform does, records why every activity ended, and purges old ones.
+/// Runs as a `Service` inside `liveline serve`; ``sweep()`` is one pass, for tests with an injected clock.
+public final class LifetimeSweeper: Service, Sendable {
+    private let store: any Store
+    private let policy: LifetimePolicy
+    private let now: @Sendable () -> Date
+    private let logger: Logger
+    private let onEnded: @Sendable () -> Void
+    private static let batch = 500
+
+    /// What one pass did.
+    public struct Sweep: Sendable, Hashable {
+        /// Activities ended because they reached ``LifetimePolicy/endAfter``.
+        public var endedForLifetime = 0
+        /// Activities ended because every instance was gone.
+        public var endedWithAllInstancesGone = 0
+        /// Instances marked ended after ``LifetimePolicy/instancesEndAfter``.
+        public var instancesEnded = 0
+        /// Ended activities deleted after ``LifetimePolicy/retention``.
+        public var purged = 0
+
+        /// A pass that did nothing.
+        public init() {}
+    }
+
+    /// Creates the sweeper; `onEnded` is called after it ends activities (to wake the delivery engine for the `end` pushes).
+    public init(
+        store: any Store, policy: LifetimePolicy = LifetimePolicy(), now: @escaping @Sendable () -> Date = { Date() },
+        logger: Logger = Logger(label: "liveline.lifetime"), onEnded: @escaping @Sendable () -> Void = {}
+    ) {
+        self.store = store
+        self.policy = policy
+        self.now = now
+        self.logger = logger
+        self.onEnded = onEnded
+    }
+
+    /// Sweeps every `interval` until graceful shutdown.
+    public func run() async throws {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            do {
+                let sweep = try await sweep()
+                if sweep != Sweep() {
+                    logger.info(
+                        "Lifetime sweep",
+                        metadata: [
+                            "ended.lifetime": "\(sweep.endedForLifetime)", "ended.allInstancesGone": "\(sweep.endedWithAllInstancesGone)",
+                            "instances.ended": "\(sweep.instancesEnded)", "purged": "\(sweep.purged)",
+                        ]
+                    )
+                }
+            } catch is CancellationError {
+                return
+            } catch {
+                logger.error("Lifetime sweep failed", metadata: ["error": "\(error)"])
+            }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.policy.interval) }
+        }
+    }
+
+    /// One pass: end activities at the end of their lifetime, mark old instances ended, end activities whose
+    /// instances are all gone, purge long-ended activities.
+    public func sweep() async throws -> Sweep {
+        var sweep = Sweep()
+        let now = now()
+        while true {
+            let due = try await store.activitiesActive(since: now.addingTimeInterval(-policy.endAfter), limit: Self.batch)
+            for key in due where try await end(key, reason: .lifetime, at: now) { sweep.endedForLifetime += 1 }
+            if due.count < Self.batch { break }
+        }
+        sweep.instancesEnded = try await store.endInstances(registeredBefore: now.addingTimeInterval(-policy.instancesEndAfter), at: now)
+        while true {
+            let gone = try await store.activitiesWithAllInstancesGone(limit: Self.batch)
+            for key in gone where try await end(key, reason: .allInstancesGone, at: now) { sweep.endedWithAllInstancesGone += 1 }
+            if gone.count < Self.batch { break }
+        }
+        sweep.purged = try await store.purgeActivities(endedBefore: now.addingTimeInterval(-policy.retention))
+        if sweep.endedForLifetime + sweep.endedWithAllInstancesGone > 0 { onEnded() }
+        return sweep
+    }
+
+    /// Ends one activity with its last state; false when it had already ended (a race with the caller).
+    private func end(_ key: ActivityKey, reason: EndReason, at now: Date) async throws -> Bool {
+        do {
+            _ = try await store.endActivity(ActivityEnd(appID: key.appID, activityID: key.activityID, reason: reason), at: now)
+            return true
+        } catch StoreError.activityEnded {
+            return false
+        } catch StoreError.activityNotFound {
+            return false
+        }
+    }
+}

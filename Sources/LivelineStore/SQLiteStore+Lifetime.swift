@@ -1,0 +1,59 @@
+import Foundation
+import LivelineCore
+import SQLiteNIO
+
+extension SQLiteStore {
+    public func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey] {
+        try await reader.query(
+            "SELECT app_id, activity_id FROM activities WHERE state = 'active' AND created_at <= ? ORDER BY created_at LIMIT ?",
+            [.integer(Self.millis(cutoff)), .integer(limit)]
+        ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
+    }
+
+    public func activitiesWithAllInstancesGone(limit: Int) async throws -> [ActivityKey] {
+        try await reader.query(
+            """
+            SELECT a.app_id, a.activity_id FROM activities a
+            WHERE a.state = 'active'
+              AND EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id)
+              AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id AND i.state = 'active')
+            LIMIT ?
+            """,
+            [.integer(limit)]
+        ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
+    }
+
+    public func endInstances(registeredBefore cutoff: Date, at now: Date) async throws -> Int {
+        try await transaction { db in
+            let rows = try await db.query(
+                "UPDATE instances SET state = 'ended', updated_at = ? WHERE state = 'active' AND created_at <= ? RETURNING device_id",
+                [.integer(Self.millis(now)), .integer(Self.millis(cutoff))]
+            )
+            return rows.count
+        }
+    }
+
+    public func purgeActivities(endedBefore cutoff: Date) async throws -> Int {
+        try await transaction { db in
+            let cutoffMillis = Self.millis(cutoff)
+            _ = try await db.query(
+                """
+                DELETE FROM deliveries WHERE (app_id, activity_id) IN
+                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
+                """,
+                [.integer(cutoffMillis)]
+            )
+            _ = try await db.query(
+                """
+                DELETE FROM instances WHERE (app_id, activity_id) IN
+                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
+                """,
+                [.integer(cutoffMillis)]
+            )
+            let purged = try await db.query(
+                "DELETE FROM activities WHERE state = 'ended' AND ended_at <= ? RETURNING activity_id", [.integer(cutoffMillis)]
+            )
+            return purged.count
+        }
+    }
+}

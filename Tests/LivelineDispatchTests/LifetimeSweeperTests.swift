@@ -1,0 +1,109 @@
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineStore
+import Testing
+
+/// A clock the test moves by hand.
+final class ManualClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var current: Date
+    init(_ start: Date) { current = start }
+    var now: Date { lock.withLock { current } }
+    func set(_ date: Date) { lock.withLock { current = date } }
+}
+
+@Suite("Lifetime sweeper (injected clock, no sleeping)")
+struct LifetimeSweeperTests {
+    let t0 = Date(timeIntervalSince1970: 1_795_255_200)
+
+    func instance(_ activity: String, _ device: String, token: String) -> InstanceRegistration {
+        InstanceRegistration(
+            appID: appID, activityID: activity, deviceID: device, platform: .ios, pushToken: token, attributesType: "A", attributes: [:],
+            userID: nil
+        )
+    }
+
+    @Test("an activity nobody ends is ended with its last state at 7 h 45 min, and its end goes out")
+    func endsAtLifetime() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            let clock = ManualClock(t0)
+            _ = try await store.registerInstance(instance("old", "d1", token: token(1)), at: t0)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "old", contentState: ["score": "2-1"]), at: t0)
+            _ = try await store.registerInstance(instance("young", "d2", token: token(2)), at: t0.addingTimeInterval(3600))
+            let sweeper = LifetimeSweeper(store: store, now: { clock.now })
+
+            clock.set(t0.addingTimeInterval(7 * 3600 + 44 * 60))
+            #expect(try await sweeper.sweep() == LifetimeSweeper.Sweep())
+
+            clock.set(t0.addingTimeInterval(7 * 3600 + 45 * 60))
+            #expect(try await sweeper.sweep().endedForLifetime == 1)
+            let old = try #require(try await store.activity(appID: appID, activityID: "old"))
+            #expect(old.state == .ended)
+            #expect(old.endReason == .lifetime)
+            #expect(old.event == .end)
+            #expect(old.contentState == ["score": "2-1"], "ended with its last state")
+            #expect(try await store.activity(appID: appID, activityID: "young")?.state == .active)
+
+            // The end push goes to the phone.
+            let transport = ScriptedTransport()
+            try await whileDispatching(store, transport) { (dispatcher: Dispatcher) async throws in
+                dispatcher.wake()
+                #expect(try await eventually { transport.pushes(to: token(1)).contains { $0.event == .end } })
+            }
+            #expect(transport.pushes(to: token(2)).isEmpty)
+        }
+    }
+
+    @Test("instances are marked ended 12 hours after registering; an activity whose instances are all gone ends")
+    func instancesAndAllGone() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            let clock = ManualClock(t0)
+            let policy = LifetimePolicy(endAfter: 100 * 3600)  // out of the way: this test is about instances
+            let sweeper = LifetimeSweeper(store: store, policy: policy, now: { clock.now })
+            _ = try await store.registerInstance(instance("match", "early", token: token(1)), at: t0)
+            _ = try await store.registerInstance(instance("match", "late", token: token(2)), at: t0.addingTimeInterval(6 * 3600))
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "lonely", contentState: ["n": 1]), at: t0)
+
+            clock.set(t0.addingTimeInterval(12 * 3600 - 1))
+            #expect(try await sweeper.sweep().instancesEnded == 0)
+            clock.set(t0.addingTimeInterval(12 * 3600))
+            let first = try await sweeper.sweep()
+            #expect(first.instancesEnded == 1)
+            #expect(first.endedWithAllInstancesGone == 0, "one instance is still active")
+            let instances = try await store.instances(appID: appID, activityID: "match", cursor: nil, limit: 10).items
+            #expect(instances.first { $0.deviceID == "early" }?.state == .ended)
+            #expect(instances.first { $0.deviceID == "late" }?.state == .active)
+
+            // The last one is dismissed by the user: nothing is left to show the activity.
+            _ = try await store.recordInstanceEvent(appID: appID, activityID: "match", deviceID: "late", event: .dismissedOnDevice, at: clock.now)
+            let second = try await sweeper.sweep()
+            #expect(second.endedWithAllInstancesGone == 1)
+            #expect(try await store.activity(appID: appID, activityID: "match")?.endReason == .allInstancesGone)
+            // An activity that never had instances keeps its state for later registrations.
+            #expect(try await store.activity(appID: appID, activityID: "lonely")?.state == .active)
+        }
+    }
+
+    @Test("the caller's end is recorded as such; ended activities are purged after the retention period")
+    func callerEndAndPurge() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            let clock = ManualClock(t0)
+            let sweeper = LifetimeSweeper(store: store, policy: LifetimePolicy(retention: 24 * 3600), now: { clock.now })
+            _ = try await store.registerInstance(instance("done", "d1", token: token(1)), at: t0)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "done", contentState: ["n": 1]), at: t0)
+            _ = try await store.endActivity(ActivityEnd(appID: appID, activityID: "done"), at: t0.addingTimeInterval(60))
+            #expect(try await store.activity(appID: appID, activityID: "done")?.endReason == .caller)
+
+            clock.set(t0.addingTimeInterval(60 + 24 * 3600 - 1))
+            #expect(try await sweeper.sweep().purged == 0)
+            clock.set(t0.addingTimeInterval(60 + 24 * 3600))
+            #expect(try await sweeper.sweep().purged == 1)
+            #expect(try await store.activity(appID: appID, activityID: "done") == nil)
+            #expect(try await store.instances(appID: appID, activityID: "done", cursor: nil, limit: 10).items.isEmpty)
+        }
+    }
+}
