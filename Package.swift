@@ -147,6 +147,7 @@ let package = Package(
             dependencies: [
                 "FCM",
                 "LivelineEmulator",
+                "LivelineCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
