@@ -325,6 +325,10 @@ final class FCMEmulatorCore: Sendable {
             }
         }
         if issued != nil { answer.delayMilliseconds = faults.delayMilliseconds }
+        if token == nil {
+            // Refused before the body was read: still record whom it was for, when the body says.
+            token = (try? JSONValue(parsing: body))?.objectValue?["message"]?.objectValue?["token"]?.stringValue
+        }
 
         var record = ReceivedFCMMessage(
             receivedAt: now, projectID: projectID, token: token, body: String(decoding: body, as: UTF8.self),
