@@ -1,9 +1,11 @@
+import AsyncHTTPClient
 import FCM
 import Foundation
 import LivelineCore
 import LivelineEmulator
 import Logging
 import NIOCore
+import NIOSSL
 import Testing
 
 /// FCMClient and FCMAccessTokens against the real FCM emulator over TLS on 127.0.0.1.
@@ -185,6 +187,31 @@ struct EndToEndTests {
             #expect(error?.error == "invalid_grant")
             #expect(error?.isRetryable == false)
             await client.shutdown()
+        }
+    }
+
+    @Test("the emulator answers HTTP/1.1 clients too")
+    func http1() async throws {
+        try await Self.withHarness { harness in
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(harness.emulator.caCertificatePEM.utf8)))]
+            var configuration = HTTPClient.Configuration(tlsConfiguration: tls)
+            configuration.httpVersion = .http1Only
+            let http1 = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+            var request = HTTPClientRequest(url: try #require(harness.emulator.baseURL) + "/v1/projects/\(harness.account.projectID)/messages:send")
+            request.method = .POST
+            request.body = .bytes(ByteBuffer(string: "{}"))
+            do {
+                let response = try await http1.execute(request, timeout: .seconds(10))
+                #expect(response.version == .http1_1)
+                #expect(response.status.code == 401)
+                let body = try await response.body.collect(upTo: 64 * 1024)
+                #expect(FCMResponse(status: 401, body: body.readableBytesView).errorStatus == "UNAUTHENTICATED")
+            } catch {
+                try await http1.shutdown()
+                throw error
+            }
+            try await http1.shutdown()
         }
     }
 

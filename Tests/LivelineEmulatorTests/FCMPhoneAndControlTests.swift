@@ -38,6 +38,7 @@ struct FCMPhoneAndControlTests {
             #expect(notification.appliedCount == 2)
             #expect(notification.ignoredCount == 2)
             #expect(fixture.emulator.statistics.ignored == 2)
+            #expect(fixture.emulator.device(token: fixture.token)?.highPriorityWithoutNotificationCount == 2)
         }
     }
 
@@ -83,6 +84,8 @@ struct FCMPhoneAndControlTests {
             #expect(device.notification(activityID: "order-1234")?.dismissedByUser == true)
             #expect(device.notification(activityID: "match-42")?.visible == true)
             #expect(device.notifications.map(\.activityID) == ["order-1234", "match-42"])
+            // The dismissed activity's high-priority update showed nothing: what FCM counts against an app.
+            #expect(device.highPriorityWithoutNotificationCount == 1)
         }
     }
 

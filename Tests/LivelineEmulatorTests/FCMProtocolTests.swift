@@ -106,6 +106,25 @@ struct FCMProtocolTests {
         }
     }
 
+    @Test("validate_only checks a message without delivering it")
+    func validateOnly() async throws {
+        try await withFCMEmulator { fixture in
+            let message = try #require(try JSONValue(parsing: liveUpdateBody(token: fixture.token, sequence: 1)).objectValue?["message"])
+            let dryRun = JSONValue.object(["validate_only": true, "message": message]).encoded
+            let response = try await fixture.answer(fixture.send(dryRun))
+            #expect(response.status == 200)
+            #expect(response.json?.objectValue?["name"] == "projects/demo-project/messages/fake_message_id")
+            #expect(fixture.emulator.device(token: fixture.token)?.acceptedCount == 0)
+            #expect(fixture.emulator.device(token: fixture.token)?.notifications.isEmpty == true)
+
+            let notBool = JSONValue.object(["validate_only": "yes", "message": message]).encoded
+            #expect(try await fixture.answer(fixture.send(notBool)).fcmErrorCode == "INVALID_ARGUMENT")
+            let unknownToken = try #require(try JSONValue(parsing: liveUpdateBody(token: "nobody", sequence: 1)).objectValue?["message"])
+            let dryUnknown = JSONValue.object(["validate_only": true, "message": unknownToken]).encoded
+            #expect(try await fixture.answer(fixture.send(dryUnknown)).fcmErrorCode == "UNREGISTERED")
+        }
+    }
+
     /// A message whose data keys and values total exactly `dataBytes`.
     static func body(token: String, dataBytes: Int) -> [UInt8] {
         let key = "payload"
