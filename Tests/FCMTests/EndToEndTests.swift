@@ -30,6 +30,17 @@ struct EndToEndTests {
         }
     }
 
+    /// A service account with the run's shared key, registered with the emulator (generating a demo account's key for
+    /// every test would load the machine for nothing).
+    static func registeredAccount(_ emulator: FCMEmulator) throws -> FCMServiceAccount {
+        let account = try FCMServiceAccount(json: serviceAccountJSON(projectID: "liveline-demo", tokenURI: try #require(emulator.tokenURI)))
+        emulator.registerServiceAccount(
+            clientEmail: account.clientEmail, projectID: account.projectID, publicKey: testPrivateKey.publicKey,
+            privateKeyID: account.privateKeyID
+        )
+        return account
+    }
+
     static func withHarness(_ body: (Harness) async throws -> Void) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-fcm-\(UUID().uuidString)").path
         let clock = TestClock()
@@ -39,8 +50,7 @@ struct EndToEndTests {
         logger.logLevel = .warning
         let emulator = try FCMEmulator(configuration: configuration, logger: logger)
         try await emulator.start()
-        let demo = try emulator.demoServiceAccount()
-        let account = try FCMServiceAccount(json: demo.json)
+        let account = try registeredAccount(emulator)
         let client = try FCMClient(
             serviceAccount: account,
             configuration: FCMClient.Configuration(baseURL: try #require(emulator.baseURL), trustedCAPEM: emulator.caCertificatePEM),
@@ -113,7 +123,7 @@ struct EndToEndTests {
         configuration.accessTokenLifetime = 0
         let emulator = try FCMEmulator(configuration: configuration, logger: Logger(label: "fcm-tests"))
         try await emulator.start()
-        let account = try FCMServiceAccount(json: try emulator.demoServiceAccount().json)
+        let account = try Self.registeredAccount(emulator)
         let client = try FCMClient(
             serviceAccount: account,
             configuration: .init(baseURL: try #require(emulator.baseURL), trustedCAPEM: emulator.caCertificatePEM), now: { clock.now }
@@ -172,7 +182,10 @@ struct EndToEndTests {
     func unknownServiceAccount() async throws {
         try await Self.withHarness { harness in
             let stranger = try FCMServiceAccount(
-                json: serviceAccountJSON(projectID: harness.account.projectID, tokenURI: harness.account.tokenURI)
+                json: serviceAccountJSON(
+                    projectID: harness.account.projectID, clientEmail: "stranger@elsewhere.iam.gserviceaccount.com",
+                    tokenURI: harness.account.tokenURI
+                )
             )
             let client = try FCMClient(
                 serviceAccount: stranger,

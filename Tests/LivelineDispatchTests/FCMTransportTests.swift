@@ -9,6 +9,20 @@ import NIOCore
 import Testing
 import _CryptoExtras
 
+/// The run's service-account keys: generating RSA keys per test would load the machine for nothing.
+let fcmServiceAccountKey: _RSA.Signing.PrivateKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+let fcmStrangerServiceAccountKey: _RSA.Signing.PrivateKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+
+/// A service-account key file's JSON, as the Firebase console downloads it.
+func fcmServiceAccountJSON(tokenURI: String, key: _RSA.Signing.PrivateKey = fcmServiceAccountKey) -> String {
+    let object: [String: String] = [
+        "type": "service_account", "project_id": "android-project", "private_key_id": "0123456789abcdef",
+        "private_key": key.pkcs8PEMRepresentation, "client_email": "sender@android-project.iam.gserviceaccount.com",
+        "token_uri": tokenURI,
+    ]
+    return String(decoding: try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
+}
+
 /// FCM credentials, and the FCM push transport turning the emulator's answers into push outcomes.
 @Suite("FCM transport and credentials")
 struct FCMTransportTests {
@@ -46,15 +60,19 @@ struct FCMTransportTests {
         logger.logLevel = .warning
         let emulator = try FCMEmulator(configuration: configuration, logger: logger)
         try await emulator.start()
-        let demo = try emulator.demoServiceAccount()
+        let json = fcmServiceAccountJSON(tokenURI: try #require(emulator.tokenURI))
+        emulator.registerServiceAccount(
+            clientEmail: "sender@android-project.iam.gserviceaccount.com", projectID: "android-project",
+            publicKey: fcmServiceAccountKey.publicKey, privateKeyID: "0123456789abcdef"
+        )
         let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
         let sealer = try CredentialSealer(masterKey: Array(repeating: 7, count: 32))
         let credentials = FCMCredentials(
-            serviceAccountJSON: demo.json, baseURL: try #require(emulator.baseURL), caCertificatePEM: emulator.caCertificatePEM
+            serviceAccountJSON: json, baseURL: try #require(emulator.baseURL), caCertificatePEM: emulator.caCertificatePEM
         )
         let directory = FCMTransportDirectory(store: store, sealer: sealer, now: { [clock] in clock.now }, logger: logger)
         let environment = Environment(
-            emulator: emulator, store: store, sealer: sealer, directory: directory, credentials: credentials, projectID: demo.projectID,
+            emulator: emulator, store: store, sealer: sealer, directory: directory, credentials: credentials, projectID: "android-project",
             clock: clock
         )
         do {
@@ -155,10 +173,7 @@ struct FCMTransportTests {
     @Test("a service account the token endpoint refuses is credentialsRejected; an unreachable FCM retryable")
     func refusedAccount() async throws {
         try await Self.withEnvironment { environment in
-            let stranger = try _RSA.Signing.PrivateKey(keySize: .bits2048)
-            var account = try #require(try JSONSerialization.jsonObject(with: Data(environment.credentials.serviceAccountJSON.utf8)) as? [String: Any])
-            account["private_key"] = stranger.pkcs8PEMRepresentation
-            let json = String(decoding: try JSONSerialization.data(withJSONObject: account), as: UTF8.self)
+            let json = fcmServiceAccountJSON(tokenURI: try #require(environment.emulator.tokenURI), key: fcmStrangerServiceAccountKey)
             let client = try FCMClient(
                 serviceAccount: try FCMServiceAccount(json: json),
                 configuration: .init(baseURL: try #require(environment.emulator.baseURL), trustedCAPEM: environment.emulator.caCertificatePEM),
@@ -191,16 +206,20 @@ struct FCMTransportTests {
         }
     }
 
-    @Test("an app without FCM credentials uses the fallback")
+    @Test("an app without FCM credentials uses the fallback: the emulator's demo service account")
     func fallback() async throws {
         try await Self.withEnvironment { environment in
-            let credentials = environment.credentials
+            let demo = try environment.emulator.demoServiceAccount()
+            let credentials = FCMCredentials(
+                serviceAccountJSON: demo.json, baseURL: environment.emulator.baseURL, caCertificatePEM: environment.emulator.caCertificatePEM
+            )
+            try credentials.validate()
             let directory = FCMTransportDirectory(
                 store: environment.store, sealer: environment.sealer, fallback: { _ in credentials },
                 now: { [clock = environment.clock] in clock.now }
             )
             let transport = try #require(try await directory.transport(appID: environment.appID, platform: .android))
-            let token = environment.emulator.addDevice(projectID: environment.projectID)
+            let token = environment.emulator.addDevice(projectID: demo.projectID)
             guard case .delivered = await transport.send(environment.push(to: token, sequence: 1)) else {
                 Issue.record("expected delivered")
                 await directory.shutdown()

@@ -31,41 +31,46 @@ struct FCMProtocolTests {
         case otherKeySigned, wrongAudience, longLifetime, issuedInFuture, expired, wrongScope, unknownIssuer, hs256, tampered
     }
 
-    @Test("a bad assertion is refused with Google's OAuth error", arguments: BadAssertion.allCases)
-    func badAssertion(_ kind: BadAssertion) async throws {
+    @Test("a bad assertion is refused with Google's OAuth error")
+    func badAssertions() async throws {
         try await withFCMEmulator { fixture in
-            let account = fixture.account
-            let now = fixture.clock.seconds
-            let uri = fixture.tokenURI
-            let assertion: String
-            var expectedError = "invalid_grant"
-            switch kind {
-            case .otherKeySigned: assertion = account.assertion(audience: uri, issuedAt: now, signingKey: fcmStrangerKey)
-            case .wrongAudience: assertion = account.assertion(audience: "https://oauth2.googleapis.com/token", issuedAt: now)
-            case .longLifetime: assertion = account.assertion(audience: uri, issuedAt: now, lifetime: 7200)
-            case .issuedInFuture: assertion = account.assertion(audience: uri, issuedAt: now + 600)
-            case .expired: assertion = account.assertion(audience: uri, issuedAt: now - 3700)
-            case .wrongScope:
-                assertion = account.assertion(audience: uri, issuedAt: now, scope: "https://www.googleapis.com/auth/userinfo.email")
-                expectedError = "invalid_scope"
-            case .unknownIssuer: assertion = account.assertion(audience: uri, issuedAt: now, issuer: "someone@else.iam.gserviceaccount.com")
-            case .hs256: assertion = account.assertion(audience: uri, issuedAt: now, alg: "HS256")
-            case .tampered:
-                let good = account.assertion(audience: uri, issuedAt: now).split(separator: ".")
-                let claims: JSONValue = [
-                    "iss": .string(account.clientEmail), "scope": "https://www.googleapis.com/auth/firebase.messaging",
-                    "aud": .string(uri), "iat": .integer(Int64(now)), "exp": .integer(Int64(now) + 60),
-                ]
-                assertion = "\(good[0]).\(TestSigningKey.base64URL(claims.encoded)).\(good[2])"
+            let connection = try await fixture.connect()
+            for kind in BadAssertion.allCases {
+                let response = try await connection.send(fixture.tokenRequest(TestServiceAccount.grant(Self.assertion(kind, fixture))))
+                #expect(response.status == 400, "\(kind)")
+                #expect(response.oauthError == (kind == .wrongScope ? "invalid_scope" : "invalid_grant"), "\(kind)")
+                #expect(response.json?.objectValue?["error_description"]?.stringValue?.isEmpty == false, "\(kind)")
+                if kind == .wrongAudience {
+                    #expect(response.json?.objectValue?["error_description"]?.stringValue?.contains(fixture.tokenURI) == true)
+                }
             }
-            let response = try await fixture.answer(fixture.tokenRequest(TestServiceAccount.grant(assertion)))
-            #expect(response.status == 400)
-            #expect(response.oauthError == expectedError)
-            #expect(response.json?.objectValue?["error_description"]?.stringValue?.isEmpty == false)
-            if kind == .wrongAudience {
-                #expect(response.json?.objectValue?["error_description"]?.stringValue?.contains(uri) == true)
-            }
+            await connection.close()
             #expect(fixture.emulator.statistics.tokensIssued == 1)
+            #expect(fixture.emulator.statistics.tokenRefusals.values.reduce(0, +) == BadAssertion.allCases.count)
+        }
+    }
+
+    /// An assertion that is wrong in one way.
+    static func assertion(_ kind: BadAssertion, _ fixture: FCMFixture) -> String {
+        let account = fixture.account
+        let now = fixture.clock.seconds
+        let uri = fixture.tokenURI
+        switch kind {
+        case .otherKeySigned: return account.assertion(audience: uri, issuedAt: now, signingKey: fcmStrangerKey)
+        case .wrongAudience: return account.assertion(audience: "https://oauth2.googleapis.com/token", issuedAt: now)
+        case .longLifetime: return account.assertion(audience: uri, issuedAt: now, lifetime: 7200)
+        case .issuedInFuture: return account.assertion(audience: uri, issuedAt: now + 600)
+        case .expired: return account.assertion(audience: uri, issuedAt: now - 3700)
+        case .wrongScope: return account.assertion(audience: uri, issuedAt: now, scope: "https://www.googleapis.com/auth/userinfo.email")
+        case .unknownIssuer: return account.assertion(audience: uri, issuedAt: now, issuer: "someone@else.iam.gserviceaccount.com")
+        case .hs256: return account.assertion(audience: uri, issuedAt: now, alg: "HS256")
+        case .tampered:
+            let good = account.assertion(audience: uri, issuedAt: now).split(separator: ".")
+            let claims: JSONValue = [
+                "iss": .string(account.clientEmail), "scope": "https://www.googleapis.com/auth/firebase.messaging",
+                "aud": .string(uri), "iat": .integer(Int64(now)), "exp": .integer(Int64(now) + 60),
+            ]
+            return "\(good[0]).\(TestSigningKey.base64URL(claims.encoded)).\(good[2])"
         }
     }
 
@@ -132,44 +137,49 @@ struct FCMProtocolTests {
             .encoded
     }
 
-    @Test(
-        "what FCM refuses gets 400 INVALID_ARGUMENT naming the problem",
-        arguments: [
-            (#"not json"#, "JSON"),
-            (#"[1]"#, "object"),
-            (#"{"message":{"token":"T","data":{"n":5}}}"#, "message.data[\"n\"].value"),
-            (#"{"message":{"token":"T","data":{"from":"me"}}}"#, "from"),
-            (#"{"message":{"token":"T","data":{"google.sent_time":"1"}}}"#, "google.sent_time"),
-            (#"{"message":{"token":"T","data":{"gcm.notification":"1"}}}"#, "gcm.notification"),
-            (#"{"message":{"token":"T","data":{"message_type":"x"}}}"#, "message_type"),
-            (#"{"message":{"token":"T","data":"text"}}"#, "message.data"),
-            (#"{"message":{"token":"T","android":{"priority":"urgent"}}}"#, "message.android.priority"),
-            (#"{"message":{"token":"T","android":{"priority":1}}}"#, "message.android.priority"),
-            (#"{"message":{"token":"T","android":{"ttl":"3600"}}}"#, "message.android.ttl"),
-            (#"{"message":{"token":"T","android":{"ttl":3600}}}"#, "message.android.ttl"),
-            (#"{"message":{"token":"T","android":{"ttl":"-1s"}}}"#, "message.android.ttl"),
-            (#"{"message":{"token":"T","android":{"ttl":"1.1234567890s"}}}"#, "message.android.ttl"),
-            (#"{"message":{"token":"T","android":{"collapse_key":7}}}"#, "collapse_key"),
-            (#"{"message":{"token":"T","android":{"colapse_key":"x"}}}"#, "colapse_key"),
-            (#"{"message":{"token":"T","android":{"data":{"n":1}}}}"#, "message.android.data"),
-            (#"{"message":{"token":"T","topic":"news"}}"#, "topic"),
-            (#"{"message":{"data":{"a":"b"}}}"#, "Recipient"),
-            (#"{"message":{"token":7}}"#, "message.token"),
-            (#"{"message":{"token":"T","tokens":["a"]}}"#, "tokens"),
-            (#"{"msg":{"token":"T"}}"#, "msg"),
-            (#"{}"#, "message"),
-        ]
-    )
-    func invalidArgument(body: String, naming: String) async throws {
+    /// Bodies FCM refuses, each with what the error message must name; `"T"` stands for the device's token.
+    static let invalidBodies: [(body: String, naming: String)] = [
+        (#"not json"#, "JSON"),
+        (#"[1]"#, "object"),
+        (#"{"message":{"token":"T","data":{"n":5}}}"#, "message.data[\"n\"].value"),
+        (#"{"message":{"token":"T","data":{"from":"me"}}}"#, "from"),
+        (#"{"message":{"token":"T","data":{"google.sent_time":"1"}}}"#, "google.sent_time"),
+        (#"{"message":{"token":"T","data":{"gcm.notification":"1"}}}"#, "gcm.notification"),
+        (#"{"message":{"token":"T","data":{"message_type":"x"}}}"#, "message_type"),
+        (#"{"message":{"token":"T","data":"text"}}"#, "message.data"),
+        (#"{"message":{"token":"T","android":{"priority":"urgent"}}}"#, "message.android.priority"),
+        (#"{"message":{"token":"T","android":{"priority":1}}}"#, "message.android.priority"),
+        (#"{"message":{"token":"T","android":{"ttl":"3600"}}}"#, "message.android.ttl"),
+        (#"{"message":{"token":"T","android":{"ttl":3600}}}"#, "message.android.ttl"),
+        (#"{"message":{"token":"T","android":{"ttl":"-1s"}}}"#, "message.android.ttl"),
+        (#"{"message":{"token":"T","android":{"ttl":"1.1234567890s"}}}"#, "message.android.ttl"),
+        (#"{"message":{"token":"T","android":{"collapse_key":7}}}"#, "collapse_key"),
+        (#"{"message":{"token":"T","android":{"colapse_key":"x"}}}"#, "colapse_key"),
+        (#"{"message":{"token":"T","android":{"data":{"n":1}}}}"#, "message.android.data"),
+        (#"{"message":{"token":"T","topic":"news"}}"#, "topic"),
+        (#"{"message":{"data":{"a":"b"}}}"#, "Recipient"),
+        (#"{"message":{"token":7}}"#, "message.token"),
+        (#"{"message":{"token":"T","tokens":["a"]}}"#, "tokens"),
+        (#"{"msg":{"token":"T"}}"#, "msg"),
+        (#"{}"#, "message"),
+    ]
+
+    @Test("what FCM refuses gets 400 INVALID_ARGUMENT naming the problem")
+    func invalidArgument() async throws {
         try await withFCMEmulator { fixture in
-            let text = body.replacingOccurrences(of: #""T""#, with: "\"\(fixture.token)\"")
-            let response = try await fixture.answer(fixture.send(Array(text.utf8)))
-            #expect(response.status == 400)
-            #expect(response.googleStatus == "INVALID_ARGUMENT")
-            #expect(response.fcmErrorCode == "INVALID_ARGUMENT")
-            #expect(response.googleMessage?.contains(naming) == true, "\(response.googleMessage ?? "no message")")
-            #expect(response.json?.objectValue?["error"]?.objectValue?["code"] == 400)
+            let connection = try await fixture.connect()
+            for (body, naming) in Self.invalidBodies {
+                let text = body.replacingOccurrences(of: #""T""#, with: "\"\(fixture.token)\"")
+                let response = try await connection.send(fixture.send(Array(text.utf8)))
+                #expect(response.status == 400, "\(body)")
+                #expect(response.googleStatus == "INVALID_ARGUMENT", "\(body)")
+                #expect(response.fcmErrorCode == "INVALID_ARGUMENT", "\(body)")
+                #expect(response.googleMessage?.contains(naming) == true, "\(body): \(response.googleMessage ?? "no message")")
+                #expect(response.json?.objectValue?["error"]?.objectValue?["code"] == 400, "\(body)")
+            }
+            await connection.close()
             #expect(fixture.emulator.device(token: fixture.token)?.acceptedCount == 0)
+            #expect(fixture.emulator.statistics.byErrorCode == ["INVALID_ARGUMENT": Self.invalidBodies.count])
         }
     }
 
