@@ -107,6 +107,7 @@ final class FCMEmulatorCore: Sendable {
         var acceptedCount = 0
         var unusableCount = 0
         var lastUnusableReason: String?
+        var highPriorityWithoutNotificationCount = 0
         var notifications: [String: AndroidNotificationState] = [:]
         var notificationOrder: [String] = []
 
@@ -122,6 +123,7 @@ final class FCMEmulatorCore: Sendable {
             SimulatedAndroidDevice(
                 token: token, projectID: projectID, registeredAt: registeredAt, unregisteredAt: unregisteredAt,
                 acceptedCount: acceptedCount, unusableCount: unusableCount, lastUnusableReason: lastUnusableReason,
+                highPriorityWithoutNotificationCount: highPriorityWithoutNotificationCount,
                 notifications: notificationOrder.compactMap { notifications[$0]?.display(now: now) }
             )
         }
@@ -291,7 +293,7 @@ final class FCMEmulatorCore: Sendable {
         var token: String?
         var answer: FCMAnswer
         var refusal: FCMRefusal?
-        var accepted: (token: String, data: [String: String])?
+        var accepted: ValidatedMessage?
         var messageName: String?
         do throws(FCMRefusal) {
             try Self.authorize(authorization: authorization, bearer: bearer, issued: issued, projectID: projectID, now: now)
@@ -314,8 +316,13 @@ final class FCMEmulatorCore: Sendable {
             }
             guard let device, device.unregisteredAt == nil else { throw .unregistered }
             guard device.projectID == projectID else { throw .senderIDMismatch }
-            accepted = message
-            messageName = "projects/\(projectID)/messages/0:\(Int64(now.timeIntervalSince1970 * 1000))%\(Self.randomHex(count: 16))"
+            if message.validateOnly {
+                // Checked, not delivered: FCM answers with a placeholder name.
+                messageName = "projects/\(projectID)/messages/fake_message_id"
+            } else {
+                accepted = message
+                messageName = "projects/\(projectID)/messages/0:\(Int64(now.timeIntervalSince1970 * 1000))%\(Self.randomHex(count: 16))"
+            }
             answer = FCMAnswer(status: 200, body: JSONValue.object(["name": .string(messageName!)]).encoded)
         } catch {
             refusal = error
@@ -325,6 +332,10 @@ final class FCMEmulatorCore: Sendable {
             }
         }
         if issued != nil { answer.delayMilliseconds = faults.delayMilliseconds }
+        if token == nil {
+            // Refused before the body was read: still record whom it was for, when the body says.
+            token = (try? JSONValue(parsing: body))?.objectValue?["message"]?.objectValue?["token"]?.stringValue
+        }
 
         var record = ReceivedFCMMessage(
             receivedAt: now, projectID: projectID, token: token, body: String(decoding: body, as: UTF8.self),
@@ -353,6 +364,9 @@ final class FCMEmulatorCore: Sendable {
                     }
                 }
                 record.verdict = verdict
+                if accepted.highPriority, !verdict.isApplied {
+                    state.devices[accepted.token]!.highPriorityWithoutNotificationCount += 1
+                }
                 if verdict.isApplied { state.statistics.applied += 1 } else { state.statistics.ignored += 1 }
             }
             state.statistics.sendRequests += 1
@@ -396,10 +410,21 @@ final class FCMEmulatorCore: Sendable {
         guard issued.projectID == projectID else { throw .senderIDMismatch }
     }
 
-    /// What FCM checks in a `messages:send` body (the `Message` resource), from "REST Resource: projects.messages";
-    /// returns the target token and the data an Android app receives. `token` is set as soon as it is read, for the
-    /// history.
-    static func validate(body: [UInt8], token: inout String?) throws(FCMRefusal) -> (token: String, data: [String: String]) {
+    /// A `messages:send` body that passed FCM's checks.
+    struct ValidatedMessage: Sendable {
+        /// The target registration token.
+        var token: String
+        /// The data an Android app receives (`android.data` when present, else `data`).
+        var data: [String: String]
+        /// Whether `android.priority` is high (data messages are normal priority unless they say so).
+        var highPriority: Bool
+        /// `validate_only`: check, do not deliver.
+        var validateOnly: Bool
+    }
+
+    /// What FCM checks in a `messages:send` body (the `Message` resource), from "REST Resource: projects.messages".
+    /// `token` is set as soon as it is read, for the history.
+    static func validate(body: [UInt8], token: inout String?) throws(FCMRefusal) -> ValidatedMessage {
         let root: JSONValue
         do {
             root = try JSONValue(parsing: body)
@@ -410,6 +435,14 @@ final class FCMEmulatorCore: Sendable {
             throw .invalidArgument("Invalid JSON payload received. Expected an object, not \(root.kindName).")
         }
         try checkNames(request, allowed: ["message", "validate_only", "validateOnly"], at: nil)
+        var validateOnly = false
+        for name in ["validate_only", "validateOnly"] {
+            guard let value = request[name], value != .null else { continue }
+            guard case .bool(let flag) = value else {
+                throw .invalidArgument("Invalid value at '\(name)' (TYPE_BOOL), \(value.encodedString).", field: name)
+            }
+            validateOnly = flag
+        }
         guard let messageValue = request["message"], messageValue != .null else {
             throw .invalidArgument("The message is missing.", field: "message")
         }
@@ -437,6 +470,7 @@ final class FCMEmulatorCore: Sendable {
         }
         token = target
         var data = try dataMap(message["data"], field: "message.data")
+        var highPriority = false
         if let notification = message["notification"], notification != .null, notification.objectValue == nil {
             throw .invalidArgument("Invalid value at 'message.notification': expected an object.", field: "message.notification")
         }
@@ -460,6 +494,7 @@ final class FCMEmulatorCore: Sendable {
                         field: "message.android.priority"
                     )
                 }
+                highPriority = text.lowercased() == "high"
             }
             if let ttl = android["ttl"], ttl != .null {
                 guard let text = ttl.stringValue, let seconds = durationSeconds(text) else {
@@ -493,7 +528,7 @@ final class FCMEmulatorCore: Sendable {
                 data = try dataMap(androidData, field: "message.android.data")
             }
         }
-        return (target, data)
+        return ValidatedMessage(token: target, data: data, highPriority: highPriority, validateOnly: validateOnly)
     }
 
     /// Rejects names a proto message does not have, as Google's JSON parser does.

@@ -142,11 +142,16 @@ public struct SimulatedAndroidDevice: Sendable, Hashable, Codable {
     public var unusableCount: Int
     /// Why the last unusable message could not be used.
     public var lastUnusableReason: String?
+    /// Accepted high-priority messages that posted or updated no notification (unusable, stale, ended or dismissed).
+    /// FCM expects high priority to lead to a visible notification and demotes apps that often do otherwise, so a
+    /// sender should keep this at zero.
+    public var highPriorityWithoutNotificationCount: Int
     /// The notifications, one per activity, in the order they were first seen.
     public var notifications: [AndroidLiveNotification]
 
     enum CodingKeys: String, CodingKey {
-        case token, registeredAt, unregisteredAt, acceptedCount, unusableCount, lastUnusableReason, notifications
+        case token, registeredAt, unregisteredAt, acceptedCount, unusableCount, lastUnusableReason,
+            highPriorityWithoutNotificationCount, notifications
         case projectID = "projectId"
     }
 
@@ -160,6 +165,7 @@ public struct SimulatedAndroidDevice: Sendable, Hashable, Codable {
         try container.encode(acceptedCount, forKey: .acceptedCount)
         try container.encode(unusableCount, forKey: .unusableCount)
         try container.encode(lastUnusableReason, forKey: .lastUnusableReason)
+        try container.encode(highPriorityWithoutNotificationCount, forKey: .highPriorityWithoutNotificationCount)
         try container.encode(notifications, forKey: .notifications)
     }
 

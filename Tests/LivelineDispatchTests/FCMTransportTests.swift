@@ -1,0 +1,231 @@
+import FCM
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineEmulator
+import LivelineStore
+import Logging
+import NIOCore
+import Testing
+import _CryptoExtras
+
+/// The run's service-account keys: generating RSA keys per test would load the machine for nothing.
+let fcmServiceAccountKey: _RSA.Signing.PrivateKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+let fcmStrangerServiceAccountKey: _RSA.Signing.PrivateKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+
+/// A service-account key file's JSON, as the Firebase console downloads it.
+func fcmServiceAccountJSON(tokenURI: String, key: _RSA.Signing.PrivateKey = fcmServiceAccountKey) -> String {
+    let object: [String: String] = [
+        "type": "service_account", "project_id": "android-project", "private_key_id": "0123456789abcdef",
+        "private_key": key.pkcs8PEMRepresentation, "client_email": "sender@android-project.iam.gserviceaccount.com",
+        "token_uri": tokenURI,
+    ]
+    return String(decoding: try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
+}
+
+/// FCM credentials, and the FCM push transport turning the emulator's answers into push outcomes.
+@Suite("FCM transport and credentials")
+struct FCMTransportTests {
+    struct Environment {
+        let emulator: FCMEmulator
+        let store: SQLiteStore
+        let sealer: CredentialSealer
+        let directory: FCMTransportDirectory
+        let credentials: FCMCredentials
+        let projectID: String
+        let clock: SharedClock
+        let appID = "app_android"
+
+        func push(to token: String, sequence: Int64, body: [UInt8]? = nil) -> OutgoingPush {
+            let message = FCMLiveUpdateMessage(
+                activityID: "order-1234", event: .update, sequence: sequence, timestamp: Int64(clock.now.timeIntervalSince1970),
+                contentState: ["eta": .integer(10 - sequence)]
+            )
+            return OutgoingPush(
+                appID: appID, activityID: "order-1234", deviceID: "device-1", platform: .android, token: token, topic: "",
+                sequence: sequence, event: .update, priority: 10, expiration: nil,
+                payload: ByteBuffer(bytes: body ?? message.encoded().body(token: token))
+            )
+        }
+    }
+
+    static func withEnvironment(_ body: (Environment) async throws -> Void) async throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-fcm-transport-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let clock = SharedClock()
+        var configuration = FCMEmulatorConfiguration(dataDirectory: root.appendingPathComponent("emulator").path)
+        configuration.now = { [clock] in clock.now }
+        var logger = Logger(label: "test.fcm")
+        logger.logLevel = .warning
+        let emulator = try FCMEmulator(configuration: configuration, logger: logger)
+        try await emulator.start()
+        let json = fcmServiceAccountJSON(tokenURI: try #require(emulator.tokenURI))
+        emulator.registerServiceAccount(
+            clientEmail: "sender@android-project.iam.gserviceaccount.com", projectID: "android-project",
+            publicKey: fcmServiceAccountKey.publicKey, privateKeyID: "0123456789abcdef"
+        )
+        let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
+        let sealer = try CredentialSealer(masterKey: Array(repeating: 7, count: 32))
+        let credentials = FCMCredentials(
+            serviceAccountJSON: json, baseURL: try #require(emulator.baseURL), caCertificatePEM: emulator.caCertificatePEM
+        )
+        let directory = FCMTransportDirectory(store: store, sealer: sealer, now: { [clock] in clock.now }, logger: logger)
+        let environment = Environment(
+            emulator: emulator, store: store, sealer: sealer, directory: directory, credentials: credentials, projectID: "android-project",
+            clock: clock
+        )
+        do {
+            try await store.createApp(
+                AppRecord(
+                    id: environment.appID, name: "Android", bundleID: "com.example.android", androidPackage: "com.example.android",
+                    createdAt: clock.now
+                ),
+                keys: []
+            )
+            try await body(environment)
+        } catch {
+            await directory.shutdown()
+            try? await store.close()
+            try await emulator.shutdown()
+            throw error
+        }
+        await directory.shutdown()
+        try await store.close()
+        try await emulator.shutdown()
+    }
+
+    @Test("credentials validate, keep the key out of settings and text, and survive sealing")
+    func credentials() async throws {
+        try await Self.withEnvironment { environment in
+            let credentials = environment.credentials
+            try credentials.validate()
+            let settings = try #require(credentials.settings.objectValue)
+            #expect(settings["projectId"] == .string(environment.projectID))
+            #expect(settings["clientEmail"]?.stringValue?.hasSuffix(".iam.gserviceaccount.com") == true)
+            #expect(settings["baseUrl"] == .string(try #require(environment.emulator.baseURL)))
+            #expect(!credentials.settings.encodedString.contains("PRIVATE KEY"))
+            #expect(!credentials.description.contains("PRIVATE KEY"))
+
+            let stored = try credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
+            #expect(stored.provider == "fcm")
+            #expect(!String(decoding: stored.sealedSecret, as: UTF8.self).contains("PRIVATE KEY"))
+            let opened = try FCMCredentials(stored, sealer: environment.sealer)
+            #expect(opened.serviceAccountJSON == credentials.serviceAccountJSON)
+            #expect(opened.baseURL == credentials.baseURL)
+            #expect(opened.caCertificatePEM == credentials.caCertificatePEM)
+            var moved = stored
+            moved.appID = "app_other"
+            #expect(throws: CredentialError.self) { try FCMCredentials(moved, sealer: environment.sealer) }
+
+            let broken = FCMCredentials(serviceAccountJSON: #"{"type":"service_account"}"#)
+            let error = #expect(throws: ValidationError.self) { try broken.validate() }
+            #expect(error?.code == "invalid_service_account")
+            #expect(error?.message.contains("project_id") == true)
+            let http = FCMCredentials(serviceAccountJSON: credentials.serviceAccountJSON, baseURL: "http://example.com")
+            #expect(throws: ValidationError.self) { try http.validate() }
+        }
+    }
+
+    @Test("the directory builds a transport from stored credentials; outcomes follow FCM's answers")
+    func outcomes() async throws {
+        try await Self.withEnvironment { environment in
+            #expect(try await environment.directory.transport(appID: environment.appID, platform: .android) == nil)
+            try await environment.store.saveCredentials(
+                try environment.credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
+            )
+            #expect(try await environment.directory.transport(appID: environment.appID, platform: .ios) == nil)
+            let transport = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+
+            let token = environment.emulator.addDevice(projectID: environment.projectID)
+            let delivered = await transport.send(environment.push(to: token, sequence: 1))
+            guard case .delivered(let name) = delivered else {
+                Issue.record("expected delivered, got \(delivered)")
+                return
+            }
+            #expect(name?.hasPrefix("projects/\(environment.projectID)/messages/") == true)
+            #expect(environment.emulator.device(token: token)?.notification(activityID: "order-1234")?.contentState == ["eta": 9])
+
+            let rejected = await transport.send(
+                environment.push(to: token, sequence: 2, body: Array(#"{"message":{"token":"\#(token)","data":{"n":1}}}"#.utf8))
+            )
+            #expect(rejected == .rejected(reason: "INVALID_ARGUMENT", providerID: nil))
+
+            environment.emulator.setFaults(FCMFaults(quotaExceededRate: 1, retryAfterSeconds: 12))
+            let throttled = await transport.send(environment.push(to: token, sequence: 2))
+            #expect(throttled == .retryable(reason: "QUOTA_EXCEEDED", retryAfter: .seconds(12), providerID: nil))
+            environment.emulator.setFaults(.none)
+
+            let foreign = environment.emulator.addDevice(projectID: "another-project")
+            let mismatch = await transport.send(environment.push(to: foreign, sequence: 1))
+            #expect(mismatch == .credentialsRejected(reason: "SENDER_ID_MISMATCH", providerID: nil))
+
+            environment.emulator.unregisterDevice(token: token)
+            let gone = await transport.send(environment.push(to: token, sequence: 3))
+            #expect(gone == .invalidToken(reason: "UNREGISTERED", providerID: nil))
+
+            // The same transport keeps its client (one access token) while the credentials are unchanged.
+            _ = try await environment.directory.transport(appID: environment.appID, platform: .android)
+            #expect(environment.emulator.statistics.tokensIssued == 1)
+        }
+    }
+
+    @Test("a service account the token endpoint refuses is credentialsRejected; an unreachable FCM retryable")
+    func refusedAccount() async throws {
+        try await Self.withEnvironment { environment in
+            let json = fcmServiceAccountJSON(tokenURI: try #require(environment.emulator.tokenURI), key: fcmStrangerServiceAccountKey)
+            let client = try FCMClient(
+                serviceAccount: try FCMServiceAccount(json: json),
+                configuration: .init(baseURL: try #require(environment.emulator.baseURL), trustedCAPEM: environment.emulator.caCertificatePEM),
+                now: { [clock = environment.clock] in clock.now }
+            )
+            let token = environment.emulator.addDevice(projectID: environment.projectID)
+            let refused = await FCMPushTransport(client: client).send(environment.push(to: token, sequence: 1))
+            guard case .credentialsRejected(let reason, _) = refused else {
+                Issue.record("expected credentialsRejected, got \(refused)")
+                await client.shutdown()
+                return
+            }
+            #expect(reason.contains("invalid_grant"))
+            #expect(!reason.contains("PRIVATE KEY"))
+            await client.shutdown()
+
+            let unreachable = try FCMClient(
+                serviceAccount: try FCMServiceAccount(json: environment.credentials.serviceAccountJSON),
+                configuration: .init(baseURL: "https://127.0.0.1:1", trustedCAPEM: environment.emulator.caCertificatePEM),
+                now: { [clock = environment.clock] in clock.now }
+            )
+            // The token endpoint answers, FCM's host does not.
+            let outcome = await FCMPushTransport(client: unreachable).send(environment.push(to: token, sequence: 1))
+            guard case .retryable(_, nil, nil) = outcome else {
+                Issue.record("expected retryable, got \(outcome)")
+                await unreachable.shutdown()
+                return
+            }
+            await unreachable.shutdown()
+        }
+    }
+
+    @Test("an app without FCM credentials uses the fallback: the emulator's demo service account")
+    func fallback() async throws {
+        try await Self.withEnvironment { environment in
+            let demo = try environment.emulator.demoServiceAccount()
+            let credentials = FCMCredentials(
+                serviceAccountJSON: demo.json, baseURL: environment.emulator.baseURL, caCertificatePEM: environment.emulator.caCertificatePEM
+            )
+            try credentials.validate()
+            let directory = FCMTransportDirectory(
+                store: environment.store, sealer: environment.sealer, fallback: { _ in credentials },
+                now: { [clock = environment.clock] in clock.now }
+            )
+            let transport = try #require(try await directory.transport(appID: environment.appID, platform: .android))
+            let token = environment.emulator.addDevice(projectID: demo.projectID)
+            guard case .delivered = await transport.send(environment.push(to: token, sequence: 1)) else {
+                Issue.record("expected delivered")
+                await directory.shutdown()
+                return
+            }
+            await directory.shutdown()
+        }
+    }
+}
