@@ -207,6 +207,21 @@ public final class Dispatcher: Service, Sendable {
         var retryAt: Date?
         var stopped = false
 
+        // Rate shaping: a new state goes out no sooner than the activity's minimum interval after the last one
+        // (coalesced meanwhile: whatever is newest then goes); an end goes at once, and so does a catch-up of the
+        // state already sent (a new or rotated token).
+        let activity = claim.activity
+        if activity.lastSentSequence != activity.sequence {
+            if let interval = activity.minUpdateInterval, interval > 0, activity.event != .end, let last = activity.lastSentAt {
+                let allowed = last.addingTimeInterval(interval)
+                if now() < allowed {
+                    try await store.deferClaim(appID: appID, activityID: activityID, owner: owner, sequence: activity.sequence, until: allowed)
+                    return
+                }
+            }
+            try await store.recordSendStart(appID: appID, activityID: activityID, sequence: activity.sequence, at: now())
+        }
+
         for platform in configuration.platforms {
             // A platform none of whose instances is behind needs no transport (nor credentials).
             let behind = try await store.pendingInstances(

@@ -78,7 +78,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
         let body = try await RequestBody.read(request)
-        try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate"])
+        try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate", "minUpdateInterval"])
         if body.members["dismissalDate"] != nil {
             throw ValidationError(
                 code: "dismissal_date_not_allowed",
@@ -87,6 +87,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             )
         }
         let common = try Self.commonFields(body)
+        let minUpdateInterval = try Self.minUpdateInterval(body)
         let now = clock.now()
         let current = try await store.activity(appID: caller.appID, activityID: activityID)
         if let current, current.state != .active { throw APIError.activityEnded(activityID) }
@@ -110,7 +111,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
                 ActivityUpdate(
                     appID: caller.appID, activityID: activityID, contentState: checked.contentState, alert: common.alert,
                     staleDate: staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
-                    contentShape: checked.shape
+                    contentShape: checked.shape, minUpdateInterval: minUpdateInterval
                 ),
                 at: now
             )
@@ -340,6 +341,25 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
                 field: "attributesType"
             )
         }
+    }
+
+    /// `minUpdateInterval`: seconds between two states sent to the phones, 0 (off) to 3600.
+    static func minUpdateInterval(_ body: RequestBody) throws -> Double? {
+        guard let value = body.value("minUpdateInterval"), value != .null else { return nil }
+        let seconds: Double
+        switch value {
+        case .integer(let integer): seconds = Double(integer)
+        case .number(let number): seconds = number
+        default:
+            throw APIError.badRequest("invalid_type", "minUpdateInterval must be a number of seconds.", field: "minUpdateInterval")
+        }
+        guard seconds.isFinite, (0...3600).contains(seconds) else {
+            throw ValidationError(
+                code: "invalid_min_update_interval", message: "minUpdateInterval must be between 0 (off) and 3600 seconds.",
+                field: "minUpdateInterval"
+            )
+        }
+        return seconds
     }
 
     static func contentState(_ body: RequestBody, required: Bool) throws -> JSONValue? {

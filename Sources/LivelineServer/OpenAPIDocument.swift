@@ -268,7 +268,7 @@ enum OpenAPIDocument {
                 "$ref": "#/components/responses/BodyTooLarge"
               },
               "422": {
-                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `invalid_date`, `invalid_relevance_score`, `invalid_priority`, `dismissal_date_not_allowed`, `payload_too_large`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field). `payload_too_large` covers both the APNs payload and the FCM data (4096 bytes each).",
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is one of: `invalid_id`, `invalid_content_state`, `invalid_date`, `invalid_relevance_score`, `invalid_priority`, `dismissal_date_not_allowed`, `invalid_min_update_interval`, `payload_too_large`, `schema_mismatch` (the attributes type's schema is not met; `field` names the offending field). `payload_too_large` covers both the APNs payload and the FCM data (4096 bytes each).",
                 "content": {
                   "application/json": {
                     "schema": {
@@ -1549,7 +1549,8 @@ enum OpenAPIDocument {
               "createdAt",
               "updatedAt",
               "endedAt",
-              "endReason"
+              "endReason",
+              "minUpdateInterval"
             ],
             "properties": {
               "activityId": {
@@ -1689,6 +1690,13 @@ enum OpenAPIDocument {
                   null
                 ],
                 "description": "Why the activity ended: `caller` (POST …/end or DELETE), `lifetime` (Liveline ended it before the platform's 8-hour limit, with its last state), `all-instances-gone` (every instance was dismissed, ended on the device or invalidated); `null` while active."
+              },
+              "minUpdateInterval": {
+                "type": [
+                  "number",
+                  "null"
+                ],
+                "description": "Rate shaping: seconds that pass between two states sent to the phones; `null` when off."
               }
             }
           },
@@ -1946,6 +1954,15 @@ enum OpenAPIDocument {
                   null
                 ],
                 "description": "The APNs priority: 10 immediate, 5 power-considerate. Leave out to let Liveline choose."
+              },
+              "minUpdateInterval": {
+                "type": [
+                  "number",
+                  "null"
+                ],
+                "minimum": 0,
+                "maximum": 3600,
+                "description": "Rate shaping for this activity from now on: states are sent to the phones at most once per this many seconds. Updates that arrive faster are coalesced — none is lost; the newest goes out at the next allowed moment, so the final state is always delivered — and an end goes at once. 0 turns shaping off; leaving it out keeps the current setting. With the hourly priority-10 budget of a Live Activity in mind, an interval of at least 3600 / budget seconds keeps every update eligible for priority 10."
               }
             },
             "example": {

@@ -36,6 +36,7 @@ enum Representation {
             "updatedAt": date(record.updatedAt),
             "endedAt": date(record.endedAt),
             "endReason": optional(record.endReason?.rawValue),
+            "minUpdateInterval": record.minUpdateInterval.flatMap { $0 > 0 ? JSONValue.number($0) : nil } ?? .null,
         ])
     }
 

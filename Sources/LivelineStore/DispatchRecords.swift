@@ -158,6 +158,11 @@ public protocol DispatchStore: Sendable {
     ) async throws -> Bool
     /// Drops every claim. For a single-node store, at start-up: claims of a crashed process are void.
     func releaseAllClaims() async throws
+    /// Hands back a claim without sending: the activity is due again at `until` — unless a newer sequence than
+    /// `sequence` arrived meanwhile, which is due at once (it may be an end).
+    func deferClaim(appID: String, activityID: String, owner: String, sequence: Int64, until: Date) async throws
+    /// Records that the engine starts sending `sequence` of the activity now (for rate shaping).
+    func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws
     /// The delivery timeline of an activity, newest first, after `cursor`.
     func deliveries(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<DeliveryRecord>
     /// Keeps the timeline bounded: drops attempts older than `olderThan` and all but the newest `keepPerActivity` per activity.

@@ -152,5 +152,14 @@ enum SQLiteMigrations {
                 "CREATE INDEX instances_by_age ON instances(state, created_at)",
             ]
         ),
+        Migration(
+            version: 5,
+            name: "rate shaping: minimum update interval, the last sequence sent and when",
+            statements: [
+                "ALTER TABLE activities ADD COLUMN min_update_interval REAL",
+                "ALTER TABLE activities ADD COLUMN last_sent_sequence INTEGER",
+                "ALTER TABLE activities ADD COLUMN last_sent_at INTEGER",
+            ]
+        ),
     ]
 }

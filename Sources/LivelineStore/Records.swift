@@ -120,11 +120,15 @@ public struct ActivityUpdate: Sendable, Hashable {
     public var priority: Int?
     /// The field kinds to remember for this activity (schema-less drift reports); `nil` keeps what is stored.
     public var contentShape: JSONShape?
+    /// Seconds that must pass between two states sent to the phones (0 turns shaping off); `nil` keeps what is stored.
+    public var minUpdateInterval: Double?
 
     public init(
         appID: String, activityID: String, contentState: JSONValue, alert: LiveActivityAlert? = nil,
-        staleDate: Int64? = nil, relevanceScore: Double? = nil, priority: Int? = nil, contentShape: JSONShape? = nil
+        staleDate: Int64? = nil, relevanceScore: Double? = nil, priority: Int? = nil, contentShape: JSONShape? = nil,
+        minUpdateInterval: Double? = nil
     ) {
+        self.minUpdateInterval = minUpdateInterval
         self.appID = appID
         self.activityID = activityID
         self.contentState = contentState
@@ -250,6 +254,11 @@ public struct ActivityRecord: Sendable, Hashable {
     public var endedAt: Date?
     /// Why it ended, once it has.
     public var endReason: EndReason?
+    /// Rate shaping: seconds between two states sent to the phones; `nil` or 0 when off.
+    public var minUpdateInterval: Double?
+    /// The sequence the delivery engine last started sending, and when.
+    public var lastSentSequence: Int64?
+    public var lastSentAt: Date?
     /// How many instances are in each state.
     public var instanceCounts: [InstanceState: Int]
 
@@ -259,9 +268,12 @@ public struct ActivityRecord: Sendable, Hashable {
         contentState: JSONValue?,
         alert: LiveActivityAlert?, staleDate: Int64?, relevanceScore: Double?, priority: Int?,
         dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int],
-        endReason: EndReason? = nil
+        endReason: EndReason? = nil, minUpdateInterval: Double? = nil, lastSentSequence: Int64? = nil, lastSentAt: Date? = nil
     ) {
         self.endReason = endReason
+        self.minUpdateInterval = minUpdateInterval
+        self.lastSentSequence = lastSentSequence
+        self.lastSentAt = lastSentAt
         self.appID = appID
         self.activityID = activityID
         self.attributesType = attributesType

@@ -272,3 +272,29 @@ extension Array {
         stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
     }
 }
+
+extension SQLiteStore {
+    public func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws {
+        try await transaction { db in
+            _ = try await db.query(
+                "UPDATE activities SET last_sent_sequence = ?, last_sent_at = ? WHERE app_id = ? AND activity_id = ?",
+                [.integer(Int(sequence)), .integer(Self.millis(now)), .text(appID), .text(activityID)]
+            )
+        }
+    }
+}
+
+extension SQLiteStore {
+    public func deferClaim(appID: String, activityID: String, owner: String, sequence: Int64, until: Date) async throws {
+        try await transaction { db in
+            _ = try await db.query(
+                """
+                UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL,
+                    next_dispatch_at = CASE WHEN sequence = ? THEN ? ELSE NULL END
+                WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
+                """,
+                [.integer(Int(sequence)), .integer(Self.millis(until)), .text(appID), .text(activityID), .text(owner)]
+            )
+        }
+    }
+}

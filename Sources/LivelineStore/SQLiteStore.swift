@@ -258,27 +258,29 @@ public final class SQLiteStore: Store, DispatchStore {
                 _ = try await db.query(
                     """
                     UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
-                        stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape)
+                        stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
+                        min_update_interval = COALESCE(?, min_update_interval)
                     WHERE app_id = ? AND activity_id = ?
                     """,
                     [.integer(Int(sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp),
                      Self.json(update.contentState),
                      Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
                      Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
-                     .text(update.appID), .text(update.activityID)]
+                     Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
                 )
             } else {
                 sequence = 1
                 _ = try await db.query(
                     """
                     INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
-                        alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape)
-                    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
+                    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue),
                      .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp), Self.json(update.contentState),
                      Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
-                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape)]
+                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
+                     Self.real(update.minUpdateInterval)]
                 )
             }
             return AcceptedSequence(activityID: update.activityID, sequence: sequence, event: .update, acceptedAt: Self.date(nowMillis))
@@ -301,7 +303,7 @@ public final class SQLiteStore: Store, DispatchStore {
                 UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
                     content_state = COALESCE(?, content_state), alert = ?, dismissal_date = ?,
                     stale_date = COALESCE(?, stale_date), relevance_score = COALESCE(?, relevance_score), priority = ?,
-                    updated_at = ?, ended_at = ?, end_reason = ?
+                    updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
                 WHERE app_id = ? AND activity_id = ?
                 """,
                 [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
@@ -491,7 +493,10 @@ public final class SQLiteStore: Store, DispatchStore {
             updatedAt: try row.date("updated_at"),
             endedAt: row.column("ended_at")?.integer.map(date),
             instanceCounts: [:],
-            endReason: row.column("end_reason")?.string.flatMap(EndReason.init(rawValue:))
+            endReason: row.column("end_reason")?.string.flatMap(EndReason.init(rawValue:)),
+            minUpdateInterval: row.column("min_update_interval")?.double,
+            lastSentSequence: row.column("last_sent_sequence")?.integer.map(Int64.init),
+            lastSentAt: row.column("last_sent_at")?.integer.map(date)
         )
     }
 

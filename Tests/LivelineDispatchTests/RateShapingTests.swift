@@ -1,0 +1,75 @@
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineStore
+import Testing
+
+@Suite("Rate shaping (minUpdateInterval, injected clock)")
+struct RateShapingTests {
+    @Test("updates faster than the interval are coalesced; the newest goes out at the next allowed moment; an end goes at once")
+    func shaping() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "match", devices: 0..<3)
+            let clock = ManualClock(Date(timeIntervalSince1970: 1_795_255_200))
+            let transport = ScriptedTransport()
+            let dispatcher = Dispatcher(store: store, transports: transport, configuration: fastConfiguration(), now: { clock.now })
+            let task = Task { try await dispatcher.run() }
+            defer { task.cancel() }
+            func update(_ n: Int64) async throws {
+                _ = try await store.acceptUpdate(
+                    ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": .integer(n)], minUpdateInterval: n == 1 ? 60 : nil),
+                    at: clock.now
+                )
+                dispatcher.wake()
+            }
+            func sequences(_ index: Int) -> [Int64] { transport.pushes(to: token(index)).map(\.sequence) }
+
+            try await update(1)
+            #expect(try await eventually { (0..<3).allSatisfy { sequences($0) == [1] } })
+
+            // Three more within the minute: none goes out yet …
+            for n: Int64 in 2...4 { try await update(n) }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect((0..<3).allSatisfy { sequences($0) == [1] })
+
+            // … and at the next allowed moment only the newest does.
+            clock.set(clock.now.addingTimeInterval(60))
+            dispatcher.wake()
+            #expect(try await eventually { (0..<3).allSatisfy { sequences($0) == [1, 4] } })
+
+            // An end does not wait for the interval.
+            try await update(5)
+            _ = try await store.endActivity(ActivityEnd(appID: appID, activityID: "match", contentState: ["n": 6]), at: clock.now)
+            dispatcher.wake()
+            #expect(try await eventually { (0..<3).allSatisfy { sequences($0).last == 6 } })
+            #expect(transport.pushes(to: token(0)).last?.event == .end)
+            #expect((0..<3).allSatisfy { !sequences($0).contains(5) }, "the pending update was coalesced into the end")
+            task.cancel()
+            _ = await task.result
+        }
+    }
+
+    @Test("a new token catches up at once, without waiting for the interval")
+    func catchUpIsNotShaped() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "match", devices: 0..<1)
+            let clock = ManualClock(Date(timeIntervalSince1970: 1_795_255_200))
+            let transport = ScriptedTransport()
+            let dispatcher = Dispatcher(store: store, transports: transport, configuration: fastConfiguration(), now: { clock.now })
+            let task = Task { try await dispatcher.run() }
+            defer { task.cancel() }
+            _ = try await store.acceptUpdate(
+                ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1], minUpdateInterval: 3600), at: clock.now
+            )
+            dispatcher.wake()
+            #expect(try await eventually { transport.pushes(to: token(0)).count == 1 })
+            try await register(store, activity: "match", devices: 1..<2)
+            dispatcher.wake()
+            #expect(try await eventually { transport.pushes(to: token(1)).map(\.sequence) == [1] })
+            task.cancel()
+            _ = await task.result
+        }
+    }
+}
