@@ -19,6 +19,8 @@ public struct DispatcherConfiguration: Sendable {
     public var idlePollInterval: Duration = .milliseconds(250)
     /// Retries of 429, 5xx and transport failures.
     public var retry = RetryPolicy()
+    /// Apple's priority-10 budget per iOS instance.
+    public var budget = PriorityBudget()
     /// The platforms this engine delivers to.
     public var platforms: [Platform] = [.ios, .android]
     /// Delivery timeline retention: attempts older than this are dropped …
@@ -139,6 +141,7 @@ public final class Dispatcher: Service, Sendable {
         var instance: InstanceRecord
         var sequence: Int64
         var event: LiveActivityEvent
+        var priority: Int
         var final: Final
         var attempts: [DeliveryRecord]
 
@@ -151,7 +154,9 @@ public final class Dispatcher: Service, Sendable {
     private struct PreparedSequence: Sendable {
         var sequence: Int64
         var event: LiveActivityEvent
-        var priority: Int
+        var hasAlert: Bool
+        /// The caller's explicit priority, if any.
+        var requestedPriority: Int?
         /// iOS: the `aps` payload, the same for every token.
         var payload: ByteBuffer
         /// Android: the `messages:send` body, encoded once; each token is spliced in.
@@ -172,7 +177,6 @@ public final class Dispatcher: Service, Sendable {
         let activity = claim.activity
         guard let contentState = activity.contentState, let event = activity.event else { return nil }
         let timestamp = activity.timestampSeconds ?? Int64((activity.sequenceAt ?? now()).timeIntervalSince1970)
-        let priority = (event == .end || activity.alert != nil) ? 10 : (activity.priority ?? 10)
         let dismissalDate = event == .end ? activity.dismissalDate : nil
         switch platform {
         case .ios:
@@ -183,7 +187,8 @@ public final class Dispatcher: Service, Sendable {
             var buffer = ByteBufferAllocator().buffer(capacity: 512)
             buffer.writeBytes(payload.encoded())
             return PreparedSequence(
-                sequence: activity.sequence, event: event, priority: priority, payload: buffer, fcmMessage: nil,
+                sequence: activity.sequence, event: event, hasAlert: activity.alert != nil, requestedPriority: activity.priority,
+                payload: buffer, fcmMessage: nil,
                 topic: claim.bundleID + ".push-type.liveactivity", expiration: nil
             )
         case .android:
@@ -194,7 +199,8 @@ public final class Dispatcher: Service, Sendable {
                 timeToLive: FCMLiveUpdateMessage.timeToLive(event: event, staleDate: activity.staleDate, now: now())
             )
             return PreparedSequence(
-                sequence: activity.sequence, event: event, priority: priority, payload: ByteBuffer(), fcmMessage: message.encoded(),
+                sequence: activity.sequence, event: event, hasAlert: activity.alert != nil, requestedPriority: activity.priority,
+                payload: ByteBuffer(), fcmMessage: message.encoded(),
                 topic: "", expiration: nil
             )
         }
@@ -249,7 +255,14 @@ public final class Dispatcher: Service, Sendable {
                     let batch = buffer
                     buffer.removeAll(keepingCapacity: true)
                     do {
-                        try await store.recordProgress(progress(appID: appID, activityID: activityID, batch), at: now())
+                        let batchProgress = progress(appID: appID, activityID: activityID, batch)
+                        if batchProgress.budgetWarnings > 0 {
+                            logger.notice(
+                                "budget.warning: instances reached the warning share of their hourly priority-10 budget",
+                                metadata: ["app": "\(appID)", "activity": "\(activityID)", "instances": "\(batchProgress.budgetWarnings)"]
+                            )
+                        }
+                        try await store.recordProgress(batchProgress, at: now())
                     } catch {
                         if !Task.isCancelled {
                             logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
@@ -313,7 +326,8 @@ public final class Dispatcher: Service, Sendable {
                     inFlight += 1
                     let push = OutgoingPush(
                         appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: platform, token: instance.pushToken,
-                        topic: prepared.topic, sequence: prepared.sequence, event: prepared.event, priority: prepared.priority,
+                        topic: prepared.topic, sequence: prepared.sequence, event: prepared.event,
+                        priority: priority(of: prepared, for: instance, platform: platform),
                         expiration: prepared.expiration, payload: prepared.body(for: instance.pushToken)
                     )
                     group.addTask { await self.push(push, instance: instance, transport: transport) }
@@ -379,15 +393,38 @@ public final class Dispatcher: Service, Sendable {
                 }
                 final = .exhausted
             }
-            return InstanceResult(instance: instance, sequence: push.sequence, event: push.event, final: final, attempts: attempts)
+            return InstanceResult(
+                instance: instance, sequence: push.sequence, event: push.event, priority: push.priority, final: final, attempts: attempts
+            )
         }
+    }
+
+    /// The priority of one push: Apple's budget decides for iOS; FCM messages are always high priority.
+    private func priority(of prepared: PreparedSequence, for instance: InstanceRecord, platform: Platform) -> Int {
+        guard platform == .ios else { return 10 }
+        return configuration.budget.priority(
+            event: prepared.event, hasAlert: prepared.hasAlert, requested: prepared.requestedPriority,
+            used: PriorityBudget.used(instance.priority10Sent, now: Int64(now().timeIntervalSince1970)),
+            frequentPushes: instance.frequentPushesEnabled
+        )
     }
 
     private func progress(appID: String, activityID: String, _ results: [InstanceResult]) -> DeliveryProgress {
         var progress = DeliveryProgress(appID: appID, activityID: activityID)
+        let nowSeconds = Int64(now().timeIntervalSince1970)
         for result in results {
             progress.attempts += result.attempts
             let pushed = PushedInstance(deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence)
+            if result.final == .delivered, result.priority == 10, result.instance.platform == .ios {
+                let sent = PriorityBudget.recording(result.instance.priority10Sent, at: nowSeconds)
+                progress.priority10Sent.append((pushed, sent))
+                let used = PriorityBudget.used(sent, now: nowSeconds)
+                if configuration.budget.warns(used: used, frequentPushes: result.instance.frequentPushesEnabled),
+                    !configuration.budget.warns(used: used - 1, frequentPushes: result.instance.frequentPushesEnabled)
+                {
+                    progress.budgetWarnings += 1
+                }
+            }
             switch result.final {
             case .delivered:
                 progress.delivered.append(pushed)

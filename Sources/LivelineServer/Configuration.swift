@@ -42,6 +42,8 @@ public struct LivelineConfiguration: Sendable {
     public var staleness: StalenessPolicy = StalenessPolicy()
     /// When Liveline ends activities and instances nobody ended, and how long it keeps ended ones.
     public var lifetime: LifetimePolicy = LifetimePolicy()
+    /// Apple's priority-10 budget per iOS instance.
+    public var budget: PriorityBudget = PriorityBudget()
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -84,6 +86,10 @@ public struct LivelineConfiguration: Sendable {
             summary: "Later updates without a staleDate go stale after twice the time since the previous one, at least this many seconds …"),
         Key(name: "liveline.staleness.maximum", environment: "LIVELINE_STALENESS_MAXIMUM", flag: nil, defaultValue: "14400",
             summary: "… and at most this many."),
+        Key(name: "liveline.budget.hourly", environment: "LIVELINE_BUDGET_HOURLY", flag: nil, defaultValue: "10",
+            summary: "Priority-10 pushes per iOS instance per sliding hour; updates beyond it go at priority 5 (alerts and ends always at 10)."),
+        Key(name: "liveline.budget.hourlyWithFrequentPushes", environment: "LIVELINE_BUDGET_HOURLY_WITH_FREQUENT_PUSHES", flag: nil,
+            defaultValue: "40", summary: "The same for an instance whose app reported frequent updates enabled."),
         Key(name: "liveline.lifetime.endAfter", environment: "LIVELINE_LIFETIME_END_AFTER", flag: nil, defaultValue: "27900",
             summary: "Seconds after which Liveline ends an activity nobody ended, with its last state (iOS ends them at 8 hours)."),
         Key(name: "liveline.lifetime.instancesEndAfter", environment: "LIVELINE_LIFETIME_INSTANCES_END_AFTER", flag: nil, defaultValue: "43200",
@@ -141,6 +147,13 @@ public struct LivelineConfiguration: Sendable {
         guard staleness.first > 0, staleness.minimum > 0, staleness.maximum >= staleness.minimum else {
             throw ConfigurationError("staleness.first and staleness.minimum must be positive and staleness.maximum at least staleness.minimum.")
         }
+        let defaultBudget = PriorityBudget()
+        let hourly = scoped.int(forKey: "budget.hourly", default: defaultBudget.hourly)
+        let frequent = scoped.int(forKey: "budget.hourlyWithFrequentPushes", default: defaultBudget.hourlyWithFrequentPushes)
+        guard hourly >= 0, frequent >= hourly else {
+            throw ConfigurationError("budget.hourly must not be negative, and budget.hourlyWithFrequentPushes at least budget.hourly.")
+        }
+        budget = PriorityBudget(hourly: hourly, hourlyWithFrequentPushes: frequent)
         let defaultLifetime = LifetimePolicy()
         lifetime = LifetimePolicy(
             endAfter: TimeInterval(scoped.int(forKey: "lifetime.endAfter", default: Int(defaultLifetime.endAfter))),

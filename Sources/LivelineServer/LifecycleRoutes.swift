@@ -11,6 +11,8 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     let clock: WallClock
     /// Default stale dates for states given without one.
     let staleness: StalenessPolicy
+    /// Apple's priority-10 budget, for the budget report.
+    let budget: PriorityBudget
     var contracts: ContentContracts { ContentContracts(store: store) }
     /// Wakes the delivery engine after a commit.
     let onAccepted: @Sendable () -> Void
@@ -204,7 +206,10 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     @Sendable func activity(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
-        return Response.json(Representation.activity(try await existingActivity(caller, activityID)))
+        let record = try await existingActivity(caller, activityID)
+        var json = Representation.activity(record).objectValue ?? [:]
+        json["budget"] = try await budgetReport(record)
+        return Response.json(.object(json))
     }
 
     @Sendable func activities(_ request: Request, context: Context) async throws -> Response {
@@ -298,6 +303,28 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         var json = Representation.app(app).objectValue ?? [:]
         json["credentials"] = .array(credentials)
         return Response.json(.object(json))
+    }
+
+    /// How the activity's iOS instances stand against their hourly priority-10 budget.
+    private func budgetReport(_ record: ActivityRecord) async throws -> JSONValue {
+        let now = Int64(clock.now().timeIntervalSince1970)
+        var maximum = 0
+        var atLimit = 0
+        var warned = 0
+        for usage in try await store.priority10Usage(appID: record.appID, activityID: record.activityID) {
+            let used = PriorityBudget.used(usage.sent, now: now)
+            maximum = max(maximum, used)
+            if used >= budget.limit(frequentPushes: usage.frequentPushes) { atLimit += 1 }
+            if budget.warns(used: used, frequentPushes: usage.frequentPushes) { warned += 1 }
+        }
+        return .object([
+            "hourlyLimit": .integer(Int64(budget.hourly)),
+            "hourlyLimitWithFrequentPushes": .integer(Int64(budget.hourlyWithFrequentPushes)),
+            "maxUsedLastHour": .integer(Int64(maximum)),
+            "instancesAtWarning": .integer(Int64(warned)),
+            "instancesAtLimit": .integer(Int64(atLimit)),
+            "lastWarningAt": Representation.date(record.budgetWarnedAt),
+        ])
     }
 
     /// The caller's activity, or 404 (also for another app's activity: ids are per app).

@@ -16,7 +16,8 @@ public enum LivelineApplication {
     ///   - onAccepted: called after an update, end or registration is committed, to wake the delivery engine.
     public static func makeRouter(
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
-        staleness: StalenessPolicy = StalenessPolicy(), onAccepted: @escaping @Sendable () -> Void = {}
+        staleness: StalenessPolicy = StalenessPolicy(), budget: PriorityBudget = PriorityBudget(),
+        onAccepted: @escaping @Sendable () -> Void = {}
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let administration = AppAdministration(store: store, clock: clock, sealer: sealer)
@@ -24,7 +25,8 @@ public enum LivelineApplication {
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
         LifecycleRoutes(
-            store: store, authenticator: Authenticator(store: store), clock: clock, staleness: staleness, onAccepted: onAccepted
+            store: store, authenticator: Authenticator(store: store), clock: clock, staleness: staleness, budget: budget,
+            onAccepted: onAccepted
         ).add(to: router)
         SchemaRoutes(store: store, authenticator: Authenticator(store: store), clock: clock).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
@@ -40,6 +42,7 @@ public enum LivelineApplication {
         Application(
             router: makeRouter(
                 store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, staleness: configuration.staleness,
+                budget: configuration.budget,
                 onAccepted: onAccepted
             ),
             configuration: ApplicationConfiguration(
@@ -93,7 +96,11 @@ public enum LivelineApplication {
         }
         let apns = APNsTransportDirectory(store: store, sealer: sealer, fallback: apnsFallback, logger: logger)
         let fcm = FCMTransportDirectory(store: store, sealer: sealer, fallback: fcmFallback, logger: logger)
-        let dispatcher = Dispatcher(store: store, transports: PlatformTransports(ios: apns, android: fcm), logger: logger)
+        var dispatch = DispatcherConfiguration()
+        dispatch.budget = configuration.budget
+        let dispatcher = Dispatcher(
+            store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
+        )
         let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, onEnded: { dispatcher.wake() })
         do {
             let app = makeApplication(

@@ -387,7 +387,7 @@ enum OpenAPIDocument {
                 "content": {
                   "application/json": {
                     "schema": {
-                      "$ref": "#/components/schemas/Activity"
+                      "$ref": "#/components/schemas/ActivityWithBudget"
                     }
                   }
                 }
@@ -2967,6 +2967,66 @@ enum OpenAPIDocument {
               "liveline_content_state": "{\"minutesAway\":12,\"status\":\"On the way\"}",
               "liveline_stale_date": "1795256400"
             }
+          },
+          "BudgetReport": {
+            "type": "object",
+            "description": "How the activity's active iOS instances stand against Apple's hourly budget of priority-10 pushes (sliding hour). Updates go at priority 10 while an instance is within its budget and at 5 beyond it; alerts and ends always go at 10 and an explicit `priority` is honoured — all counted.",
+            "required": [
+              "hourlyLimit",
+              "hourlyLimitWithFrequentPushes",
+              "maxUsedLastHour",
+              "instancesAtWarning",
+              "instancesAtLimit",
+              "lastWarningAt"
+            ],
+            "properties": {
+              "hourlyLimit": {
+                "type": "integer",
+                "description": "Priority-10 pushes per instance per hour (configuration `liveline.budget.hourly`)."
+              },
+              "hourlyLimitWithFrequentPushes": {
+                "type": "integer",
+                "description": "The same for instances whose app reported frequent updates enabled."
+              },
+              "maxUsedLastHour": {
+                "type": "integer",
+                "description": "The most priority-10 pushes any instance received in the last hour."
+              },
+              "instancesAtWarning": {
+                "type": "integer",
+                "description": "Instances at or past 80 % of their budget."
+              },
+              "instancesAtLimit": {
+                "type": "integer",
+                "description": "Instances whose updates now go at priority 5."
+              },
+              "lastWarningAt": {
+                "type": [
+                  "string",
+                  "null"
+                ],
+                "format": "date-time",
+                "description": "When an instance last reached 80 % of its budget (a `budget.warning`, also logged); `null` if never."
+              }
+            }
+          },
+          "ActivityWithBudget": {
+            "allOf": [
+              {
+                "$ref": "#/components/schemas/Activity"
+              },
+              {
+                "type": "object",
+                "required": [
+                  "budget"
+                ],
+                "properties": {
+                  "budget": {
+                    "$ref": "#/components/schemas/BudgetReport"
+                  }
+                }
+              }
+            ]
           }
         },
         "responses": {

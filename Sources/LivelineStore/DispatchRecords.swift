@@ -94,6 +94,10 @@ public struct DeliveryProgress: Sendable {
     public var endDelivered: [PushedInstance]
     /// Every attempt, for the timeline.
     public var attempts: [DeliveryRecord]
+    /// Instances that received a priority-10 push: their new list of priority-10 times.
+    public var priority10Sent: [(instance: PushedInstance, sent: [Int64])] = []
+    /// How many instances reached the warning share of their budget (a `budget.warning`).
+    public var budgetWarnings = 0
 
     public init(
         appID: String, activityID: String, delivered: [PushedInstance] = [], invalidated: [PushedInstance] = [],

@@ -161,5 +161,14 @@ enum SQLiteMigrations {
                 "ALTER TABLE activities ADD COLUMN last_sent_at INTEGER",
             ]
         ),
+        Migration(
+            version: 6,
+            name: "priority budget: priority-10 pushes per instance in the last hour, warnings",
+            statements: [
+                // Seconds since 1970 of the instance's priority-10 pushes in the last hour, comma-separated.
+                "ALTER TABLE instances ADD COLUMN priority10_sent TEXT",
+                "ALTER TABLE activities ADD COLUMN budget_warned_at INTEGER",
+            ]
+        ),
     ]
 }

@@ -158,6 +158,17 @@ public struct StoredSchema: Sendable, Hashable {
     }
 }
 
+/// One instance's priority-10 pushes (seconds since 1970) and its frequent-updates setting.
+public struct Priority10Usage: Sendable, Hashable {
+    public var sent: [Int64]
+    public var frequentPushes: Bool?
+
+    public init(sent: [Int64], frequentPushes: Bool?) {
+        self.sent = sent
+        self.frequentPushes = frequentPushes
+    }
+}
+
 /// An activity's identity.
 public struct ActivityKey: Sendable, Hashable {
     public var appID: String
@@ -259,6 +270,8 @@ public struct ActivityRecord: Sendable, Hashable {
     /// The sequence the delivery engine last started sending, and when.
     public var lastSentSequence: Int64?
     public var lastSentAt: Date?
+    /// The last time one of its instances reached the warning share of its priority-10 budget.
+    public var budgetWarnedAt: Date?
     /// How many instances are in each state.
     public var instanceCounts: [InstanceState: Int]
 
@@ -268,8 +281,10 @@ public struct ActivityRecord: Sendable, Hashable {
         contentState: JSONValue?,
         alert: LiveActivityAlert?, staleDate: Int64?, relevanceScore: Double?, priority: Int?,
         dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int],
-        endReason: EndReason? = nil, minUpdateInterval: Double? = nil, lastSentSequence: Int64? = nil, lastSentAt: Date? = nil
+        endReason: EndReason? = nil, minUpdateInterval: Double? = nil, lastSentSequence: Int64? = nil, lastSentAt: Date? = nil,
+        budgetWarnedAt: Date? = nil
     ) {
+        self.budgetWarnedAt = budgetWarnedAt
         self.endReason = endReason
         self.minUpdateInterval = minUpdateInterval
         self.lastSentSequence = lastSentSequence
@@ -312,11 +327,15 @@ public struct InstanceRecord: Sendable, Hashable {
     public var deliveredSequence: Int64
     public var createdAt: Date
     public var updatedAt: Date
+    /// When (seconds since 1970) the instance received priority-10 pushes in the last hour or so.
+    public var priority10Sent: [Int64]
 
     public init(
         appID: String, activityID: String, deviceID: String, platform: Platform, pushToken: String, userID: String?,
-        state: InstanceState, frequentPushesEnabled: Bool?, deliveredSequence: Int64, createdAt: Date, updatedAt: Date
+        state: InstanceState, frequentPushesEnabled: Bool?, deliveredSequence: Int64, createdAt: Date, updatedAt: Date,
+        priority10Sent: [Int64] = []
     ) {
+        self.priority10Sent = priority10Sent
         self.appID = appID
         self.activityID = activityID
         self.deviceID = deviceID

@@ -103,6 +103,27 @@ extension SQLiteStore {
                     }
                 }
             }
+            // Priority-10 budgets: each instance's new list, for the token that was pushed to.
+            for chunk in progress.priority10Sent.chunked(into: 300) {
+                _ = try await db.query(
+                    """
+                    UPDATE instances SET priority10_sent = v.column3
+                    FROM (VALUES \(Array(repeating: "(?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
+                    WHERE instances.app_id = ? AND instances.activity_id = ?
+                      AND instances.device_id = v.column1 AND instances.push_token = v.column2
+                    """,
+                    chunk.flatMap { entry in
+                        [SQLiteData.text(entry.instance.deviceID), .text(entry.instance.token),
+                         .text(entry.sent.map(String.init).joined(separator: ","))]
+                    } + [.text(progress.appID), .text(progress.activityID)]
+                )
+            }
+            if progress.budgetWarnings > 0 {
+                _ = try await db.query(
+                    "UPDATE activities SET budget_warned_at = ? WHERE app_id = ? AND activity_id = ?",
+                    [.integer(nowMillis), .text(progress.appID), .text(progress.activityID)]
+                )
+            }
             for chunk in progress.attempts.chunked(into: 200) {
                 let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 var binds: [SQLiteData] = []

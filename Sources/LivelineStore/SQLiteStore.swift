@@ -496,7 +496,8 @@ public final class SQLiteStore: Store, DispatchStore {
             endReason: row.column("end_reason")?.string.flatMap(EndReason.init(rawValue:)),
             minUpdateInterval: row.column("min_update_interval")?.double,
             lastSentSequence: row.column("last_sent_sequence")?.integer.map(Int64.init),
-            lastSentAt: row.column("last_sent_at")?.integer.map(date)
+            lastSentAt: row.column("last_sent_at")?.integer.map(date),
+            budgetWarnedAt: row.column("budget_warned_at")?.integer.map(date)
         )
     }
 
@@ -518,7 +519,8 @@ public final class SQLiteStore: Store, DispatchStore {
             frequentPushesEnabled: row.column("frequent_pushes")?.integer.map { $0 != 0 },
             deliveredSequence: Int64(row.column("delivered_sequence")?.integer ?? 0),
             createdAt: try row.date("created_at"),
-            updatedAt: try row.date("updated_at")
+            updatedAt: try row.date("updated_at"),
+            priority10Sent: (row.column("priority10_sent")?.string ?? "").split(separator: ",").compactMap { Int64($0) }
         )
     }
 }

@@ -48,6 +48,9 @@ public protocol Store: DispatchStore {
     /// The field kinds remembered for the activity's content state, or `nil` (no activity, or none remembered).
     func contentShape(appID: String, activityID: String) async throws -> JSONShape?
 
+    /// The priority-10 history of the activity's active iOS instances, for its budget report.
+    func priority10Usage(appID: String, activityID: String) async throws -> [Priority10Usage]
+
     // MARK: Lifetime
 
     /// Active activities first seen at or before `cutoff`, oldest first.

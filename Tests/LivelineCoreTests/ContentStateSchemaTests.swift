@@ -171,3 +171,33 @@ struct StalenessPolicyTests {
         #expect(policy.staleDate(now: now, previous: now - 100) == 1_795_255_200 + 90)
     }
 }
+
+@Suite("Priority budget")
+struct PriorityBudgetTests {
+    let budget = PriorityBudget()
+
+    @Test("updates go at 10 within the budget and at 5 beyond it; alerts, ends and explicit priorities are honoured")
+    func decisions() {
+        #expect(budget.priority(event: .update, hasAlert: false, requested: nil, used: 9, frequentPushes: nil) == 10)
+        #expect(budget.priority(event: .update, hasAlert: false, requested: nil, used: 10, frequentPushes: nil) == 5)
+        #expect(budget.priority(event: .update, hasAlert: false, requested: nil, used: 10, frequentPushes: true) == 10)
+        #expect(budget.priority(event: .update, hasAlert: false, requested: nil, used: 40, frequentPushes: true) == 5)
+        #expect(budget.priority(event: .update, hasAlert: true, requested: nil, used: 99, frequentPushes: nil) == 10)
+        #expect(budget.priority(event: .end, hasAlert: false, requested: nil, used: 99, frequentPushes: nil) == 10)
+        #expect(budget.priority(event: .update, hasAlert: false, requested: 10, used: 99, frequentPushes: nil) == 10)
+        #expect(budget.priority(event: .update, hasAlert: false, requested: 5, used: 0, frequentPushes: nil) == 5)
+    }
+
+    @Test("the hour slides")
+    func slidingHour() {
+        let now: Int64 = 1_795_255_200
+        var sent: [Int64] = []
+        for minute in 0..<12 { sent = PriorityBudget.recording(sent, at: now + Int64(minute) * 60) }
+        #expect(PriorityBudget.used(sent, now: now + 11 * 60) == 12)
+        // An hour after the first, it has left the window; the list forgets it.
+        #expect(PriorityBudget.used(sent, now: now + 3600) == 11)
+        #expect(PriorityBudget.recording(sent, at: now + 3600 + 120).count == 10)
+        #expect(budget.warns(used: 8, frequentPushes: nil))
+        #expect(!budget.warns(used: 7, frequentPushes: nil))
+    }
+}

@@ -143,3 +143,21 @@ struct AndroidSizeAPITests {
         }
     }
 }
+
+@Suite("Budget report over the API")
+struct BudgetAPITests {
+    @Test("GET /v1/activities/{id} shows the priority-10 budget and its use")
+    func report() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            _ = try await api.json(.put, "/v1/activities/m1/instances/d1", key: app.publishableKey, registerBody)
+            let read = try await api.call(.get, "/v1/activities/m1", key: app.secretKey)
+            let budget = read["budget"]?.objectValue
+            #expect(budget?["hourlyLimit"] == .integer(10))
+            #expect(budget?["hourlyLimitWithFrequentPushes"] == .integer(40))
+            #expect(budget?["maxUsedLastHour"] == .integer(0))
+            #expect(budget?["instancesAtLimit"] == .integer(0))
+            #expect(budget?["lastWarningAt"] == .null)
+        }
+    }
+}

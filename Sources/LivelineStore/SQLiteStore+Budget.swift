@@ -1,0 +1,20 @@
+import Foundation
+import LivelineCore
+import SQLiteNIO
+
+extension SQLiteStore {
+    public func priority10Usage(appID: String, activityID: String) async throws -> [Priority10Usage] {
+        try await reader.query(
+            """
+            SELECT priority10_sent, frequent_pushes FROM instances
+            WHERE app_id = ? AND activity_id = ? AND state = 'active' AND platform = 'ios'
+            """,
+            [.text(appID), .text(activityID)]
+        ).map { row in
+            Priority10Usage(
+                sent: (row.column("priority10_sent")?.string ?? "").split(separator: ",").compactMap { Int64($0) },
+                frequentPushes: row.column("frequent_pushes")?.integer.map { $0 != 0 }
+            )
+        }
+    }
+}

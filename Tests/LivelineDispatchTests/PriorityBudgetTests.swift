@@ -1,0 +1,65 @@
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineStore
+import Testing
+
+@Suite("Priority budget across a simulated hour (injected clock)")
+struct PriorityBudgetDispatchTests {
+    @Test("updates go at 10 within the budget and at 5 beyond it; alerts and ends at 10, counted; the hour slides")
+    func budgetAcrossAnHour() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "match", devices: 0..<1)
+            let start = Date(timeIntervalSince1970: 1_795_255_200)
+            let clock = ManualClock(start)
+            let transport = ScriptedTransport()
+            var configuration = fastConfiguration()
+            configuration.budget = PriorityBudget(hourly: 3, hourlyWithFrequentPushes: 6)
+            let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration, now: { clock.now })
+            let task = Task { try await dispatcher.run() }
+            defer { task.cancel() }
+
+            var sequence: Int64 = 0
+            /// Posts an update at `second` after the start and returns the priority its push went at.
+            func update(at second: TimeInterval, alert: Bool = false, priority: Int? = nil) async throws -> Int? {
+                clock.set(start.addingTimeInterval(second))
+                sequence = try await store.acceptUpdate(
+                    ActivityUpdate(
+                        appID: appID, activityID: "match", contentState: ["n": .integer(sequence + 1)],
+                        alert: alert ? LiveActivityAlert(title: "Goal", body: "1-0") : nil, priority: priority
+                    ),
+                    at: clock.now
+                ).sequence
+                dispatcher.wake()
+                let expected = sequence
+                _ = try await eventually {
+                    try await store.activity(appID: appID, activityID: "match")?.dispatchedSequence == expected
+                }
+                return transport.pushes(to: token(0)).last { $0.sequence == expected }?.priority
+            }
+
+            #expect(try await update(at: 0) == 10)
+            #expect(try await update(at: 60) == 10)
+            #expect(try await update(at: 120) == 10)
+            #expect(try await update(at: 180) == 5, "the fourth in the hour is over the budget of 3")
+            #expect(try await update(at: 240, alert: true) == 10, "alerts always go at 10 …")
+            #expect(try await update(at: 300, priority: 5) == 5, "an explicit priority is honoured")
+            // … and are counted: at 3600 s the first push (0 s) has left the window, three remain (60, 120, 240).
+            #expect(try await update(at: 3600) == 5)
+            // At 3661 s the one at 60 s has left too: two in the window, so 10 again.
+            #expect(try await update(at: 3661) == 10)
+            #expect(try await store.activity(appID: appID, activityID: "match")?.budgetWarnedAt != nil, "crossing 80 % was recorded")
+
+            // The app reports frequent updates enabled: a larger budget.
+            _ = try await store.setFrequentPushes(appID: appID, activityID: "match", deviceID: "device-00000", enabled: true, at: clock.now)
+            #expect(try await update(at: 3662) == 10)
+            let usage = try await store.priority10Usage(appID: appID, activityID: "match")
+            #expect(usage.count == 1)
+            #expect(PriorityBudget.used(usage[0].sent, now: Int64(clock.now.timeIntervalSince1970)) == 4)
+            #expect(usage[0].frequentPushes == true)
+            task.cancel()
+            _ = await task.result
+        }
+    }
+}
