@@ -19,6 +19,9 @@ public struct DispatcherConfiguration: Sendable {
     public var idlePollInterval: Duration = .milliseconds(250)
     /// Retries of 429, 5xx and transport failures.
     public var retry = RetryPolicy()
+    /// The least wait before retrying an Android (FCM) push: Google asks senders not to retry quota and availability
+    /// errors at once.
+    public var fcmRetryFloor: Duration = .seconds(10)
     /// Apple's priority-10 budget per iOS instance.
     public var budget = PriorityBudget()
     /// The platforms this engine delivers to.
@@ -387,7 +390,8 @@ public final class Dispatcher: Service, Sendable {
             case .retryable(let reason, let retryAfter, let providerID):
                 record(.retrying, providerID, reason)
                 if attempt < configuration.retry.maximumAttempts, !Task.isShuttingDownGracefully {
-                    let delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, random: random())
+                    var delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, random: random())
+                    if push.platform == .android { delay = max(delay, configuration.fcmRetryFloor) }
                     try? await Task.sleep(for: delay)
                     continue
                 }

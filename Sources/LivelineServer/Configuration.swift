@@ -44,6 +44,8 @@ public struct LivelineConfiguration: Sendable {
     public var lifetime: LifetimePolicy = LifetimePolicy()
     /// Apple's priority-10 budget per iOS instance.
     public var budget: PriorityBudget = PriorityBudget()
+    /// The least seconds before an FCM push is retried.
+    public var fcmRetryFloor: Int = 10
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -86,6 +88,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "Later updates without a staleDate go stale after twice the time since the previous one, at least this many seconds …"),
         Key(name: "liveline.staleness.maximum", environment: "LIVELINE_STALENESS_MAXIMUM", flag: nil, defaultValue: "14400",
             summary: "… and at most this many."),
+        Key(name: "liveline.fcmRetryFloor", environment: "LIVELINE_FCM_RETRY_FLOOR", flag: nil, defaultValue: "10",
+            summary: "Seconds an FCM push waits at least before a retry (QUOTA_EXCEEDED, UNAVAILABLE, INTERNAL), however short the backoff or Retry-After."),
         Key(name: "liveline.budget.hourly", environment: "LIVELINE_BUDGET_HOURLY", flag: nil, defaultValue: "10",
             summary: "Priority-10 pushes per iOS instance per sliding hour; updates beyond it go at priority 5 (alerts and ends always at 10)."),
         Key(name: "liveline.budget.hourlyWithFrequentPushes", environment: "LIVELINE_BUDGET_HOURLY_WITH_FREQUENT_PUSHES", flag: nil,
@@ -147,6 +151,8 @@ public struct LivelineConfiguration: Sendable {
         guard staleness.first > 0, staleness.minimum > 0, staleness.maximum >= staleness.minimum else {
             throw ConfigurationError("staleness.first and staleness.minimum must be positive and staleness.maximum at least staleness.minimum.")
         }
+        fcmRetryFloor = scoped.int(forKey: "fcmRetryFloor", default: 10)
+        guard (0...3600).contains(fcmRetryFloor) else { throw ConfigurationError("fcmRetryFloor must be between 0 and 3600 seconds.") }
         let defaultBudget = PriorityBudget()
         let hourly = scoped.int(forKey: "budget.hourly", default: defaultBudget.hourly)
         let frequent = scoped.int(forKey: "budget.hourlyWithFrequentPushes", default: defaultBudget.hourlyWithFrequentPushes)

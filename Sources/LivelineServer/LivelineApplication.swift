@@ -98,6 +98,7 @@ public enum LivelineApplication {
         let fcm = FCMTransportDirectory(store: store, sealer: sealer, fallback: fcmFallback, logger: logger)
         var dispatch = DispatcherConfiguration()
         dispatch.budget = configuration.budget
+        dispatch.fcmRetryFloor = .seconds(configuration.fcmRetryFloor)
         let dispatcher = Dispatcher(
             store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
         )

@@ -48,6 +48,7 @@ func e2eConfiguration() -> DispatcherConfiguration {
     var configuration = DispatcherConfiguration()
     configuration.idlePollInterval = .milliseconds(10)
     configuration.retry = RetryPolicy(maximumAttempts: 12, baseDelay: .milliseconds(2), maximumDelay: .milliseconds(20), passRetryDelay: .milliseconds(50))
+    configuration.fcmRetryFloor = .milliseconds(2)
     return configuration
 }
 

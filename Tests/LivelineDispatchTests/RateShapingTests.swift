@@ -73,3 +73,29 @@ struct RateShapingTests {
         }
     }
 }
+
+@Suite("FCM retry floor")
+struct FCMRetryFloorTests {
+    @Test("an Android push is retried no sooner than the floor, whatever the backoff says")
+    func floor() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            _ = try await store.registerInstance(
+                InstanceRegistration(appID: appID, activityID: "match", deviceID: "pixel", platform: .android, pushToken: "fcm-token-1",
+                                     attributesType: "A", attributes: [:], userID: nil),
+                at: Date()
+            )
+            let transport = ScriptedTransport()
+            transport.answer("fcm-token-1", with: [.retryable(reason: "UNAVAILABLE", retryAfter: nil, providerID: nil)])
+            var configuration = fastConfiguration()
+            configuration.fcmRetryFloor = .milliseconds(400)
+            let started = ContinuousClock.now
+            try await whileDispatching(store, transport, configuration: configuration) { (dispatcher: Dispatcher) async throws in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { transport.pushes(to: "fcm-token-1").count == 2 })
+            }
+            #expect(ContinuousClock.now - started >= .milliseconds(400), "the 5 ms backoff was raised to the 400 ms floor")
+        }
+    }
+}
