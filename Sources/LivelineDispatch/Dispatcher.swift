@@ -215,6 +215,7 @@ public final class Dispatcher: Service, Sendable {
         let activityID = claim.activity.activityID
         var retryAt: Date?
         var stopped = false
+        let budget = claim.budget.applied(to: configuration.budget)
 
         // Rate shaping: a new state goes out no sooner than the activity's minimum interval after the last one
         // (coalesced meanwhile: whatever is newest then goes); an end goes at once, and so does a catch-up of the
@@ -258,7 +259,7 @@ public final class Dispatcher: Service, Sendable {
                     let batch = buffer
                     buffer.removeAll(keepingCapacity: true)
                     do {
-                        let batchProgress = progress(appID: appID, activityID: activityID, batch)
+                        let batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget)
                         if batchProgress.budgetWarnings > 0 {
                             logger.notice(
                                 "budget.warning: instances reached the warning share of their hourly priority-10 budget",
@@ -330,7 +331,7 @@ public final class Dispatcher: Service, Sendable {
                     let push = OutgoingPush(
                         appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: platform, token: instance.pushToken,
                         topic: prepared.topic, sequence: prepared.sequence, event: prepared.event,
-                        priority: priority(of: prepared, for: instance, platform: platform),
+                        priority: priority(of: prepared, for: instance, platform: platform, budget: budget),
                         expiration: prepared.expiration, payload: prepared.body(for: instance.pushToken)
                     )
                     group.addTask { await self.push(push, instance: instance, transport: transport) }
@@ -404,16 +405,16 @@ public final class Dispatcher: Service, Sendable {
     }
 
     /// The priority of one push: Apple's budget decides for iOS; FCM messages are always high priority.
-    private func priority(of prepared: PreparedSequence, for instance: InstanceRecord, platform: Platform) -> Int {
+    private func priority(of prepared: PreparedSequence, for instance: InstanceRecord, platform: Platform, budget: PriorityBudget) -> Int {
         guard platform == .ios else { return 10 }
-        return configuration.budget.priority(
+        return budget.priority(
             event: prepared.event, hasAlert: prepared.hasAlert, requested: prepared.requestedPriority,
             used: PriorityBudget.used(instance.priority10Sent, now: Int64(now().timeIntervalSince1970)),
             frequentPushes: instance.frequentPushesEnabled
         )
     }
 
-    private func progress(appID: String, activityID: String, _ results: [InstanceResult]) -> DeliveryProgress {
+    private func progress(appID: String, activityID: String, _ results: [InstanceResult], budget: PriorityBudget) -> DeliveryProgress {
         var progress = DeliveryProgress(appID: appID, activityID: activityID)
         let nowSeconds = Int64(now().timeIntervalSince1970)
         for result in results {
@@ -423,8 +424,8 @@ public final class Dispatcher: Service, Sendable {
                 let sent = PriorityBudget.recording(result.instance.priority10Sent, at: nowSeconds)
                 progress.priority10Sent.append((pushed, sent))
                 let used = PriorityBudget.used(sent, now: nowSeconds)
-                if configuration.budget.warns(used: used, frequentPushes: result.instance.frequentPushesEnabled),
-                    !configuration.budget.warns(used: used - 1, frequentPushes: result.instance.frequentPushesEnabled)
+                if budget.warns(used: used, frequentPushes: result.instance.frequentPushesEnabled),
+                    !budget.warns(used: used - 1, frequentPushes: result.instance.frequentPushesEnabled)
                 {
                     progress.budgetWarnings += 1
                 }

@@ -16,6 +16,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         admin.post("apps/:appId/keys/rotate", use: rotateKeys)
         admin.put("apps/:appId/credentials/apns", use: setAPNs)
         admin.put("apps/:appId/credentials/fcm", use: setFCM)
+        admin.put("apps/:appId/budget", use: setBudget)
         admin.get("apps/:appId/credentials", use: credentials)
     }
 
@@ -98,6 +99,33 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
             )
         )
         return Response.json(Representation.credentials(stored))
+    }
+
+    @Sendable func setBudget(_ request: Request, context: Context) async throws -> Response {
+        try authorize(request)
+        guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
+        let body = try await RequestBody.read(request)
+        try body.allowOnly(["hourly", "hourlyWithFrequentPushes"])
+        func count(_ field: String) throws -> Int? {
+            switch body.value(field) {
+            case nil, .null?: return nil
+            case .integer(let value)?:
+                guard (0...3600).contains(value) else {
+                    throw ValidationError(code: "invalid_budget", message: "\(field) must be between 0 and 3600 pushes an hour.", field: field)
+                }
+                return Int(value)
+            default:
+                throw APIError.badRequest("invalid_type", "\(field) must be an integer or null (the server's default).", field: field)
+            }
+        }
+        let budget = BudgetOverride(hourly: try count("hourly"), hourlyWithFrequentPushes: try count("hourlyWithFrequentPushes"))
+        if let hourly = budget.hourly, let frequent = budget.hourlyWithFrequentPushes, frequent < hourly {
+            throw ValidationError(
+                code: "invalid_budget", message: "hourlyWithFrequentPushes must be at least hourly.", field: "hourlyWithFrequentPushes"
+            )
+        }
+        let app = try await administration.setBudget(appID: appID, budget)
+        return Response.json(Representation.app(app))
     }
 
     @Sendable func credentials(_ request: Request, context: Context) async throws -> Response {

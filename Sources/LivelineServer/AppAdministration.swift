@@ -34,6 +34,13 @@ public struct AppAdministration: Sendable {
         return stored
     }
 
+    /// Sets (or clears, with `nil` parts) the app's own priority-10 budget; returns the app.
+    public func setBudget(appID: String, _ budget: BudgetOverride) async throws -> AppRecord {
+        try await store.setBudget(appID: appID, budget)
+        guard let app = try await store.app(id: appID) else { throw StoreError.appNotFound }
+        return app
+    }
+
     /// The app's credentials as shown to operators: settings and health, never the secret.
     public func credentials(appID: String) async throws -> [StoredCredentials] {
         guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }

@@ -308,6 +308,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     /// How the activity's iOS instances stand against their hourly priority-10 budget.
     private func budgetReport(_ record: ActivityRecord) async throws -> JSONValue {
         let now = Int64(clock.now().timeIntervalSince1970)
+        let budget = (try await store.app(id: record.appID))?.budget.applied(to: self.budget) ?? self.budget
         var maximum = 0
         var atLimit = 0
         var warned = 0

@@ -1369,6 +1369,94 @@ enum OpenAPIDocument {
               }
             }
           }
+        },
+        "/admin/v1/apps/{appId}/budget": {
+          "parameters": [
+            {
+              "$ref": "#/components/parameters/AppId"
+            }
+          ],
+          "put": {
+            "operationId": "setAppBudget",
+            "tags": [
+              "Admin"
+            ],
+            "summary": "Set (or clear) an app's own priority-10 budget.",
+            "description": "Apple throttles a Live Activity that gets too many priority-10 pushes in an hour and does not publish the figure. Liveline sends updates at priority 10 while an instance is within this budget and at 5 beyond it (alerts and ends always at 10). `null` parts fall back to the server's configuration.",
+            "security": [
+              {
+                "adminToken": []
+              }
+            ],
+            "requestBody": {
+              "required": true,
+              "content": {
+                "application/json": {
+                  "schema": {
+                    "$ref": "#/components/schemas/SetBudgetRequest"
+                  }
+                }
+              }
+            },
+            "responses": {
+              "200": {
+                "description": "The app, with its budget.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/App"
+                    }
+                  }
+                }
+              },
+              "400": {
+                "$ref": "#/components/responses/BadRequest"
+              },
+              "401": {
+                "$ref": "#/components/responses/AdminUnauthorized"
+              },
+              "403": {
+                "$ref": "#/components/responses/AdminDisabled"
+              },
+              "404": {
+                "description": "No such app (HTTP 404 `app_not_found`).",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    },
+                    "examples": {
+                      "app_not_found": {
+                        "value": {
+                          "error": {
+                            "code": "app_not_found",
+                            "message": "No such app.",
+                            "field": "appId"
+                          }
+                        }
+                      }
+                    }
+                  }
+                }
+              },
+              "413": {
+                "$ref": "#/components/responses/BodyTooLarge"
+              },
+              "422": {
+                "description": "A semantic rule was broken (HTTP 422). `error.code` is `invalid_budget`.",
+                "content": {
+                  "application/json": {
+                    "schema": {
+                      "$ref": "#/components/schemas/Error"
+                    }
+                  }
+                }
+              },
+              "500": {
+                "$ref": "#/components/responses/InternalError"
+              }
+            }
+          }
         }
       },
       "components": {
@@ -2160,7 +2248,8 @@ enum OpenAPIDocument {
               "name",
               "bundleId",
               "androidPackage",
-              "createdAt"
+              "createdAt",
+              "budget"
             ],
             "properties": {
               "id": {
@@ -2187,6 +2276,32 @@ enum OpenAPIDocument {
               "createdAt": {
                 "type": "string",
                 "format": "date-time"
+              },
+              "budget": {
+                "type": "object",
+                "required": [
+                  "hourly",
+                  "hourlyWithFrequentPushes"
+                ],
+                "description": "The app's own hourly priority-10 budget per iOS instance; `null` parts use the server's configuration (`liveline.budget.hourly`, `liveline.budget.hourlyWithFrequentPushes`: 10 and 40 by default).",
+                "properties": {
+                  "hourly": {
+                    "type": [
+                      "integer",
+                      "null"
+                    ],
+                    "minimum": 0,
+                    "maximum": 3600
+                  },
+                  "hourlyWithFrequentPushes": {
+                    "type": [
+                      "integer",
+                      "null"
+                    ],
+                    "minimum": 0,
+                    "maximum": 3600
+                  }
+                }
               }
             }
           },
@@ -2573,7 +2688,11 @@ enum OpenAPIDocument {
                   "healthReason": "The push service refused the app's credentials",
                   "updatedAt": "2026-11-21T10:05:00Z"
                 }
-              ]
+              ],
+              "budget": {
+                "hourly": null,
+                "hourlyWithFrequentPushes": null
+              }
             }
           },
           "SetAPNsCredentialsRequest": {
@@ -3027,6 +3146,30 @@ enum OpenAPIDocument {
                 }
               }
             ]
+          },
+          "SetBudgetRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+              "hourly": {
+                "type": [
+                  "integer",
+                  "null"
+                ],
+                "minimum": 0,
+                "maximum": 3600,
+                "description": "Priority-10 pushes per iOS instance per sliding hour; `null` or absent for the server's default."
+              },
+              "hourlyWithFrequentPushes": {
+                "type": [
+                  "integer",
+                  "null"
+                ],
+                "minimum": 0,
+                "maximum": 3600,
+                "description": "The same for instances whose app reported frequent updates enabled; at least `hourly`."
+              }
+            }
           }
         },
         "responses": {

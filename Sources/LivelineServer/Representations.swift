@@ -73,6 +73,10 @@ enum Representation {
             "bundleId": .string(app.bundleID),
             "androidPackage": optional(app.androidPackage),
             "createdAt": date(app.createdAt),
+            "budget": .object([
+                "hourly": app.budget.hourly.map { .integer(Int64($0)) } ?? .null,
+                "hourlyWithFrequentPushes": app.budget.hourlyWithFrequentPushes.map { .integer(Int64($0)) } ?? .null,
+            ]),
         ])
     }
 

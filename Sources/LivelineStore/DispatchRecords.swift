@@ -9,6 +9,8 @@ public struct DispatchClaim: Sendable, Hashable {
     public var bundleID: String
     /// The claim's holder.
     public var owner: String
+    /// The app's own priority-10 budget, if it has one.
+    public var budget: BudgetOverride = BudgetOverride()
 }
 
 /// What happened to one push attempt.

@@ -170,5 +170,13 @@ enum SQLiteMigrations {
                 "ALTER TABLE activities ADD COLUMN budget_warned_at INTEGER",
             ]
         ),
+        Migration(
+            version: 7,
+            name: "per-app priority budget",
+            statements: [
+                "ALTER TABLE apps ADD COLUMN budget_hourly INTEGER",
+                "ALTER TABLE apps ADD COLUMN budget_hourly_frequent INTEGER",
+            ]
+        ),
     ]
 }

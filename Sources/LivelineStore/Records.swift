@@ -13,14 +13,37 @@ public struct AppRecord: Sendable, Hashable {
     public var androidPackage: String?
     /// When the app was created.
     public var createdAt: Date
+    /// The app's own priority-10 budget, overriding the server's; `nil` parts use the server's.
+    public var budget: BudgetOverride = BudgetOverride()
 
     /// Creates an app record.
-    public init(id: String, name: String, bundleID: String, androidPackage: String?, createdAt: Date) {
+    public init(id: String, name: String, bundleID: String, androidPackage: String?, createdAt: Date, budget: BudgetOverride = BudgetOverride()) {
+        self.budget = budget
         self.id = id
         self.name = name
         self.bundleID = bundleID
         self.androidPackage = androidPackage
         self.createdAt = createdAt
+    }
+}
+
+/// An app's own hourly priority-10 budget; `nil` parts fall back to the server's configuration.
+public struct BudgetOverride: Sendable, Hashable {
+    public var hourly: Int?
+    public var hourlyWithFrequentPushes: Int?
+
+    public init(hourly: Int? = nil, hourlyWithFrequentPushes: Int? = nil) {
+        self.hourly = hourly
+        self.hourlyWithFrequentPushes = hourlyWithFrequentPushes
+    }
+
+    /// The budget in force: these values where set, `defaults` elsewhere.
+    public func applied(to defaults: PriorityBudget) -> PriorityBudget {
+        PriorityBudget(
+            hourly: hourly ?? defaults.hourly,
+            hourlyWithFrequentPushes: max(hourlyWithFrequentPushes ?? defaults.hourlyWithFrequentPushes, hourly ?? defaults.hourly),
+            warningShare: defaults.warningShare
+        )
     }
 }
 

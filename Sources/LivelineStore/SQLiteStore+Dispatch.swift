@@ -5,7 +5,8 @@ import SQLiteNIO
 
 extension SQLiteStore {
     private static let claimColumns = """
-        a.*, apps.bundle_id AS app_bundle_id
+        a.*, apps.bundle_id AS app_bundle_id, apps.budget_hourly AS app_budget_hourly,
+        apps.budget_hourly_frequent AS app_budget_hourly_frequent
         """
 
     public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
@@ -27,7 +28,7 @@ extension SQLiteStore {
                 "UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ?",
                 [.text(owner), .integer(nowMillis + Int(lease * 1000)), .text(activity.appID), .text(activity.activityID)]
             )
-            return DispatchClaim(activity: activity, bundleID: try row.string("app_bundle_id"), owner: owner)
+            return DispatchClaim(activity: activity, bundleID: try row.string("app_bundle_id"), owner: owner, budget: Self.claimBudget(row))
         }
     }
 
@@ -45,7 +46,9 @@ extension SQLiteStore {
                 "UPDATE activities SET claim_expires_at = ? WHERE app_id = ? AND activity_id = ?",
                 [.integer(nowMillis + Int(lease * 1000)), .text(appID), .text(activityID)]
             )
-            return DispatchClaim(activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner)
+            return DispatchClaim(
+                activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner, budget: Self.claimBudget(row)
+            )
         }
     }
 
@@ -316,6 +319,24 @@ extension SQLiteStore {
                 """,
                 [.integer(Int(sequence)), .integer(Self.millis(until)), .text(appID), .text(activityID), .text(owner)]
             )
+        }
+    }
+}
+
+extension SQLiteStore {
+    static func claimBudget(_ row: SQLiteRow) -> BudgetOverride {
+        BudgetOverride(
+            hourly: row.column("app_budget_hourly")?.integer, hourlyWithFrequentPushes: row.column("app_budget_hourly_frequent")?.integer
+        )
+    }
+
+    public func setBudget(appID: String, _ budget: BudgetOverride) async throws {
+        try await transaction { db in
+            let rows = try await db.query(
+                "UPDATE apps SET budget_hourly = ?, budget_hourly_frequent = ? WHERE id = ? RETURNING id",
+                [budget.hourly.map { .integer($0) } ?? .null, budget.hourlyWithFrequentPushes.map { .integer($0) } ?? .null, .text(appID)]
+            )
+            if rows.isEmpty { throw StoreError.appNotFound }
         }
     }
 }

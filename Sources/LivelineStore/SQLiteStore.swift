@@ -467,7 +467,10 @@ public final class SQLiteStore: Store, DispatchStore {
     static func app(from row: SQLiteRow) throws -> AppRecord {
         AppRecord(
             id: try row.string("id"), name: try row.string("name"), bundleID: try row.string("bundle_id"),
-            androidPackage: row.column("android_package")?.string, createdAt: try row.date("created_at")
+            androidPackage: row.column("android_package")?.string, createdAt: try row.date("created_at"),
+            budget: BudgetOverride(
+                hourly: row.column("budget_hourly")?.integer, hourlyWithFrequentPushes: row.column("budget_hourly_frequent")?.integer
+            )
         )
     }
 

@@ -17,6 +17,8 @@ public protocol Store: DispatchStore {
     func app(id: String) async throws -> AppRecord?
     /// Revokes every key of the app and stores `keys` in their place. Throws `appNotFound`.
     func replaceKeys(appID: String, with keys: [APIKeyRecord]) async throws
+    /// Sets (or, with `nil` parts, clears) the app's own priority-10 budget. Throws `appNotFound`.
+    func setBudget(appID: String, _ budget: BudgetOverride) async throws
     /// The live key with this lookup id, or `nil`.
     func apiKey(id: String) async throws -> APIKeyRecord?
 

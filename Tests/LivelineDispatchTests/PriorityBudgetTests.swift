@@ -63,3 +63,25 @@ struct PriorityBudgetDispatchTests {
         }
     }
 }
+
+@Suite("Per-app priority budget")
+struct AppBudgetTests {
+    @Test("an app's own budget overrides the server's")
+    func override() async throws {
+        try await withStore { store, _ in
+            try await seedApp(store)
+            try await store.setBudget(appID: appID, BudgetOverride(hourly: 1))
+            #expect(try await store.app(id: appID)?.budget == BudgetOverride(hourly: 1))
+            try await register(store, activity: "match", devices: 0..<1)
+            let transport = ScriptedTransport()
+            try await whileDispatching(store, transport) { (dispatcher: Dispatcher) async throws in
+                for n: Int64 in 1...2 {
+                    _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": .integer(n)]), at: Date())
+                    dispatcher.wake()
+                    #expect(try await eventually { transport.pushes(to: token(0)).contains { $0.sequence == n } })
+                }
+            }
+            #expect(transport.pushes(to: token(0)).map(\.priority) == [10, 5], "the server's 10 an hour would have sent both at 10")
+        }
+    }
+}

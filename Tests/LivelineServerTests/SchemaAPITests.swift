@@ -161,3 +161,29 @@ struct BudgetAPITests {
         }
     }
 }
+
+@Suite("Per-app budget over the admin API")
+struct AppBudgetAPITests {
+    @Test("PUT /admin/v1/apps/{id}/budget sets and clears the app's budget; the activity report follows it")
+    func setAndClear() async throws {
+        let admin = "admin-token-0123456789"
+        try await withLiveline(adminToken: admin) { api, store in
+            let app = try await createApp(store)
+            let set = try await api.json(.put, "/admin/v1/apps/\(app.id)/budget", key: admin, ["hourly": 4, "hourlyWithFrequentPushes": 12])
+            #expect(set.status == .ok)
+            #expect(set["budget"] == ["hourly": 4, "hourlyWithFrequentPushes": 12])
+            _ = try await api.json(.put, "/v1/activities/m1/instances/d1", key: app.publishableKey, registerBody)
+            let report = try await api.call(.get, "/v1/activities/m1", key: app.secretKey)["budget"]?.objectValue
+            #expect(report?["hourlyLimit"] == .integer(4))
+            #expect(report?["hourlyLimitWithFrequentPushes"] == .integer(12))
+
+            let bad = try await api.json(.put, "/admin/v1/apps/\(app.id)/budget", key: admin, ["hourly": 5, "hourlyWithFrequentPushes": 2])
+            #expect(bad.status == .unprocessableContent)
+            #expect(bad.errorCode == "invalid_budget")
+            let cleared = try await api.json(.put, "/admin/v1/apps/\(app.id)/budget", key: admin, ["hourly": .null])
+            #expect(cleared["budget"] == ["hourly": .null, "hourlyWithFrequentPushes": .null])
+            #expect(try await api.json(.put, "/admin/v1/apps/app_nope/budget", key: admin, ["hourly": 1]).status == .notFound)
+            #expect(try await api.json(.put, "/admin/v1/apps/\(app.id)/budget", key: app.secretKey, ["hourly": 1]).status == .unauthorized)
+        }
+    }
+}
