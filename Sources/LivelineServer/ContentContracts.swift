@@ -32,7 +32,7 @@ struct ContentContracts: Sendable {
         }
         let shape = JSONShape(of: contentState)
         guard let activity else { return Checked(contentState: contentState, shape: remember ? shape : nil, changes: []) }
-        guard let remembered = try await store.contentShape(appID: appID, activityID: activity.activityID) else {
+        guard let remembered = activity.contentShape else {
             return Checked(contentState: contentState, shape: remember ? shape : nil, changes: [])
         }
         let merged = remembered.adding(shape)

@@ -91,7 +91,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let common = try Self.commonFields(body)
         let minUpdateInterval = try Self.minUpdateInterval(body)
         let now = clock.now()
-        let current = try await store.activity(appID: caller.appID, activityID: activityID)
+        let current = try await store.activityWithoutInstanceCounts(appID: caller.appID, activityID: activityID)
         if let current, current.state != .active { throw APIError.activityEnded(activityID) }
         let checked = try await contracts.check(
             try Self.contentState(body, required: true)!, appID: caller.appID, activity: current, remember: true
@@ -164,7 +164,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
 
     /// Ends an activity after checking that the end push it implies is one APNs and the phone accept.
     private func endActivity(_ end: ActivityEnd, at now: Date) async throws -> (AcceptedSequence, [JSONShape.Change]) {
-        guard let current = try await store.activity(appID: end.appID, activityID: end.activityID) else {
+        guard let current = try await store.activityWithoutInstanceCounts(appID: end.appID, activityID: end.activityID) else {
             throw APIError.activityNotFound(end.activityID)
         }
         guard current.state == .active else { throw APIError.activityEnded(end.activityID) }
@@ -206,7 +206,9 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     @Sendable func activity(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
-        let record = try await existingActivity(caller, activityID)
+        guard let record = try await store.activity(appID: caller.appID, activityID: activityID) else {
+            throw APIError.activityNotFound(activityID)
+        }
         var json = Representation.activity(record).objectValue ?? [:]
         json["budget"] = try await budgetReport(record)
         return Response.json(.object(json))
@@ -330,7 +332,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
 
     /// The caller's activity, or 404 (also for another app's activity: ids are per app).
     private func existingActivity(_ caller: Caller, _ activityID: String) async throws -> ActivityRecord {
-        guard let record = try await store.activity(appID: caller.appID, activityID: activityID) else {
+        guard let record = try await store.activityWithoutInstanceCounts(appID: caller.appID, activityID: activityID) else {
             throw APIError.activityNotFound(activityID)
         }
         return record

@@ -295,6 +295,8 @@ public struct ActivityRecord: Sendable, Hashable {
     public var lastSentAt: Date?
     /// The last time one of its instances reached the warning share of its priority-10 budget.
     public var budgetWarnedAt: Date?
+    /// The field kinds remembered from its content states (activities without a schema).
+    public var contentShape: JSONShape?
     /// How many instances are in each state.
     public var instanceCounts: [InstanceState: Int]
 
@@ -305,9 +307,10 @@ public struct ActivityRecord: Sendable, Hashable {
         alert: LiveActivityAlert?, staleDate: Int64?, relevanceScore: Double?, priority: Int?,
         dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int],
         endReason: EndReason? = nil, minUpdateInterval: Double? = nil, lastSentSequence: Int64? = nil, lastSentAt: Date? = nil,
-        budgetWarnedAt: Date? = nil
+        budgetWarnedAt: Date? = nil, contentShape: JSONShape? = nil
     ) {
         self.budgetWarnedAt = budgetWarnedAt
+        self.contentShape = contentShape
         self.endReason = endReason
         self.minUpdateInterval = minUpdateInterval
         self.lastSentSequence = lastSentSequence

@@ -3,13 +3,6 @@ import LivelineCore
 import SQLiteNIO
 
 extension SQLiteStore {
-    public func contentShape(appID: String, activityID: String) async throws -> JSONShape? {
-        guard let row = try await reader.query(
-            "SELECT content_shape FROM activities WHERE app_id = ? AND activity_id = ?", [.text(appID), .text(activityID)]
-        ).first, let json = try row.json("content_shape")?.objectValue else { return nil }
-        return JSONShape(kinds: json.compactMapValues(\.stringValue))
-    }
-
     public func saveSchema(appID: String, attributesType: String, schema: JSONValue, at now: Date) async throws -> StoredSchema {
         try await transaction { db in
             let exists = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(appID)])

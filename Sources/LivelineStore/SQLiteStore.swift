@@ -315,11 +315,14 @@ public final class SQLiteStore: Store, DispatchStore {
         }
     }
 
-    public func activity(appID: String, activityID: String) async throws -> ActivityRecord? {
-        guard let row = try await reader.query(
+    public func activityWithoutInstanceCounts(appID: String, activityID: String) async throws -> ActivityRecord? {
+        try await reader.query(
             "SELECT * FROM activities WHERE app_id = ? AND activity_id = ?", [.text(appID), .text(activityID)]
-        ).first else { return nil }
-        var record = try Self.activity(from: row)
+        ).first.map(Self.activity(from:))
+    }
+
+    public func activity(appID: String, activityID: String) async throws -> ActivityRecord? {
+        guard var record = try await activityWithoutInstanceCounts(appID: appID, activityID: activityID) else { return nil }
         let counts = try await reader.query(
             "SELECT state, COUNT(*) AS n FROM instances WHERE app_id = ? AND activity_id = ? GROUP BY state",
             [.text(appID), .text(activityID)]
@@ -500,7 +503,8 @@ public final class SQLiteStore: Store, DispatchStore {
             minUpdateInterval: row.column("min_update_interval")?.double,
             lastSentSequence: row.column("last_sent_sequence")?.integer.map(Int64.init),
             lastSentAt: row.column("last_sent_at")?.integer.map(date),
-            budgetWarnedAt: row.column("budget_warned_at")?.integer.map(date)
+            budgetWarnedAt: row.column("budget_warned_at")?.integer.map(date),
+            contentShape: try row.json("content_shape")?.objectValue.map { JSONShape(kinds: $0.compactMapValues(\.stringValue)) }
         )
     }
 

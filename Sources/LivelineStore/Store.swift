@@ -32,6 +32,8 @@ public protocol Store: DispatchStore {
     func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence
     /// Ends the activity as its next sequence. Throws `activityNotFound` or `activityEnded`.
     func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence
+    /// One activity without its instance counts (left empty), or `nil`: one row, for the write path.
+    func activityWithoutInstanceCounts(appID: String, activityID: String) async throws -> ActivityRecord?
     /// One activity with its instance counts, or `nil`.
     func activity(appID: String, activityID: String) async throws -> ActivityRecord?
     /// Activities of one app ordered by id, after `cursor`.
@@ -47,8 +49,6 @@ public protocol Store: DispatchStore {
         appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date
     ) async throws -> InstanceRecord
 
-    /// The field kinds remembered for the activity's content state, or `nil` (no activity, or none remembered).
-    func contentShape(appID: String, activityID: String) async throws -> JSONShape?
 
     /// The priority-10 history of the activity's active iOS instances, for its budget report.
     func priority10Usage(appID: String, activityID: String) async throws -> [Priority10Usage]
