@@ -97,19 +97,7 @@ struct ControlAPI: Sendable {
         }
         router.get("faults") { _, _ in try Self.json(emulator.faults) }
         router.put("faults") { request, _ in
-            let body = try await Self.readObject(request, allowed: Set(APNsFaults.CodingKeys.allCases.map(\.rawValue)))
-            let faults: APNsFaults
-            do {
-                faults = try JSONDecoder().decode(APNsFaults.self, from: Data(JSONValue.object(body).encoded))
-            } catch let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context) {
-                let field = context.codingPath.first?.stringValue
-                throw ControlAPIError.badRequest("invalid_type", "\(field ?? "a member") has the wrong type.", field: field)
-            } catch {
-                throw ControlAPIError.badRequest("invalid_faults", "The faults could not be read: \(error).")
-            }
-            if let (field, message) = faults.invalidMember {
-                throw ControlAPIError.badRequest("invalid_value", message, field: field)
-            }
+            let faults = try await Self.readFaults(request, as: APNsFaults.self)
             emulator.setFaults(faults)
             return try Self.json(faults)
         }
@@ -149,6 +137,24 @@ struct ControlAPI: Sendable {
             throw ControlAPIError.badRequest("invalid_limit", "limit must be a positive integer.", field: "limit")
         }
         return limit
+    }
+
+    /// Reads `PUT /faults`: only the faults' own members, each of the right type and in range.
+    static func readFaults<Faults: EmulatorFaults>(_ request: Request, as: Faults.Type) async throws -> Faults {
+        let body = try await readObject(request, allowed: Faults.memberNames)
+        let faults: Faults
+        do {
+            faults = try JSONDecoder().decode(Faults.self, from: Data(JSONValue.object(body).encoded))
+        } catch let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context) {
+            let field = context.codingPath.first?.stringValue
+            throw ControlAPIError.badRequest("invalid_type", "\(field ?? "a member") has the wrong type.", field: field)
+        } catch {
+            throw ControlAPIError.badRequest("invalid_faults", "The faults could not be read: \(error).")
+        }
+        if let (field, message) = faults.invalidMember {
+            throw ControlAPIError.badRequest("invalid_value", message, field: field)
+        }
+        return faults
     }
 
     static func readObject(_ request: Request, allowed: Set<String>) async throws -> [String: JSONValue] {
@@ -225,4 +231,20 @@ struct ControlErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return ControlAPI.response(apiError.json.encoded, status: apiError.status)
         }
     }
+}
+
+/// Faults an emulator's control API sets with `PUT /faults`.
+protocol EmulatorFaults: Decodable {
+    /// The JSON members the faults have.
+    static var memberNames: Set<String> { get }
+    /// The first member out of range, as `(field, message)`, or `nil` when all are valid.
+    var invalidMember: (field: String, message: String)? { get }
+}
+
+extension APNsFaults: EmulatorFaults {
+    static var memberNames: Set<String> { Set(CodingKeys.allCases.map(\.rawValue)) }
+}
+
+extension FCMFaults: EmulatorFaults {
+    static var memberNames: Set<String> { Set(CodingKeys.allCases.map(\.rawValue)) }
 }

@@ -68,19 +68,7 @@ struct FCMControlAPI: Sendable {
         }
         router.get("faults") { _, _ in try ControlAPI.json(emulator.faults) }
         router.put("faults") { request, _ in
-            let body = try await ControlAPI.readObject(request, allowed: Set(FCMFaults.CodingKeys.allCases.map(\.rawValue)))
-            let faults: FCMFaults
-            do {
-                faults = try JSONDecoder().decode(FCMFaults.self, from: Data(JSONValue.object(body).encoded))
-            } catch let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context) {
-                let field = context.codingPath.first?.stringValue
-                throw ControlAPIError.badRequest("invalid_type", "\(field ?? "a member") has the wrong type.", field: field)
-            } catch {
-                throw ControlAPIError.badRequest("invalid_faults", "The faults could not be read: \(error).")
-            }
-            if let (field, message) = faults.invalidMember {
-                throw ControlAPIError.badRequest("invalid_value", message, field: field)
-            }
+            let faults = try await ControlAPI.readFaults(request, as: FCMFaults.self)
             emulator.setFaults(faults)
             return try ControlAPI.json(faults)
         }
