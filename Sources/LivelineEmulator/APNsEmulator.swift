@@ -29,7 +29,7 @@ public final class APNsEmulator: Service, Sendable {
     private let identity: EmulatorTLSIdentity
     private let sslContext: NIOSSLContext
     private let connections = OpenConnections()
-    private let lifecycle = Mutex<Lifecycle>(.idle)
+    private let lifecycle = ListenerLifecycle<Running>()
 
     struct Ports: Sendable, Hashable {
         var apns: Int
@@ -41,14 +41,6 @@ public final class APNsEmulator: Service, Sendable {
         var apnsChannel: any Channel
         var controlGroup: ServiceGroup
         var controlTask: Task<Void, Never>
-    }
-
-    private enum Lifecycle: Sendable {
-        case idle
-        case starting(EventLoopFuture<Ports>)
-        case running(Running)
-        case stopping(EventLoopFuture<Void>)
-        case stopped
     }
 
     /// Creates the emulator: loads or creates the CA in the data directory (writing
@@ -81,8 +73,7 @@ public final class APNsEmulator: Service, Sendable {
 
     /// The bound ports while the emulator runs.
     public var boundPorts: (apnsPort: Int, controlPort: Int)? {
-        guard case .running(let running) = lifecycle.withLock({ $0 }) else { return nil }
-        return (running.ports.apns, running.ports.control)
+        lifecycle.running.map { ($0.ports.apns, $0.ports.control) }
     }
 
     // MARK: Lifecycle
@@ -106,47 +97,19 @@ public final class APNsEmulator: Service, Sendable {
     /// Starts both listeners (idempotent) and returns the bound ports; for in-process use and tests.
     @discardableResult
     public func start() async throws -> (apnsPort: Int, controlPort: Int) {
-        enum Step {
-            case begin(EventLoopPromise<Ports>)
-            case wait(EventLoopFuture<Ports>)
-            case done(Ports)
-            case refuse
-        }
-        let step = lifecycle.withLock { state -> Step in
-            switch state {
-            case .idle:
-                let promise = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Ports.self)
-                state = .starting(promise.futureResult)
-                return .begin(promise)
-            case .starting(let future): return .wait(future)
-            case .running(let running): return .done(running.ports)
-            case .stopping, .stopped: return .refuse
-            }
-        }
-        switch step {
-        case .done(let ports):
-            return (ports.apns, ports.control)
-        case .wait(let future):
-            let ports = try await future.get()
-            return (ports.apns, ports.control)
-        case .refuse:
+        let (running, started): (Running, Bool)
+        do {
+            (running, started) = try await lifecycle.start(listen)
+        } catch is ListenerLifecycle<Running>.Stopped {
             throw LifecycleError.alreadyShutDown
-        case .begin(let promise):
-            do {
-                let running = try await listen()
-                lifecycle.withLock { $0 = .running(running) }
-                promise.succeed(running.ports)
-                logger.info(
-                    "APNs emulator listening",
-                    metadata: ["apns": "https://\(configuration.host):\(running.ports.apns)", "control": "http://\(configuration.host):\(running.ports.control)"]
-                )
-                return (running.ports.apns, running.ports.control)
-            } catch {
-                lifecycle.withLock { $0 = .idle }
-                promise.fail(error)
-                throw error
-            }
         }
+        if started {
+            logger.info(
+                "APNs emulator listening",
+                metadata: ["apns": "https://\(configuration.host):\(running.ports.apns)", "control": "http://\(configuration.host):\(running.ports.control)"]
+            )
+        }
+        return (running.ports.apns, running.ports.control)
     }
 
     /// Runs as a `Service`: starts, waits for graceful shutdown (or cancellation), then closes
@@ -169,46 +132,8 @@ public final class APNsEmulator: Service, Sendable {
     /// Stops both listeners; open APNs connections get `GOAWAY` and are closed once their
     /// in-flight requests are answered (at most two seconds later). Idempotent.
     public func shutdown() async throws {
-        enum Step {
-            case stop(Running, EventLoopPromise<Void>)
-            case waitForStart(EventLoopFuture<Ports>)
-            case wait(EventLoopFuture<Void>)
-            case nothing
-        }
-        while true {
-            let step = lifecycle.withLock { state -> Step in
-                switch state {
-                case .idle:
-                    state = .stopped
-                    return .nothing
-                case .starting(let future):
-                    return .waitForStart(future)
-                case .running(let running):
-                    let promise = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Void.self)
-                    state = .stopping(promise.futureResult)
-                    return .stop(running, promise)
-                case .stopping(let future):
-                    return .wait(future)
-                case .stopped:
-                    return .nothing
-                }
-            }
-            switch step {
-            case .nothing:
-                return
-            case .waitForStart(let future):
-                _ = try? await future.get()
-                continue
-            case .wait(let future):
-                try await future.get()
-                return
-            case .stop(let running, let promise):
-                await stop(running)
-                lifecycle.withLock { $0 = .stopped }
-                promise.succeed()
-                logger.info("APNs emulator stopped")
-                return
-            }
+        if try await lifecycle.stop(stop) {
+            logger.info("APNs emulator stopped")
         }
     }
 

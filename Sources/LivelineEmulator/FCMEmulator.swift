@@ -30,7 +30,7 @@ public final class FCMEmulator: Service, Sendable {
     private let logger: Logger
     private let identity: EmulatorTLSIdentity
     private let tlsConfiguration: TLSConfiguration
-    private let lifecycle = Mutex<Lifecycle>(.idle)
+    private let lifecycle = ListenerLifecycle<Running>()
     private let demo = Mutex<FCMDemoServiceAccount?>(nil)
 
     struct Ports: Sendable, Hashable {
@@ -42,14 +42,6 @@ public final class FCMEmulator: Service, Sendable {
         var ports: Ports
         var group: ServiceGroup
         var task: Task<Void, Never>
-    }
-
-    private enum Lifecycle: Sendable {
-        case idle
-        case starting(EventLoopFuture<Ports>)
-        case running(Running)
-        case stopping(EventLoopFuture<Void>)
-        case stopped
     }
 
     /// Errors from starting the emulator.
@@ -100,8 +92,7 @@ public final class FCMEmulator: Service, Sendable {
 
     /// The bound ports while the emulator runs.
     public var boundPorts: (fcmPort: Int, controlPort: Int)? {
-        guard case .running(let running) = lifecycle.withLock({ $0 }) else { return nil }
-        return (running.ports.fcm, running.ports.control)
+        lifecycle.running.map { ($0.ports.fcm, $0.ports.control) }
     }
 
     /// The host part of the emulator's URLs: the bound address, or loopback for a wildcard address.
@@ -134,48 +125,23 @@ public final class FCMEmulator: Service, Sendable {
     /// Starts both listeners (idempotent) and returns the bound ports; for in-process use and tests.
     @discardableResult
     public func start() async throws -> (fcmPort: Int, controlPort: Int) {
-        enum Step {
-            case begin(EventLoopPromise<Ports>)
-            case wait(EventLoopFuture<Ports>)
-            case done(Ports)
-            case refuse
-        }
-        let step = lifecycle.withLock { state -> Step in
-            switch state {
-            case .idle:
-                let promise = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Ports.self)
-                state = .starting(promise.futureResult)
-                return .begin(promise)
-            case .starting(let future): return .wait(future)
-            case .running(let running): return .done(running.ports)
-            case .stopping, .stopped: return .refuse
-            }
-        }
-        switch step {
-        case .done(let ports):
-            return (ports.fcm, ports.control)
-        case .wait(let future):
-            let ports = try await future.get()
-            return (ports.fcm, ports.control)
-        case .refuse:
-            throw LifecycleError.alreadyShutDown
-        case .begin(let promise):
-            do {
+        let (running, started): (Running, Bool)
+        do {
+            (running, started) = try await lifecycle.start {
                 let running = try await listen()
                 core.tokenURI = "https://\(urlHost):\(running.ports.fcm)/token"
-                lifecycle.withLock { $0 = .running(running) }
-                promise.succeed(running.ports)
-                logger.info(
-                    "FCM emulator listening",
-                    metadata: ["fcm": "https://\(urlHost):\(running.ports.fcm)", "control": "http://\(urlHost):\(running.ports.control)"]
-                )
-                return (running.ports.fcm, running.ports.control)
-            } catch {
-                lifecycle.withLock { $0 = .idle }
-                promise.fail(error)
-                throw error
+                return running
             }
+        } catch is ListenerLifecycle<Running>.Stopped {
+            throw LifecycleError.alreadyShutDown
         }
+        if started {
+            logger.info(
+                "FCM emulator listening",
+                metadata: ["fcm": "https://\(urlHost):\(running.ports.fcm)", "control": "http://\(urlHost):\(running.ports.control)"]
+            )
+        }
+        return (running.ports.fcm, running.ports.control)
     }
 
     /// Runs as a `Service`: starts, waits for graceful shutdown (or cancellation), then closes the listeners.
@@ -196,48 +162,11 @@ public final class FCMEmulator: Service, Sendable {
 
     /// Stops both listeners, letting requests in flight finish. Idempotent.
     public func shutdown() async throws {
-        enum Step {
-            case stop(Running, EventLoopPromise<Void>)
-            case waitForStart(EventLoopFuture<Ports>)
-            case wait(EventLoopFuture<Void>)
-            case nothing
+        let stopped = try await lifecycle.stop { running in
+            await running.group.triggerGracefulShutdown()
+            await running.task.value
         }
-        while true {
-            let step = lifecycle.withLock { state -> Step in
-                switch state {
-                case .idle:
-                    state = .stopped
-                    return .nothing
-                case .starting(let future):
-                    return .waitForStart(future)
-                case .running(let running):
-                    let promise = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Void.self)
-                    state = .stopping(promise.futureResult)
-                    return .stop(running, promise)
-                case .stopping(let future):
-                    return .wait(future)
-                case .stopped:
-                    return .nothing
-                }
-            }
-            switch step {
-            case .nothing:
-                return
-            case .waitForStart(let future):
-                _ = try? await future.get()
-                continue
-            case .wait(let future):
-                try await future.get()
-                return
-            case .stop(let running, let promise):
-                await running.group.triggerGracefulShutdown()
-                await running.task.value
-                lifecycle.withLock { $0 = .stopped }
-                promise.succeed()
-                logger.info("FCM emulator stopped")
-                return
-            }
-        }
+        if stopped { logger.info("FCM emulator stopped") }
     }
 
     private func listen() async throws -> Running {
