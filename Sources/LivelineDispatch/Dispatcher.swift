@@ -233,26 +233,28 @@ public final class Dispatcher: Service, Sendable {
         }
 
         for platform in configuration.platforms {
-            // A platform none of whose instances is behind needs no transport (nor credentials).
-            let behind = try await store.pendingInstances(
-                appID: appID, activityID: activityID, below: claim.activity.sequence, platforms: [platform], after: nil, limit: 1
+            // The first page, read before anything else: a platform none of whose instances is behind needs no
+            // transport (nor credentials).
+            let firstPage = try await store.pendingInstances(
+                appID: appID, activityID: activityID, below: claim.activity.sequence, platforms: [platform], after: nil,
+                limit: configuration.pageSize
             )
-            if behind.isEmpty { continue }
+            if firstPage.isEmpty { continue }
             guard let transport = try await transports.transport(appID: appID, platform: platform) else {
                 logger.warning("No way to send this app's pushes; its instances wait", metadata: ["app": "\(appID)", "platform": "\(platform)"])
                 retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
                 continue
             }
             guard var prepared = prepare(claim, for: platform) else { break }
-            var cursor: String?
+            var cursor = firstPage.last?.deviceID
             var buffer: [InstanceResult] = []
             var credentialsRefused = false
 
             await withTaskGroup(of: InstanceResult.self) { group in
                 var inFlight = 0
-                var page: [InstanceRecord] = []
+                var page = firstPage
                 var pageIndex = 0
-                var exhaustedPages = false
+                var exhaustedPages = firstPage.count < configuration.pageSize
 
                 func flush(force: Bool) async {
                     guard !buffer.isEmpty, force || buffer.count >= configuration.pageSize else { return }
@@ -294,7 +296,7 @@ public final class Dispatcher: Service, Sendable {
                     }
                     if pageIndex == page.count {
                         if exhaustedPages { break }
-                        // Coalesce: before each page, move to the activity's newest sequence.
+                        // Coalesce: before each further page, move to the activity's newest sequence.
                         do {
                             guard let renewed = try await store.renewClaim(
                                 appID: appID, activityID: activityID, owner: owner, now: now(), lease: configuration.claimLease
