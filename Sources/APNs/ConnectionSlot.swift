@@ -168,7 +168,18 @@ final class ConnectionSlot: @unchecked Sendable {
                         HTTP2Setting(parameter: .enablePush, value: 0),
                         HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
                     ]
-                    try pipeline.addHandler(NIOHTTP2Handler(mode: .client, connectionConfiguration: configuration))
+                    // A server may end every stream with RST_STREAM(NO_ERROR) once it has answered without reading
+                    // the body (RFC 9113 §8.1; nginx does). swift-nio-http2's default of 200 resets per 30 s guards
+                    // servers against rapid-reset floods and would close a busy client connection; a client pays
+                    // for each of its own requests anyway, so allow as many resets as requests.
+                    var streamConfiguration = NIOHTTP2Handler.StreamConfiguration()
+                    streamConfiguration.streamResetFrameRateLimit.maximumCount = 20_000
+                    streamConfiguration.streamResetFrameRateLimit.windowLength = .seconds(1)
+                    try pipeline.addHandler(
+                        NIOHTTP2Handler(
+                            mode: .client, frameDelegate: nil, connectionConfiguration: configuration, streamConfiguration: streamConfiguration
+                        )
+                    )
                     try pipeline.addHandler(bound.value)
                 }
             }

@@ -4,17 +4,20 @@ import X509
 
 /// The emulator's TLS identity: a local certificate authority (kept in the data directory so a
 /// restarted emulator is still trusted) and a fresh server certificate it signs for
-/// `127.0.0.1`, `::1` and `localhost`.
-struct EmulatorTLSIdentity: Sendable {
-    var caCertificatePEM: String
-    var serverCertificatePEM: String
-    var serverPrivateKeyPEM: String
+/// `127.0.0.1`, `::1` and `localhost`. Any local stand-in (the benchmark's nginx sink, for one) can serve it.
+public struct EmulatorTLSIdentity: Sendable {
+    /// The local CA's certificate: what clients trust.
+    public var caCertificatePEM: String
+    /// The server certificate, for `127.0.0.1`, `::1` and `localhost`.
+    public var serverCertificatePEM: String
+    /// The server certificate's private key.
+    public var serverPrivateKeyPEM: String
 
     static let caFileName = "ca.pem"
     static let caKeyFileName = "ca-key.pem"
 
     /// Loads the CA from `directory` (or creates and writes it) and issues a server certificate.
-    static func loadOrCreate(in directory: String, now: Date = Date()) throws -> EmulatorTLSIdentity {
+    public static func loadOrCreate(in directory: String, now: Date = Date()) throws -> EmulatorTLSIdentity {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let caPath = (directory as NSString).appendingPathComponent(caFileName)
         let caKeyPath = (directory as NSString).appendingPathComponent(caKeyFileName)

@@ -21,6 +21,8 @@ struct Bench: AsyncParsableCommand {
         @Option(help: "How many instances watch the activity.") var instances = 100_000
         @Option(help: "HTTP/2 connections to the sink.") var connections = 4
         @Option(name: .customLong("in-flight"), help: "Pushes in flight at once.") var inFlight = 4096
+        @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200; apt-get install nginx-light).")
+        var sink: SinkKind = .emulator
         @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
         var dataDirectory: String?
 
@@ -32,15 +34,24 @@ struct Bench: AsyncParsableCommand {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             defer { if dataDirectory == nil { try? FileManager.default.removeItem(at: root) } }
 
-            // The sink: the APNs emulator over HTTP/2 + TLS on loopback.
-            let emulator = try APNsEmulator(
-                configuration: APNsEmulatorConfiguration(dataDirectory: root.appendingPathComponent("emulator").path), logger: logger
-            )
-            let ports = try await emulator.start()
+            // The sink: an HTTP/2 + TLS endpoint on loopback that counts what it receives.
             let key = P256.Signing.PrivateKey()
-            emulator.registerSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", publicKey: key.publicKey)
             let bundleID = "com.example.bench"
-            emulator.registerBundleID(bundleID)
+            let sink: any BenchSink
+            var emulator: APNsEmulator?
+            switch self.sink {
+            case .emulator:
+                let strict = try APNsEmulator(
+                    configuration: APNsEmulatorConfiguration(dataDirectory: root.appendingPathComponent("emulator").path), logger: logger
+                )
+                let ports = try await strict.start()
+                strict.registerSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", publicKey: key.publicKey)
+                strict.registerBundleID(bundleID)
+                sink = EmulatorSink(emulator: strict, baseURL: "https://127.0.0.1:\(ports.apnsPort)")
+                emulator = strict
+            case .nginx:
+                sink = try await NginxSink(directory: root.appendingPathComponent("nginx"))
+            }
 
             let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path, logger: logger)
             let appID = "app_bench"
@@ -48,14 +59,15 @@ struct Bench: AsyncParsableCommand {
             let sealer = try CredentialSealer(masterKey: CredentialSealer.newMasterKey())
             let credentials = APNsCredentials(
                 teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKeyPEM: key.pemRepresentation, environment: .sandbox,
-                baseURL: "https://127.0.0.1:\(ports.apnsPort)", caCertificatePEM: emulator.caCertificatePEM
+                baseURL: sink.baseURL, caCertificatePEM: sink.caCertificatePEM
             )
             try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: Date()))
 
             print("Registering \(instances) instances…")
             let setupStart = ContinuousClock.now
             for index in 0..<instances {
-                let token = emulator.addDevice(bundleID: bundleID, token: String(format: "%064x", index + 1))
+                var token = String(format: "%064x", index + 1)
+                if let emulator { token = emulator.addDevice(bundleID: bundleID, token: token) }
                 _ = try await store.registerInstance(
                     InstanceRegistration(appID: appID, activityID: "bench", deviceID: String(format: "device-%07d", index), platform: .ios,
                                          pushToken: token, attributesType: "BenchAttributes", attributes: [:], userID: nil),
@@ -72,10 +84,10 @@ struct Bench: AsyncParsableCommand {
             let engine = Task { try await dispatcher.run() }
             try await Task.sleep(for: .milliseconds(200))
 
-            let before = emulator.statistics.accepted
+            let before = try await sink.received()
             let cpuBefore = processCPUSeconds()
             let started = ContinuousClock.now
-            _ = try await store.acceptUpdate(
+            let accepted = try await store.acceptUpdate(
                 ActivityUpdate(appID: appID, activityID: "bench", contentState: ["score": "1-0", "minute": 42]), at: Date()
             )
             let firstAccept = ContinuousClock.now - started
@@ -84,7 +96,7 @@ struct Bench: AsyncParsableCommand {
             // Accept latency while the fan-out runs: updates to another activity, as a backend would keep sending.
             var acceptLatencies: [Duration] = [firstAccept]
             var side = 0
-            while emulator.statistics.accepted - before < instances {
+            while try await sink.received() - before < instances {
                 if side < 500 {
                     side += 1
                     let t0 = ContinuousClock.now
@@ -98,26 +110,37 @@ struct Bench: AsyncParsableCommand {
             }
             let elapsed = ContinuousClock.now - started
             let cpuSeconds = processCPUSeconds() - cpuBefore
+            // Then until the engine has recorded every instance's progress and released the activity.
+            while try await store.activityWithoutInstanceCounts(appID: appID, activityID: "bench")?.dispatchedSequence != accepted.sequence {
+                try await Task.sleep(for: .milliseconds(2))
+                if ContinuousClock.now - started > .seconds(600) { throw ValidationError("The engine did not record every push within 10 minutes.") }
+            }
+            let recorded = ContinuousClock.now - started
+            let sinkAnswers = await sink.answers()
             engine.cancel()
             _ = await engine.result
             await directory.shutdown()
-            try await emulator.shutdown()
+            try await sink.shutdown()
             try await store.close()
 
             acceptLatencies.sort()
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            let statistics = emulator.statistics
             print("""
 
-                liveline bench fanout: \(instances) instances, \(connections) HTTP/2 connections, \(inFlight) in flight
+                liveline bench fanout: \(instances) instances, \(connections) HTTP/2 connections, \(inFlight) in flight, sink \(self.sink.rawValue)
                   all pushes received in  \(format(elapsed))
+                  all progress recorded   \(format(recorded))
                   pushes per second       \(Int(Double(instances) / seconds))
                   accept latency p50      \(format(percentile(acceptLatencies, 0.50)))   (\(acceptLatencies.count) accepts during the fan-out)
                   accept latency p99      \(format(percentile(acceptLatencies, 0.99)))
                   CPU per push            \(String(format: "%.1f µs", cpuSeconds / Double(instances) * 1e6)) (sender, engine, store and sink together; \(String(format: "%.2f", cpuSeconds / seconds)) cores busy)
                   peak memory (RSS)       \(peakMemory())
-                  sink answers            \(statistics.byStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", "))
+                  sink answers            \(sinkAnswers)
                 """)
+        }
+
+        enum SinkKind: String, ExpressibleByArgument, CaseIterable {
+            case emulator, nginx
         }
 
         func percentile(_ sorted: [Duration], _ p: Double) -> Duration {

@@ -1,0 +1,176 @@
+import AsyncHTTPClient
+import Foundation
+import LivelineEmulator
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+/// Where the benchmark's pushes go: an HTTP/2 + TLS endpoint on loopback that counts what it received.
+protocol BenchSink: Sendable {
+    /// The base URL the APNs client is pointed at.
+    var baseURL: String { get }
+    /// The CA certificate the client trusts for it.
+    var caCertificatePEM: String { get }
+    /// Pushes received so far.
+    func received() async throws -> Int
+    /// What the sink answered, when it keeps count (`status: count`).
+    func answers() async -> String
+    /// Stops the sink.
+    func shutdown() async throws
+}
+
+/// The strict APNs emulator, in this process: every push is checked as Apple would and applied to a simulated phone.
+struct EmulatorSink: BenchSink {
+    let emulator: APNsEmulator
+    let baseURL: String
+
+    var caCertificatePEM: String { emulator.caCertificatePEM }
+
+    func received() async throws -> Int { emulator.statistics.accepted }
+
+    func answers() async -> String {
+        emulator.statistics.byStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")
+    }
+
+    func shutdown() async throws { try await emulator.shutdown() }
+}
+
+/// nginx (Debian's `nginx-light` or `nginx`) as a separate process: HTTP/2 over TLS on loopback, answering 200 with the
+/// request's `apns-id` to every `POST /3/device/…`, as h2load's reference figure does. It checks nothing, so it costs
+/// the machine little and the figure is mostly Liveline's own work. Pushes are counted by nginx's `stub_status`.
+final class NginxSink: BenchSink {
+    let baseURL: String
+    let caCertificatePEM: String
+    private let statusURL: String
+    private let process: Process
+    private let http: HTTPClient
+    private let statusPolls = NIOLockedValueBox(0)
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Writes a configuration and a certificate into `directory` and starts `nginx` there.
+    init(directory: URL) async throws {
+        guard let executable = Self.findNginx() else {
+            throw Failure(description: "--sink nginx needs nginx (Debian: apt-get install nginx-light); it was not found in PATH, /usr/sbin or /usr/local/sbin.")
+        }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let identity = try EmulatorTLSIdentity.loadOrCreate(in: directory.path)
+        let certificatePath = directory.appendingPathComponent("server.pem").path
+        let keyPath = directory.appendingPathComponent("server-key.pem").path
+        try Data((identity.serverCertificatePEM + "\n" + identity.caCertificatePEM).utf8).write(to: URL(fileURLWithPath: certificatePath))
+        guard FileManager.default.createFile(atPath: keyPath, contents: Data(identity.serverPrivateKeyPEM.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw Failure(description: "Could not write \(keyPath).") }
+
+        let pushPort = try await Self.freePort()
+        let statusPort = try await Self.freePort()
+        let configuration = """
+            worker_processes 1;
+            daemon off;
+            pid \(directory.path)/nginx.pid;
+            error_log \(directory.path)/error.log warn;
+            events { worker_connections 1024; }
+            http {
+                access_log off;
+                client_body_temp_path \(directory.path)/body;
+                proxy_temp_path \(directory.path)/proxy;
+                fastcgi_temp_path \(directory.path)/fastcgi;
+                uwsgi_temp_path \(directory.path)/uwsgi;
+                scgi_temp_path \(directory.path)/scgi;
+                # APNs allows 1,000 concurrent streams per connection.
+                http2_max_concurrent_streams 1000;
+                keepalive_requests 100000000;
+                server {
+                    listen 127.0.0.1:\(pushPort) ssl http2;
+                    ssl_certificate \(certificatePath);
+                    ssl_certificate_key \(keyPath);
+                    client_body_buffer_size 8k;
+                    location /3/device/ {
+                        add_header apns-id $http_apns_id always;
+                        return 200;
+                    }
+                    location / { return 404; }
+                }
+                server {
+                    listen 127.0.0.1:\(statusPort);
+                    location = /status { stub_status; }
+                }
+            }
+            """
+        let configurationPath = directory.appendingPathComponent("nginx.conf").path
+        try Data(configuration.utf8).write(to: URL(fileURLWithPath: configurationPath))
+
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["-c", configurationPath, "-p", directory.path, "-e", directory.appendingPathComponent("error.log").path]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+
+        self.process = process
+        self.baseURL = "https://127.0.0.1:\(pushPort)"
+        self.caCertificatePEM = identity.caCertificatePEM
+        self.statusURL = "http://127.0.0.1:\(statusPort)/status"
+        self.http = HTTPClient(eventLoopGroupProvider: .singleton)
+
+        // Ready once the status listener answers.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while true {
+            if !process.isRunning {
+                let log = (try? String(contentsOfFile: directory.appendingPathComponent("error.log").path, encoding: .utf8)) ?? ""
+                try? await http.shutdown()
+                throw Failure(description: "nginx exited at start: \(log.trimmingCharacters(in: .whitespacesAndNewlines))")
+            }
+            if (try? await requestsSoFar()) != nil { break }
+            if ContinuousClock.now > deadline {
+                try? await shutdown()
+                throw Failure(description: "nginx did not start listening within 10 s.")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    func received() async throws -> Int {
+        // stub_status counts every request, the status requests too: take those away.
+        try await requestsSoFar() - statusPolls.withLockedValue { $0 }
+    }
+
+    func answers() async -> String { "200 to every push (nginx checks nothing)" }
+
+    func shutdown() async throws {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        try await http.shutdown()
+    }
+
+    /// All requests nginx has read, from `stub_status` ("server accepts handled requests" then the three counts).
+    private func requestsSoFar() async throws -> Int {
+        statusPolls.withLockedValue { $0 += 1 }
+        let response = try await http.execute(HTTPClientRequest(url: statusURL), timeout: .seconds(5))
+        let body = String(buffer: try await response.body.collect(upTo: 4096))
+        let lines = body.split(separator: "\n")
+        guard response.status == .ok, let header = lines.firstIndex(where: { $0.contains("accepts handled requests") }),
+            header + 1 < lines.count, let requests = lines[header + 1].split(separator: " ").last.flatMap({ Int($0) })
+        else { throw Failure(description: "nginx's stub_status answered something unexpected: \(body)") }
+        return requests
+    }
+
+    private static func findNginx() -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        let directories = path.split(separator: ":").map(String.init) + ["/usr/sbin", "/usr/local/sbin", "/sbin"]
+        return directories.map { ($0 as NSString).appendingPathComponent("nginx") }.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    /// A loopback port nobody listens on now (bound and released).
+    private static func freePort() async throws -> Int {
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
+        let port = channel.localAddress?.port ?? 0
+        try await channel.close().get()
+        guard port > 0 else { throw Failure(description: "Could not find a free loopback port for nginx.") }
+        return port
+    }
+}
