@@ -2,6 +2,7 @@ import Foundation
 import LivelineCore
 import LivelineStore
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import ServiceLifecycle
 
@@ -216,6 +217,8 @@ public final class Dispatcher: Service, Sendable {
         var retryAt: Date?
         var stopped = false
         let budget = claim.budget.applied(to: configuration.budget)
+        // The claim's lease was set (or renewed) just now.
+        let leaseRenewedAt = NIOLockedValueBox(now())
 
         // Rate shaping: a new state goes out no sooner than the activity's minimum interval after the last one
         // (coalesced meanwhile: whatever is newest then goes); an end goes at once, and so does a catch-up of the
@@ -255,25 +258,17 @@ public final class Dispatcher: Service, Sendable {
                 var page = firstPage
                 var pageIndex = 0
                 var exhaustedPages = firstPage.count < configuration.pageSize
+                // The next page is read while this one is sent, and a batch's progress is written while the next
+                // batch is sent: the sends never wait on the Store unless it falls a whole page behind.
+                var nextPage: Task<PageFetch, Never>?
+                var progressWrite: Task<Void, Never>?
 
                 func flush(force: Bool) async {
                     guard !buffer.isEmpty, force || buffer.count >= configuration.pageSize else { return }
                     let batch = buffer
                     buffer.removeAll(keepingCapacity: true)
-                    do {
-                        let batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget)
-                        if batchProgress.budgetWarnings > 0 {
-                            logger.notice(
-                                "budget.warning: instances reached the warning share of their hourly priority-10 budget",
-                                metadata: ["app": "\(appID)", "activity": "\(activityID)", "instances": "\(batchProgress.budgetWarnings)"]
-                            )
-                        }
-                        try await store.recordProgress(batchProgress, at: now())
-                    } catch {
-                        if !Task.isCancelled {
-                            logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
-                        }
-                    }
+                    await progressWrite?.value
+                    progressWrite = Task { await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget) }
                 }
 
                 func collect(_ result: InstanceResult) {
@@ -294,33 +289,36 @@ public final class Dispatcher: Service, Sendable {
                         stopped = stopped || Task.isShuttingDownGracefully || Task.isCancelled
                         break
                     }
+                    if nextPage == nil, !exhaustedPages, let after = cursor {
+                        nextPage = Task { [sequence = prepared.sequence] in
+                            await self.fetchPage(
+                                appID: appID, activityID: activityID, platform: platform, sequence: sequence, after: after,
+                                leaseRenewedAt: leaseRenewedAt
+                            )
+                        }
+                    }
                     if pageIndex == page.count {
-                        if exhaustedPages { break }
-                        // Coalesce: before each further page, move to the activity's newest sequence.
-                        do {
-                            guard let renewed = try await store.renewClaim(
-                                appID: appID, activityID: activityID, owner: owner, now: now(), lease: configuration.claimLease
-                            ) else {
-                                stopped = true
-                                break
-                            }
+                        guard !exhaustedPages, let fetch = await nextPage?.value else { break }
+                        nextPage = nil
+                        switch fetch {
+                        case .claimLost:
+                            stopped = true
+                        case .failed:
+                            retryAt = now().addingTimeInterval(1)
+                        case .page(let renewed, let instances):
+                            // Coalesce: each further page goes out at the activity's newest sequence.
                             if renewed.activity.sequence != claim.activity.sequence, let newer = prepare(renewed, for: platform) {
                                 claim = renewed
                                 prepared = newer
                             }
-                            page = try await store.pendingInstances(
-                                appID: appID, activityID: activityID, below: prepared.sequence, platforms: [platform],
-                                after: cursor, limit: configuration.pageSize
-                            )
-                        } catch {
-                            if !Task.isCancelled { logger.error("Reading instances failed", metadata: ["error": "\(error)"]) }
-                            retryAt = now().addingTimeInterval(1)
-                            break
+                            page = instances
                         }
+                        guard case .page = fetch else { break }
                         pageIndex = 0
                         if page.count < configuration.pageSize { exhaustedPages = true }
                         if page.isEmpty { break }
                         cursor = page.last?.deviceID
+                        continue
                     }
                     if inFlight >= configuration.pushesInFlight, let result = await group.next() {
                         collect(result)
@@ -343,6 +341,9 @@ public final class Dispatcher: Service, Sendable {
                     await flush(force: false)
                 }
                 await flush(force: true)
+                await progressWrite?.value
+                // A page read ahead but not sent: let it finish (it only reads).
+                _ = await nextPage?.value
             }
 
             if credentialsRefused {
@@ -355,6 +356,61 @@ public final class Dispatcher: Service, Sendable {
             appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms,
             retryAt: retryAt ?? (stopped ? nil : now())
         )
+    }
+
+    /// The next page of a pass, read ahead while the current one is sent.
+    private enum PageFetch: Sendable {
+        /// The renewed claim (perhaps at a newer sequence) and the instances behind it after the cursor.
+        case page(DispatchClaim, [InstanceRecord])
+        /// Another engine holds the activity now.
+        case claimLost
+        /// The Store failed; the pass ends and is retried.
+        case failed
+    }
+
+    /// Re-reads the claim (renewing its lease once a third of it has passed since `leaseRenewedAt`) and reads the
+    /// instances after `cursor` that are behind the newest sequence.
+    ///
+    /// Between renewals the claim is only read, on the Store's reader: a page never waits for a progress write.
+    private func fetchPage(
+        appID: String, activityID: String, platform: Platform, sequence: Int64, after cursor: String, leaseRenewedAt: NIOLockedValueBox<Date>
+    ) async -> PageFetch {
+        do {
+            let at = now()
+            let renewed: DispatchClaim?
+            if at.timeIntervalSince(leaseRenewedAt.withLockedValue { $0 }) >= configuration.claimLease / 3 {
+                renewed = try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: at, lease: configuration.claimLease)
+                leaseRenewedAt.withLockedValue { $0 = at }
+            } else {
+                renewed = try await store.heldClaim(appID: appID, activityID: activityID, owner: owner, now: at)
+            }
+            guard let renewed else { return .claimLost }
+            let below = renewed.activity.sequence != sequence && renewed.activity.contentState != nil && renewed.activity.event != nil
+                ? renewed.activity.sequence : sequence
+            let instances = try await store.pendingInstances(
+                appID: appID, activityID: activityID, below: below, platforms: [platform], after: cursor, limit: configuration.pageSize
+            )
+            return .page(renewed, instances)
+        } catch {
+            if !Task.isCancelled { logger.error("Reading instances failed", metadata: ["error": "\(error)"]) }
+            return .failed
+        }
+    }
+
+    /// Writes one batch's progress and attempts; a failure only means those instances are sent again later.
+    private func recordProgress(appID: String, activityID: String, _ batch: [InstanceResult], budget: PriorityBudget) async {
+        do {
+            let batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget)
+            if batchProgress.budgetWarnings > 0 {
+                logger.notice(
+                    "budget.warning: instances reached the warning share of their hourly priority-10 budget",
+                    metadata: ["app": "\(appID)", "activity": "\(activityID)", "instances": "\(batchProgress.budgetWarnings)"]
+                )
+            }
+            try await store.recordProgress(batchProgress, at: now())
+        } catch {
+            logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Sends one push, retrying what may succeed later with backoff and jitter.

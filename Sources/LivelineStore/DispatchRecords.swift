@@ -149,6 +149,9 @@ public protocol DispatchStore: Sendable {
     /// Re-reads a claimed activity (to coalesce onto a newer sequence) and extends the lease.
     /// Returns nil when the claim was lost.
     func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim?
+    /// Re-reads a claimed activity without extending the lease (no write, so it never waits for one).
+    /// Returns nil when `owner` no longer holds it or its lease ran out.
+    func heldClaim(appID: String, activityID: String, owner: String, now: Date) async throws -> DispatchClaim?
     /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`.
     func pendingInstances(
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int

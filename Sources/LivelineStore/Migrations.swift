@@ -178,5 +178,14 @@ enum SQLiteMigrations {
                 "ALTER TABLE apps ADD COLUMN budget_hourly_frequent INTEGER",
             ]
         ),
+        Migration(
+            version: 8,
+            name: "delivery timeline without a time index",
+            statements: [
+                // Rows are appended in time order, so the oldest are the lowest ids: pruning by age walks the table
+                // from its start instead, and each recorded attempt writes one index fewer.
+                "DROP INDEX IF EXISTS deliveries_by_time",
+            ]
+        ),
     ]
 }

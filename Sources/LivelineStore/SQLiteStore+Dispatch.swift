@@ -52,6 +52,19 @@ extension SQLiteStore {
         }
     }
 
+    public func heldClaim(appID: String, activityID: String, owner: String, now: Date) async throws -> DispatchClaim? {
+        guard let row = try await reader.query(
+            """
+            SELECT \(Self.claimColumns) FROM activities a JOIN apps ON apps.id = a.app_id
+            WHERE a.app_id = ? AND a.activity_id = ? AND a.claim_owner = ? AND a.claim_expires_at > ?
+            """,
+            [.text(appID), .text(activityID), .text(owner), .integer(Self.millis(now))]
+        ).first else { return nil }
+        return DispatchClaim(
+            activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner, budget: Self.claimBudget(row)
+        )
+    }
+
     public func pendingInstances(
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int
     ) async throws -> [InstanceRecord] {
@@ -73,20 +86,40 @@ extension SQLiteStore {
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
         try await transaction { db in
             let nowMillis = Self.millis(now)
-            // Delivered sequences only ever rise, and only for the token that was pushed to.
-            let bySequence = Dictionary(grouping: progress.delivered, by: \.sequence)
-            for (sequence, entries) in bySequence {
-                for chunk in entries.chunked(into: 400) {
-                    _ = try await db.query(
-                        """
-                        UPDATE instances SET delivered_sequence = MAX(delivered_sequence, ?)
-                        WHERE app_id = ? AND activity_id = ?
-                          AND (device_id, push_token) IN (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ",")))
-                        """,
-                        [.integer(Int(sequence)), .text(progress.appID), .text(progress.activityID)]
-                            + chunk.flatMap { [SQLiteData.text($0.deviceID), .text($0.token)] }
-                    )
+            // Each statement joins a VALUES list on the primary key (app, activity, device): one lookup per instance,
+            // whatever the number of instances on the activity, and only for the token that was pushed to.
+            //
+            // Delivered sequences (they only ever rise) and priority-10 lists, one row write per instance.
+            var rows: [PushedInstance: (sequence: Int64?, sent: [Int64]?)] = [:]
+            rows.reserveCapacity(progress.delivered.count)
+            for pushed in progress.delivered {
+                let key = PushedInstance(deviceID: pushed.deviceID, token: pushed.token, sequence: 0)
+                rows[key, default: (nil, nil)].sequence = max(rows[key]?.sequence ?? pushed.sequence, pushed.sequence)
+            }
+            for (pushed, sent) in progress.priority10Sent {
+                rows[PushedInstance(deviceID: pushed.deviceID, token: pushed.token, sequence: 0), default: (nil, nil)].sent = sent
+            }
+            for chunk in Array(rows).chunked(into: 250) {
+                var binds: [SQLiteData] = []
+                binds.reserveCapacity(chunk.count * 4 + 2)
+                for (instance, row) in chunk {
+                    binds += [
+                        .text(instance.deviceID), .text(instance.token), row.sequence.map { .integer(Int($0)) } ?? .null,
+                        row.sent.map { .text($0.map(String.init).joined(separator: ",")) } ?? .null,
+                    ]
                 }
+                binds += [.text(progress.appID), .text(progress.activityID)]
+                _ = try await db.query(
+                    """
+                    UPDATE instances SET
+                        delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column3, instances.delivered_sequence)),
+                        priority10_sent = COALESCE(v.column4, instances.priority10_sent)
+                    FROM (VALUES \(Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
+                    WHERE instances.app_id = ? AND instances.activity_id = ?
+                      AND instances.device_id = v.column1 AND instances.push_token = v.column2
+                    """,
+                    binds
+                )
             }
             for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
                 for chunk in instances.chunked(into: 400) {
@@ -97,29 +130,16 @@ extension SQLiteStore {
                         _ = try await db.query(
                             """
                             UPDATE instances SET state = ?, updated_at = ?
-                            WHERE app_id = ? AND activity_id = ? AND state = ?
-                              AND (device_id, push_token) IN (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ",")))
+                            FROM (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ","))) AS v
+                            WHERE instances.app_id = ? AND instances.activity_id = ? AND instances.state = ?
+                              AND instances.device_id = v.column1 AND instances.push_token = v.column2
                             """,
-                            [.text(next.rawValue), .integer(nowMillis), .text(progress.appID), .text(progress.activityID), .text(state.rawValue)]
+                            [.text(next.rawValue), .integer(nowMillis)]
                                 + chunk.flatMap { [SQLiteData.text($0.deviceID), .text($0.token)] }
+                                + [.text(progress.appID), .text(progress.activityID), .text(state.rawValue)]
                         )
                     }
                 }
-            }
-            // Priority-10 budgets: each instance's new list, for the token that was pushed to.
-            for chunk in progress.priority10Sent.chunked(into: 300) {
-                _ = try await db.query(
-                    """
-                    UPDATE instances SET priority10_sent = v.column3
-                    FROM (VALUES \(Array(repeating: "(?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
-                    WHERE instances.app_id = ? AND instances.activity_id = ?
-                      AND instances.device_id = v.column1 AND instances.push_token = v.column2
-                    """,
-                    chunk.flatMap { entry in
-                        [SQLiteData.text(entry.instance.deviceID), .text(entry.instance.token),
-                         .text(entry.sent.map(String.init).joined(separator: ","))]
-                    } + [.text(progress.appID), .text(progress.activityID)]
-                )
             }
             if progress.budgetWarnings > 0 {
                 _ = try await db.query(
@@ -212,7 +232,17 @@ extension SQLiteStore {
 
     public func pruneDeliveries(olderThan: Date, keepPerActivity: Int) async throws {
         try await transaction { db in
-            _ = try await db.query("DELETE FROM deliveries WHERE attempted_at < ?", [.integer(Self.millis(olderThan))])
+            // Attempts are appended as they are recorded, so ids follow time: everything before the first recent row
+            // goes (found by walking from the oldest row, which stops there).
+            _ = try await db.query(
+                """
+                DELETE FROM deliveries WHERE id < COALESCE(
+                    (SELECT id FROM deliveries WHERE attempted_at >= ? ORDER BY id LIMIT 1),
+                    (SELECT COALESCE(MAX(id), 0) + 1 FROM deliveries)
+                )
+                """,
+                [.integer(Self.millis(olderThan))]
+            )
             let crowded = try await db.query(
                 "SELECT app_id, activity_id FROM deliveries GROUP BY app_id, activity_id HAVING COUNT(*) > ?", [.integer(keepPerActivity)]
             )

@@ -93,12 +93,15 @@ struct Bench: AsyncParsableCommand {
             let firstAccept = ContinuousClock.now - started
             dispatcher.wake()
 
-            // Accept latency while the fan-out runs: updates to another activity, as a backend would keep sending.
+            // Accept latency while the fan-out runs: updates to other activities, 100 a second as a busy backend might
+            // keep sending them, each committed durably while the fan-out's progress is written.
             var acceptLatencies: [Duration] = [firstAccept]
             var side = 0
+            var nextAccept = ContinuousClock.now
             while try await sink.received() - before < instances {
-                if side < 500 {
+                if ContinuousClock.now >= nextAccept {
                     side += 1
+                    nextAccept = nextAccept.advanced(by: .milliseconds(10))
                     let t0 = ContinuousClock.now
                     _ = try await store.acceptUpdate(
                         ActivityUpdate(appID: appID, activityID: "side-\(side % 50)", contentState: ["n": .integer(Int64(side))]), at: Date()

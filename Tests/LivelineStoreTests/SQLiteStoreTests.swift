@@ -260,4 +260,66 @@ struct DeliveryProgressTests {
             #expect(pending.map(\.pushToken) == ["bbbb"])
         }
     }
+
+    @Test("progress raises delivered sequences (never lowers them), keeps priority-10 lists and moves states, per instance")
+    func progressPerInstance() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            for device in ["d1", "d2", "d3", "d4"] {
+                _ = try await store.registerInstance(registration(device, token: "aa" + device.dropFirst()), at: t0)
+            }
+            for n in 1...3 {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["n": .integer(Int64(n))]), at: t0)
+            }
+            var progress = DeliveryProgress(
+                appID: "app_test", activityID: "order-1",
+                delivered: [PushedInstance(deviceID: "d1", token: "aa1", sequence: 3), PushedInstance(deviceID: "d2", token: "aa2", sequence: 2)],
+                invalidated: [PushedInstance(deviceID: "d3", token: "aa3", sequence: 3)]
+            )
+            progress.priority10Sent = [(PushedInstance(deviceID: "d1", token: "aa1", sequence: 3), [100, 200])]
+            try await store.recordProgress(progress, at: t0)
+            // A late batch for an older sequence does not lower d1.
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "order-1", delivered: [PushedInstance(deviceID: "d1", token: "aa1", sequence: 1)]),
+                at: t0
+            )
+            let instances = try await store.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items
+            let byDevice = Dictionary(uniqueKeysWithValues: instances.map { ($0.deviceID, $0) })
+            #expect(byDevice["d1"]?.deliveredSequence == 3)
+            #expect(byDevice["d1"]?.priority10Sent == [100, 200])
+            #expect(byDevice["d2"]?.deliveredSequence == 2)
+            #expect(byDevice["d2"]?.priority10Sent == [])
+            #expect(byDevice["d3"]?.state == .invalidated)
+            #expect(byDevice["d4"]?.deliveredSequence == 0)
+            #expect(byDevice["d4"]?.state == .active)
+        }
+    }
+
+    @Test("the delivery timeline drops attempts past the retention and keeps only the newest per activity")
+    func timelineRetention() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            func attempt(_ activity: String, _ n: Int, at date: Date) -> DeliveryRecord {
+                DeliveryRecord(
+                    appID: "app_test", activityID: activity, deviceID: "d\(n)", platform: .ios, sequence: 1, event: .update, priority: 10,
+                    status: .delivered, providerID: nil, reason: nil, latencyMilliseconds: 1, attempt: 1, attemptedAt: date
+                )
+            }
+            let old = t0.addingTimeInterval(-8 * 86400)
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "a", attempts: (0..<5).map { attempt("a", $0, at: old) }), at: old
+            )
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "a", attempts: (5..<8).map { attempt("a", $0, at: t0) }), at: t0
+            )
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "b", attempts: (0..<30).map { attempt("b", $0, at: t0) }), at: t0
+            )
+            try await store.pruneDeliveries(olderThan: t0.addingTimeInterval(-7 * 86400), keepPerActivity: 20)
+            let a = try await store.deliveries(appID: "app_test", activityID: "a", cursor: nil, limit: 100).items
+            #expect(Set(a.map(\.deviceID)) == ["d5", "d6", "d7"])
+            let b = try await store.deliveries(appID: "app_test", activityID: "b", cursor: nil, limit: 100).items
+            #expect(Set(b.map(\.deviceID)) == Set((10..<30).map { "d\($0)" }))
+        }
+    }
 }
