@@ -171,7 +171,7 @@ final class ConnectionSlot: @unchecked Sendable {
                     // A server may end every stream with RST_STREAM(NO_ERROR) once it has answered without reading
                     // the body (RFC 9113 §8.1; nginx does). swift-nio-http2's default of 200 resets per 30 s guards
                     // servers against rapid-reset floods and would close a busy client connection; a client pays
-                    // for each of its own requests anyway, so allow as many resets as requests.
+                    // for each of its own requests anyway, so allow more resets a second than one connection carries.
                     var streamConfiguration = NIOHTTP2Handler.StreamConfiguration()
                     streamConfiguration.streamResetFrameRateLimit.maximumCount = 20_000
                     streamConfiguration.streamResetFrameRateLimit.windowLength = .seconds(1)

@@ -12,8 +12,15 @@ public struct DispatcherConfiguration: Sendable {
     public var workers: Int = 4
     /// Pushes in flight per activity.
     public var pushesInFlight: Int = 2048
-    /// Instances read from the Store per page, and progress written per batch.
+    /// Instances read from the Store per page.
     public var pageSize: Int = 1000
+    /// Results written to the Store per progress transaction. Smaller batches let accepted updates (which share the
+    /// Store's one writer) in sooner; larger ones cost fewer commits.
+    public var progressBatchSize: Int = 250
+    /// How many progress batches may wait to be written before the sends wait for the Store. Recording progress is
+    /// bookkeeping (after a crash, anything unrecorded is sent again and the phone ignores what it already has), so
+    /// sends run ahead of it rather than at the Store's pace.
+    public var progressBatchesBehind: Int = 4
     /// How long a claim on an activity lasts without renewal.
     public var claimLease: TimeInterval = 30
     /// How often the engine looks for work when nobody wakes it.
@@ -258,17 +265,24 @@ public final class Dispatcher: Service, Sendable {
                 var page = firstPage
                 var pageIndex = 0
                 var exhaustedPages = firstPage.count < configuration.pageSize
-                // The next page is read while this one is sent, and a batch's progress is written while the next
-                // batch is sent: the sends never wait on the Store unless it falls a whole page behind.
+                // The next page is read while this one is sent, and progress is written behind the sends: they wait
+                // for the Store only when it is more than `progressBatchesBehind` batches behind.
                 var nextPage: Task<PageFetch, Never>?
-                var progressWrite: Task<Void, Never>?
+                // Progress writes in order, oldest first; each waits for the one before it.
+                var progressWrites: [Task<Void, Never>] = []
 
                 func flush(force: Bool) async {
-                    guard !buffer.isEmpty, force || buffer.count >= configuration.pageSize else { return }
+                    guard !buffer.isEmpty, force || buffer.count >= configuration.progressBatchSize else { return }
                     let batch = buffer
                     buffer.removeAll(keepingCapacity: true)
-                    await progressWrite?.value
-                    progressWrite = Task { await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget) }
+                    let previous = progressWrites.last
+                    progressWrites.append(Task {
+                        await previous?.value
+                        await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget)
+                    })
+                    while progressWrites.count > configuration.progressBatchesBehind {
+                        await progressWrites.removeFirst().value
+                    }
                 }
 
                 func collect(_ result: InstanceResult) {
@@ -341,7 +355,7 @@ public final class Dispatcher: Service, Sendable {
                     await flush(force: false)
                 }
                 await flush(force: true)
-                await progressWrite?.value
+                for write in progressWrites { await write.value }
                 // A page read ahead but not sent: let it finish (it only reads).
                 _ = await nextPage?.value
             }

@@ -130,7 +130,7 @@ public final class APNsEmulator: Service, Sendable {
     }
 
     /// Stops both listeners; open APNs connections get `GOAWAY` and are closed once their
-    /// in-flight requests are answered (at most two seconds later). Idempotent.
+    /// in-flight requests are answered (at most ten seconds later). Idempotent.
     public func shutdown() async throws {
         if try await lifecycle.stop(stop) {
             logger.info("APNs emulator stopped")
@@ -216,7 +216,8 @@ public final class APNsEmulator: Service, Sendable {
         }
         if !open.isEmpty {
             let loop = MultiThreadedEventLoopGroup.singleton.any()
-            let deadline = loop.scheduleTask(in: .seconds(2)) { for channel in open { channel.close(promise: nil) } }
+            // A grace period for answers still in flight (a delay fault, a slow or loaded machine); past it, close.
+            let deadline = loop.scheduleTask(in: .seconds(10)) { for channel in open { channel.close(promise: nil) } }
             _ = try? await EventLoopFuture.whenAllComplete(open.map(\.closeFuture), on: loop).get()
             deadline.cancel()
         }

@@ -90,14 +90,18 @@ extension SQLiteStore {
             // whatever the number of instances on the activity, and only for the token that was pushed to.
             //
             // Delivered sequences (they only ever rise) and priority-10 lists, one row write per instance.
-            var rows: [PushedInstance: (sequence: Int64?, sent: [Int64]?)] = [:]
+            struct PushedToken: Hashable {
+                var deviceID: String
+                var token: String
+            }
+            var rows: [PushedToken: (sequence: Int64?, sent: [Int64]?)] = [:]
             rows.reserveCapacity(progress.delivered.count)
             for pushed in progress.delivered {
-                let key = PushedInstance(deviceID: pushed.deviceID, token: pushed.token, sequence: 0)
+                let key = PushedToken(deviceID: pushed.deviceID, token: pushed.token)
                 rows[key, default: (nil, nil)].sequence = max(rows[key]?.sequence ?? pushed.sequence, pushed.sequence)
             }
             for (pushed, sent) in progress.priority10Sent {
-                rows[PushedInstance(deviceID: pushed.deviceID, token: pushed.token, sequence: 0), default: (nil, nil)].sent = sent
+                rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].sent = sent
             }
             for chunk in Array(rows).chunked(into: 250) {
                 var binds: [SQLiteData] = []

@@ -238,13 +238,19 @@ struct EndToEndTests {
                     _ = try await env.update("a", ["step": .integer(Int64(step))])
                     dispatcher.wake()
                     #expect(try await waitFor { env.emulator.display(token: token)?.contentState == ["step": .integer(Int64(step))] })
+                    // Let the engine finish the step (record it, release the claim) before the clock jumps: a push
+                    // still in flight when half an hour passes in an instant would arrive with a token Apple (and
+                    // the emulator) now finds an hour old, which no real clock allows.
+                    #expect(try await waitFor {
+                        try await env.store.activity(appID: env.appID, activityID: "a")?.dispatchedSequence == Int64(step)
+                    })
                 }
             }
             // The injected clock jumps by half an hour, past the 30 s claim lease, so a second worker may
             // send a step again; the phone ignores such a repeat (same timestamp). Count what it applied.
             let pushes = env.emulator.pushes(token: token).filter { $0.verdict == .applied }
             #expect(pushes.count == 4)
-            #expect(env.emulator.pushes(token: token).allSatisfy { $0.status == 200 })
+            #expect(env.emulator.pushes(token: token).allSatisfy { $0.status == 200 }, "answers: \(env.emulator.pushes(token: token).map { "\($0.status.map(String.init) ?? "none") \($0.reason ?? "")" })")
             let authorizations = pushes.compactMap { $0.header("authorization") }
             #expect(Set(authorizations).count == 2, "one token for the first 50 minutes, a fresh one after")
             #expect(authorizations[0] == authorizations[1])
