@@ -17,36 +17,79 @@ public struct APNsPushTransport: PushTransport {
     public init(client: APNsClient) { self.client = client }
 
     public func send(_ push: OutgoingPush) async -> PushOutcome {
-        let notification = APNsNotification(
-            deviceToken: push.token, topic: push.topic, priority: push.priority, expiration: push.expiration, payload: push.payload
-        )
+        let notification = Self.notification(push)
         var retriedWithFreshToken = false
         while true {
-            let response: APNsResponse
+            let result: Result<APNsResponse, any Error>
             do {
-                response = try await client.send(notification)
-            } catch let error as APNsInvalidNotificationError {
-                return .rejected(reason: error.description, providerID: nil)
+                result = .success(try await client.send(notification))
             } catch {
-                return .retryable(reason: "\(error)", retryAfter: nil, providerID: nil)
+                result = .failure(error)
             }
-            if response.isSuccess { return .delivered(providerID: response.apnsID) }
-            let reason = response.reason?.rawValue ?? "HTTP \(response.status)"
-            switch response.disposition ?? .terminal {
-            case .invalidToken:
-                return .invalidToken(reason: reason, providerID: response.apnsID)
-            case .terminal:
-                return .rejected(reason: reason, providerID: response.apnsID)
-            case .retryable:
-                return .retryable(reason: reason, retryAfter: response.retryAfter, providerID: response.apnsID)
-            case .credentials:
-                let tokenProblem = response.reason == .expiredProviderToken || response.reason == .invalidProviderToken
-                if tokenProblem, !retriedWithFreshToken {
-                    retriedWithFreshToken = true
-                    continue
-                }
-                return .credentialsRejected(reason: reason, providerID: response.apnsID)
+            switch Self.outcome(result, retriedWithFreshToken: retriedWithFreshToken) {
+            case .done(let outcome):
+                return outcome
+            case .retryWithFreshToken:
+                retriedWithFreshToken = true
             }
+        }
+    }
+
+    /// Sends the pushes through the client's batch call (one hop to each connection for all of them); a push whose
+    /// provider token was refused is sent once more on its own, with the fresh token.
+    public func send(_ pushes: [OutgoingPush]) async -> [PushOutcome] {
+        let results = await client.send(pushes.map(Self.notification))
+        var outcomes: [PushOutcome] = []
+        outcomes.reserveCapacity(pushes.count)
+        var again: [Int] = []
+        for (index, result) in results.enumerated() {
+            switch Self.outcome(result, retriedWithFreshToken: false) {
+            case .done(let outcome):
+                outcomes.append(outcome)
+            case .retryWithFreshToken:
+                outcomes.append(.retryable(reason: "provider token refused", retryAfter: nil, providerID: nil))
+                again.append(index)
+            }
+        }
+        for index in again {
+            outcomes[index] = await send(pushes[index])
+        }
+        return outcomes
+    }
+
+    private static func notification(_ push: OutgoingPush) -> APNsNotification {
+        APNsNotification(deviceToken: push.token, topic: push.topic, priority: push.priority, expiration: push.expiration, payload: push.payload)
+    }
+
+    private enum Step {
+        case done(PushOutcome)
+        case retryWithFreshToken
+    }
+
+    /// What one answer (or failure) means for the engine.
+    private static func outcome(_ result: Result<APNsResponse, any Error>, retriedWithFreshToken: Bool) -> Step {
+        let response: APNsResponse
+        switch result {
+        case .success(let answer):
+            response = answer
+        case .failure(let error as APNsInvalidNotificationError):
+            return .done(.rejected(reason: error.description, providerID: nil))
+        case .failure(let error):
+            return .done(.retryable(reason: "\(error)", retryAfter: nil, providerID: nil))
+        }
+        if response.isSuccess { return .done(.delivered(providerID: response.apnsID)) }
+        let reason = response.reason?.rawValue ?? "HTTP \(response.status)"
+        switch response.disposition ?? .terminal {
+        case .invalidToken:
+            return .done(.invalidToken(reason: reason, providerID: response.apnsID))
+        case .terminal:
+            return .done(.rejected(reason: reason, providerID: response.apnsID))
+        case .retryable:
+            return .done(.retryable(reason: reason, retryAfter: response.retryAfter, providerID: response.apnsID))
+        case .credentials:
+            let tokenProblem = response.reason == .expiredProviderToken || response.reason == .invalidProviderToken
+            if tokenProblem, !retriedWithFreshToken { return .retryWithFreshToken }
+            return .done(.credentialsRejected(reason: reason, providerID: response.apnsID))
         }
     }
 }

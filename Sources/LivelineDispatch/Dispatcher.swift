@@ -12,6 +12,8 @@ public struct DispatcherConfiguration: Sendable {
     public var workers: Int = 4
     /// Pushes in flight per activity.
     public var pushesInFlight: Int = 2048
+    /// Pushes handed to the transport in one call (one task, one hop to the connection for all of them).
+    public var pushesPerCall: Int = 64
     /// Instances read from the Store per page.
     public var pageSize: Int = 1000
     /// Results written to the Store per progress transaction. Smaller batches let accepted updates (which share the
@@ -260,7 +262,7 @@ public final class Dispatcher: Service, Sendable {
             var buffer: [InstanceResult] = []
             var credentialsRefused = false
 
-            await withTaskGroup(of: InstanceResult.self) { group in
+            await withTaskGroup(of: [InstanceResult].self) { group in
                 var inFlight = 0
                 var page = firstPage
                 var pageIndex = 0
@@ -285,16 +287,18 @@ public final class Dispatcher: Service, Sendable {
                     }
                 }
 
-                func collect(_ result: InstanceResult) {
-                    inFlight -= 1
-                    buffer.append(result)
-                    switch result.final {
-                    case .exhausted:
-                        retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
-                    case .credentials:
-                        credentialsRefused = true
-                    default:
-                        break
+                func collect(_ results: [InstanceResult]) {
+                    for result in results {
+                        inFlight -= 1
+                        buffer.append(result)
+                        switch result.final {
+                        case .exhausted:
+                            retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
+                        case .credentials:
+                            credentialsRefused = true
+                        default:
+                            break
+                        }
                     }
                 }
 
@@ -339,16 +343,20 @@ public final class Dispatcher: Service, Sendable {
                         await flush(force: false)
                         continue
                     }
-                    let instance = page[pageIndex]
-                    pageIndex += 1
-                    inFlight += 1
-                    let push = OutgoingPush(
-                        appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: platform, token: instance.pushToken,
-                        topic: prepared.topic, sequence: prepared.sequence, event: prepared.event,
-                        priority: priority(of: prepared, for: instance, platform: platform, budget: budget),
-                        expiration: prepared.expiration, payload: prepared.body(for: instance.pushToken)
-                    )
-                    group.addTask { await self.push(push, instance: instance, transport: transport) }
+                    // The next chunk of this page, within the in-flight limit, goes out in one transport call.
+                    let count = min(configuration.pushesPerCall, page.count - pageIndex, configuration.pushesInFlight - inFlight)
+                    let instances = Array(page[pageIndex..<(pageIndex + count)])
+                    pageIndex += count
+                    inFlight += count
+                    let pushes = instances.map { instance in
+                        OutgoingPush(
+                            appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: platform, token: instance.pushToken,
+                            topic: prepared.topic, sequence: prepared.sequence, event: prepared.event,
+                            priority: priority(of: prepared, for: instance, platform: platform, budget: budget),
+                            expiration: prepared.expiration, payload: prepared.body(for: instance.pushToken)
+                        )
+                    }
+                    group.addTask { await self.push(pushes, instances: instances, transport: transport) }
                 }
                 while let result = await group.next() {
                     collect(result)
@@ -427,16 +435,54 @@ public final class Dispatcher: Service, Sendable {
         }
     }
 
+    /// Sends a chunk of pushes in one transport call; those that may succeed later are retried one by one (with
+    /// backoff and jitter) while the others are done. Each first attempt's latency is the chunk's.
+    private func push(_ pushes: [OutgoingPush], instances: [InstanceRecord], transport: any PushTransport) async -> [InstanceResult] {
+        if pushes.count == 1 {
+            return [await push(pushes[0], instance: instances[0], transport: transport)]
+        }
+        let started = ContinuousClock.now
+        let outcomes = await transport.send(pushes)
+        let latency = (ContinuousClock.now - started).seconds * 1000
+        return await withTaskGroup(of: (Int, InstanceResult).self) { group in
+            var results = [InstanceResult?](repeating: nil, count: pushes.count)
+            for index in pushes.indices {
+                let first = (outcomes[index], latency)
+                if case .retryable = outcomes[index] {
+                    group.addTask { [push = pushes[index], instance = instances[index]] in
+                        (index, await self.push(push, instance: instance, transport: transport, first: first))
+                    }
+                } else {
+                    // Final at once: no wait inside.
+                    results[index] = await self.push(pushes[index], instance: instances[index], transport: transport, first: first)
+                }
+            }
+            for await (index, result) in group {
+                results[index] = result
+            }
+            return results.map { $0! }
+        }
+    }
+
     /// Sends one push, retrying what may succeed later with backoff and jitter.
-    private func push(_ push: OutgoingPush, instance: InstanceRecord, transport: any PushTransport) async -> InstanceResult {
+    ///
+    /// `first` is the first attempt's outcome and latency when it was already sent (in a chunk).
+    private func push(
+        _ push: OutgoingPush, instance: InstanceRecord, transport: any PushTransport, first: (PushOutcome, Double)? = nil
+    ) async -> InstanceResult {
         var attempts: [DeliveryRecord] = []
         var attempt = 0
         while true {
             attempt += 1
-            let started = ContinuousClock.now
-            let outcome = await transport.send(push)
-            let elapsed = ContinuousClock.now - started
-            let latency = elapsed.seconds * 1000
+            let outcome: PushOutcome
+            let latency: Double
+            if attempt == 1, let first {
+                (outcome, latency) = first
+            } else {
+                let started = ContinuousClock.now
+                outcome = await transport.send(push)
+                latency = (ContinuousClock.now - started).seconds * 1000
+            }
             func record(_ status: DeliveryStatus, _ providerID: String?, _ reason: String?) {
                 attempts.append(
                     DeliveryRecord(

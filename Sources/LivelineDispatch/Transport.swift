@@ -59,6 +59,25 @@ public enum PushOutcome: Sendable, Hashable {
 public protocol PushTransport: Sendable {
     /// Sends one push and reports the outcome. Transport failures are `.retryable`, never thrown.
     func send(_ push: OutgoingPush) async -> PushOutcome
+    /// Sends several pushes and reports each one's outcome, in order; the same as sending each concurrently, but a
+    /// transport may do it more cheaply (one task, one hop to the connection). Transport failures are `.retryable`.
+    func send(_ pushes: [OutgoingPush]) async -> [PushOutcome]
+}
+
+extension PushTransport {
+    /// Sends each push concurrently.
+    public func send(_ pushes: [OutgoingPush]) async -> [PushOutcome] {
+        await withTaskGroup(of: (Int, PushOutcome).self) { group in
+            for (index, push) in pushes.enumerated() {
+                group.addTask { (index, await self.send(push)) }
+            }
+            var outcomes = [PushOutcome?](repeating: nil, count: pushes.count)
+            for await (index, outcome) in group {
+                outcomes[index] = outcome
+            }
+            return outcomes.map { $0! }
+        }
+    }
 }
 
 /// Finds the transport for an app's pushes on a platform.

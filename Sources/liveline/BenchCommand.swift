@@ -21,6 +21,7 @@ struct Bench: AsyncParsableCommand {
         @Option(help: "How many instances watch the activity.") var instances = 100_000
         @Option(help: "HTTP/2 connections to the sink.") var connections = 4
         @Option(name: .customLong("in-flight"), help: "Pushes in flight at once.") var inFlight = 4096
+        @Option(name: .customLong("pushes-per-call"), help: "Pushes handed to the APNs client in one call.") var pushesPerCall = 64
         @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200; apt-get install nginx-light).")
         var sink: SinkKind = .emulator
         @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
@@ -78,6 +79,7 @@ struct Bench: AsyncParsableCommand {
 
             var configuration = DispatcherConfiguration()
             configuration.pushesInFlight = inFlight
+            configuration.pushesPerCall = pushesPerCall
             configuration.workers = 2
             let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: connections, logger: logger)
             let dispatcher = Dispatcher(store: store, transports: directory, configuration: configuration, logger: logger)
