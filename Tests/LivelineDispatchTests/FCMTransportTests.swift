@@ -176,7 +176,12 @@ struct FCMTransportTests {
             let json = fcmServiceAccountJSON(tokenURI: try #require(environment.emulator.tokenURI), key: fcmStrangerServiceAccountKey)
             let client = try FCMClient(
                 serviceAccount: try FCMServiceAccount(json: json),
-                configuration: .init(baseURL: try #require(environment.emulator.baseURL), trustedCAPEM: environment.emulator.caCertificatePEM),
+                // A generous connect timeout: on a loaded machine (the whole suite at once) the emulator may take
+                // seconds to accept, and this test is about the refusal, not the timeout.
+                configuration: .init(
+                    baseURL: try #require(environment.emulator.baseURL), trustedCAPEM: environment.emulator.caCertificatePEM,
+                    connectTimeout: .seconds(60)
+                ),
                 now: { [clock = environment.clock] in clock.now }
             )
             let token = environment.emulator.addDevice(projectID: environment.projectID)
