@@ -84,7 +84,9 @@ extension SQLiteStore {
     }
 
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
-        try await transaction { db in
+        // The statements are built first, then run back to back while holding the writer.
+        var statements: [(sql: String, binds: [SQLiteData])] = []
+        do {
             let nowMillis = Self.millis(now)
             // Each statement joins a VALUES list on the primary key (app, activity, device): one lookup per instance,
             // whatever the number of instances on the activity, and only for the token that was pushed to.
@@ -113,7 +115,7 @@ extension SQLiteStore {
                     ]
                 }
                 binds += [.text(progress.appID), .text(progress.activityID)]
-                _ = try await db.query(
+                statements.append((
                     """
                     UPDATE instances SET
                         delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column3, instances.delivered_sequence)),
@@ -123,7 +125,7 @@ extension SQLiteStore {
                       AND instances.device_id = v.column1 AND instances.push_token = v.column2
                     """,
                     binds
-                )
+                ))
             }
             for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
                 for chunk in instances.chunked(into: 400) {
@@ -131,7 +133,7 @@ extension SQLiteStore {
                     for state in InstanceState.allCases {
                         let next = state.applying(event)
                         guard next != state else { continue }
-                        _ = try await db.query(
+                        statements.append((
                             """
                             UPDATE instances SET state = ?, updated_at = ?
                             FROM (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ","))) AS v
@@ -141,15 +143,15 @@ extension SQLiteStore {
                             [.text(next.rawValue), .integer(nowMillis)]
                                 + chunk.flatMap { [SQLiteData.text($0.deviceID), .text($0.token)] }
                                 + [.text(progress.appID), .text(progress.activityID), .text(state.rawValue)]
-                        )
+                        ))
                     }
                 }
             }
             if progress.budgetWarnings > 0 {
-                _ = try await db.query(
+                statements.append((
                     "UPDATE activities SET budget_warned_at = ? WHERE app_id = ? AND activity_id = ?",
                     [.integer(nowMillis), .text(progress.appID), .text(progress.activityID)]
-                )
+                ))
             }
             for chunk in progress.attempts.chunked(into: 200) {
                 let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -163,16 +165,17 @@ extension SQLiteStore {
                         Self.real(attempt.latencyMilliseconds), .integer(attempt.attempt), .integer(Self.millis(attempt.attemptedAt)),
                     ]
                 }
-                _ = try await db.query(
+                statements.append((
                     """
                     INSERT INTO deliveries (app_id, activity_id, device_id, platform, sequence, event, priority, status, provider_id,
                         reason, latency_ms, attempt, attempted_at)
                     VALUES \(Array(repeating: row, count: chunk.count).joined(separator: ","))
                     """,
                     binds
-                )
+                ))
             }
         }
+        try await transaction(statements: statements)
     }
 
     @discardableResult

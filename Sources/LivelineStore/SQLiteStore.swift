@@ -98,6 +98,26 @@ public final class SQLiteStore: Store, DispatchStore {
         }
     }
 
+    /// Runs `statements` in one write transaction, chained on the writer's event loop: nothing waits for the Swift
+    /// task pool between two statements, so a busy process does not stretch how long the writer is held.
+    func transaction(statements: [(sql: String, binds: [SQLiteData])]) async throws {
+        try await gate.withGate {
+            let writer = self.writer
+            let begin: EventLoopFuture<[SQLiteRow]> = writer.query("BEGIN IMMEDIATE", [])
+            var chain = begin.map { _ in }
+            for statement in statements {
+                chain = chain.flatMap { writer.query(statement.sql, statement.binds).map { _ in } }
+            }
+            chain = chain.flatMap { writer.query("COMMIT", []).map { _ in } }
+            do {
+                try await chain.get()
+            } catch {
+                _ = try? await writer.query("ROLLBACK", []).get()
+                throw error
+            }
+        }
+    }
+
     public func ping() async throws {
         _ = try await reader.query("SELECT 1")
     }
