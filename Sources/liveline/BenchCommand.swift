@@ -22,6 +22,8 @@ struct Bench: AsyncParsableCommand {
         @Option(help: "HTTP/2 connections to the sink.") var connections = 4
         @Option(name: .customLong("in-flight"), help: "Pushes in flight at once.") var inFlight = 4096
         @Option(name: .customLong("pushes-per-call"), help: "Pushes handed to the APNs client in one call.") var pushesPerCall = 64
+        @Option(name: .customLong("progress-batch"), help: "Results recorded per progress transaction.") var progressBatch = 250
+        @Option(name: .customLong("progress-behind"), help: "Progress batches the sends may run ahead of the Store.") var progressBehind = 4
         @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200; apt-get install nginx-light).")
         var sink: SinkKind = .emulator
         @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
@@ -80,6 +82,8 @@ struct Bench: AsyncParsableCommand {
             var configuration = DispatcherConfiguration()
             configuration.pushesInFlight = inFlight
             configuration.pushesPerCall = pushesPerCall
+            configuration.progressBatchSize = progressBatch
+            configuration.progressBatchesBehind = progressBehind
             configuration.workers = 2
             let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: connections, logger: logger)
             let dispatcher = Dispatcher(store: store, transports: directory, configuration: configuration, logger: logger)
