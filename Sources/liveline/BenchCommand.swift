@@ -56,6 +56,19 @@ struct Bench: AsyncParsableCommand {
                 sink = try await NginxSink(directory: root.appendingPathComponent("nginx"))
             }
 
+            do {
+                try await measure(sink: sink, emulator: emulator, key: key, bundleID: bundleID, root: root, logger: logger)
+            } catch {
+                // Never leave an nginx behind.
+                try? await sink.shutdown()
+                throw error
+            }
+        }
+
+        /// Registers the instances, runs the fan-out against `sink` and prints the figures.
+        func measure(
+            sink: any BenchSink, emulator: APNsEmulator?, key: P256.Signing.PrivateKey, bundleID: String, root: URL, logger: Logger
+        ) async throws {
             let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path, logger: logger)
             let appID = "app_bench"
             try await store.createApp(AppRecord(id: appID, name: "Bench", bundleID: bundleID, androidPackage: nil, createdAt: Date()), keys: [])
@@ -142,7 +155,7 @@ struct Bench: AsyncParsableCommand {
                   pushes per second       \(Int(Double(instances) / seconds))
                   accept latency p50      \(format(percentile(acceptLatencies, 0.50)))   (\(acceptLatencies.count) accepts during the fan-out)
                   accept latency p99      \(format(percentile(acceptLatencies, 0.99)))
-                  CPU per push            \(String(format: "%.1f µs", cpuSeconds / Double(instances) * 1e6)) (sender, engine, store and sink together; \(String(format: "%.2f", cpuSeconds / seconds)) cores busy)
+                  CPU per push            \(String(format: "%.1f µs", cpuSeconds / Double(instances) * 1e6)) (this process: \(emulator == nil ? "sender, engine and store; nginx not counted" : "sender, engine, store and sink"); \(String(format: "%.2f", cpuSeconds / seconds)) cores busy)
                   peak memory (RSS)       \(peakMemory())
                   sink answers            \(sinkAnswers)
                 """)
