@@ -318,20 +318,16 @@ public final class Dispatcher: Service, Sendable {
                     if pageIndex == page.count {
                         guard !exhaustedPages, let fetch = await nextPage?.value else { break }
                         nextPage = nil
-                        switch fetch {
-                        case .claimLost:
-                            stopped = true
-                        case .failed:
-                            retryAt = now().addingTimeInterval(1)
-                        case .page(let renewed, let instances):
-                            // Coalesce: each further page goes out at the activity's newest sequence.
-                            if renewed.activity.sequence != claim.activity.sequence, let newer = prepare(renewed, for: platform) {
-                                claim = renewed
-                                prepared = newer
-                            }
-                            page = instances
+                        guard case .page(let newer, let instances) = fetch else {
+                            if case .claimLost = fetch { stopped = true } else { retryAt = now().addingTimeInterval(1) }
+                            break
                         }
-                        guard case .page = fetch else { break }
+                        // Coalesce: each further page goes out at the activity's newest sequence.
+                        if let newer {
+                            claim = newer.claim
+                            prepared = newer.prepared
+                        }
+                        page = instances
                         pageIndex = 0
                         if page.count < configuration.pageSize { exhaustedPages = true }
                         if page.isEmpty { break }
@@ -382,8 +378,9 @@ public final class Dispatcher: Service, Sendable {
 
     /// The next page of a pass, read ahead while the current one is sent.
     private enum PageFetch: Sendable {
-        /// The renewed claim (perhaps at a newer sequence) and the instances behind it after the cursor.
-        case page(DispatchClaim, [InstanceRecord])
+        /// The renewed claim and its sequence, prepared, if a newer one was accepted meanwhile; and the instances behind
+        /// the newest sequence after the cursor.
+        case page(newer: (claim: DispatchClaim, prepared: PreparedSequence)?, [InstanceRecord])
         /// Another engine holds the activity now.
         case claimLost
         /// The Store failed; the pass ends and is retried.
@@ -407,12 +404,12 @@ public final class Dispatcher: Service, Sendable {
                 renewed = try await store.heldClaim(appID: appID, activityID: activityID, owner: owner, now: at)
             }
             guard let renewed else { return .claimLost }
-            let below = renewed.activity.sequence != sequence && renewed.activity.contentState != nil && renewed.activity.event != nil
-                ? renewed.activity.sequence : sequence
+            let newer = renewed.activity.sequence != sequence ? prepare(renewed, for: platform).map { (claim: renewed, prepared: $0) } : nil
             let instances = try await store.pendingInstances(
-                appID: appID, activityID: activityID, below: below, platforms: [platform], after: cursor, limit: configuration.pageSize
+                appID: appID, activityID: activityID, below: newer?.prepared.sequence ?? sequence, platforms: [platform], after: cursor,
+                limit: configuration.pageSize
             )
-            return .page(renewed, instances)
+            return .page(newer: newer, instances)
         } catch {
             if !Task.isCancelled { logger.error("Reading instances failed", metadata: ["error": "\(error)"]) }
             return .failed
