@@ -28,7 +28,7 @@ extension SQLiteStore {
                 "UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ?",
                 [.text(owner), .integer(nowMillis + Int(lease * 1000)), .text(activity.appID), .text(activity.activityID)]
             )
-            return DispatchClaim(activity: activity, bundleID: try row.string("app_bundle_id"), owner: owner, budget: Self.claimBudget(row))
+            return try Self.claim(from: row, activity: activity, owner: owner)
         }
     }
 
@@ -46,9 +46,7 @@ extension SQLiteStore {
                 "UPDATE activities SET claim_expires_at = ? WHERE app_id = ? AND activity_id = ?",
                 [.integer(nowMillis + Int(lease * 1000)), .text(appID), .text(activityID)]
             )
-            return DispatchClaim(
-                activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner, budget: Self.claimBudget(row)
-            )
+            return try Self.claim(from: row, owner: owner)
         }
     }
 
@@ -60,8 +58,14 @@ extension SQLiteStore {
             """,
             [.text(appID), .text(activityID), .text(owner), .integer(Self.millis(now))]
         ).first else { return nil }
-        return DispatchClaim(
-            activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner, budget: Self.claimBudget(row)
+        return try Self.claim(from: row, owner: owner)
+    }
+
+    /// A claim from a row of `claimColumns`.
+    static func claim(from row: SQLiteRow, activity: ActivityRecord? = nil, owner: String) throws -> DispatchClaim {
+        DispatchClaim(
+            activity: try activity ?? Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner,
+            budget: Self.claimBudget(row)
         )
     }
 
@@ -86,94 +90,92 @@ extension SQLiteStore {
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
         // The statements are built first, then run back to back while holding the writer.
         var statements: [(sql: String, binds: [SQLiteData])] = []
-        do {
-            let nowMillis = Self.millis(now)
-            // Each statement joins a VALUES list on the primary key (app, activity, device): one lookup per instance,
-            // whatever the number of instances on the activity, and only for the token that was pushed to.
-            //
-            // Delivered sequences (they only ever rise) and priority-10 lists, one row write per instance.
-            struct PushedToken: Hashable {
-                var deviceID: String
-                var token: String
+        let nowMillis = Self.millis(now)
+        // Each statement joins a VALUES list on the primary key (app, activity, device): one lookup per instance,
+        // whatever the number of instances on the activity, and only for the token that was pushed to.
+        //
+        // Delivered sequences (they only ever rise) and priority-10 lists, one row write per instance.
+        struct PushedToken: Hashable {
+            var deviceID: String
+            var token: String
+        }
+        var rows: [PushedToken: (sequence: Int64?, sent: [Int64]?)] = [:]
+        rows.reserveCapacity(progress.delivered.count)
+        for pushed in progress.delivered {
+            let key = PushedToken(deviceID: pushed.deviceID, token: pushed.token)
+            rows[key, default: (nil, nil)].sequence = max(rows[key]?.sequence ?? pushed.sequence, pushed.sequence)
+        }
+        for (pushed, sent) in progress.priority10Sent {
+            rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].sent = sent
+        }
+        for chunk in Array(rows).chunked(into: 250) {
+            var binds: [SQLiteData] = []
+            binds.reserveCapacity(chunk.count * 4 + 2)
+            for (instance, row) in chunk {
+                binds += [
+                    .text(instance.deviceID), .text(instance.token), row.sequence.map { .integer(Int($0)) } ?? .null,
+                    row.sent.map { .text($0.map(String.init).joined(separator: ",")) } ?? .null,
+                ]
             }
-            var rows: [PushedToken: (sequence: Int64?, sent: [Int64]?)] = [:]
-            rows.reserveCapacity(progress.delivered.count)
-            for pushed in progress.delivered {
-                let key = PushedToken(deviceID: pushed.deviceID, token: pushed.token)
-                rows[key, default: (nil, nil)].sequence = max(rows[key]?.sequence ?? pushed.sequence, pushed.sequence)
-            }
-            for (pushed, sent) in progress.priority10Sent {
-                rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].sent = sent
-            }
-            for chunk in Array(rows).chunked(into: 250) {
-                var binds: [SQLiteData] = []
-                binds.reserveCapacity(chunk.count * 4 + 2)
-                for (instance, row) in chunk {
-                    binds += [
-                        .text(instance.deviceID), .text(instance.token), row.sequence.map { .integer(Int($0)) } ?? .null,
-                        row.sent.map { .text($0.map(String.init).joined(separator: ",")) } ?? .null,
-                    ]
-                }
-                binds += [.text(progress.appID), .text(progress.activityID)]
-                statements.append((
-                    """
-                    UPDATE instances SET
-                        delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column3, instances.delivered_sequence)),
-                        priority10_sent = COALESCE(v.column4, instances.priority10_sent)
-                    FROM (VALUES \(Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
-                    WHERE instances.app_id = ? AND instances.activity_id = ?
-                      AND instances.device_id = v.column1 AND instances.push_token = v.column2
-                    """,
-                    binds
-                ))
-            }
-            for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
-                for chunk in instances.chunked(into: 400) {
-                    // The state machine's rules, per current state (dismissed stays dismissed, and so on).
-                    for state in InstanceState.allCases {
-                        let next = state.applying(event)
-                        guard next != state else { continue }
-                        statements.append((
-                            """
-                            UPDATE instances SET state = ?, updated_at = ?
-                            FROM (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ","))) AS v
-                            WHERE instances.app_id = ? AND instances.activity_id = ? AND instances.state = ?
-                              AND instances.device_id = v.column1 AND instances.push_token = v.column2
-                            """,
-                            [.text(next.rawValue), .integer(nowMillis)]
-                                + chunk.flatMap { [SQLiteData.text($0.deviceID), .text($0.token)] }
-                                + [.text(progress.appID), .text(progress.activityID), .text(state.rawValue)]
-                        ))
-                    }
+            binds += [.text(progress.appID), .text(progress.activityID)]
+            statements.append((
+                """
+                UPDATE instances SET
+                    delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column3, instances.delivered_sequence)),
+                    priority10_sent = COALESCE(v.column4, instances.priority10_sent)
+                FROM (VALUES \(Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
+                WHERE instances.app_id = ? AND instances.activity_id = ?
+                  AND instances.device_id = v.column1 AND instances.push_token = v.column2
+                """,
+                binds
+            ))
+        }
+        for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
+            for chunk in instances.chunked(into: 400) {
+                // The state machine's rules, per current state (dismissed stays dismissed, and so on).
+                for state in InstanceState.allCases {
+                    let next = state.applying(event)
+                    guard next != state else { continue }
+                    statements.append((
+                        """
+                        UPDATE instances SET state = ?, updated_at = ?
+                        FROM (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ","))) AS v
+                        WHERE instances.app_id = ? AND instances.activity_id = ? AND instances.state = ?
+                          AND instances.device_id = v.column1 AND instances.push_token = v.column2
+                        """,
+                        [.text(next.rawValue), .integer(nowMillis)]
+                            + chunk.flatMap { [SQLiteData.text($0.deviceID), .text($0.token)] }
+                            + [.text(progress.appID), .text(progress.activityID), .text(state.rawValue)]
+                    ))
                 }
             }
-            if progress.budgetWarnings > 0 {
-                statements.append((
-                    "UPDATE activities SET budget_warned_at = ? WHERE app_id = ? AND activity_id = ?",
-                    [.integer(nowMillis), .text(progress.appID), .text(progress.activityID)]
-                ))
+        }
+        if progress.budgetWarnings > 0 {
+            statements.append((
+                "UPDATE activities SET budget_warned_at = ? WHERE app_id = ? AND activity_id = ?",
+                [.integer(nowMillis), .text(progress.appID), .text(progress.activityID)]
+            ))
+        }
+        for chunk in progress.attempts.chunked(into: 200) {
+            let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            var binds: [SQLiteData] = []
+            binds.reserveCapacity(chunk.count * 13)
+            for attempt in chunk {
+                binds += [
+                    .text(attempt.appID), .text(attempt.activityID), .text(attempt.deviceID), .text(attempt.platform.rawValue),
+                    .integer(Int(attempt.sequence)), .text(attempt.event.rawValue), .integer(attempt.priority),
+                    .text(attempt.status.rawValue), Self.text(attempt.providerID), Self.text(attempt.reason),
+                    Self.real(attempt.latencyMilliseconds), .integer(attempt.attempt), .integer(Self.millis(attempt.attemptedAt)),
+                ]
             }
-            for chunk in progress.attempts.chunked(into: 200) {
-                let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                var binds: [SQLiteData] = []
-                binds.reserveCapacity(chunk.count * 13)
-                for attempt in chunk {
-                    binds += [
-                        .text(attempt.appID), .text(attempt.activityID), .text(attempt.deviceID), .text(attempt.platform.rawValue),
-                        .integer(Int(attempt.sequence)), .text(attempt.event.rawValue), .integer(attempt.priority),
-                        .text(attempt.status.rawValue), Self.text(attempt.providerID), Self.text(attempt.reason),
-                        Self.real(attempt.latencyMilliseconds), .integer(attempt.attempt), .integer(Self.millis(attempt.attemptedAt)),
-                    ]
-                }
-                statements.append((
-                    """
-                    INSERT INTO deliveries (app_id, activity_id, device_id, platform, sequence, event, priority, status, provider_id,
-                        reason, latency_ms, attempt, attempted_at)
-                    VALUES \(Array(repeating: row, count: chunk.count).joined(separator: ","))
-                    """,
-                    binds
-                ))
-            }
+            statements.append((
+                """
+                INSERT INTO deliveries (app_id, activity_id, device_id, platform, sequence, event, priority, status, provider_id,
+                    reason, latency_ms, attempt, attempted_at)
+                VALUES \(Array(repeating: row, count: chunk.count).joined(separator: ","))
+                """,
+                binds
+            ))
         }
         try await transaction(statements: statements)
     }
