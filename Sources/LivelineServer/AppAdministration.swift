@@ -19,17 +19,19 @@ public struct AppAdministration: Sendable {
     /// Stores (replacing) an app's APNs credentials, sealed; they start out healthy.
     public func setAPNsCredentials(appID: String, _ credentials: APNsCredentials) async throws -> StoredCredentials {
         try credentials.validate()
-        guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }
-        let stored = try credentials.stored(appID: appID, sealer: sealer, at: clock.now())
-        try await store.saveCredentials(stored)
-        return stored
+        return try await saveCredentials(appID: appID) { try credentials.stored(appID: appID, sealer: self.sealer, at: $0) }
     }
 
     /// Stores an app's FCM service account, sealed; replaces earlier FCM credentials and marks them healthy.
     public func setFCMCredentials(appID: String, _ credentials: FCMCredentials) async throws -> StoredCredentials {
         try credentials.validate()
+        return try await saveCredentials(appID: appID) { try credentials.stored(appID: appID, sealer: self.sealer, at: $0) }
+    }
+
+    /// Seals (with `seal`, given the time) and stores validated credentials for an existing app.
+    private func saveCredentials(appID: String, seal: (Date) throws -> StoredCredentials) async throws -> StoredCredentials {
         guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }
-        let stored = try credentials.stored(appID: appID, sealer: sealer, at: clock.now())
+        let stored = try seal(clock.now())
         try await store.saveCredentials(stored)
         return stored
     }
