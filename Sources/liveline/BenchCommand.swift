@@ -24,6 +24,8 @@ struct Bench: AsyncParsableCommand {
         @Option(name: .customLong("pushes-per-call"), help: "Pushes handed to the APNs client in one call.") var pushesPerCall = 64
         @Option(name: .customLong("progress-batch"), help: "Results recorded per progress transaction.") var progressBatch = 250
         @Option(name: .customLong("progress-behind"), help: "Progress batches the sends may run ahead of the Store.") var progressBehind = 4
+        @Option(name: .customLong("side-accepts"), help: "Updates to other activities accepted per second during the fan-out; their latency is the accept latency reported.")
+        var sideAccepts = 100
         @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200; apt-get install nginx-light).")
         var sink: SinkKind = .emulator
         @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
@@ -118,9 +120,9 @@ struct Bench: AsyncParsableCommand {
             var side = 0
             var nextAccept = ContinuousClock.now
             while try await sink.received() - before < instances {
-                if ContinuousClock.now >= nextAccept {
+                if sideAccepts > 0, ContinuousClock.now >= nextAccept {
                     side += 1
-                    nextAccept = nextAccept.advanced(by: .milliseconds(10))
+                    nextAccept = nextAccept.advanced(by: .seconds(1) / sideAccepts)
                     let t0 = ContinuousClock.now
                     _ = try await store.acceptUpdate(
                         ActivityUpdate(appID: appID, activityID: "side-\(side % 50)", contentState: ["n": .integer(Int64(side))]), at: Date()
