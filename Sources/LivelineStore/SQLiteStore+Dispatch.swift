@@ -87,7 +87,7 @@ extension SQLiteStore {
         return try await reader.query(sql, binds).map(Self.instance(from:))
     }
 
-    public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
+    public func enqueueProgress(_ progress: DeliveryProgress, at now: Date) -> EventLoopFuture<Void> {
         // The statements are built first, then run back to back while holding the writer.
         var statements: [(sql: String, binds: [SQLiteData])] = []
         let nowMillis = Self.millis(now)
@@ -177,7 +177,7 @@ extension SQLiteStore {
                 binds
             ))
         }
-        try await transaction(statements: statements)
+        return enqueueTransaction(statements: statements)
     }
 
     @discardableResult
