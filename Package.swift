@@ -135,7 +135,10 @@ let package = Package(
             ]
         ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
-        .testTarget(name: "LivelineStoreTests", dependencies: ["LivelineStore", "LivelineCore"]),
+        .testTarget(
+            name: "LivelineStoreTests",
+            dependencies: ["LivelineStore", "LivelineCore", .product(name: "SQLiteNIO", package: "sqlite-nio")]
+        ),
         .testTarget(
             name: "APNsTests",
             dependencies: [

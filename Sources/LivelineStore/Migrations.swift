@@ -187,5 +187,35 @@ enum SQLiteMigrations {
                 "DROP INDEX IF EXISTS deliveries_by_time",
             ]
         ),
+        Migration(
+            version: 9,
+            name: "delivery timeline in segments",
+            statements: [
+                // One row per recorded batch of attempts (a JSON array, oldest first) instead of one per attempt:
+                // a fan-out's timeline costs the one writer a row per batch. An attempt's id is the segment's id times
+                // 4096 plus its place; `first_index` rises when pruning trims a segment's oldest attempts.
+                """
+                CREATE TABLE delivery_segments (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    app_id TEXT NOT NULL,
+                    activity_id TEXT NOT NULL,
+                    first_index INTEGER NOT NULL,
+                    attempt_count INTEGER NOT NULL,
+                    newest_attempt_at INTEGER NOT NULL,
+                    attempts TEXT NOT NULL
+                )
+                """,
+                "CREATE INDEX delivery_segments_by_activity ON delivery_segments(app_id, activity_id, id)",
+                // Attempts recorded before, one segment each, in their order.
+                """
+                INSERT INTO delivery_segments (app_id, activity_id, first_index, attempt_count, newest_attempt_at, attempts)
+                SELECT app_id, activity_id, 0, 1, attempted_at,
+                    json_array(json_array(device_id, platform, sequence, event, priority, status, provider_id, reason, latency_ms,
+                        attempt, attempted_at))
+                FROM deliveries ORDER BY id
+                """,
+                "DROP TABLE deliveries",
+            ]
+        ),
     ]
 }

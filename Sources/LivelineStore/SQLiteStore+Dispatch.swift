@@ -156,27 +156,7 @@ extension SQLiteStore {
                 [.integer(nowMillis), .text(progress.appID), .text(progress.activityID)]
             ))
         }
-        for chunk in progress.attempts.chunked(into: 200) {
-            let row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            var binds: [SQLiteData] = []
-            binds.reserveCapacity(chunk.count * 13)
-            for attempt in chunk {
-                binds += [
-                    .text(attempt.appID), .text(attempt.activityID), .text(attempt.deviceID), .text(attempt.platform.rawValue),
-                    .integer(Int(attempt.sequence)), .text(attempt.event.rawValue), .integer(attempt.priority),
-                    .text(attempt.status.rawValue), Self.text(attempt.providerID), Self.text(attempt.reason),
-                    Self.real(attempt.latencyMilliseconds), .integer(attempt.attempt), .integer(Self.millis(attempt.attemptedAt)),
-                ]
-            }
-            statements.append((
-                """
-                INSERT INTO deliveries (app_id, activity_id, device_id, platform, sequence, event, priority, status, provider_id,
-                    reason, latency_ms, attempt, attempted_at)
-                VALUES \(Array(repeating: row, count: chunk.count).joined(separator: ","))
-                """,
-                binds
-            ))
-        }
+        statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
         return enqueueTransaction(statements: statements)
     }
 
@@ -223,53 +203,6 @@ extension SQLiteStore {
         }
     }
 
-    public func deliveries(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<DeliveryRecord> {
-        var sql = "SELECT * FROM deliveries WHERE app_id = ? AND activity_id = ?"
-        var binds: [SQLiteData] = [.text(appID), .text(activityID)]
-        if let cursor {
-            guard let before = Int(try Self.decodeCursor(cursor)) else { throw StoreError.invalidCursor }
-            sql += " AND id < ?"
-            binds.append(.integer(before))
-        }
-        sql += " ORDER BY id DESC LIMIT ?"
-        binds.append(.integer(limit + 1))
-        let rows = try await reader.query(sql, binds)
-        let items = try rows.prefix(limit).map(Self.delivery(from:))
-        let next = rows.count > limit ? items.last.map { Self.encodeCursor(String($0.id)) } : nil
-        return Page(items: items, nextCursor: next)
-    }
-
-    public func pruneDeliveries(olderThan: Date, keepPerActivity: Int) async throws {
-        try await transaction { db in
-            // Attempts are appended as they are recorded, so ids follow time: everything before the first recent row
-            // goes (found by walking from the oldest row, which stops there).
-            _ = try await db.query(
-                """
-                DELETE FROM deliveries WHERE id < COALESCE(
-                    (SELECT id FROM deliveries WHERE attempted_at >= ? ORDER BY id LIMIT 1),
-                    (SELECT COALESCE(MAX(id), 0) + 1 FROM deliveries)
-                )
-                """,
-                [.integer(Self.millis(olderThan))]
-            )
-            let crowded = try await db.query(
-                "SELECT app_id, activity_id FROM deliveries GROUP BY app_id, activity_id HAVING COUNT(*) > ?", [.integer(keepPerActivity)]
-            )
-            for row in crowded {
-                let appID = try row.string("app_id")
-                let activityID = try row.string("activity_id")
-                _ = try await db.query(
-                    """
-                    DELETE FROM deliveries WHERE app_id = ? AND activity_id = ? AND id <= (
-                        SELECT id FROM deliveries WHERE app_id = ? AND activity_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?
-                    )
-                    """,
-                    [.text(appID), .text(activityID), .text(appID), .text(activityID), .integer(keepPerActivity)]
-                )
-            }
-        }
-    }
-
     public func saveCredentials(_ credentials: StoredCredentials) async throws {
         try await transaction { db in
             let exists = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(credentials.appID)])
@@ -308,25 +241,6 @@ extension SQLiteStore {
                 [.integer(healthy ? 1 : 0), Self.text(reason), .integer(Self.millis(now)), .text(appID), .text(provider)]
             )
         }
-    }
-
-    static func delivery(from row: SQLiteRow) throws -> DeliveryRecord {
-        DeliveryRecord(
-            id: Int64(row.column("id")?.integer ?? 0),
-            appID: try row.string("app_id"),
-            activityID: try row.string("activity_id"),
-            deviceID: try row.string("device_id"),
-            platform: Platform(rawValue: try row.string("platform")) ?? .ios,
-            sequence: Int64(row.column("sequence")?.integer ?? 0),
-            event: LiveActivityEvent(rawValue: try row.string("event")),
-            priority: row.column("priority")?.integer ?? 10,
-            status: DeliveryStatus(rawValue: try row.string("status")) ?? .rejected,
-            providerID: row.column("provider_id")?.string,
-            reason: row.column("reason")?.string,
-            latencyMilliseconds: row.column("latency_ms")?.double,
-            attempt: row.column("attempt")?.integer ?? 1,
-            attemptedAt: try row.date("attempted_at")
-        )
     }
 }
 

@@ -38,7 +38,7 @@ extension SQLiteStore {
             let cutoffMillis = Self.millis(cutoff)
             _ = try await db.query(
                 """
-                DELETE FROM deliveries WHERE (app_id, activity_id) IN
+                DELETE FROM delivery_segments WHERE (app_id, activity_id) IN
                     (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
                 """,
                 [.integer(cutoffMillis)]

@@ -1,0 +1,120 @@
+import Foundation
+import LivelineCore
+@testable import LivelineStore
+import SQLiteNIO
+import Testing
+
+@Suite("SQLite store: delivery timeline")
+struct TimelineTests {
+    func attempt(_ activity: String, _ n: Int, at date: Date = t0) -> DeliveryRecord {
+        DeliveryRecord(
+            appID: "app_test", activityID: activity, deviceID: "d\(n)", platform: n % 2 == 0 ? .ios : .android, sequence: Int64(n),
+            event: n == 0 ? .start : .update, priority: n % 3 == 0 ? 5 : 10, status: n % 4 == 0 ? .retrying : .delivered,
+            providerID: n % 5 == 0 ? nil : "id-\(n)", reason: n % 4 == 0 ? "TooManyRequests \"quoted\"\n" : nil,
+            latencyMilliseconds: n % 7 == 0 ? nil : Double(n) + 0.25, attempt: n % 4 == 0 ? 2 : 1,
+            attemptedAt: date.addingTimeInterval(Double(n))
+        )
+    }
+
+    /// Every page of the timeline, following the cursors.
+    func allPages(_ store: SQLiteStore, activity: String, limit: Int) async throws -> [[DeliveryRecord]] {
+        var pages: [[DeliveryRecord]] = []
+        var cursor: String?
+        repeat {
+            let page = try await store.deliveries(appID: "app_test", activityID: activity, cursor: cursor, limit: limit)
+            pages.append(page.items)
+            cursor = page.nextCursor
+        } while cursor != nil
+        return pages
+    }
+
+    @Test("attempts recorded in batches read back newest first, every field intact, across pages that split batches")
+    func pagesAcrossSegments() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            for range in [0..<5, 5..<8, 8..<15] {
+                try await store.recordProgress(
+                    DeliveryProgress(appID: "app_test", activityID: "a", attempts: range.map { attempt("a", $0) }), at: t0
+                )
+            }
+            let pages = try await allPages(store, activity: "a", limit: 4)
+            #expect(pages.map(\.count) == [4, 4, 4, 3])
+            let items = pages.flatMap { $0 }
+            #expect(items.map(\.deviceID) == (0..<15).reversed().map { "d\($0)" })
+            #expect(zip(items, items.dropFirst()).allSatisfy { $0.id > $1.id })
+            for item in items {
+                let n = Int(item.deviceID.dropFirst())!
+                var expected = attempt("a", n)
+                expected.id = item.id
+                #expect(item == expected)
+            }
+        }
+    }
+
+    @Test("pruning to the newest attempts trims a batch and keeps the ids of what stays")
+    func pruneKeepsIDs() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            for range in [0..<6, 6..<12] {
+                try await store.recordProgress(
+                    DeliveryProgress(appID: "app_test", activityID: "a", attempts: range.map { attempt("a", $0) }), at: t0
+                )
+            }
+            let before = try await store.deliveries(appID: "app_test", activityID: "a", cursor: nil, limit: 100).items
+            try await store.pruneDeliveries(olderThan: t0.addingTimeInterval(-86400), keepPerActivity: 8)
+            let after = try await store.deliveries(appID: "app_test", activityID: "a", cursor: nil, limit: 100).items
+            #expect(after == Array(before.prefix(8)))
+            try await store.pruneDeliveries(olderThan: t0.addingTimeInterval(-86400), keepPerActivity: 6)
+            let fewer = try await store.deliveries(appID: "app_test", activityID: "a", cursor: nil, limit: 100).items
+            #expect(fewer == Array(before.prefix(6)))
+        }
+    }
+
+    @Test("attempts recorded before the timeline was kept in segments are still there after the migration, in order")
+    func migrationFromRows() async throws {
+        try await withTemporaryStore { store, path in
+            try await makeApp(store)
+            // Put the database back at schema 8, with attempts in the one-row-per-attempt table.
+            for sql in [
+                "DROP TABLE delivery_segments",
+                """
+                CREATE TABLE deliveries (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT, app_id TEXT NOT NULL, activity_id TEXT NOT NULL, device_id TEXT NOT NULL,
+                    platform TEXT NOT NULL, sequence INTEGER NOT NULL, event TEXT NOT NULL, priority INTEGER NOT NULL,
+                    status TEXT NOT NULL, provider_id TEXT, reason TEXT, latency_ms REAL, attempt INTEGER NOT NULL,
+                    attempted_at INTEGER NOT NULL
+                )
+                """,
+                "DELETE FROM schema_migrations WHERE version >= 9",
+            ] {
+                _ = try await store.writer.query(sql, [])
+            }
+            let old = (0..<3).map { attempt("a", $0) }
+            for record in old {
+                _ = try await store.writer.query(
+                    """
+                    INSERT INTO deliveries (app_id, activity_id, device_id, platform, sequence, event, priority, status, provider_id,
+                        reason, latency_ms, attempt, attempted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(record.appID), .text(record.activityID), .text(record.deviceID), .text(record.platform.rawValue),
+                        .integer(Int(record.sequence)), .text(record.event.rawValue), .integer(record.priority),
+                        .text(record.status.rawValue), SQLiteStore.text(record.providerID), SQLiteStore.text(record.reason),
+                        SQLiteStore.real(record.latencyMilliseconds), .integer(record.attempt),
+                        .integer(SQLiteStore.millis(record.attemptedAt)),
+                    ]
+                )
+            }
+            try await store.close()
+            let reopened = try await SQLiteStore.open(path: path)
+            let items = try await reopened.deliveries(appID: "app_test", activityID: "a", cursor: nil, limit: 10).items
+            try await reopened.close()
+            #expect(items.map(\.deviceID) == ["d2", "d1", "d0"])
+            for item in items {
+                var expected = old[Int(item.deviceID.dropFirst())!]
+                expected.id = item.id
+                #expect(item == expected)
+            }
+        }
+    }
+}
