@@ -10,10 +10,9 @@ import Synchronization
 /// - work that is only queued (``enqueue(_:)``) and starts, without any task, when its turn comes: background
 ///   bookkeeping such as delivery progress.
 ///
-/// Each queue is first come, first served. Waiting tasks go before queued work, up to ``tasksAheadOfWork`` in a row:
-/// a request's write waits for the transaction that is running rather than for the background work queued before it,
-/// and a steady stream of requests cannot starve the work. Taking a free gate and handing it on never waits for the
-/// task pool.
+/// Each queue is first come, first served. When both have waiters they take turns, so a request's write waits for the
+/// holder and at most one queued work item, however much background work is queued; and work is not starved by a
+/// steady stream of requests. Taking a free gate and handing it on never waits for the task pool.
 final class SerialGate: Sendable {
     private enum Waiter {
         case task(CheckedContinuation<Void, Never>)
@@ -24,14 +23,11 @@ final class SerialGate: Sendable {
         var isHeld = false
         var tasks: [CheckedContinuation<Void, Never>] = []
         var work: [@Sendable () -> Void] = []
-        /// Tasks let in one after another while work was waiting.
-        var tasksInARow = 0
+        /// Whom the gate went to last when both queues had waiters.
+        var lastTurnWasTask = false
     }
 
     private let state = Mutex(State())
-
-    /// How many waiting tasks may go, one after another, before queued work.
-    static let tasksAheadOfWork = 4
 
     /// Runs `body` while holding the gate.
     func withGate<T: Sendable>(_ body: () async throws -> T) async throws -> T {
@@ -40,9 +36,9 @@ final class SerialGate: Sendable {
         return try await body()
     }
 
-    /// Queues `start` behind the work queued so far, and returns at once. `start` runs when its turn comes (on the
-    /// thread that hands the gate on) and holds the gate until it calls ``release()`` — exactly once, when the work it
-    /// starts is done.
+    /// Queues `start` behind the holder, the waiting tasks and the work queued so far, and returns at once. `start` runs when its turn comes (on
+    /// the thread that hands the gate on) and holds the gate until it calls ``release()`` — exactly once, when the
+    /// work it starts is done.
     func enqueue(_ start: @escaping @Sendable () -> Void) {
         let now = state.withLock { state in
             if state.isHeld {
@@ -61,16 +57,18 @@ final class SerialGate: Sendable {
     /// Hands the gate to the next waiter, or frees it.
     func release() {
         let next = state.withLock { state -> Waiter? in
-            if state.tasks.isEmpty && state.work.isEmpty {
+            switch (state.tasks.isEmpty, state.work.isEmpty) {
+            case (true, true):
                 state.isHeld = false
                 return nil
-            }
-            if !state.tasks.isEmpty && (state.work.isEmpty || state.tasksInARow < Self.tasksAheadOfWork) {
-                state.tasksInARow = state.work.isEmpty ? 0 : state.tasksInARow + 1
+            case (false, true):
                 return .task(state.tasks.removeFirst())
+            case (true, false):
+                return .work(state.work.removeFirst())
+            case (false, false):
+                state.lastTurnWasTask.toggle()
+                return state.lastTurnWasTask ? .task(state.tasks.removeFirst()) : .work(state.work.removeFirst())
             }
-            state.tasksInARow = 0
-            return .work(state.work.removeFirst())
         }
         switch next {
         case .task(let continuation): continuation.resume()

@@ -9,7 +9,7 @@ struct SerialGateTests {
         let entries = Mutex<[String]>([])
     }
 
-    @Test("one holder at a time; each queue in order; waiting tasks go before queued work, a few at a time")
+    @Test("one holder at a time; each queue in order; waiting tasks and queued work take turns")
     func order() async throws {
         let gate = SerialGate()
         let log = Log()
@@ -22,7 +22,7 @@ struct SerialGateTests {
             }
         }
         var tasks: [Task<Void, any Error>] = []
-        for name in ["task A", "task B", "task C", "task D", "task E", "task F"] {
+        for name in ["task A", "task B"] {
             tasks.append(Task { try await gate.withGate { log.entries.withLock { $0.append(name) } } })
             // Until the task waits at the gate, so they queue in this order.
             while gate.waitingTasks < tasks.count { try await Task.sleep(for: .milliseconds(2)) }
@@ -31,8 +31,6 @@ struct SerialGateTests {
         gate.release()
         for task in tasks { try await task.value }
         try await gate.withGate {}
-        #expect(log.entries.withLock { $0 } == [
-            "held", "task A", "task B", "task C", "task D", "work 1", "task E", "task F", "work 2", "work 3",
-        ])
+        #expect(log.entries.withLock { $0 } == ["held", "task A", "work 1", "task B", "work 2", "work 3"])
     }
 }
