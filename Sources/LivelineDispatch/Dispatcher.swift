@@ -270,15 +270,20 @@ public final class Dispatcher: Service, Sendable {
                 // The next page is read while this one is sent, and progress is written behind the sends: they wait
                 // for the Store only when it is more than `progressBatchesBehind` batches behind.
                 var nextPage: Task<PageFetch, Never>?
-                // Progress writes queued in the Store, oldest first; the Store commits them in that order.
-                var progressWrites: [EventLoopFuture<Void>] = []
+                // Progress writes in order, oldest first; each waits for the one before it.
+                var progressWrites: [Task<Void, Never>] = []
 
                 func flush(force: Bool) async {
                     guard !buffer.isEmpty, force || buffer.count >= configuration.progressBatchSize else { return }
-                    progressWrites.append(self.enqueueProgress(appID: appID, activityID: activityID, buffer, budget: budget))
+                    let batch = buffer
                     buffer.removeAll(keepingCapacity: true)
+                    let previous = progressWrites.last
+                    progressWrites.append(Task {
+                        await previous?.value
+                        await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget)
+                    })
                     while progressWrites.count > configuration.progressBatchesBehind {
-                        try? await progressWrites.removeFirst().get()
+                        await progressWrites.removeFirst().value
                     }
                 }
 
@@ -354,7 +359,7 @@ public final class Dispatcher: Service, Sendable {
                     await flush(force: false)
                 }
                 await flush(force: true)
-                for write in progressWrites { try? await write.get() }
+                for write in progressWrites { await write.value }
                 // A page read ahead but not sent: let it finish (it only reads).
                 _ = await nextPage?.value
             }
@@ -411,21 +416,20 @@ public final class Dispatcher: Service, Sendable {
         }
     }
 
-    /// Queues one batch's progress and attempts in the Store; a failure (logged) only means those instances are sent
-    /// again later.
-    private func enqueueProgress(appID: String, activityID: String, _ batch: [InstanceResult], budget: PriorityBudget) -> EventLoopFuture<Void> {
-        let batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget)
-        if batchProgress.budgetWarnings > 0 {
-            logger.notice(
-                "budget.warning: instances reached the warning share of their hourly priority-10 budget",
-                metadata: ["app": "\(appID)", "activity": "\(activityID)", "instances": "\(batchProgress.budgetWarnings)"]
-            )
-        }
-        let write = store.enqueueProgress(batchProgress, at: now())
-        write.whenFailure { [logger] error in
+    /// Writes one batch's progress and attempts; a failure only means those instances are sent again later.
+    private func recordProgress(appID: String, activityID: String, _ batch: [InstanceResult], budget: PriorityBudget) async {
+        do {
+            let batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget)
+            if batchProgress.budgetWarnings > 0 {
+                logger.notice(
+                    "budget.warning: instances reached the warning share of their hourly priority-10 budget",
+                    metadata: ["app": "\(appID)", "activity": "\(activityID)", "instances": "\(batchProgress.budgetWarnings)"]
+                )
+            }
+            try await store.recordProgress(batchProgress, at: now())
+        } catch {
             logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
         }
-        return write
     }
 
     /// Sends a chunk of pushes in one transport call; those that may succeed later are retried one by one (with

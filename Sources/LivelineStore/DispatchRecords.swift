@@ -1,6 +1,5 @@
 import Foundation
 import LivelineCore
-import NIOCore
 
 /// An activity a dispatcher has claimed: its current sequence and what to send.
 public struct DispatchClaim: Sendable, Hashable {
@@ -157,10 +156,8 @@ public protocol DispatchStore: Sendable {
     func pendingInstances(
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int
     ) async throws -> [InstanceRecord]
-    /// Queues a batch's progress and attempts as one transaction, behind every write queued before it, and returns at
-    /// once: batches queued one after another are committed in that order. The future completes once the batch is
-    /// committed, or fails (nothing of the batch recorded).
-    func enqueueProgress(_ progress: DeliveryProgress, at now: Date) -> EventLoopFuture<Void>
+    /// Records a page's progress and attempts in one transaction.
+    func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws
     /// Releases the claim. When no active instance on `platforms` is behind the activity's current sequence,
     /// the activity is done (returns true) until a newer sequence or a new token arrives; otherwise it stays
     /// pending and is not claimed again before `retryAt` (now when nil).
@@ -186,11 +183,4 @@ public protocol DispatchStore: Sendable {
     func credentials(appID: String, provider: String) async throws -> StoredCredentials?
     /// Records whether the provider accepted the credentials.
     func setCredentialsHealth(appID: String, provider: String, healthy: Bool, reason: String?, at now: Date) async throws
-}
-
-extension DispatchStore {
-    /// Records a batch's progress and attempts in one transaction, and returns once it is committed.
-    public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
-        try await enqueueProgress(progress, at: now).get()
-    }
 }

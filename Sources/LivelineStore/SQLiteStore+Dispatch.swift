@@ -87,7 +87,7 @@ extension SQLiteStore {
         return try await reader.query(sql, binds).map(Self.instance(from:))
     }
 
-    public func enqueueProgress(_ progress: DeliveryProgress, at now: Date) -> EventLoopFuture<Void> {
+    public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
         // The statements are built first, then run back to back while holding the writer.
         var statements: [(sql: String, binds: [SQLiteData])] = []
         let nowMillis = Self.millis(now)
@@ -157,7 +157,7 @@ extension SQLiteStore {
             ))
         }
         statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
-        return enqueueTransaction(statements: statements)
+        try await transaction(statements: statements)
     }
 
     @discardableResult

@@ -98,37 +98,24 @@ public final class SQLiteStore: Store, DispatchStore {
         }
     }
 
-    /// Queues `statements` as one write transaction and returns at once; the future completes when the transaction has
-    /// committed (or fails, rolled back). Transactions queued this way commit in the order they were queued; a
-    /// request's transaction waiting at the gate may go between two of them (see ``SerialGate``).
-    ///
-    /// The statements run chained on the writer's event loop: neither they nor the hand-over from the transaction
-    /// before wait for the Swift task pool, so a busy process does not stretch how long the writer is held.
-    func enqueueTransaction(statements: [(sql: String, binds: [SQLiteData])]) -> EventLoopFuture<Void> {
-        let writer = self.writer
-        let gate = self.gate
-        let promise = writer.eventLoop.makePromise(of: Void.self)
-        gate.enqueue {
-            writer.eventLoop.execute {
-                var chain = writer.query("BEGIN IMMEDIATE", []).map { _ in }
-                for statement in statements {
-                    chain = chain.flatMap { writer.query(statement.sql, statement.binds).map { _ in } }
-                }
-                chain.flatMap { writer.query("COMMIT", []) }.whenComplete { result in
-                    switch result {
-                    case .success:
-                        gate.release()
-                        promise.succeed()
-                    case .failure(let error):
-                        writer.query("ROLLBACK", []).whenComplete { _ in
-                            gate.release()
-                            promise.fail(error)
-                        }
-                    }
-                }
+    /// Runs `statements` in one write transaction, chained on the writer's event loop: nothing waits for the Swift
+    /// task pool between two statements, so a busy process does not stretch how long the writer is held.
+    func transaction(statements: [(sql: String, binds: [SQLiteData])]) async throws {
+        try await gate.withGate {
+            let writer = self.writer
+            let begin: EventLoopFuture<[SQLiteRow]> = writer.query("BEGIN IMMEDIATE", [])
+            var chain = begin.map { _ in }
+            for statement in statements {
+                chain = chain.flatMap { writer.query(statement.sql, statement.binds).map { _ in } }
+            }
+            chain = chain.flatMap { writer.query("COMMIT", []).map { _ in } }
+            do {
+                try await chain.get()
+            } catch {
+                _ = try? await writer.query("ROLLBACK", []).get()
+                throw error
             }
         }
-        return promise.futureResult
     }
 
     public func ping() async throws {
