@@ -53,7 +53,7 @@ struct EndToEndTests {
         let account = try registeredAccount(emulator)
         let client = try FCMClient(
             serviceAccount: account,
-            configuration: FCMClient.Configuration(baseURL: try #require(emulator.baseURL), trustedCAPEM: emulator.caCertificatePEM),
+            configuration: FCMClient.Configuration(baseURL: try #require(emulator.baseURL), trustedCAPEM: emulator.caCertificatePEM, connectTimeout: .seconds(60)),
             now: { clock.now }, logger: logger
         )
         let harness = Harness(emulator: emulator, client: client, clock: clock, account: account, directory: directory)
@@ -126,7 +126,7 @@ struct EndToEndTests {
         let account = try Self.registeredAccount(emulator)
         let client = try FCMClient(
             serviceAccount: account,
-            configuration: .init(baseURL: try #require(emulator.baseURL), trustedCAPEM: emulator.caCertificatePEM), now: { clock.now }
+            configuration: .init(baseURL: try #require(emulator.baseURL), trustedCAPEM: emulator.caCertificatePEM, connectTimeout: .seconds(60)), now: { clock.now }
         )
         let token = emulator.addDevice(projectID: account.projectID)
         let body = FCMLiveUpdateMessage(activityID: "a", event: .update, sequence: 1, timestamp: 1, contentState: [:]).requestBody(token: token)
@@ -189,7 +189,7 @@ struct EndToEndTests {
             )
             let client = try FCMClient(
                 serviceAccount: stranger,
-                configuration: .init(baseURL: try #require(harness.emulator.baseURL), trustedCAPEM: harness.emulator.caCertificatePEM),
+                configuration: .init(baseURL: try #require(harness.emulator.baseURL), trustedCAPEM: harness.emulator.caCertificatePEM, connectTimeout: .seconds(60)),
                 now: { harness.clock.now }
             )
             let token = harness.emulator.addDevice(projectID: harness.account.projectID)
@@ -208,14 +208,14 @@ struct EndToEndTests {
         try await Self.withHarness { harness in
             var tls = TLSConfiguration.makeClientConfiguration()
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(harness.emulator.caCertificatePEM.utf8)))]
-            var configuration = HTTPClient.Configuration(tlsConfiguration: tls)
+            var configuration = HTTPClient.Configuration(tlsConfiguration: tls, timeout: .init(connect: .seconds(60)))
             configuration.httpVersion = .http1Only
             let http1 = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
             var request = HTTPClientRequest(url: try #require(harness.emulator.baseURL) + "/v1/projects/\(harness.account.projectID)/messages:send")
             request.method = .POST
             request.body = .bytes(ByteBuffer(string: "{}"))
             do {
-                let response = try await http1.execute(request, timeout: .seconds(10))
+                let response = try await http1.execute(request, timeout: .seconds(60))
                 #expect(response.version == .http1_1)
                 #expect(response.status.code == 401)
                 let body = try await response.body.collect(upTo: 64 * 1024)
