@@ -11,6 +11,8 @@ import SQLiteNIO
 extension SQLiteStore {
     /// The most attempts one segment holds.
     static let attemptsPerSegment = 4096
+    /// Segments read at a time when paging the timeline.
+    static let segmentsPerRead = 4
 
     /// The statements that append `attempts` (of one activity) to the timeline.
     static func timelineStatements(appID: String, activityID: String, attempts: [DeliveryRecord]) -> [(sql: String, binds: [SQLiteData])] {
@@ -100,7 +102,8 @@ extension SQLiteStore {
             guard let id = Int64(try Self.decodeCursor(cursor)) else { throw StoreError.invalidCursor }
             before = id
         }
-        // Newest first: segments from the cursor's down, each read newest attempt first, until a page and one more.
+        // Newest first: segments from the cursor's down, a few at a time (each may hold thousands of attempts), each
+        // read newest attempt first, until a page and one more.
         var items: [DeliveryRecord] = []
         var segmentBelow = before.map { $0 / Int64(Self.attemptsPerSegment) + 1 } ?? Int64.max
         while items.count <= limit {
@@ -109,7 +112,7 @@ extension SQLiteStore {
                 SELECT id, first_index, attempts FROM delivery_segments WHERE app_id = ? AND activity_id = ? AND id < ?
                 ORDER BY id DESC LIMIT ?
                 """,
-                [.text(appID), .text(activityID), .integer(Int(segmentBelow)), .integer(limit + 1)]
+                [.text(appID), .text(activityID), .integer(Int(segmentBelow)), .integer(Self.segmentsPerRead)]
             )
             for row in rows {
                 for attempt in try Self.attempts(from: row, appID: appID, activityID: activityID).reversed()
@@ -118,7 +121,7 @@ extension SQLiteStore {
                 }
                 if items.count > limit { break }
             }
-            guard rows.count == limit + 1, let last = rows.last?.column("id")?.integer else { break }
+            guard rows.count == Self.segmentsPerRead, let last = rows.last?.column("id")?.integer else { break }
             segmentBelow = Int64(last)
         }
         let page = Array(items.prefix(limit))
