@@ -82,8 +82,9 @@ extension SQLiteStore {
             sql += " AND device_id > ?"
             binds.append(.text(cursor))
         }
-        sql += " ORDER BY device_id LIMIT ?"
-        binds.append(.integer(limit))
+        // The limit is written into the statement (here and in the Store's other reads): SQLite compiles a statement
+        // whose LIMIT is a bound parameter a second time once the value is bound, and the engine reads every page so.
+        sql += " ORDER BY device_id LIMIT \(limit)"
         return try await reader.query(sql, binds).map(Self.instance(from:))
     }
 

@@ -5,8 +5,8 @@ import SQLiteNIO
 extension SQLiteStore {
     public func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey] {
         try await reader.query(
-            "SELECT app_id, activity_id FROM activities WHERE state = 'active' AND created_at <= ? ORDER BY created_at LIMIT ?",
-            [.integer(Self.millis(cutoff)), .integer(limit)]
+            "SELECT app_id, activity_id FROM activities WHERE state = 'active' AND created_at <= ? ORDER BY created_at LIMIT \(limit)",
+            [.integer(Self.millis(cutoff))]
         ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
     }
 
@@ -17,9 +17,8 @@ extension SQLiteStore {
             WHERE a.state = 'active'
               AND EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id)
               AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id AND i.state = 'active')
-            LIMIT ?
-            """,
-            [.integer(limit)]
+            LIMIT \(limit)
+            """
         ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
     }
 

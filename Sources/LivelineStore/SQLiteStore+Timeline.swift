@@ -110,9 +110,9 @@ extension SQLiteStore {
             let rows = try await reader.query(
                 """
                 SELECT id, first_index, attempts FROM delivery_segments WHERE app_id = ? AND activity_id = ? AND id < ?
-                ORDER BY id DESC LIMIT ?
+                ORDER BY id DESC LIMIT \(Self.segmentsPerRead)
                 """,
-                [.text(appID), .text(activityID), .integer(Int(segmentBelow)), .integer(Self.segmentsPerRead)]
+                [.text(appID), .text(activityID), .integer(Int(segmentBelow))]
             )
             for row in rows {
                 for attempt in try Self.attempts(from: row, appID: appID, activityID: activityID).reversed()

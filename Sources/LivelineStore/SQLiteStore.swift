@@ -370,8 +370,7 @@ public final class SQLiteStore: Store, DispatchStore {
             sql += " AND activity_id > ?"
             binds.append(.text(try Self.decodeCursor(cursor)))
         }
-        sql += " ORDER BY activity_id LIMIT ?"
-        binds.append(.integer(limit + 1))
+        sql += " ORDER BY activity_id LIMIT \(limit + 1)"
         let rows = try await reader.query(sql, binds)
         var items = try rows.prefix(limit).map(Self.activity(from:))
         if !items.isEmpty {
@@ -400,8 +399,7 @@ public final class SQLiteStore: Store, DispatchStore {
             sql += " AND device_id > ?"
             binds.append(.text(try Self.decodeCursor(cursor)))
         }
-        sql += " ORDER BY device_id LIMIT ?"
-        binds.append(.integer(limit + 1))
+        sql += " ORDER BY device_id LIMIT \(limit + 1)"
         let rows = try await reader.query(sql, binds)
         let items = try rows.prefix(limit).map(Self.instance(from:))
         let next = rows.count > limit ? items.last.map { Self.encodeCursor($0.deviceID) } : nil
