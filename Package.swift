@@ -124,6 +124,7 @@ let package = Package(
                 "LivelineServer",
                 "LivelineEmulator",
                 "LivelineDispatch",
+                "APNs",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -9,8 +9,31 @@ import Logging
 
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self]
+        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self, Client.self]
     )
+
+    /// Where a benchmark's pushes go.
+    enum SinkKind: String, ExpressibleByArgument, CaseIterable {
+        case emulator, nginx
+    }
+
+    /// Starts the sink: the strict emulator in this process (trusting `key` for the bench team) or a separate nginx.
+    static func startSink(
+        _ kind: SinkKind, root: URL, key: P256.Signing.PrivateKey, bundleID: String, logger: Logger
+    ) async throws -> (any BenchSink, APNsEmulator?) {
+        switch kind {
+        case .emulator:
+            let strict = try APNsEmulator(
+                configuration: APNsEmulatorConfiguration(dataDirectory: root.appendingPathComponent("emulator").path), logger: logger
+            )
+            let ports = try await strict.start()
+            strict.registerSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", publicKey: key.publicKey)
+            strict.registerBundleID(bundleID)
+            return (EmulatorSink(emulator: strict, baseURL: "https://127.0.0.1:\(ports.apnsPort)"), strict)
+        case .nginx:
+            return (try await NginxSink(directory: root.appendingPathComponent("nginx")), nil)
+        }
+    }
 
     struct FanOut: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -27,7 +50,7 @@ struct Bench: AsyncParsableCommand {
         @Option(name: .customLong("side-accepts"), help: "Updates to other activities accepted per second during the fan-out; their latency is the accept latency reported.")
         var sideAccepts = 100
         @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200; apt-get install nginx-light).")
-        var sink: SinkKind = .emulator
+        var sink: Bench.SinkKind = .emulator
         @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
         var dataDirectory: String?
 
@@ -42,21 +65,7 @@ struct Bench: AsyncParsableCommand {
             // The sink: an HTTP/2 + TLS endpoint on loopback that counts what it receives.
             let key = P256.Signing.PrivateKey()
             let bundleID = "com.example.bench"
-            let sink: any BenchSink
-            var emulator: APNsEmulator?
-            switch self.sink {
-            case .emulator:
-                let strict = try APNsEmulator(
-                    configuration: APNsEmulatorConfiguration(dataDirectory: root.appendingPathComponent("emulator").path), logger: logger
-                )
-                let ports = try await strict.start()
-                strict.registerSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", publicKey: key.publicKey)
-                strict.registerBundleID(bundleID)
-                sink = EmulatorSink(emulator: strict, baseURL: "https://127.0.0.1:\(ports.apnsPort)")
-                emulator = strict
-            case .nginx:
-                sink = try await NginxSink(directory: root.appendingPathComponent("nginx"))
-            }
+            let (sink, emulator) = try await Bench.startSink(self.sink, root: root, key: key, bundleID: bundleID, logger: logger)
 
             do {
                 try await measure(sink: sink, emulator: emulator, key: key, bundleID: bundleID, root: root, logger: logger)
@@ -92,7 +101,7 @@ struct Bench: AsyncParsableCommand {
                     at: Date()
                 )
             }
-            print("  done in \(format(ContinuousClock.now - setupStart)).")
+            print("  done in \(Bench.format(ContinuousClock.now - setupStart)).")
 
             var configuration = DispatcherConfiguration()
             configuration.pushesInFlight = inFlight
@@ -106,7 +115,7 @@ struct Bench: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(200))
 
             let before = try await sink.received()
-            let cpuBefore = processCPUSeconds()
+            let cpuBefore = Bench.processCPUSeconds()
             let started = ContinuousClock.now
             let accepted = try await store.acceptUpdate(
                 ActivityUpdate(appID: appID, activityID: "bench", contentState: ["score": "1-0", "minute": 42]), at: Date()
@@ -133,7 +142,7 @@ struct Bench: AsyncParsableCommand {
                 if ContinuousClock.now - started > .seconds(600) { throw ValidationError("The sink did not receive every push within 10 minutes.") }
             }
             let elapsed = ContinuousClock.now - started
-            let cpuSeconds = processCPUSeconds() - cpuBefore
+            let cpuSeconds = Bench.processCPUSeconds() - cpuBefore
             // Then until the engine has recorded every instance's progress and released the activity.
             while try await store.activityWithoutInstanceCounts(appID: appID, activityID: "bench")?.dispatchedSequence != accepted.sequence {
                 try await Task.sleep(for: .milliseconds(2))
@@ -152,46 +161,44 @@ struct Bench: AsyncParsableCommand {
             print("""
 
                 liveline bench fanout: \(instances) instances, \(connections) HTTP/2 connections, \(inFlight) in flight, sink \(self.sink.rawValue)
-                  all pushes received in  \(format(elapsed))
-                  all progress recorded   \(format(recorded))
+                  all pushes received in  \(Bench.format(elapsed))
+                  all progress recorded   \(Bench.format(recorded))
                   pushes per second       \(Int(Double(instances) / seconds))
-                  accept latency p50      \(format(percentile(acceptLatencies, 0.50)))   (\(acceptLatencies.count) accepts during the fan-out)
-                  accept latency p99      \(format(percentile(acceptLatencies, 0.99)))
+                  accept latency p50      \(Bench.format(Bench.percentile(acceptLatencies, 0.50)))   (\(acceptLatencies.count) accepts during the fan-out)
+                  accept latency p99      \(Bench.format(Bench.percentile(acceptLatencies, 0.99)))
                   CPU per push            \(String(format: "%.1f µs", cpuSeconds / Double(instances) * 1e6)) (this process: \(emulator == nil ? "sender, engine and store; nginx not counted" : "sender, engine, store and sink"); \(String(format: "%.2f", cpuSeconds / seconds)) cores busy)
-                  peak memory (RSS)       \(peakMemory())
+                  peak memory (RSS)       \(Bench.peakMemory())
                   sink answers            \(sinkAnswers)
                 """)
         }
+    }
+}
 
-        enum SinkKind: String, ExpressibleByArgument, CaseIterable {
-            case emulator, nginx
-        }
+extension Bench {
+    static func percentile(_ sorted: [Duration], _ p: Double) -> Duration {
+        guard !sorted.isEmpty else { return .zero }
+        return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
+    }
 
-        func percentile(_ sorted: [Duration], _ p: Double) -> Duration {
-            guard !sorted.isEmpty else { return .zero }
-            return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
-        }
+    static func format(_ duration: Duration) -> String {
+        let ms = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+        return ms >= 1000 ? String(format: "%.2f s", ms / 1000) : String(format: "%.2f ms", ms)
+    }
 
-        func format(_ duration: Duration) -> String {
-            let ms = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
-            return ms >= 1000 ? String(format: "%.2f s", ms / 1000) : String(format: "%.2f ms", ms)
-        }
+    /// User and system CPU time this process has used, in seconds.
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+            + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+    }
 
-        /// User and system CPU time this process has used, in seconds.
-        func processCPUSeconds() -> Double {
-            var usage = rusage()
-            getrusage(RUSAGE_SELF.rawValue, &usage)
-            return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
-                + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
-        }
-
-        /// VmHWM from /proc: the most resident memory the process ever had.
-        func peakMemory() -> String {
-            guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-                let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") })
-            else { return "unknown" }
-            let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
-            return String(format: "%.0f MB", Double(kilobytes) / 1024)
-        }
+    /// VmHWM from /proc: the most resident memory the process ever had.
+    static func peakMemory() -> String {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") })
+        else { return "unknown" }
+        let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+        return String(format: "%.0f MB", Double(kilobytes) / 1024)
     }
 }

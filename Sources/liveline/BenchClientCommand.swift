@@ -1,0 +1,112 @@
+import APNs
+import ArgumentParser
+import Crypto
+import Foundation
+import LivelineEmulator
+import Logging
+import NIOCore
+
+extension Bench {
+    /// The APNs client alone: no Store, no engine. Its figure is the ceiling the fan-out works under on this machine.
+    struct Client: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "client",
+            abstract: "Send N Live Activity pushes straight through Liveline's APNs client to the local sink and time them (the ceiling for bench fanout)."
+        )
+
+        @Option(help: "How many pushes to send.") var pushes = 100_000
+        @Option(help: "HTTP/2 connections to the sink.") var connections = 4
+        @Option(name: .customLong("in-flight"), help: "Pushes in flight at once.") var inFlight = 4096
+        @Option(name: .customLong("pushes-per-call"), help: "Pushes handed to the client in one call.") var pushesPerCall = 64
+        @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200).")
+        var sink: Bench.SinkKind = .nginx
+
+        func validate() throws {
+            guard pushes > 0, connections > 0, inFlight > 0, pushesPerCall > 0 else {
+                throw ValidationError("--pushes, --connections, --in-flight and --pushes-per-call must be positive.")
+            }
+        }
+
+        func run() async throws {
+            var logger = Logger(label: "liveline.bench")
+            logger.logLevel = .warning
+            let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: root) }
+            let key = P256.Signing.PrivateKey()
+            let bundleID = "com.example.bench"
+            let (sink, emulator) = try await Bench.startSink(self.sink, root: root, key: key, bundleID: bundleID, logger: logger)
+            do {
+                try await measure(sink: sink, emulator: emulator, key: key, bundleID: bundleID, logger: logger)
+            } catch {
+                try? await sink.shutdown()
+                throw error
+            }
+            try await sink.shutdown()
+        }
+
+        func measure(
+            sink: any BenchSink, emulator: APNsEmulator?, key: P256.Signing.PrivateKey, bundleID: String, logger: Logger
+        ) async throws {
+            let tokens = (0..<pushes).map { index in
+                let token = String(format: "%064x", index + 1)
+                return emulator?.addDevice(bundleID: bundleID, token: token) ?? token
+            }
+            let client = try APNsClient(
+                endpoint: try APNsEndpoint(baseURL: sink.baseURL, trustedCAPEM: sink.caCertificatePEM),
+                tokens: APNsProviderTokens(signingKey: APNsSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: key)),
+                connections: connections, logger: logger
+            )
+            // One payload for every token, as the engine builds it once per update.
+            let timestamp = Int(Date().timeIntervalSince1970)
+            let payload = ByteBuffer(string: #"{"aps":{"timestamp":\#(timestamp),"event":"update","content-state":{"score":"1-0","minute":42}}}"#)
+            // Connections open before the clock starts, as the engine's are open after its first pass.
+            _ = try await client.send(APNsNotification(deviceToken: tokens[0], topic: bundleID + ".push-type.liveactivity", priority: 5, payload: payload))
+
+            let before = try await sink.received()
+            let cpuBefore = Bench.processCPUSeconds()
+            let started = ContinuousClock.now
+            let calls = stride(from: 0, to: pushes, by: pushesPerCall).map { $0..<min($0 + pushesPerCall, pushes) }
+            let concurrentCalls = max(1, inFlight / pushesPerCall)
+            let failures = await withTaskGroup(of: Int.self) { group in
+                var next = 0
+                var failures = 0
+                func addCall() {
+                    let range = calls[next]
+                    next += 1
+                    group.addTask {
+                        let notifications = tokens[range].map { token in
+                            APNsNotification(deviceToken: token, topic: bundleID + ".push-type.liveactivity", priority: 5, payload: payload)
+                        }
+                        return await client.send(notifications).count { result in
+                            guard case .success(let response) = result else { return true }
+                            return !response.isSuccess
+                        }
+                    }
+                }
+                while next < min(concurrentCalls, calls.count) { addCall() }
+                while let failed = await group.next() {
+                    failures += failed
+                    if next < calls.count { addCall() }
+                }
+                return failures
+            }
+            let elapsed = ContinuousClock.now - started
+            let cpuSeconds = Bench.processCPUSeconds() - cpuBefore
+            let received = try await sink.received() - before
+            await client.shutdown()
+
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            print("""
+
+                liveline bench client: \(pushes) pushes, \(connections) HTTP/2 connections, \(inFlight) in flight, sink \(self.sink.rawValue)
+                  all answers in          \(Bench.format(elapsed))
+                  pushes per second       \(Int(Double(pushes) / seconds))
+                  not answered 200        \(failures)
+                  received by the sink    \(received)
+                  CPU per push            \(String(format: "%.1f µs", cpuSeconds / Double(pushes) * 1e6)) (this process\(emulator == nil ? "; nginx not counted" : ", sink included"); \(String(format: "%.2f", cpuSeconds / seconds)) cores busy)
+                  peak memory (RSS)       \(Bench.peakMemory())
+                """)
+        }
+    }
+}
