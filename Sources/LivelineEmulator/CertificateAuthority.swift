@@ -27,7 +27,7 @@ public struct EmulatorTLSIdentity: Sendable {
         let serverKey = P256.Signing.PrivateKey()
         let serverName = try DistinguishedName {
             OrganizationName("Liveline")
-            CommonName("Liveline APNs emulator")
+            CommonName("Liveline emulator")
         }
         let serverCertificate = try Certificate(
             version: .v3,
@@ -75,7 +75,7 @@ public struct EmulatorTLSIdentity: Sendable {
         let key = P256.Signing.PrivateKey()
         let name = try DistinguishedName {
             OrganizationName("Liveline")
-            CommonName("Liveline APNs emulator CA")
+            CommonName("Liveline emulator CA")
         }
         let certificate = try Certificate(
             version: .v3,
