@@ -271,7 +271,9 @@ struct EndToEndTests {
             let first = env.makeDispatcher(configuration)
             _ = try await env.update("big", ["n": 1])
             try await running(first) { () async throws in
-                #expect(try await waitFor { env.emulator.statistics.accepted >= 200 })
+                // A generous bound: on a loaded 2-core machine the whole suite's start has kept this first pass from
+                // reaching 200 pushes within 30 s. What the test checks is the restart, below.
+                #expect(try await waitFor(timeout: .seconds(120)) { env.emulator.statistics.accepted >= 200 })
             }
             let delivered = env.emulator.statistics.accepted
             #expect(delivered < 2000, "stopped part-way")
