@@ -1,6 +1,5 @@
 import APNs
 import ArgumentParser
-import Crypto
 import Foundation
 import LivelineEmulator
 import Logging
@@ -15,16 +14,12 @@ extension Bench {
         )
 
         @Option(help: "How many pushes to send.") var pushes = 100_000
-        @Option(help: "HTTP/2 connections to the sink.") var connections = 4
-        @Option(name: .customLong("in-flight"), help: "Pushes in flight at once.") var inFlight = 4096
-        @Option(name: .customLong("pushes-per-call"), help: "Pushes handed to the client in one call.") var pushesPerCall = 64
+        @OptionGroup var sending: Bench.Sending
         @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200).")
         var sink: Bench.SinkKind = .nginx
 
         func validate() throws {
-            guard pushes > 0, connections > 0, inFlight > 0, pushesPerCall > 0 else {
-                throw ValidationError("--pushes, --connections, --in-flight and --pushes-per-call must be positive.")
-            }
+            guard pushes > 0 else { throw ValidationError("--pushes must be positive.") }
         }
 
         func run() async throws {
@@ -33,21 +28,13 @@ extension Bench {
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: root) }
-            let key = P256.Signing.PrivateKey()
-            let bundleID = "com.example.bench"
-            let (sink, emulator) = try await Bench.startSink(self.sink, root: root, key: key, bundleID: bundleID, logger: logger)
-            do {
-                try await measure(sink: sink, emulator: emulator, key: key, bundleID: bundleID, logger: logger)
-            } catch {
-                try? await sink.shutdown()
-                throw error
+            try await Bench.withSink(sink, root: root, logger: logger) { target in
+                try await measure(target, logger: logger)
             }
-            try await sink.shutdown()
         }
 
-        func measure(
-            sink: any BenchSink, emulator: APNsEmulator?, key: P256.Signing.PrivateKey, bundleID: String, logger: Logger
-        ) async throws {
+        func measure(_ target: Bench.Target, logger: Logger) async throws {
+            let (sink, emulator, key, bundleID) = (target.sink, target.emulator, target.key, target.bundleID)
             let tokens = (0..<pushes).map { index in
                 let token = String(format: "%064x", index + 1)
                 return emulator?.addDevice(bundleID: bundleID, token: token) ?? token
@@ -55,7 +42,7 @@ extension Bench {
             let client = try APNsClient(
                 endpoint: try APNsEndpoint(baseURL: sink.baseURL, trustedCAPEM: sink.caCertificatePEM),
                 tokens: APNsProviderTokens(signingKey: APNsSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: key)),
-                connections: connections, logger: logger
+                connections: sending.connections, logger: logger
             )
             // One payload for every token, as the engine builds it once per update.
             let timestamp = Int(Date().timeIntervalSince1970)
@@ -66,8 +53,8 @@ extension Bench {
             let before = try await sink.received()
             let cpuBefore = Bench.processCPUSeconds()
             let started = ContinuousClock.now
-            let calls = stride(from: 0, to: pushes, by: pushesPerCall).map { $0..<min($0 + pushesPerCall, pushes) }
-            let concurrentCalls = max(1, inFlight / pushesPerCall)
+            let calls = stride(from: 0, to: pushes, by: sending.pushesPerCall).map { $0..<min($0 + sending.pushesPerCall, pushes) }
+            let concurrentCalls = max(1, sending.inFlight / sending.pushesPerCall)
             let failures = await withTaskGroup(of: Int.self) { group in
                 var next = 0
                 var failures = 0
@@ -99,7 +86,7 @@ extension Bench {
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             print("""
 
-                liveline bench client: \(pushes) pushes, \(connections) HTTP/2 connections, \(inFlight) in flight, sink \(self.sink.rawValue)
+                liveline bench client: \(pushes) pushes, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue)
                   all answers in          \(Bench.format(elapsed))
                   pushes per second       \(Int(Double(pushes) / seconds))
                   not answered 200        \(failures)

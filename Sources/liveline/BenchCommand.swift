@@ -17,10 +17,34 @@ struct Bench: AsyncParsableCommand {
         case emulator, nginx
     }
 
-    /// Starts the sink: the strict emulator in this process (trusting `key` for the bench team) or a separate nginx.
-    static func startSink(
-        _ kind: SinkKind, root: URL, key: P256.Signing.PrivateKey, bundleID: String, logger: Logger
-    ) async throws -> (any BenchSink, APNsEmulator?) {
+    /// How pushes are handed to the APNs client: the options both benchmarks share.
+    struct Sending: ParsableArguments {
+        @Option(help: "HTTP/2 connections to the sink.") var connections = 4
+        @Option(name: .customLong("in-flight"), help: "Pushes in flight at once.") var inFlight = 4096
+        @Option(name: .customLong("pushes-per-call"), help: "Pushes handed to the APNs client in one call.") var pushesPerCall = 64
+
+        func validate() throws {
+            guard connections > 0, inFlight > 0, pushesPerCall > 0 else {
+                throw ValidationError("--connections, --in-flight and --pushes-per-call must be positive.")
+            }
+        }
+    }
+
+    /// What a benchmark sends with and to: the running sink, the emulator when it is the sink, and the signing key
+    /// and bundle id it trusts.
+    struct Target {
+        var sink: any BenchSink
+        var emulator: APNsEmulator?
+        var key: P256.Signing.PrivateKey
+        var bundleID: String
+    }
+
+    /// Starts the sink (the strict emulator in this process, trusting a fresh key for the bench team, or a separate
+    /// nginx), runs `body` against it and stops it, whether `body` succeeds or throws: never an nginx left behind.
+    static func withSink(_ kind: SinkKind, root: URL, logger: Logger, _ body: (Target) async throws -> Void) async throws {
+        let key = P256.Signing.PrivateKey()
+        let bundleID = "com.example.bench"
+        let target: Target
         switch kind {
         case .emulator:
             let strict = try APNsEmulator(
@@ -29,10 +53,17 @@ struct Bench: AsyncParsableCommand {
             let ports = try await strict.start()
             strict.registerSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", publicKey: key.publicKey)
             strict.registerBundleID(bundleID)
-            return (EmulatorSink(emulator: strict, baseURL: "https://127.0.0.1:\(ports.apnsPort)"), strict)
+            target = Target(sink: EmulatorSink(emulator: strict, baseURL: "https://127.0.0.1:\(ports.apnsPort)"), emulator: strict, key: key, bundleID: bundleID)
         case .nginx:
-            return (try await NginxSink(directory: root.appendingPathComponent("nginx")), nil)
+            target = Target(sink: try await NginxSink(directory: root.appendingPathComponent("nginx")), emulator: nil, key: key, bundleID: bundleID)
         }
+        do {
+            try await body(target)
+        } catch {
+            try? await target.sink.shutdown()
+            throw error
+        }
+        try await target.sink.shutdown()
     }
 
     struct FanOut: AsyncParsableCommand {
@@ -42,9 +73,7 @@ struct Bench: AsyncParsableCommand {
         )
 
         @Option(help: "How many instances watch the activity.") var instances = 100_000
-        @Option(help: "HTTP/2 connections to the sink.") var connections = 4
-        @Option(name: .customLong("in-flight"), help: "Pushes in flight at once.") var inFlight = 4096
-        @Option(name: .customLong("pushes-per-call"), help: "Pushes handed to the APNs client in one call.") var pushesPerCall = 64
+        @OptionGroup var sending: Bench.Sending
         @Option(name: .customLong("progress-batch"), help: "Results recorded per progress transaction.") var progressBatch = 250
         @Option(name: .customLong("progress-behind"), help: "Progress batches the sends may run ahead of the Store.") var progressBehind = 4
         @Option(name: .customLong("side-accepts"), help: "Updates to other activities accepted per second during the fan-out; their latency is the accept latency reported.")
@@ -63,23 +92,14 @@ struct Bench: AsyncParsableCommand {
             defer { if dataDirectory == nil { try? FileManager.default.removeItem(at: root) } }
 
             // The sink: an HTTP/2 + TLS endpoint on loopback that counts what it receives.
-            let key = P256.Signing.PrivateKey()
-            let bundleID = "com.example.bench"
-            let (sink, emulator) = try await Bench.startSink(self.sink, root: root, key: key, bundleID: bundleID, logger: logger)
-
-            do {
-                try await measure(sink: sink, emulator: emulator, key: key, bundleID: bundleID, root: root, logger: logger)
-            } catch {
-                // Never leave an nginx behind.
-                try? await sink.shutdown()
-                throw error
+            try await Bench.withSink(sink, root: root, logger: logger) { target in
+                try await measure(target, root: root, logger: logger)
             }
         }
 
         /// Registers the instances, runs the fan-out against `sink` and prints the figures.
-        func measure(
-            sink: any BenchSink, emulator: APNsEmulator?, key: P256.Signing.PrivateKey, bundleID: String, root: URL, logger: Logger
-        ) async throws {
+        func measure(_ target: Bench.Target, root: URL, logger: Logger) async throws {
+            let (sink, emulator, key, bundleID) = (target.sink, target.emulator, target.key, target.bundleID)
             let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path, logger: logger)
             let appID = "app_bench"
             try await store.createApp(AppRecord(id: appID, name: "Bench", bundleID: bundleID, androidPackage: nil, createdAt: Date()), keys: [])
@@ -104,12 +124,12 @@ struct Bench: AsyncParsableCommand {
             print("  done in \(Bench.format(ContinuousClock.now - setupStart)).")
 
             var configuration = DispatcherConfiguration()
-            configuration.pushesInFlight = inFlight
-            configuration.pushesPerCall = pushesPerCall
+            configuration.pushesInFlight = sending.inFlight
+            configuration.pushesPerCall = sending.pushesPerCall
             configuration.progressBatchSize = progressBatch
             configuration.progressBatchesBehind = progressBehind
             configuration.workers = 2
-            let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: connections, logger: logger)
+            let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: sending.connections, logger: logger)
             let dispatcher = Dispatcher(store: store, transports: directory, configuration: configuration, logger: logger)
             let engine = Task { try await dispatcher.run() }
             try await Task.sleep(for: .milliseconds(200))
@@ -153,14 +173,13 @@ struct Bench: AsyncParsableCommand {
             engine.cancel()
             _ = await engine.result
             await directory.shutdown()
-            try await sink.shutdown()
             try await store.close()
 
             acceptLatencies.sort()
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             print("""
 
-                liveline bench fanout: \(instances) instances, \(connections) HTTP/2 connections, \(inFlight) in flight, sink \(self.sink.rawValue)
+                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue)
                   all pushes received in  \(Bench.format(elapsed))
                   all progress recorded   \(Bench.format(recorded))
                   pushes per second       \(Int(Double(instances) / seconds))
