@@ -80,8 +80,15 @@ struct Bench: AsyncParsableCommand {
         var sideAccepts = 100
         @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200; apt-get install nginx-light).")
         var sink: Bench.SinkKind = .emulator
+        @Option(help: "Fan-outs to run one after another over the same instances, each a new update; each round's figures are printed.")
+        var rounds = 1
         @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
         var dataDirectory: String?
+
+        func validate() throws {
+            guard instances >= 1 else { throw ValidationError("--instances must be at least 1.") }
+            guard rounds >= 1 else { throw ValidationError("--rounds must be at least 1.") }
+        }
 
         func run() async throws {
             var logger = Logger(label: "liveline.bench")
@@ -134,35 +141,56 @@ struct Bench: AsyncParsableCommand {
             let engine = Task { try await dispatcher.run() }
             try await Task.sleep(for: .milliseconds(200))
 
+            for round in 1...rounds {
+                try await fanOut(
+                    round: round, target: target, store: store, appID: appID, dispatcher: dispatcher
+                )
+            }
+            engine.cancel()
+            _ = await engine.result
+            await directory.shutdown()
+            try await store.close()
+        }
+
+        /// Accepts one update to the bench activity and times its fan-out until the sink has every push and the engine
+        /// has recorded every instance's progress; prints the round's figures.
+        private func fanOut(round: Int, target: Bench.Target, store: SQLiteStore, appID: String, dispatcher: Dispatcher) async throws {
+            let sink = target.sink
             let before = try await sink.received()
             let cpuBefore = Bench.processCPUSeconds()
             let started = ContinuousClock.now
             let accepted = try await store.acceptUpdate(
-                ActivityUpdate(appID: appID, activityID: "bench", contentState: ["score": "1-0", "minute": 42]), at: Date()
+                ActivityUpdate(appID: appID, activityID: "bench", contentState: ["score": .string("\(round)-0"), "minute": 42]), at: Date()
             )
             let firstAccept = ContinuousClock.now - started
             dispatcher.wake()
 
-            // Accept latency while the fan-out runs: updates to other activities, 100 a second as a busy backend might
-            // keep sending them, each committed durably while the fan-out's progress is written.
+            // Accept latency while the fan-out runs: updates to other activities at a steady rate, as a busy backend might
+            // keep sending them, each committed durably while the fan-out's progress is written. Each is sent on time
+            // whether or not the ones before it have been answered, so a slow accept does not lighten the load.
             var acceptLatencies: [Duration] = [firstAccept]
-            var side = 0
-            var nextAccept = ContinuousClock.now
-            while try await sink.received() - before < instances {
-                if sideAccepts > 0, ContinuousClock.now >= nextAccept {
-                    side += 1
-                    nextAccept = nextAccept.advanced(by: .seconds(1) / sideAccepts)
-                    let t0 = ContinuousClock.now
-                    _ = try await store.acceptUpdate(
-                        ActivityUpdate(appID: appID, activityID: "side-\(side % 50)", contentState: ["n": .integer(Int64(side))]), at: Date()
-                    )
-                    acceptLatencies.append(ContinuousClock.now - t0)
+            let (elapsed, cpuSeconds) = try await withThrowingTaskGroup(of: Duration.self) { group in
+                var side = 0
+                var nextAccept = ContinuousClock.now
+                while try await sink.received() - before < instances {
+                    while sideAccepts > 0, ContinuousClock.now >= nextAccept {
+                        side += 1
+                        nextAccept = nextAccept.advanced(by: .seconds(1) / sideAccepts)
+                        let update = ActivityUpdate(appID: appID, activityID: "side-\(side % 50)", contentState: ["n": .integer(Int64(side))])
+                        group.addTask {
+                            let t0 = ContinuousClock.now
+                            _ = try await store.acceptUpdate(update, at: Date())
+                            return ContinuousClock.now - t0
+                        }
+                    }
+                    try await Task.sleep(for: .milliseconds(2))
+                    if ContinuousClock.now - started > .seconds(600) { throw ValidationError("The sink did not receive every push within 10 minutes.") }
                 }
-                try await Task.sleep(for: .milliseconds(2))
-                if ContinuousClock.now - started > .seconds(600) { throw ValidationError("The sink did not receive every push within 10 minutes.") }
+                // Timed when the sink has every push; the accepts still running are then waited for.
+                let timing = (ContinuousClock.now - started, Bench.processCPUSeconds() - cpuBefore)
+                for try await latency in group { acceptLatencies.append(latency) }
+                return timing
             }
-            let elapsed = ContinuousClock.now - started
-            let cpuSeconds = Bench.processCPUSeconds() - cpuBefore
             // Then until the engine has recorded every instance's progress and released the activity.
             while try await store.activityWithoutInstanceCounts(appID: appID, activityID: "bench")?.dispatchedSequence != accepted.sequence {
                 try await Task.sleep(for: .milliseconds(2))
@@ -170,22 +198,18 @@ struct Bench: AsyncParsableCommand {
             }
             let recorded = ContinuousClock.now - started
             let sinkAnswers = await sink.answers()
-            engine.cancel()
-            _ = await engine.result
-            await directory.shutdown()
-            try await store.close()
 
             acceptLatencies.sort()
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             print("""
 
-                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue)
+                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue)\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
                   all pushes received in  \(Bench.format(elapsed))
                   all progress recorded   \(Bench.format(recorded))
                   pushes per second       \(Int(Double(instances) / seconds))
                   accept latency p50      \(Bench.format(Bench.percentile(acceptLatencies, 0.50)))   (\(acceptLatencies.count) accepts during the fan-out)
                   accept latency p99      \(Bench.format(Bench.percentile(acceptLatencies, 0.99)))
-                  CPU per push            \(String(format: "%.1f µs", cpuSeconds / Double(instances) * 1e6)) (this process: \(emulator == nil ? "sender, engine and store; nginx not counted" : "sender, engine, store and sink"); \(String(format: "%.2f", cpuSeconds / seconds)) cores busy)
+                  CPU per push            \(String(format: "%.1f µs", cpuSeconds / Double(instances) * 1e6)) (this process: \(target.emulator == nil ? "sender, engine and store; nginx not counted" : "sender, engine, store and sink"); \(String(format: "%.2f", cpuSeconds / seconds)) cores busy)
                   peak memory (RSS)       \(Bench.peakMemory())
                   sink answers            \(sinkAnswers)
                 """)
