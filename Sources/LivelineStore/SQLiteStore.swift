@@ -11,7 +11,7 @@ import SQLiteNIO
 public final class SQLiteStore: Store, DispatchStore {
     let writer: SQLiteConnection
     let reader: SQLiteConnection
-    let gate = SerialGate()
+    let gate: SerialGate
     /// The file this store keeps its data in.
     public let path: String
 
@@ -19,6 +19,7 @@ public final class SQLiteStore: Store, DispatchStore {
         self.path = path
         self.writer = writer
         self.reader = reader
+        self.gate = SerialGate(eventLoop: writer.eventLoop)
     }
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
@@ -101,21 +102,32 @@ public final class SQLiteStore: Store, DispatchStore {
     /// Runs `statements` in one write transaction, chained on the writer's event loop: nothing waits for the Swift
     /// task pool between two statements, so a busy process does not stretch how long the writer is held.
     func transaction(statements: [(sql: String, binds: [SQLiteData])]) async throws {
-        try await gate.withGate {
-            let writer = self.writer
-            let begin: EventLoopFuture<[SQLiteRow]> = writer.query("BEGIN IMMEDIATE", [])
-            var chain = begin.map { _ in }
+        try await chainedTransaction { writer in
+            var chain = writer.eventLoop.makeSucceededVoidFuture()
             for statement in statements {
                 chain = chain.flatMap { writer.query(statement.sql, statement.binds).map { _ in } }
             }
-            chain = chain.flatMap { writer.query("COMMIT", []).map { _ in } }
-            do {
-                try await chain.get()
-            } catch {
-                _ = try? await writer.query("ROLLBACK", []).get()
-                throw error
-            }
+            return chain
         }
+    }
+
+    /// Runs the future chain `body` builds in one immediate transaction on the writer connection, with BEGIN, the
+    /// chain and COMMIT (or ROLLBACK when the chain fails) back to back on the writer's event loop.
+    ///
+    /// For a hot write (an accepted update): unlike ``transaction(_:)`` no statement waits for the Swift task pool,
+    /// so the writer is held only as long as SQLite works. The transaction runs to its end even if the caller is
+    /// cancelled.
+    func chainedTransaction<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) -> EventLoopFuture<T>) async throws -> T {
+        let writer = self.writer
+        return try await gate.run {
+            writer.query("BEGIN IMMEDIATE", []).flatMap { _ in
+                body(writer)
+            }.flatMap { result in
+                writer.query("COMMIT", []).map { _ in result }
+            }.flatMapError { error in
+                writer.query("ROLLBACK", []).map { _ in () }.recover { _ in () }.flatMapThrowing { throw error }
+            }
+        }.get()
     }
 
     public func ping() async throws {
@@ -263,34 +275,37 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     public func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence {
-        try await transaction { db in
-            let nowMillis = Self.millis(now)
-            let current = try await db.query(
+        // Chained on the writer's event loop: accepts are the hot write, and must not wait behind the task pool
+        // while a fan-out keeps the process busy.
+        try await chainedTransaction { db in
+            db.query(
                 "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(update.appID), .text(update.activityID)]
-            ).first
-            let sequence: Int64
-            let timestamp = Self.nextTimestamp(after: current?.column("timestamp_seconds")?.integer, now: now)
-            if let current {
-                let state = ActivityState(rawValue: try current.string("state")) ?? .ended
-                do { _ = try state.applying(.update) } catch { throw StoreError.activityEnded }
-                sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
-                _ = try await db.query(
-                    """
-                    UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
-                        stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
-                        min_update_interval = COALESCE(?, min_update_interval)
-                    WHERE app_id = ? AND activity_id = ?
-                    """,
-                    [.integer(Int(sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp),
-                     Self.json(update.contentState),
-                     Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
-                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
-                     Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
-                )
-            } else {
-                sequence = 1
-                _ = try await db.query(
+            ).flatMapThrowing { rows -> (sequence: Int64, statement: String, binds: [SQLiteData]) in
+                let nowMillis = Self.millis(now)
+                let current = rows.first
+                let timestamp = Self.nextTimestamp(after: current?.column("timestamp_seconds")?.integer, now: now)
+                if let current {
+                    let state = ActivityState(rawValue: try current.string("state")) ?? .ended
+                    do { _ = try state.applying(.update) } catch { throw StoreError.activityEnded }
+                    let sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
+                    return (
+                        sequence,
+                        """
+                        UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
+                            stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
+                            min_update_interval = COALESCE(?, min_update_interval)
+                        WHERE app_id = ? AND activity_id = ?
+                        """,
+                        [.integer(Int(sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp),
+                         Self.json(update.contentState),
+                         Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
+                         Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
+                         Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
+                    )
+                }
+                return (
+                    1,
                     """
                     INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
                         alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
@@ -302,36 +317,47 @@ public final class SQLiteStore: Store, DispatchStore {
                      Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
                      Self.real(update.minUpdateInterval)]
                 )
+            }.flatMap { write in
+                db.query(write.statement, write.binds).map { _ in
+                    AcceptedSequence(activityID: update.activityID, sequence: write.sequence, event: .update, acceptedAt: Self.date(Self.millis(now)))
+                }
             }
-            return AcceptedSequence(activityID: update.activityID, sequence: sequence, event: .update, acceptedAt: Self.date(nowMillis))
         }
     }
 
     public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
-        try await transaction { db in
-            let nowMillis = Self.millis(now)
-            guard let current = try await db.query(
+        try await chainedTransaction { db in
+            db.query(
                 "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(end.appID), .text(end.activityID)]
-            ).first else { throw StoreError.activityNotFound }
-            let timestamp = Self.nextTimestamp(after: current.column("timestamp_seconds")?.integer, now: now)
-            let state = ActivityState(rawValue: try current.string("state")) ?? .ended
-            do { _ = try state.applying(.end) } catch { throw StoreError.activityEnded }
-            let sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
-            _ = try await db.query(
-                """
-                UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
-                    content_state = COALESCE(?, content_state), alert = ?, dismissal_date = ?,
-                    stale_date = COALESCE(?, stale_date), relevance_score = COALESCE(?, relevance_score), priority = ?,
-                    updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
-                WHERE app_id = ? AND activity_id = ?
-                """,
-                [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
-                 .integer(timestamp), Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
-                 Self.integer(end.staleDate), Self.real(end.relevanceScore), Self.integer(end.priority.map(Int64.init)),
-                 .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
-            )
-            return AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
+            ).flatMapThrowing { rows -> (sequence: Int64, binds: [SQLiteData]) in
+                let nowMillis = Self.millis(now)
+                guard let current = rows.first else { throw StoreError.activityNotFound }
+                let timestamp = Self.nextTimestamp(after: current.column("timestamp_seconds")?.integer, now: now)
+                let state = ActivityState(rawValue: try current.string("state")) ?? .ended
+                do { _ = try state.applying(.end) } catch { throw StoreError.activityEnded }
+                let sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
+                return (
+                    sequence,
+                    [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
+                     .integer(timestamp), Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
+                     Self.integer(end.staleDate), Self.real(end.relevanceScore), Self.integer(end.priority.map(Int64.init)),
+                     .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
+                )
+            }.flatMap { write in
+                db.query(
+                    """
+                    UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
+                        content_state = COALESCE(?, content_state), alert = ?, dismissal_date = ?,
+                        stale_date = COALESCE(?, stale_date), relevance_score = COALESCE(?, relevance_score), priority = ?,
+                        updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
+                    WHERE app_id = ? AND activity_id = ?
+                    """,
+                    write.binds
+                ).map { _ in
+                    AcceptedSequence(activityID: end.activityID, sequence: write.sequence, event: .end, acceptedAt: Self.date(Self.millis(now)))
+                }
+            }
         }
     }
 

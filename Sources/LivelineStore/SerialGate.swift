@@ -1,37 +1,46 @@
-/// A first-come, first-served async lock: one holder at a time, waiters resumed in order.
+import NIOCore
+import Synchronization
+
+/// A first-come, first-served lock for the writer connection: one holder at a time, in the order they came.
 ///
 /// SQLite allows one writer per database. All statements of one transaction must run on one
-/// connection without another task's statements in between; the gate keeps them apart.
-actor SerialGate {
-    private var isHeld = false
-    private var waiters: [CheckedContinuation<Void, Never>] = []
+/// connection without another transaction's statements in between; the gate keeps them apart.
+///
+/// Holders are chained as futures on the writer's event loop. Handing the gate on never waits for Swift's task pool,
+/// and a holder written as a future chain (``run(_:)``) runs its statements back to back without a task hop between
+/// them, so a busy process does not stretch how long the writer is held.
+final class SerialGate: Sendable {
+    private let eventLoop: any EventLoop
+    /// Completes (never fails) once the last holder queued so far is done.
+    private let tail: Mutex<EventLoopFuture<Void>>
+
+    /// A gate whose holders start on `eventLoop` (the writer connection's).
+    init(eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+        self.tail = Mutex(eventLoop.makeSucceededVoidFuture())
+    }
+
+    /// Starts `work` once every earlier holder is done, and holds the gate until the future it returns completes.
+    func run<T: Sendable>(_ work: @escaping @Sendable () -> EventLoopFuture<T>) -> EventLoopFuture<T> {
+        tail.withLock { tail in
+            let result = tail.flatMap { work() }
+            tail = result.map { _ in () }.recover { _ in () }
+            return result
+        }
+    }
 
     /// Runs `body` while holding the gate.
-    nonisolated func withGate<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        await acquire()
-        do {
-            let result = try await body()
-            await release()
-            return result
-        } catch {
-            await release()
-            throw error
+    ///
+    /// Waiting for the turn is not cancellable: a holder that gave up its place would never hand the gate on.
+    func withGate<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        let turn = eventLoop.makePromise(of: Void.self)
+        let done = eventLoop.makePromise(of: Void.self)
+        _ = run {
+            turn.succeed()
+            return done.futureResult
         }
-    }
-
-    private func acquire() async {
-        if !isHeld {
-            isHeld = true
-            return
-        }
-        await withCheckedContinuation { waiters.append($0) }
-    }
-
-    private func release() {
-        if waiters.isEmpty {
-            isHeld = false
-        } else {
-            waiters.removeFirst().resume()
-        }
+        try? await turn.futureResult.get()
+        defer { done.succeed() }
+        return try await body()
     }
 }
