@@ -17,7 +17,7 @@ public struct APNsNotification: Sendable {
     public var priority: Int
     /// The `apns-expiration` header in epoch seconds (0 = deliver now or never); `nil` omits the header.
     public var expiration: Int64?
-    /// The `apns-id` header, sent in lowercase; APNs echoes it back.
+    /// The `apns-id` header, sent in lowercase; APNs echoes it back. A fresh random (version 4) UUID by default.
     public var apnsID: UUID
     /// The JSON body.
     public var payload: ByteBuffer
@@ -29,7 +29,7 @@ public struct APNsNotification: Sendable {
         pushType: String = "liveactivity",
         priority: Int,
         expiration: Int64? = nil,
-        apnsID: UUID = UUID(),
+        apnsID: UUID? = nil,
         payload: ByteBuffer
     ) {
         self.deviceToken = deviceToken
@@ -37,7 +37,7 @@ public struct APNsNotification: Sendable {
         self.pushType = pushType
         self.priority = priority
         self.expiration = expiration
-        self.apnsID = apnsID
+        self.apnsID = apnsID ?? APNsIDGenerator.next()
         self.payload = payload
     }
 }
