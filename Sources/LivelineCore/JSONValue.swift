@@ -58,7 +58,7 @@ public enum JSONValue: Sendable, Hashable {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let value): out.append(contentsOf: (value ? "true" : "false").utf8)
-        case .integer(let value): out.append(contentsOf: String(value).utf8)
+        case .integer(let value): JSONValue.appendInteger(value, to: &out)
         case .number(let value): JSONValue.appendNumber(value, to: &out)
         case .string(let value): JSONValue.appendString(value, to: &out)
         case .array(let values):
@@ -88,16 +88,42 @@ public enum JSONValue: Sendable, Hashable {
         }
         if value == value.rounded(.towardZero), abs(value) < 1e15 {
             // Whole doubles keep a fractional part so they decode as Double, not Int.
-            out.append(contentsOf: String(Int64(value)).utf8)
+            appendInteger(Int64(value), to: &out)
             out.append(contentsOf: ".0".utf8)
         } else {
             out.append(contentsOf: value.description.utf8)
         }
     }
 
+    /// Appends `value` in decimal, without an intermediate `String`.
+    public static func appendInteger(_ value: some BinaryInteger, to out: inout [UInt8]) {
+        guard var magnitude = UInt64(exactly: value.magnitude) else {
+            out.append(contentsOf: String(value).utf8)
+            return
+        }
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        // 24 bytes hold the 20 digits of any 64-bit magnitude, written from the end.
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var index = buffer.count
+            repeat {
+                index -= 1
+                buffer[index] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude != 0
+            out.append(contentsOf: buffer[index...])
+        }
+    }
+
     /// Appends `value` as a JSON string literal.
     public static func appendString(_ value: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings (ids, tokens) need no escaping: copy them whole.
+        if !value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            out.append(contentsOf: value.utf8)
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in value.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])

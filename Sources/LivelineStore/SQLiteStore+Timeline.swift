@@ -42,7 +42,7 @@ extension SQLiteStore {
         func string(_ value: String?) {
             if let value { JSONValue.appendString(value, to: &json) } else { json.append(contentsOf: "null".utf8) }
         }
-        func integer(_ value: some BinaryInteger) { json.append(contentsOf: String(value).utf8) }
+        func integer(_ value: some BinaryInteger) { JSONValue.appendInteger(value, to: &json) }
         func comma() { json.append(UInt8(ascii: ",")) }
         json.append(UInt8(ascii: "["))
         string(attempt.deviceID); comma()
