@@ -138,7 +138,9 @@ let package = Package(
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
         .testTarget(
             name: "LivelineStoreTests",
-            dependencies: ["LivelineStore", "LivelineCore", .product(name: "SQLiteNIO", package: "sqlite-nio")]
+            dependencies: [
+                "LivelineStore", "LivelineCore", .product(name: "SQLiteNIO", package: "sqlite-nio"), .product(name: "NIOCore", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "APNsTests",

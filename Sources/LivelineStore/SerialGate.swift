@@ -11,7 +11,7 @@ import Synchronization
 /// them, so a busy process does not stretch how long the writer is held.
 final class SerialGate: Sendable {
     private let eventLoop: any EventLoop
-    /// Completes (never fails) once the last holder queued so far is done.
+    /// Succeeds (never fails) once the last holder queued so far is done.
     private let tail: Mutex<EventLoopFuture<Void>>
 
     /// A gate whose holders start on `eventLoop` (the writer connection's).
@@ -22,11 +22,15 @@ final class SerialGate: Sendable {
 
     /// Starts `work` once every earlier holder is done, and holds the gate until the future it returns completes.
     func run<T: Sendable>(_ work: @escaping @Sendable () -> EventLoopFuture<T>) -> EventLoopFuture<T> {
-        tail.withLock { tail in
-            let result = tail.flatMap { work() }
-            tail = result.map { _ in () }.recover { _ in () }
-            return result
+        // Take a place in the queue under the lock; chain outside it, so no callback ever runs while it is held.
+        let released = eventLoop.makePromise(of: Void.self)
+        let previous = tail.withLock { tail in
+            defer { tail = released.futureResult }
+            return tail
         }
+        let result = previous.flatMap { work() }
+        result.whenComplete { _ in released.succeed() }
+        return result
     }
 
     /// Runs `body` while holding the gate.
