@@ -31,16 +31,20 @@ public final class FCMClient: Sendable {
         public var requestTimeout: Duration
         /// How long opening a connection may take.
         public var connectTimeout: Duration
+        /// The most sends handed to the connection pool at once; further sends wait their turn in the client, where
+        /// a cancelled caller simply leaves (once handed over, a send runs to its end or its timeout).
+        public var maximumConcurrentRequests: Int
 
         /// Creates a configuration.
         public init(
             baseURL: String = FCMClient.defaultBaseURL, trustedCAPEM: String? = nil, requestTimeout: Duration = .seconds(30),
-            connectTimeout: Duration = .seconds(10)
+            connectTimeout: Duration = .seconds(10), maximumConcurrentRequests: Int = 256
         ) {
             self.baseURL = baseURL
             self.trustedCAPEM = trustedCAPEM
             self.requestTimeout = requestTimeout
             self.connectTimeout = connectTimeout
+            self.maximumConcurrentRequests = maximumConcurrentRequests
         }
     }
 
@@ -55,6 +59,8 @@ public final class FCMClient: Sendable {
     private let logger: Logger
     private let now: @Sendable () -> Date
     private let isShutDown = Atomic<Bool>(false)
+    /// Keeps at most ``Configuration/maximumConcurrentRequests`` sends in the connection pool.
+    private let limiter: RequestLimiter
 
     /// The largest response body read; FCM's answers are a few hundred bytes.
     static let maximumResponseBytes = 256 * 1024
@@ -104,6 +110,7 @@ public final class FCMClient: Sendable {
         self.configuration = configuration
         self.logger = logger
         self.now = now
+        self.limiter = RequestLimiter(limit: configuration.maximumConcurrentRequests)
         let httpClient = HTTPClient(eventLoopGroup: eventLoopGroup, configuration: clientConfiguration, backgroundActivityLogger: logger)
         self.httpClient = httpClient
         self.tokens = FCMAccessTokens(
@@ -193,11 +200,15 @@ public final class FCMClient: Sendable {
         request.headers.add(name: "accept", value: "application/json")
         request.body = .bytes(body)
         // The exchange runs to its end (or its timeout) even when the caller is cancelled: a request cancelled
-        // mid-stream was seen to leave the pooled HTTP/2 connection unusable, every later send hanging on it.
+        // mid-stream was seen to leave the pooled HTTP/2 connection unusable, every later send hanging on it. So only
+        // a bounded number are handed over; a caller cancelled while waiting for its turn leaves without sending.
+        try await limiter.acquire()
         let httpClient = self.httpClient
         let timeout = TimeAmount(configuration.requestTimeout)
         let logger = self.logger
+        let limiter = self.limiter
         let exchange = Task {
+            defer { limiter.release() }
             let response = try await httpClient.execute(request, timeout: timeout, logger: logger)
             let bytes = try await response.body.collect(upTo: Self.maximumResponseBytes)
             return (Int(response.status.code), bytes, response.headers.first(name: "retry-after"))
