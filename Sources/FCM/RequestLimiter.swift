@@ -43,11 +43,12 @@ final class RequestLimiter: Sendable {
     ///
     /// - Throws: `CancellationError` when the calling task is cancelled before it gets a place (it then holds none).
     func acquire() async throws {
-        if state.withLock({ $0.admitIfFree() }) { return }
-        let ticket = state.withLock { state in
+        let ticket = state.withLock { state -> UInt64? in
+            if state.admitIfFree() { return nil }
             state.nextTicket += 1
             return state.nextTicket
         }
+        guard let ticket else { return }
         enum Outcome { case admitted, queued, cancelled }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in

@@ -278,48 +278,36 @@ public final class SQLiteStore: Store, DispatchStore {
         // Chained on the writer's event loop: accepts are the hot write, and must not wait behind the task pool
         // while a fan-out keeps the process busy.
         try await chainedTransaction { db in
-            db.query(
-                "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
-                [.text(update.appID), .text(update.activityID)]
-            ).flatMapThrowing { rows -> (sequence: Int64, statement: String, binds: [SQLiteData]) in
+            Self.nextSequence(appID: update.appID, activityID: update.activityID, applying: .update, now: now, on: db).flatMap { next in
                 let nowMillis = Self.millis(now)
-                let current = rows.first
-                let timestamp = Self.nextTimestamp(after: current?.column("timestamp_seconds")?.integer, now: now)
-                if let current {
-                    let state = ActivityState(rawValue: try current.string("state")) ?? .ended
-                    do { _ = try state.applying(.update) } catch { throw StoreError.activityEnded }
-                    let sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
-                    return (
-                        sequence,
-                        """
+                let statement: String
+                let binds: [SQLiteData]
+                if next.exists {
+                    statement = """
                         UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
                             stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
                             min_update_interval = COALESCE(?, min_update_interval)
                         WHERE app_id = ? AND activity_id = ?
-                        """,
-                        [.integer(Int(sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp),
-                         Self.json(update.contentState),
-                         Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
-                         Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
-                         Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
-                    )
+                        """
+                    binds = [.integer(Int(next.sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(next.timestamp),
+                             Self.json(update.contentState),
+                             Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
+                             Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
+                             Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
+                } else {
+                    statement = """
+                        INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
+                            alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
+                        VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """
+                    binds = [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue),
+                             .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(next.timestamp), Self.json(update.contentState),
+                             Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
+                             Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
+                             Self.real(update.minUpdateInterval)]
                 }
-                return (
-                    1,
-                    """
-                    INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
-                        alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
-                    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                    [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue),
-                     .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(timestamp), Self.json(update.contentState),
-                     Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
-                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
-                     Self.real(update.minUpdateInterval)]
-                )
-            }.flatMap { write in
-                db.query(write.statement, write.binds).map { _ in
-                    AcceptedSequence(activityID: update.activityID, sequence: write.sequence, event: .update, acceptedAt: Self.date(Self.millis(now)))
+                return db.query(statement, binds).map { _ in
+                    AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
                 }
             }
         }
@@ -327,25 +315,12 @@ public final class SQLiteStore: Store, DispatchStore {
 
     public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
         try await chainedTransaction { db in
-            db.query(
-                "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
-                [.text(end.appID), .text(end.activityID)]
-            ).flatMapThrowing { rows -> (sequence: Int64, binds: [SQLiteData]) in
+            Self.nextSequence(appID: end.appID, activityID: end.activityID, applying: .end, now: now, on: db).flatMapThrowing { next in
+                guard next.exists else { throw StoreError.activityNotFound }
+                return next
+            }.flatMap { next in
                 let nowMillis = Self.millis(now)
-                guard let current = rows.first else { throw StoreError.activityNotFound }
-                let timestamp = Self.nextTimestamp(after: current.column("timestamp_seconds")?.integer, now: now)
-                let state = ActivityState(rawValue: try current.string("state")) ?? .ended
-                do { _ = try state.applying(.end) } catch { throw StoreError.activityEnded }
-                let sequence = Int64(current.column("sequence")?.integer ?? 0) + 1
-                return (
-                    sequence,
-                    [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
-                     .integer(timestamp), Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
-                     Self.integer(end.staleDate), Self.real(end.relevanceScore), Self.integer(end.priority.map(Int64.init)),
-                     .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
-                )
-            }.flatMap { write in
-                db.query(
+                return db.query(
                     """
                     UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
                         content_state = COALESCE(?, content_state), alert = ?, dismissal_date = ?,
@@ -353,11 +328,34 @@ public final class SQLiteStore: Store, DispatchStore {
                         updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
                     WHERE app_id = ? AND activity_id = ?
                     """,
-                    write.binds
+                    [.text(ActivityState.ended.rawValue), .integer(Int(next.sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
+                     .integer(next.timestamp), Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
+                     Self.integer(end.staleDate), Self.real(end.relevanceScore), Self.integer(end.priority.map(Int64.init)),
+                     .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
                 ).map { _ in
-                    AcceptedSequence(activityID: end.activityID, sequence: write.sequence, event: .end, acceptedAt: Self.date(Self.millis(now)))
+                    AcceptedSequence(activityID: end.activityID, sequence: next.sequence, event: .end, acceptedAt: Self.date(nowMillis))
                 }
             }
+        }
+    }
+
+    /// Reads the activity on the writer (inside its transaction) and works out the sequence and `aps.timestamp` that
+    /// `command` gets: the next ones, or 1 and now's when there is no such activity yet (`exists` false).
+    ///
+    /// Fails with ``StoreError/activityEnded`` when the activity's state refuses `command`.
+    static func nextSequence(
+        appID: String, activityID: String, applying command: ActivityCommand, now: Date, on db: SQLiteConnection
+    ) -> EventLoopFuture<(exists: Bool, sequence: Int64, timestamp: Int)> {
+        db.query(
+            "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?", [.text(appID), .text(activityID)]
+        ).flatMapThrowing { rows in
+            guard let current = rows.first else { return (false, 1, nextTimestamp(after: nil, now: now)) }
+            let state = ActivityState(rawValue: try current.string("state")) ?? .ended
+            do { _ = try state.applying(command) } catch { throw StoreError.activityEnded }
+            return (
+                true, Int64(current.column("sequence")?.integer ?? 0) + 1,
+                nextTimestamp(after: current.column("timestamp_seconds")?.integer, now: now)
+            )
         }
     }
 
