@@ -12,7 +12,7 @@ extension SQLiteStore {
             [.text(appID), .text(activityID)]
         ).map { row in
             Priority10Usage(
-                sent: (row.column("priority10_sent")?.string ?? "").split(separator: ",").compactMap { Int64($0) },
+                sent: Priority10Times.decode(row.column("priority10_sent")?.string),
                 frequentPushes: row.column("frequent_pushes")?.integer.map { $0 != 0 }
             )
         }

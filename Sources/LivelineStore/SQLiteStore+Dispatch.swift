@@ -9,45 +9,46 @@ extension SQLiteStore {
         apps.budget_hourly_frequent AS app_budget_hourly_frequent
         """
 
+    /// `claimColumns` for the RETURNING clause of an UPDATE of `activities`.
+    private static let returnedClaimColumns = """
+        *, (SELECT bundle_id FROM apps WHERE apps.id = activities.app_id) AS app_bundle_id,
+        (SELECT budget_hourly FROM apps WHERE apps.id = activities.app_id) AS app_budget_hourly,
+        (SELECT budget_hourly_frequent FROM apps WHERE apps.id = activities.app_id) AS app_budget_hourly_frequent
+        """
+
+    // The engine's claims, renewals and releases are single statements (``write(_:_:)``), each its own transaction:
+    // one trip to the writer's thread instead of four, so they hold the one writer, and every accept behind it, for
+    // as short a time as SQLite works.
+
     public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
-        try await transaction { db in
-            let nowMillis = Self.millis(now)
-            guard let row = try await db.query(
-                """
-                SELECT \(Self.claimColumns) FROM activities a JOIN apps ON apps.id = a.app_id
-                WHERE a.dispatched_sequence < a.sequence AND a.content_state IS NOT NULL
-                  AND (a.claim_expires_at IS NULL OR a.claim_expires_at < ?)
-                  AND (a.next_dispatch_at IS NULL OR a.next_dispatch_at <= ?)
-                ORDER BY a.next_dispatch_at IS NOT NULL, a.next_dispatch_at, a.updated_at
+        let nowMillis = Self.millis(now)
+        guard let row = try await write(
+            """
+            UPDATE activities SET claim_owner = ?, claim_expires_at = ?
+            WHERE (app_id, activity_id) = (
+                SELECT app_id, activity_id FROM activities
+                WHERE dispatched_sequence < sequence AND content_state IS NOT NULL
+                  AND (claim_expires_at IS NULL OR claim_expires_at < ?)
+                  AND (next_dispatch_at IS NULL OR next_dispatch_at <= ?)
+                ORDER BY next_dispatch_at IS NOT NULL, next_dispatch_at, updated_at
                 LIMIT 1
-                """,
-                [.integer(nowMillis), .integer(nowMillis)]
-            ).first else { return nil }
-            let activity = try Self.activity(from: row)
-            _ = try await db.query(
-                "UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ?",
-                [.text(owner), .integer(nowMillis + Int(lease * 1000)), .text(activity.appID), .text(activity.activityID)]
             )
-            return try Self.claim(from: row, activity: activity, owner: owner)
-        }
+            RETURNING \(Self.returnedClaimColumns)
+            """,
+            [.text(owner), .integer(nowMillis + Int(lease * 1000)), .integer(nowMillis), .integer(nowMillis)]
+        ).first else { return nil }
+        return try Self.claim(from: row, owner: owner)
     }
 
     public func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
-        try await transaction { db in
-            let nowMillis = Self.millis(now)
-            guard let row = try await db.query(
-                """
-                SELECT \(Self.claimColumns) FROM activities a JOIN apps ON apps.id = a.app_id
-                WHERE a.app_id = ? AND a.activity_id = ? AND a.claim_owner = ?
-                """,
-                [.text(appID), .text(activityID), .text(owner)]
-            ).first else { return nil }
-            _ = try await db.query(
-                "UPDATE activities SET claim_expires_at = ? WHERE app_id = ? AND activity_id = ?",
-                [.integer(nowMillis + Int(lease * 1000)), .text(appID), .text(activityID)]
-            )
-            return try Self.claim(from: row, owner: owner)
-        }
+        guard let row = try await write(
+            """
+            UPDATE activities SET claim_expires_at = ? WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
+            RETURNING \(Self.returnedClaimColumns)
+            """,
+            [.integer(Self.millis(now) + Int(lease * 1000)), .text(appID), .text(activityID), .text(owner)]
+        ).first else { return nil }
+        return try Self.claim(from: row, owner: owner)
     }
 
     public func heldClaim(appID: String, activityID: String, owner: String, now: Date) async throws -> DispatchClaim? {
@@ -62,9 +63,9 @@ extension SQLiteStore {
     }
 
     /// A claim from a row of `claimColumns`.
-    static func claim(from row: SQLiteRow, activity: ActivityRecord? = nil, owner: String) throws -> DispatchClaim {
+    static func claim(from row: SQLiteRow, owner: String) throws -> DispatchClaim {
         DispatchClaim(
-            activity: try activity ?? Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner,
+            activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner,
             budget: Self.claimBudget(row)
         )
     }
@@ -109,13 +110,14 @@ extension SQLiteStore {
         for (pushed, sent) in progress.priority10Sent {
             rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].sent = sent
         }
-        for chunk in Array(rows).chunked(into: 250) {
+        // Up to 1,000 instances a statement (4,000 bound values, well under SQLite's limit): a batch is one statement.
+        for chunk in Array(rows).chunked(into: 1000) {
             var binds: [SQLiteData] = []
             binds.reserveCapacity(chunk.count * 4 + 2)
             for (instance, row) in chunk {
                 binds += [
                     .text(instance.deviceID), .text(instance.token), row.sequence.map { .integer(Int($0)) } ?? .null,
-                    row.sent.map { .text($0.map(String.init).joined(separator: ",")) } ?? .null,
+                    row.sent.map { .text(Priority10Times.encode($0)) } ?? .null,
                 ]
             }
             binds += [.text(progress.appID), .text(progress.activityID)]
@@ -165,37 +167,28 @@ extension SQLiteStore {
     public func releaseClaim(
         appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
     ) async throws -> Bool {
-        try await transaction { db in
-            let placeholders = Array(repeating: "?", count: max(platforms.count, 1)).joined(separator: ",")
-            let behind = try await db.query(
-                """
+        let placeholders = Array(repeating: "?", count: max(platforms.count, 1)).joined(separator: ",")
+        let done = try await write(
+            """
+            UPDATE activities SET
+                dispatched_sequence = CASE WHEN pass.behind THEN activities.dispatched_sequence ELSE activities.sequence END,
+                next_dispatch_at = CASE WHEN pass.behind THEN ? ELSE NULL END,
+                claim_owner = NULL, claim_expires_at = NULL
+            FROM (
                 SELECT EXISTS (
                     SELECT 1 FROM instances i JOIN activities a ON a.app_id = i.app_id AND a.activity_id = i.activity_id
                     WHERE i.app_id = ? AND i.activity_id = ? AND i.state = 'active' AND i.delivered_sequence < a.sequence
                       AND i.platform IN (\(placeholders))
                 ) AS behind
-                """,
-                [.text(appID), .text(activityID)] + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
-            ).first?.column("behind")?.integer ?? 0
-            if behind == 0 {
-                _ = try await db.query(
-                    """
-                    UPDATE activities SET dispatched_sequence = sequence, claim_owner = NULL, claim_expires_at = NULL, next_dispatch_at = NULL
-                    WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
-                    """,
-                    [.text(appID), .text(activityID), .text(owner)]
-                )
-                return true
-            }
-            _ = try await db.query(
-                """
-                UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL, next_dispatch_at = ?
-                WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
-                """,
-                [retryAt.map { .integer(Self.millis($0)) } ?? .null, .text(appID), .text(activityID), .text(owner)]
-            )
-            return false
-        }
+            ) AS pass
+            WHERE activities.app_id = ? AND activities.activity_id = ? AND activities.claim_owner = ?
+            RETURNING dispatched_sequence = sequence AS done
+            """,
+            [retryAt.map { .integer(Self.millis($0)) } ?? .null, .text(appID), .text(activityID)]
+                + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
+                + [.text(appID), .text(activityID), .text(owner)]
+        ).first?.column("done")?.integer
+        return done == 1
     }
 
     public func releaseAllClaims() async throws {
@@ -253,27 +246,23 @@ extension Array {
 
 extension SQLiteStore {
     public func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws {
-        try await transaction { db in
-            _ = try await db.query(
-                "UPDATE activities SET last_sent_sequence = ?, last_sent_at = ? WHERE app_id = ? AND activity_id = ?",
-                [.integer(Int(sequence)), .integer(Self.millis(now)), .text(appID), .text(activityID)]
-            )
-        }
+        _ = try await write(
+            "UPDATE activities SET last_sent_sequence = ?, last_sent_at = ? WHERE app_id = ? AND activity_id = ?",
+            [.integer(Int(sequence)), .integer(Self.millis(now)), .text(appID), .text(activityID)]
+        )
     }
 }
 
 extension SQLiteStore {
     public func deferClaim(appID: String, activityID: String, owner: String, sequence: Int64, until: Date) async throws {
-        try await transaction { db in
-            _ = try await db.query(
-                """
-                UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL,
-                    next_dispatch_at = CASE WHEN sequence = ? THEN ? ELSE NULL END
-                WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
-                """,
-                [.integer(Int(sequence)), .integer(Self.millis(until)), .text(appID), .text(activityID), .text(owner)]
-            )
-        }
+        _ = try await write(
+            """
+            UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL,
+                next_dispatch_at = CASE WHEN sequence = ? THEN ? ELSE NULL END
+            WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
+            """,
+            [.integer(Int(sequence)), .integer(Self.millis(until)), .text(appID), .text(activityID), .text(owner)]
+        )
     }
 }
 

@@ -2,7 +2,9 @@ import Foundation
 import LivelineCore
 import Logging
 import NIOCore
+import NIOPosix
 import SQLiteNIO
+import Synchronization
 
 /// The embedded default Store: one SQLite file in WAL mode.
 ///
@@ -12,44 +14,61 @@ public final class SQLiteStore: Store, DispatchStore {
     let writer: SQLiteConnection
     let reader: SQLiteConnection
     let gate: SerialGate
+    /// The writer's own thread: its statements never wait behind reads (a fan-out's pages) for a thread.
+    private let writerThread: NIOThreadPool
+    /// Whether ``close()`` was called.
+    private let closed = Mutex(false)
     /// The file this store keeps its data in.
     public let path: String
 
-    private init(path: String, writer: SQLiteConnection, reader: SQLiteConnection) {
+    private init(path: String, writer: SQLiteConnection, reader: SQLiteConnection, writerThread: NIOThreadPool) {
         self.path = path
         self.writer = writer
         self.reader = reader
+        self.writerThread = writerThread
         self.gate = SerialGate(eventLoop: writer.eventLoop)
     }
 
+    /// The event loop every store's connections complete their work on.
+    ///
+    /// SQLiteNIO runs SQLite on a thread pool and hands each result (each row of a read, each statement of a
+    /// chained transaction) back on the connection's event loop. On one of the server's or the HTTP/2 clients' loops,
+    /// each hand-back would wait behind a fan-out's TLS and HTTP/2 work, and hold the one writer meanwhile; on a loop
+    /// of their own it does not. Nothing blocks on this loop: SQLite itself runs on the thread pools.
+    static let eventLoops = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     public static func open(path: String, logger: Logger = Logger(label: "liveline.store")) async throws -> SQLiteStore {
-        let writer = try await SQLiteConnection.open(storage: .file(path: path), logger: logger)
+        let writerThread = NIOThreadPool(numberOfThreads: 1)
+        writerThread.start()
+        var opened: [SQLiteConnection] = []
         do {
+            let writer = try await SQLiteConnection.open(
+                storage: .file(path: path), threadPool: writerThread, logger: logger, on: eventLoops.next()
+            )
+            opened.append(writer)
             for pragma in ["PRAGMA busy_timeout = 10000", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON"] {
                 _ = try await writer.query(pragma)
             }
-        } catch {
-            try? await writer.close()
-            throw error
-        }
-        let reader: SQLiteConnection
-        do {
-            reader = try await SQLiteConnection.open(storage: .file(path: path), logger: logger)
+            let reader = try await SQLiteConnection.open(
+                storage: .file(path: path), threadPool: .singleton, logger: logger, on: eventLoops.next()
+            )
+            opened.append(reader)
             _ = try await reader.query("PRAGMA busy_timeout = 10000")
             _ = try await reader.query("PRAGMA foreign_keys = ON")
+            let store = SQLiteStore(path: path, writer: writer, reader: reader, writerThread: writerThread)
+            do {
+                try await store.migrate(logger: logger)
+            } catch {
+                try? await store.close()
+                throw error
+            }
+            return store
         } catch {
-            try? await writer.close()
+            for connection in opened where !connection.isClosed { try? await connection.close() }
+            try? await writerThread.shutdownGracefully()
             throw error
         }
-        let store = SQLiteStore(path: path, writer: writer, reader: reader)
-        do {
-            try await store.migrate(logger: logger)
-        } catch {
-            try? await store.close()
-            throw error
-        }
-        return store
     }
 
     /// The schema version the database is at.
@@ -111,6 +130,13 @@ public final class SQLiteStore: Store, DispatchStore {
         }
     }
 
+    /// Runs one statement on the writer connection as a transaction of its own (SQLite makes each statement atomic):
+    /// one trip to the writer's thread, where BEGIN, the statement and COMMIT would take three.
+    func write(_ sql: String, _ binds: [SQLiteData]) async throws -> [SQLiteRow] {
+        let writer = self.writer
+        return try await gate.run { writer.query(sql, binds) }.get()
+    }
+
     /// Runs the future chain `body` builds in one immediate transaction on the writer connection, with BEGIN, the
     /// chain and COMMIT (or ROLLBACK when the chain fails) back to back on the writer's event loop.
     ///
@@ -135,10 +161,18 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     public func close() async throws {
-        try await gate.withGate {
-            try await reader.close()
-            try await writer.close()
+        // Closing again is harmless: the connections and the writer's thread are gone already.
+        guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
+        do {
+            try await gate.withGate {
+                try await reader.close()
+                try await writer.close()
+            }
+        } catch {
+            try? await writerThread.shutdownGracefully()
+            throw error
         }
+        try await writerThread.shutdownGracefully()
     }
 
     // MARK: Apps and keys
@@ -231,11 +265,14 @@ public final class SQLiteStore: Store, DispatchStore {
             guard var instance = existing else {
                 _ = try await db.query(
                     """
-                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
+                        priority10_sent)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [.text(r.appID), .text(r.activityID), .text(r.deviceID), .text(r.platform.rawValue), .text(r.pushToken),
-                     Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis)]
+                     Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis),
+                     // An iPhone's room for its first priority-10 times, so recording them rewrites the row in place.
+                     r.platform == .ios ? .text(Priority10Times.encode([])) : .null]
                 )
                 // A newcomer to an activity with accepted state is caught up; a new activity has none yet.
                 if activity != nil { try await Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
@@ -569,7 +606,7 @@ public final class SQLiteStore: Store, DispatchStore {
             deliveredSequence: Int64(row.column("delivered_sequence")?.integer ?? 0),
             createdAt: try row.date("created_at"),
             updatedAt: try row.date("updated_at"),
-            priority10Sent: (row.column("priority10_sent")?.string ?? "").split(separator: ",").compactMap { Int64($0) }
+            priority10Sent: Priority10Times.decode(row.column("priority10_sent")?.string)
         )
     }
 }
