@@ -313,6 +313,28 @@ struct ClientTests {
         }
     }
 
+    @Test("a server that answers before the body and then resets each stream (as nginx does) keeps the connection open")
+    func serverResetsAnsweredStreams() async throws {
+        let server = try await TestAPNsServer.start(recordRequests: false, answersBeforeBody: true)
+        var logger = Logger(label: "apns-test")
+        logger.logLevel = .critical
+        let client = try APNsClient(
+            endpoint: server.endpoint, tokens: APNsProviderTokens(signingKey: makeSigningKey()),
+            configuration: .init(connections: 1), logger: logger
+        )
+        // Far more resets than swift-nio-http2's default allows a connection (200 in 30 s), which would close it.
+        var statuses: [Int] = []
+        for _ in 0..<10 {
+            let results = await client.send((0..<100).map { _ in makeNotification() })
+            statuses += results.map { (try? $0.get().status) ?? 0 }
+        }
+        await client.shutdown()
+        try await server.shutdown()
+        #expect(statuses.count(where: { $0 == 200 }) == 1000, "every request answered 200")
+        #expect(server.requestCount == 1000)
+        #expect(server.connections.count == 1, "one connection carried every request")
+    }
+
     @Test("starts with 1 stream, as APNs allows, and uses more once the server raises the limit")
     func apnsStyleStreamLimit() async throws {
         try await withServerAndClient(maxConcurrentStreams: 1, raiseMaxConcurrentStreamsTo: 50) { server, client in

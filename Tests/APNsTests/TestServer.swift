@@ -127,6 +127,9 @@ final class TestAPNsServer: Sendable {
     let raisedMaxConcurrentStreams: Int?
     /// Whether requests are kept (false for throughput runs: only counted).
     let recordRequests: Bool
+    /// Whether a request is answered as soon as its headers arrive, before its body, and its stream then reset with
+    /// RST_STREAM(NO_ERROR), as RFC 9113 §8.1 allows and nginx does. Such requests are recorded without a body.
+    let answersBeforeBody: Bool
     private let group: MultiThreadedEventLoopGroup
     private let serverChannel: any Channel
     let state: Mutex<State>
@@ -141,6 +144,7 @@ final class TestAPNsServer: Sendable {
         initialMaxConcurrentStreams: Int,
         raisedMaxConcurrentStreams: Int?,
         recordRequests: Bool,
+        answersBeforeBody: Bool,
         group: MultiThreadedEventLoopGroup,
         serverChannel: any Channel,
         state: State
@@ -150,6 +154,7 @@ final class TestAPNsServer: Sendable {
         self.initialMaxConcurrentStreams = initialMaxConcurrentStreams
         self.raisedMaxConcurrentStreams = raisedMaxConcurrentStreams
         self.recordRequests = recordRequests
+        self.answersBeforeBody = answersBeforeBody
         self.group = group
         self.serverChannel = serverChannel
         self.state = Mutex(state)
@@ -160,6 +165,7 @@ final class TestAPNsServer: Sendable {
         maxConcurrentStreams: Int = 1000,
         raiseMaxConcurrentStreamsTo raised: Int? = nil,
         recordRequests: Bool = true,
+        answersBeforeBody: Bool = false,
         threads: Int = 1,
         script: @escaping Script = { _ in .ok }
     ) async throws -> TestAPNsServer {
@@ -212,6 +218,7 @@ final class TestAPNsServer: Sendable {
             initialMaxConcurrentStreams: maxConcurrentStreams,
             raisedMaxConcurrentStreams: raised,
             recordRequests: recordRequests,
+            answersBeforeBody: answersBeforeBody,
             group: group,
             serverChannel: channel,
             state: State(script: script)
@@ -427,6 +434,8 @@ private final class StreamHandler: ChannelInboundHandler {
     private var headers: HPACKHeaders?
     private var body: [UInt8] = []
     private var counted = false
+    /// The request was answered; anything more on the stream is ignored.
+    private var answered = false
 
     init(server: TestAPNsServer, connectionID: Int) {
         self.server = server
@@ -446,6 +455,7 @@ private final class StreamHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !answered else { return }
         switch unwrapInboundIn(data) {
         case .headers(let frame):
             if headers == nil {
@@ -453,6 +463,10 @@ private final class StreamHandler: ChannelInboundHandler {
             }
             if frame.endStream {
                 finish(context: context)
+            } else if server.answersBeforeBody {
+                finish(context: context)
+                // The body is not wanted: the client may stop sending it (RFC 9113 §8.1).
+                context.writeAndFlush(wrapOutboundOut(.rstStream(.noError)), promise: nil)
             }
         case .data(let frame):
             if case .byteBuffer(let buffer) = frame.data {
@@ -467,6 +481,7 @@ private final class StreamHandler: ChannelInboundHandler {
     }
 
     private func finish(context: ChannelHandlerContext) {
+        answered = true
         let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)).map(Int.init) ?? -1
         let request = RecordedRequest(
             connection: connectionID,
