@@ -74,8 +74,10 @@ struct Bench: AsyncParsableCommand {
 
         @Option(help: "How many instances watch the activity.") var instances = 100_000
         @OptionGroup var sending: Bench.Sending
-        @Option(name: .customLong("progress-batch"), help: "Results recorded per progress transaction.") var progressBatch = 250
-        @Option(name: .customLong("progress-behind"), help: "Progress batches the sends may run ahead of the Store.") var progressBehind = 4
+        @Option(name: .customLong("progress-batch"), help: "Results recorded per progress transaction.")
+        var progressBatch = DispatcherConfiguration().progressBatchSize
+        @Option(name: .customLong("progress-behind"), help: "Progress batches the sends may run ahead of the Store.")
+        var progressBehind = DispatcherConfiguration().progressBatchesBehind
         @Option(name: .customLong("side-accepts"), help: "Updates to other activities accepted per second during the fan-out; their latency is the accept latency reported.")
         var sideAccepts = 100
         @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200; apt-get install nginx-light).")
