@@ -204,7 +204,8 @@ public final class Dispatcher: Service, Sendable {
             return PreparedSequence(
                 sequence: activity.sequence, event: event, hasAlert: activity.alert != nil, requestedPriority: activity.priority,
                 payload: buffer, fcmMessage: nil,
-                topic: claim.bundleID + ".push-type.liveactivity", expiration: nil
+                topic: claim.bundleID + ".push-type.liveactivity",
+                expiration: APNsLiveActivityPayload.expiration(event: event, staleDate: activity.staleDate, now: now())
             )
         case .android:
             let message = FCMLiveUpdateMessage(

@@ -139,6 +139,10 @@ struct EndToEndTests {
             #expect(first.header("apns-priority") == "10")
             #expect(first.header("authorization")?.hasPrefix("bearer ") == true)
             #expect(first.header("apns-id").map { UUID(uuidString: $0) != nil && $0 == $0.lowercased() } == true)
+            // Kept by APNs for a phone that is offline: an hour for an update, eight for an end.
+            let nowSeconds = Int64(env.clock.now.timeIntervalSince1970)
+            #expect(first.header("apns-expiration") == String(nowSeconds + 3600))
+            #expect(pushes[1].header("apns-expiration") == String(nowSeconds + 8 * 3600))
             #expect(pushes[0].header("authorization") == pushes[1].header("authorization"), "the provider token is reused")
             let aps = try #require(try JSONValue(parsing: Array(first.payload.utf8)).objectValue?["aps"]?.objectValue)
             #expect(aps["event"] == "update")
