@@ -160,7 +160,8 @@ extension SQLiteStore {
             ))
         }
         statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
-        try await transaction(statements: statements)
+        // Progress is bookkeeping: if a power cut loses it, those instances are sent their state again.
+        try await transaction(statements: statements, durability: .bookkeeping)
     }
 
     @discardableResult

@@ -118,10 +118,22 @@ public final class SQLiteStore: Store, DispatchStore {
         }
     }
 
+    /// How durable a write transaction's commit must be.
+    enum Durability: Sendable {
+        /// Synced to disk before the commit returns (`PRAGMA synchronous = FULL`): what the API acknowledges, such as
+        /// an accepted update, survives a power cut. The writer's setting.
+        case full
+        /// Committed without a sync of its own (`synchronous = NORMAL` for this transaction): a crash of the process
+        /// loses nothing, and the next full commit syncs it along with its own; only a power cut before then can
+        /// lose it. For bookkeeping that is safe to lose, such as delivery progress (an instance whose progress is
+        /// lost is sent its state again, and the phone ignores what it already shows).
+        case bookkeeping
+    }
+
     /// Runs `statements` in one write transaction, chained on the writer's event loop: nothing waits for the Swift
     /// task pool between two statements, so a busy process does not stretch how long the writer is held.
-    func transaction(statements: [(sql: String, binds: [SQLiteData])]) async throws {
-        try await chainedTransaction { writer in
+    func transaction(statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full) async throws {
+        try await chainedTransaction(durability: durability) { writer in
             var chain = writer.eventLoop.makeSucceededVoidFuture()
             for statement in statements {
                 chain = chain.flatMap { writer.query(statement.sql, statement.binds).map { _ in } }
@@ -143,15 +155,31 @@ public final class SQLiteStore: Store, DispatchStore {
     /// For a hot write (an accepted update): unlike ``transaction(_:)`` no statement waits for the Swift task pool,
     /// so the writer is held only as long as SQLite works. The transaction runs to its end even if the caller is
     /// cancelled.
-    func chainedTransaction<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) -> EventLoopFuture<T>) async throws -> T {
+    ///
+    /// A ``Durability/bookkeeping`` transaction lowers the writer's `synchronous` setting before BEGIN and sets it back
+    /// to FULL after COMMIT or ROLLBACK, all while holding the gate, so no other write ever commits with it lowered.
+    func chainedTransaction<T: Sendable>(
+        durability: Durability = .full, _ body: @escaping @Sendable (SQLiteConnection) -> EventLoopFuture<T>
+    ) async throws -> T {
         let writer = self.writer
         return try await gate.run {
-            writer.query("BEGIN IMMEDIATE", []).flatMap { _ in
-                body(writer)
+            let transaction = {
+                writer.query("BEGIN IMMEDIATE", []).flatMap { _ in
+                    body(writer)
+                }.flatMap { result in
+                    writer.query("COMMIT", []).map { _ in result }
+                }.flatMapError { error in
+                    writer.query("ROLLBACK", []).map { _ in () }.recover { _ in () }.flatMapThrowing { throw error }
+                }
+            }
+            guard durability == .bookkeeping else { return transaction() }
+            let restore = { writer.query("PRAGMA synchronous = FULL", []).map { _ in () } }
+            return writer.query("PRAGMA synchronous = NORMAL", []).flatMap { _ in
+                transaction()
             }.flatMap { result in
-                writer.query("COMMIT", []).map { _ in result }
+                restore().map { result }
             }.flatMapError { error in
-                writer.query("ROLLBACK", []).map { _ in () }.recover { _ in () }.flatMapThrowing { throw error }
+                restore().recover { _ in () }.flatMapThrowing { throw error }
             }
         }.get()
     }
