@@ -1,3 +1,5 @@
+import LivelineCore
+
 /// How an instance's recent priority-10 pushes are kept in `instances.priority10_sent`: seconds since 1970,
 /// comma-separated, padded with spaces to a multiple of ``Priority10Times/reservedWidth`` bytes.
 ///
@@ -9,11 +11,19 @@ enum Priority10Times {
     static let reservedWidth = 96
 
     /// The column's text for `sent`.
+    ///
+    /// Built as bytes: every priority-10 push of a fan-out encodes one of these, and joining strings and padding with
+    /// `String(repeating:count:)` cost about 3 % of a fan-out's CPU.
     static func encode(_ sent: [Int64]) -> String {
-        var text = sent.map(String.init).joined(separator: ",")
-        let width = max(1, (text.utf8.count + reservedWidth - 1) / reservedWidth) * reservedWidth
-        text.append(String(repeating: " ", count: width - text.utf8.count))
-        return text
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(reservedWidth * (1 + sent.count / 8))
+        for (index, time) in sent.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            JSONValue.appendInteger(time, to: &bytes)
+        }
+        let width = max(1, (bytes.count + reservedWidth - 1) / reservedWidth) * reservedWidth
+        bytes.append(contentsOf: repeatElement(UInt8(ascii: " "), count: width - bytes.count))
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// The times in the column's text (also read unpadded, as written before the padding).
