@@ -116,6 +116,7 @@ struct EndToEndTests {
         try await withEmulatedAPNs { env in
             let token = try await env.addPhone("iphone-1", activity: "order-1")
             let dispatcher = env.makeDispatcher()
+            let started = Int64(env.clock.now.timeIntervalSince1970.rounded(.down))
             try await running(dispatcher) { () async throws in
                 _ = try await env.update("order-1", ["status": "On the way", "minutesAway": 12],
                                          alert: LiveActivityAlert(title: "On the way", body: "12 minutes", sound: "default"))
@@ -139,10 +140,13 @@ struct EndToEndTests {
             #expect(first.header("apns-priority") == "10")
             #expect(first.header("authorization")?.hasPrefix("bearer ") == true)
             #expect(first.header("apns-id").map { UUID(uuidString: $0) != nil && $0 == $0.lowercased() } == true)
-            // Kept by APNs for a phone that is offline: an hour for an update, eight for an end.
-            let nowSeconds = Int64(env.clock.now.timeIntervalSince1970)
-            #expect(first.header("apns-expiration") == String(nowSeconds + 3600))
-            #expect(pushes[1].header("apns-expiration") == String(nowSeconds + 8 * 3600))
+            // Kept by APNs for a phone that is offline: an hour for an update, eight for an end, from when each was sent.
+            let finished = Int64(env.clock.now.timeIntervalSince1970.rounded(.up))
+            let updateExpiration = try #require(first.header("apns-expiration").flatMap { Int64($0) })
+            let endExpiration = try #require(pushes[1].header("apns-expiration").flatMap { Int64($0) })
+            #expect((started + 3600...finished + 3600).contains(updateExpiration), "\(updateExpiration)")
+            #expect((started + 8 * 3600...finished + 8 * 3600).contains(endExpiration), "\(endExpiration)")
+            #expect(endExpiration - updateExpiration >= 7 * 3600)
             #expect(pushes[0].header("authorization") == pushes[1].header("authorization"), "the provider token is reused")
             let aps = try #require(try JSONValue(parsing: Array(first.payload.utf8)).objectValue?["aps"]?.objectValue)
             #expect(aps["event"] == "update")
