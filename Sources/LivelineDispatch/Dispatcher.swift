@@ -22,7 +22,7 @@ public struct DispatcherConfiguration: Sendable {
     /// How many progress batches may wait to be written before the sends wait for the Store. Recording progress is
     /// bookkeeping (after a crash, anything unrecorded is sent again and the phone ignores what it already has), so
     /// sends run ahead of it rather than at the Store's pace. At 16 (4,000 results of 250) neither side waits for the
-    /// other for long: a 100,000-instance fan-out went about 30 % faster than at 4, and its progress was recorded
+    /// other for long: a 100,000-instance fan-out went about a quarter faster than at 4, and its progress was recorded
     /// sooner too, for about 5 MB more memory.
     public var progressBatchesBehind: Int = 16
     /// How long a claim on an activity lasts without renewal.
