@@ -20,7 +20,7 @@ public enum APIDate {
                     field: field
                 )
             }
-            return Int64(date.timeIntervalSince1970.rounded(.down))
+            return epochSeconds(date)
         default:
             throw ValidationError(
                 code: "invalid_type",
@@ -28,6 +28,12 @@ public enum APIDate {
                 field: field
             )
         }
+    }
+
+    /// Whole seconds since 1970 for `date`, rounded down: how Liveline writes times on the wire (`aps` dates,
+    /// `apns-expiration`, stale dates).
+    public static func epochSeconds(_ date: Date) -> Int64 {
+        Int64(date.timeIntervalSince1970.rounded(.down))
     }
 
     /// Parses an ISO-8601 internet date-time, with or without fractional seconds.

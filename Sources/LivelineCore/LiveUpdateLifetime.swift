@@ -12,13 +12,9 @@ public enum LiveUpdateLifetime {
     /// The lifetime in seconds from `now`; 0 means deliver now or never.
     public static func seconds(event: LiveActivityEvent, staleDate: Int64?, now: Date) -> Int64 {
         if let staleDate, event != .end {
-            return min(max(0, staleDate - wholeSeconds(now)), maximumSeconds)
+            return min(max(0, staleDate - APIDate.epochSeconds(now)), maximumSeconds)
         }
         return event == .end ? 8 * 3600 : 3600
-    }
-
-    static func wholeSeconds(_ date: Date) -> Int64 {
-        Int64(date.timeIntervalSince1970.rounded(.down))
     }
 }
 
@@ -34,6 +30,6 @@ extension APNsLiveActivityPayload {
     /// (APNs tries once and does not store the push) when that is nothing.
     public static func expiration(event: LiveActivityEvent, staleDate: Int64?, now: Date) -> Int64 {
         let lifetime = LiveUpdateLifetime.seconds(event: event, staleDate: staleDate, now: now)
-        return lifetime == 0 ? 0 : LiveUpdateLifetime.wholeSeconds(now) + lifetime
+        return lifetime == 0 ? 0 : APIDate.epochSeconds(now) + lifetime
     }
 }

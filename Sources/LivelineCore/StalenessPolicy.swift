@@ -27,7 +27,7 @@ public struct StalenessPolicy: Sendable, Hashable {
     /// The stale date (seconds since 1970) for a state accepted at `now` whose activity's previous state was accepted
     /// at `previous` (nil for a first state).
     public func staleDate(now: Date, previous: Date?) -> Int64 {
-        let nowSeconds = Int64(now.timeIntervalSince1970.rounded(.down))
+        let nowSeconds = APIDate.epochSeconds(now)
         guard let previous, previous <= now else { return nowSeconds + min(max(first, minimum), maximum) }
         let interval = now.timeIntervalSince(previous) * factor
         let seconds = Int64(min(Double(maximum), max(Double(minimum), interval.rounded(.up))))
