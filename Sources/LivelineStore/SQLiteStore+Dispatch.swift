@@ -4,13 +4,9 @@ import NIOCore
 import SQLiteNIO
 
 extension SQLiteStore {
+    /// A claim's columns, read from a row of `activities`: the activity's own and its app's. The app's come from
+    /// subqueries rather than a join, so the same list serves a SELECT and the RETURNING clause of an UPDATE.
     private static let claimColumns = """
-        a.*, apps.bundle_id AS app_bundle_id, apps.budget_hourly AS app_budget_hourly,
-        apps.budget_hourly_frequent AS app_budget_hourly_frequent
-        """
-
-    /// `claimColumns` for the RETURNING clause of an UPDATE of `activities`.
-    private static let returnedClaimColumns = """
         *, (SELECT bundle_id FROM apps WHERE apps.id = activities.app_id) AS app_bundle_id,
         (SELECT budget_hourly FROM apps WHERE apps.id = activities.app_id) AS app_budget_hourly,
         (SELECT budget_hourly_frequent FROM apps WHERE apps.id = activities.app_id) AS app_budget_hourly_frequent
@@ -33,7 +29,7 @@ extension SQLiteStore {
                 ORDER BY next_dispatch_at IS NOT NULL, next_dispatch_at, updated_at
                 LIMIT 1
             )
-            RETURNING \(Self.returnedClaimColumns)
+            RETURNING \(Self.claimColumns)
             """,
             [.text(owner), .integer(nowMillis + Int(lease * 1000)), .integer(nowMillis), .integer(nowMillis)]
         ).first else { return nil }
@@ -44,7 +40,7 @@ extension SQLiteStore {
         guard let row = try await write(
             """
             UPDATE activities SET claim_expires_at = ? WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
-            RETURNING \(Self.returnedClaimColumns)
+            RETURNING \(Self.claimColumns)
             """,
             [.integer(Self.millis(now) + Int(lease * 1000)), .text(appID), .text(activityID), .text(owner)]
         ).first else { return nil }
@@ -54,8 +50,8 @@ extension SQLiteStore {
     public func heldClaim(appID: String, activityID: String, owner: String, now: Date) async throws -> DispatchClaim? {
         guard let row = try await reader.query(
             """
-            SELECT \(Self.claimColumns) FROM activities a JOIN apps ON apps.id = a.app_id
-            WHERE a.app_id = ? AND a.activity_id = ? AND a.claim_owner = ? AND a.claim_expires_at > ?
+            SELECT \(Self.claimColumns) FROM activities
+            WHERE app_id = ? AND activity_id = ? AND claim_owner = ? AND claim_expires_at > ?
             """,
             [.text(appID), .text(activityID), .text(owner), .integer(Self.millis(now))]
         ).first else { return nil }
