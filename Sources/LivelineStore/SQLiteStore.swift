@@ -57,14 +57,10 @@ public final class SQLiteStore: Store, DispatchStore {
             _ = try await reader.query("PRAGMA busy_timeout = 10000")
             _ = try await reader.query("PRAGMA foreign_keys = ON")
             let store = SQLiteStore(path: path, writer: writer, reader: reader, writerThread: writerThread)
-            do {
-                try await store.migrate(logger: logger)
-            } catch {
-                try? await store.close()
-                throw error
-            }
+            try await store.migrate(logger: logger)
             return store
         } catch {
+            // One cleanup for every step, migrations included: the connections opened so far, then the writer's thread.
             for connection in opened where !connection.isClosed { try? await connection.close() }
             try? await writerThread.shutdownGracefully()
             throw error
