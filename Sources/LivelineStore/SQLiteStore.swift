@@ -159,23 +159,21 @@ public final class SQLiteStore: Store, DispatchStore {
     ) async throws -> T {
         let writer = self.writer
         return try await gate.run {
-            let transaction = {
-                writer.query("BEGIN IMMEDIATE", []).flatMap { _ in
-                    body(writer)
-                }.flatMap { result in
-                    writer.query("COMMIT", []).map { _ in result }
-                }.flatMapError { error in
-                    writer.query("ROLLBACK", []).map { _ in () }.recover { _ in () }.flatMapThrowing { throw error }
-                }
-            }
-            guard durability == .bookkeeping else { return transaction() }
-            let restore = { writer.query("PRAGMA synchronous = FULL", []).map { _ in () } }
-            return writer.query("PRAGMA synchronous = NORMAL", []).flatMap { _ in
-                transaction()
+            let bookkeeping = durability == .bookkeeping
+            let begun = bookkeeping
+                ? writer.query("PRAGMA synchronous = NORMAL", []).flatMap { _ in writer.query("BEGIN IMMEDIATE", []) }
+                : writer.query("BEGIN IMMEDIATE", [])
+            let committed = begun.flatMap { _ in
+                body(writer)
             }.flatMap { result in
-                restore().map { result }
+                writer.query("COMMIT", []).map { _ in result }
             }.flatMapError { error in
-                restore().recover { _ in () }.flatMapThrowing { throw error }
+                writer.query("ROLLBACK", []).map { _ in () }.recover { _ in () }.flatMapThrowing { throw error }
+            }
+            guard bookkeeping else { return committed }
+            // Back to FULL whether the transaction committed or not, before the gate is handed on.
+            return committed.map { Result<T, any Error>.success($0) }.recover { .failure($0) }.flatMap { outcome in
+                writer.query("PRAGMA synchronous = FULL", []).flatMapThrowing { _ in try outcome.get() }
             }
         }.get()
     }
