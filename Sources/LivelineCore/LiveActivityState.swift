@@ -1,0 +1,163 @@
+import Foundation
+
+/// One accepted state of an activity as every phone watching it will receive it: the one input of the render step.
+///
+/// The same value is rendered when the state is accepted (to refuse, with a clear error, a state that could not be
+/// sent) and when the delivery engine sends it: ``apnsPayload`` for iPhones, ``fcmMessage(priority:now:)`` for
+/// Android phones. There is no other builder of either.
+public struct LiveActivityState: Sendable, Hashable {
+    /// The activity.
+    public var activityID: String
+    /// `start`, `update` or `end`.
+    public var event: LiveActivityEvent
+    /// The activity's sequence number of this state.
+    public var sequence: Int64
+    /// The `aps.timestamp`: seconds since 1970, strictly increasing per activity (``nextTimestamp(after:now:)``).
+    public var timestamp: Int64
+    /// The content state the app decodes.
+    public var contentState: JSONValue
+    /// When the state shows as stale, in seconds since 1970.
+    public var staleDate: Int64?
+    /// The relative relevance among the app's activities.
+    public var relevanceScore: Double?
+    /// An alert that lights the screen.
+    public var alert: LiveActivityAlert?
+    /// When an ended activity leaves the screen, in seconds since 1970 (`end` only).
+    public var dismissalDate: Int64?
+
+    /// Creates a state.
+    public init(
+        activityID: String, event: LiveActivityEvent, sequence: Int64, timestamp: Int64, contentState: JSONValue,
+        staleDate: Int64? = nil, relevanceScore: Double? = nil, alert: LiveActivityAlert? = nil, dismissalDate: Int64? = nil
+    ) {
+        self.activityID = activityID
+        self.event = event
+        self.sequence = sequence
+        self.timestamp = timestamp
+        self.contentState = contentState
+        self.staleDate = staleDate
+        self.relevanceScore = relevanceScore
+        self.alert = alert
+        self.dismissalDate = dismissalDate
+    }
+
+    // MARK: Rules of a sequence
+
+    /// The `aps.timestamp` of the next sequence: the current second, but always after the previous one, so the phone
+    /// (which ignores a timestamp that is not newer) never drops the newest state.
+    public static func nextTimestamp(after previous: Int64?, now: Date) -> Int64 {
+        let seconds = APIDate.epochSeconds(now)
+        guard let previous else { return seconds }
+        return max(seconds, previous + 1)
+    }
+
+    /// How long the push services keep this state for a phone they cannot reach at once (``LiveUpdateLifetime``).
+    public func lifetime(now: Date) -> Int64 {
+        LiveUpdateLifetime.seconds(event: event, staleDate: staleDate, now: now)
+    }
+
+    /// The `apns-expiration` header for a push of this state sent at `now`: `now` plus its ``lifetime(now:)``, or 0
+    /// (APNs tries once and stores nothing) when that is nothing.
+    public func apnsExpiration(now: Date) -> Int64 {
+        APNsLiveActivityPayload.expiration(event: event, staleDate: staleDate, now: now)
+    }
+
+    // MARK: Rendering
+
+    /// The `{"aps": {...}}` payload every iPhone watching the activity receives.
+    public var apnsPayload: APNsLiveActivityPayload {
+        APNsLiveActivityPayload(
+            event: event, timestamp: timestamp, contentState: contentState, staleDate: staleDate, relevanceScore: relevanceScore,
+            alert: alert, dismissalDate: event == .end ? dismissalDate : nil
+        )
+    }
+
+    /// The FCM data message every Android phone watching the activity receives, sent at `now` (which sets its
+    /// `android.ttl`).
+    public func fcmMessage(priority: FCMAndroidPriority = .high, now: Date) -> FCMLiveUpdateMessage {
+        FCMLiveUpdateMessage(
+            activityID: activityID, event: event, sequence: sequence, timestamp: timestamp, contentState: contentState,
+            staleDate: staleDate, dismissalDate: event == .end ? dismissalDate : nil, alert: alert, priority: priority,
+            timeToLive: lifetime(now: now)
+        )
+    }
+
+    /// Checks that both renderings are ones the push services and the phones accept (sizes, dates, shapes), so the
+    /// caller hears of a problem when the state is accepted rather than never.
+    public func validateRenderings(now: Date) throws(ValidationError) {
+        try apnsPayload.validate()
+        try fcmMessage(now: now).validate()
+    }
+}
+
+/// The part of an activity's stored row its next state depends on.
+public struct ActivityHead: Sendable, Hashable {
+    /// Whether it still takes updates.
+    public var state: ActivityState
+    /// Its current sequence (0 before any state).
+    public var sequence: Int64
+    /// The `aps.timestamp` of its current sequence.
+    public var timestamp: Int64?
+    /// Its current content state.
+    public var contentState: JSONValue?
+    /// Its current stale date.
+    public var staleDate: Int64?
+    /// Its current relevance score.
+    public var relevanceScore: Double?
+
+    /// Creates a head.
+    public init(
+        state: ActivityState, sequence: Int64, timestamp: Int64?, contentState: JSONValue?, staleDate: Int64?, relevanceScore: Double?
+    ) {
+        self.state = state
+        self.sequence = sequence
+        self.timestamp = timestamp
+        self.contentState = contentState
+        self.staleDate = staleDate
+        self.relevanceScore = relevanceScore
+    }
+}
+
+/// Why a state cannot follow an activity's head.
+public enum NextStateRefusal: Error, Sendable, Hashable {
+    /// The activity has ended: it takes no update and no second end.
+    case activityEnded
+}
+
+extension LiveActivityState {
+    /// The state an update accepted at `now` makes, after `head` (nil: the activity's first state): the next sequence,
+    /// the next ``nextTimestamp(after:now:)``, and exactly the given fields.
+    public static func update(
+        activityID: String, after head: ActivityHead?, contentState: JSONValue, staleDate: Int64?, relevanceScore: Double?,
+        alert: LiveActivityAlert?, now: Date
+    ) throws(NextStateRefusal) -> LiveActivityState {
+        if let head {
+            do { _ = try head.state.applying(.update) } catch { throw .activityEnded }
+        }
+        return LiveActivityState(
+            activityID: activityID, event: .update, sequence: (head?.sequence ?? 0) + 1,
+            timestamp: nextTimestamp(after: head?.timestamp, now: now), contentState: contentState, staleDate: staleDate,
+            relevanceScore: relevanceScore, alert: alert
+        )
+    }
+
+    /// The final state an end accepted at `now` makes, after `head`: what is given, and for the content state, stale
+    /// date and relevance score that are not, the activity's current ones (an end repeats the last state unless told
+    /// otherwise). The alert and dismissal date are the end's own.
+    ///
+    /// `nil` when there is no final state at all — no content state given, and none ever accepted: the activity ends
+    /// as the next sequence (``nextTimestamp(after:now:)``) with nothing to show or send. The API refuses such an end
+    /// from a caller; Liveline's own lifetime sweeper makes it.
+    public static func end(
+        activityID: String, after head: ActivityHead, contentState: JSONValue?, staleDate: Int64?, relevanceScore: Double?,
+        alert: LiveActivityAlert?, dismissalDate: Int64?, now: Date
+    ) throws(NextStateRefusal) -> LiveActivityState? {
+        do { _ = try head.state.applying(.end) } catch { throw .activityEnded }
+        guard let finalState = contentState ?? head.contentState else { return nil }
+        return LiveActivityState(
+            activityID: activityID, event: .end, sequence: head.sequence + 1, timestamp: nextTimestamp(after: head.timestamp, now: now),
+            contentState: finalState, staleDate: staleDate ?? head.staleDate, relevanceScore: relevanceScore ?? head.relevanceScore,
+            alert: alert, dismissalDate: dismissalDate
+        )
+    }
+}
