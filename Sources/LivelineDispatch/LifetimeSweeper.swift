@@ -39,7 +39,7 @@ public final class LifetimeSweeper: Service, Sendable {
     private let policy: LifetimePolicy
     private let now: @Sendable () -> Date
     private let logger: Logger
-    private let onEnded: @Sendable () -> Void
+    private let delivery: any DeliveryWaking
     private static let batch = 500
 
     /// What one pass did.
@@ -57,16 +57,16 @@ public final class LifetimeSweeper: Service, Sendable {
         public init() {}
     }
 
-    /// Creates the sweeper; `onEnded` is called after it ends activities (to wake the delivery engine for the `end` pushes).
+    /// Creates the sweeper; `delivery` is woken after it ends activities, for their `end` pushes.
     public init(
         store: any Store, policy: LifetimePolicy = LifetimePolicy(), now: @escaping @Sendable () -> Date = { Date() },
-        logger: Logger = Logger(label: "liveline.lifetime"), onEnded: @escaping @Sendable () -> Void = {}
+        logger: Logger = Logger(label: "liveline.lifetime"), delivery: any DeliveryWaking = NoDeliveryEngine()
     ) {
         self.store = store
         self.policy = policy
         self.now = now
         self.logger = logger
-        self.onEnded = onEnded
+        self.delivery = delivery
     }
 
     /// Sweeps every `interval` until graceful shutdown.
@@ -109,7 +109,7 @@ public final class LifetimeSweeper: Service, Sendable {
             if gone.count < Self.batch { break }
         }
         sweep.purged = try await store.purgeActivities(endedBefore: now.addingTimeInterval(-policy.retention))
-        if sweep.endedForLifetime + sweep.endedWithAllInstancesGone > 0 { onEnded() }
+        if sweep.endedForLifetime + sweep.endedWithAllInstancesGone > 0 { delivery.wake() }
         return sweep
     }
 

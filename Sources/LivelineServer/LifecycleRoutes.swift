@@ -9,13 +9,10 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     let store: any Store
     let authenticator: Authenticator
     let clock: WallClock
-    /// Default stale dates for states given without one.
-    let staleness: StalenessPolicy
+    /// Accepts updates and ends, registers instances, applies what phones report.
+    let lifecycle: ActivityLifecycle
     /// Apple's priority-10 budget, for the budget report.
     let budget: PriorityBudget
-    var contracts: ContentContracts { ContentContracts(store: store) }
-    /// Wakes the delivery engine after a commit.
-    let onAccepted: @Sendable () -> Void
 
     static var maximumPageSize: Int { 200 }
     static var defaultPageSize: Int { 50 }
@@ -34,7 +31,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         v1.get("app", use: app)
     }
 
-    // MARK: Handlers
+    // MARK: Handlers: parse → lifecycle → represent
 
     @Sendable func registerInstance(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .publishableOrSecret)
@@ -57,22 +54,12 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             attributes = value
         }
         let userID = try body.string("userId").map { userID throws(ValidationError) in try Identifier.validate(userID, field: "userId") }
-        if let given = attributes, let schema = try await contracts.schema(appID: caller.appID, attributesType: attributesType) {
-            attributes = try schema.conform(attributes: given)
-        }
-        let result: RegistrationResult
-        do {
-            result = try await store.registerInstance(
-                InstanceRegistration(
-                    appID: caller.appID, activityID: activityID, deviceID: deviceID, platform: platform, pushToken: pushToken,
-                    attributesType: attributesType, attributes: attributes, userID: userID
-                ),
-                at: clock.now()
+        let result = try await lifecycle.register(
+            InstanceRegistration(
+                appID: caller.appID, activityID: activityID, deviceID: deviceID, platform: platform, pushToken: pushToken,
+                attributesType: attributesType, attributes: attributes, userID: userID
             )
-        } catch StoreError.activityEnded {
-            throw APIError.activityEnded(activityID)
-        }
-        if result.change != .unchanged { onAccepted() }
+        )
         return Response.json(Representation.instance(result.instance), status: result.change == .created ? .created : .ok)
     }
 
@@ -89,39 +76,16 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             )
         }
         let common = try Self.commonFields(body)
-        let minUpdateInterval = try Self.minUpdateInterval(body)
-        let now = clock.now()
-        let current = try await store.activityWithoutInstanceCounts(appID: caller.appID, activityID: activityID)
-        if let current, current.state != .active { throw APIError.activityEnded(activityID) }
-        let checked = try await contracts.check(
-            try Self.contentState(body, required: true)!, appID: caller.appID, activity: current, remember: true
-        )
-        let staleDate = common.staleDate ?? staleness.staleDate(now: now, previous: current?.sequenceAt)
-        let payload = APNsLiveActivityPayload(
-            event: .update, timestamp: Int64(now.timeIntervalSince1970), contentState: checked.contentState,
-            staleDate: staleDate, relevanceScore: common.relevanceScore, alert: common.alert
-        )
-        try payload.validate()
-        // The same state goes to Android phones: its FCM message must fit too (refused here, not at FCM).
-        try FCMLiveUpdateMessage(
-            activityID: activityID, event: .update, sequence: (current?.sequence ?? 0) + 1, timestamp: Int64(now.timeIntervalSince1970),
-            contentState: checked.contentState, staleDate: staleDate, alert: common.alert
-        ).validate()
-        let accepted: AcceptedSequence
-        do {
-            accepted = try await store.acceptUpdate(
-                ActivityUpdate(
-                    appID: caller.appID, activityID: activityID, contentState: checked.contentState, alert: common.alert,
-                    staleDate: staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
-                    contentShape: checked.shape, minUpdateInterval: minUpdateInterval
-                ),
-                at: now
+        let accepted = try await lifecycle.accept(
+            ActivityLifecycle.Update(
+                appID: caller.appID, activityID: activityID, contentState: try Self.contentState(body, required: true)!,
+                alert: common.alert, staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
+                minUpdateInterval: try Self.minUpdateInterval(body)
             )
-        } catch StoreError.activityEnded {
-            throw APIError.activityEnded(activityID)
-        }
-        onAccepted()
-        return Response.json(Representation.accepted(accepted, warnings: ContentContracts.warnings(checked.changes)), status: .accepted)
+        )
+        return Response.json(
+            Representation.accepted(accepted.sequence, warnings: ContentContracts.warnings(accepted.changes)), status: .accepted
+        )
     }
 
     @Sendable func end(_ request: Request, context: Context) async throws -> Response {
@@ -131,76 +95,23 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate"])
         let contentState = try Self.contentState(body, required: false)
         let common = try Self.commonFields(body)
-        let dismissalDate = try body.epochSeconds("dismissalDate")
-        let now = clock.now()
-        if let dismissalDate, dismissalDate > Int64(now.timeIntervalSince1970) + Limits.maximumDismissalDelaySeconds {
-            throw ValidationError(
-                code: "invalid_dismissal_date",
-                message: "dismissalDate must be at most four hours from now; the system removes an ended Live Activity by then.",
-                field: "dismissalDate"
-            )
-        }
-        let accepted = try await endActivity(
-            ActivityEnd(
+        let accepted = try await lifecycle.end(
+            ActivityLifecycle.End(
                 appID: caller.appID, activityID: activityID, contentState: contentState, alert: common.alert,
-                dismissalDate: dismissalDate, staleDate: common.staleDate, relevanceScore: common.relevanceScore,
-                priority: common.priority
-            ),
-            at: now
+                staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
+                dismissal: try body.epochSeconds("dismissalDate").map { .at($0) }
+            )
         )
-        return Response.json(Representation.accepted(accepted.0, warnings: ContentContracts.warnings(accepted.1)), status: .accepted)
+        return Response.json(
+            Representation.accepted(accepted.sequence, warnings: ContentContracts.warnings(accepted.changes)), status: .accepted
+        )
     }
 
     @Sendable func endAndDismiss(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
-        let now = clock.now()
-        let accepted = try await endActivity(
-            ActivityEnd(appID: caller.appID, activityID: activityID, dismissalDate: Int64(now.timeIntervalSince1970)),
-            at: now
-        ).0
-        return Response.json(Representation.accepted(accepted), status: .accepted)
-    }
-
-    /// Ends an activity after checking that the end push it implies is one APNs and the phone accept.
-    private func endActivity(_ end: ActivityEnd, at now: Date) async throws -> (AcceptedSequence, [JSONShape.Change]) {
-        guard let current = try await store.activityWithoutInstanceCounts(appID: end.appID, activityID: end.activityID) else {
-            throw APIError.activityNotFound(end.activityID)
-        }
-        guard current.state == .active else { throw APIError.activityEnded(end.activityID) }
-        var end = end
-        var changes: [JSONShape.Change] = []
-        if let given = end.contentState {
-            let checked = try await contracts.check(given, appID: end.appID, activity: current, remember: false)
-            end.contentState = checked.contentState
-            changes = checked.changes
-        }
-        guard let finalState = end.contentState ?? current.contentState else {
-            throw ValidationError(
-                code: "content_state_required",
-                message: "This activity has no content state yet; end it with a final contentState.",
-                field: "contentState"
-            )
-        }
-        let payload = APNsLiveActivityPayload(
-            event: .end, timestamp: Int64(now.timeIntervalSince1970), contentState: finalState,
-            staleDate: end.staleDate ?? current.staleDate, relevanceScore: end.relevanceScore ?? current.relevanceScore,
-            alert: end.alert, dismissalDate: end.dismissalDate
-        )
-        try payload.validate()
-        try FCMLiveUpdateMessage(
-            activityID: end.activityID, event: .end, sequence: current.sequence + 1, timestamp: Int64(now.timeIntervalSince1970),
-            contentState: finalState, staleDate: end.staleDate ?? current.staleDate, dismissalDate: end.dismissalDate, alert: end.alert
-        ).validate()
-        do {
-            let accepted = try await store.endActivity(end, at: now)
-            onAccepted()
-            return (accepted, changes)
-        } catch StoreError.activityEnded {
-            throw APIError.activityEnded(end.activityID)
-        } catch StoreError.activityNotFound {
-            throw APIError.activityNotFound(end.activityID)
-        }
+        let accepted = try await lifecycle.end(ActivityLifecycle.End(appID: caller.appID, activityID: activityID, dismissal: .now))
+        return Response.json(Representation.accepted(accepted.sequence), status: .accepted)
     }
 
     @Sendable func activity(_ request: Request, context: Context) async throws -> Response {
@@ -251,34 +162,24 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let deviceID = try Self.pathID("deviceId", context)
         let body = try await RequestBody.read(request)
         try body.allowOnly(["type", "enabled"])
-        let type = try body.requiredString("type")
-        let now = clock.now()
-        let instance: InstanceRecord
-        do {
-            switch type {
-            case "dismissed", "ended":
-                if body.members["enabled"] != nil {
-                    throw APIError.badRequest("unknown_field", "enabled belongs only to the frequentPushes event.", field: "enabled")
-                }
-                instance = try await store.recordInstanceEvent(
-                    appID: caller.appID, activityID: activityID, deviceID: deviceID,
-                    event: type == "dismissed" ? .dismissedOnDevice : .endedOnDevice, at: now
-                )
-            case "frequentPushes":
-                guard let enabled = try body.bool("enabled") else {
-                    throw APIError.badRequest("missing_field", "enabled is required for the frequentPushes event.", field: "enabled")
-                }
-                instance = try await store.setFrequentPushes(
-                    appID: caller.appID, activityID: activityID, deviceID: deviceID, enabled: enabled, at: now
-                )
-            default:
-                throw ValidationError(
-                    code: "invalid_event_type", message: "type must be 'dismissed', 'ended' or 'frequentPushes'.", field: "type"
-                )
+        let report: ActivityLifecycle.InstanceReport
+        switch try body.requiredString("type") {
+        case let type where type == "dismissed" || type == "ended":
+            if body.members["enabled"] != nil {
+                throw APIError.badRequest("unknown_field", "enabled belongs only to the frequentPushes event.", field: "enabled")
             }
-        } catch StoreError.instanceNotFound {
-            throw APIError.instanceNotFound(deviceID)
+            report = type == "dismissed" ? .dismissed : .ended
+        case "frequentPushes":
+            guard let enabled = try body.bool("enabled") else {
+                throw APIError.badRequest("missing_field", "enabled is required for the frequentPushes event.", field: "enabled")
+            }
+            report = .frequentPushes(enabled: enabled)
+        default:
+            throw ValidationError(
+                code: "invalid_event_type", message: "type must be 'dismissed', 'ended' or 'frequentPushes'.", field: "type"
+            )
         }
+        let instance = try await lifecycle.report(report, appID: caller.appID, activityID: activityID, deviceID: deviceID)
         return Response.json(Representation.instance(instance))
     }
 

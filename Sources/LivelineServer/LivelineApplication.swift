@@ -13,11 +13,11 @@ public enum LivelineApplication {
     ///
     /// - Parameters:
     ///   - sealer: seals provider secrets at rest; a throwaway key when not given (tests).
-    ///   - onAccepted: called after an update, end or registration is committed, to wake the delivery engine.
+    ///   - delivery: woken after an update, end or registration is committed (the delivery engine).
     public static func makeRouter(
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
         staleness: StalenessPolicy = StalenessPolicy(), budget: PriorityBudget = PriorityBudget(),
-        onAccepted: @escaping @Sendable () -> Void = {}
+        delivery: any DeliveryWaking = NoDeliveryEngine()
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let administration = AppAdministration(store: store, clock: clock, sealer: sealer)
@@ -25,8 +25,8 @@ public enum LivelineApplication {
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
         LifecycleRoutes(
-            store: store, authenticator: Authenticator(store: store), clock: clock, staleness: staleness, budget: budget,
-            onAccepted: onAccepted
+            store: store, authenticator: Authenticator(store: store), clock: clock,
+            lifecycle: ActivityLifecycle(store: store, clock: clock, staleness: staleness, delivery: delivery), budget: budget
         ).add(to: router)
         SchemaRoutes(store: store, authenticator: Authenticator(store: store), clock: clock).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
@@ -36,14 +36,13 @@ public enum LivelineApplication {
     /// The application, ready to run as a Service.
     public static func makeApplication(
         configuration: LivelineConfiguration, store: any Store, clock: WallClock = .system, logger: Logger,
-        sealer: CredentialSealer? = nil, onAccepted: @escaping @Sendable () -> Void = {}, services: [any Service] = [],
+        sealer: CredentialSealer? = nil, delivery: any DeliveryWaking = NoDeliveryEngine(), services: [any Service] = [],
         onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
             router: makeRouter(
                 store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, staleness: configuration.staleness,
-                budget: configuration.budget,
-                onAccepted: onAccepted
+                budget: configuration.budget, delivery: delivery
             ),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
@@ -102,10 +101,10 @@ public enum LivelineApplication {
         let dispatcher = Dispatcher(
             store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
         )
-        let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, onEnded: { dispatcher.wake() })
+        let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, delivery: dispatcher)
         do {
             let app = makeApplication(
-                configuration: configuration, store: store, logger: logger, sealer: sealer, onAccepted: { dispatcher.wake() },
+                configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: dispatcher,
                 services: services + [dispatcher, sweeper]
             )
             try await app.runService()

@@ -413,3 +413,24 @@ public enum StoreError: Error, Sendable, Hashable {
     /// The database holds data written by a newer Liveline.
     case schemaTooNew(found: Int, supported: Int)
 }
+
+extension ActivityRecord {
+    /// What the activity's next state depends on (``LiveActivityState/update(activityID:after:contentState:staleDate:relevanceScore:alert:now:)``
+    /// and ``LiveActivityState/end(activityID:after:contentState:staleDate:relevanceScore:alert:dismissalDate:now:)``).
+    public var head: ActivityHead {
+        ActivityHead(
+            state: state, sequence: sequence, timestamp: timestampSeconds, contentState: contentState, staleDate: staleDate,
+            relevanceScore: relevanceScore
+        )
+    }
+
+    /// The activity's current state as the phones receive it, or `nil` before its first state.
+    public var currentState: LiveActivityState? {
+        guard let contentState, let event else { return nil }
+        return LiveActivityState(
+            activityID: activityID, event: event, sequence: sequence,
+            timestamp: timestampSeconds ?? APIDate.epochSeconds(sequenceAt ?? createdAt), contentState: contentState,
+            staleDate: staleDate, relevanceScore: relevanceScore, alert: alert, dismissalDate: dismissalDate
+        )
+    }
+}

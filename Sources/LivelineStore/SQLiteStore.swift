@@ -337,31 +337,41 @@ public final class SQLiteStore: Store, DispatchStore {
         // Chained on the writer's event loop: accepts are the hot write, and must not wait behind the task pool
         // while a fan-out keeps the process busy.
         try await chainedTransaction { db in
-            Self.nextSequence(appID: update.appID, activityID: update.activityID, applying: .update, now: now, on: db).flatMap { next in
+            Self.head(appID: update.appID, activityID: update.activityID, on: db).flatMapThrowing { head in
+                do throws(NextStateRefusal) {
+                    let next = try LiveActivityState.update(
+                        activityID: update.activityID, after: head, contentState: update.contentState, staleDate: update.staleDate,
+                        relevanceScore: update.relevanceScore, alert: update.alert, now: now
+                    )
+                    return (head != nil, next)
+                } catch {
+                    throw Self.storeError(error)
+                }
+            }.flatMap { (exists: Bool, next: LiveActivityState) in
                 let nowMillis = Self.millis(now)
                 let statement: String
                 let binds: [SQLiteData]
-                if next.exists {
+                if exists {
                     statement = """
                         UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
                             stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
                             min_update_interval = COALESCE(?, min_update_interval)
                         WHERE app_id = ? AND activity_id = ?
                         """
-                    binds = [.integer(Int(next.sequence)), .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(next.timestamp),
-                             Self.json(update.contentState),
-                             Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
+                    binds = [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
+                             Self.json(next.contentState),
+                             Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
                              Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
                              Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
                 } else {
                     statement = """
                         INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
                             alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
-                        VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """
-                    binds = [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue),
-                             .text(LiveActivityEvent.update.rawValue), .integer(nowMillis), .integer(next.timestamp), Self.json(update.contentState),
-                             Self.json(update.alert?.json), Self.integer(update.staleDate), Self.real(update.relevanceScore),
+                    binds = [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue), .integer(Int(next.sequence)),
+                             .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)), Self.json(next.contentState),
+                             Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
                              Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
                              Self.real(update.minUpdateInterval)]
                 }
@@ -374,47 +384,66 @@ public final class SQLiteStore: Store, DispatchStore {
 
     public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
         try await chainedTransaction { db in
-            Self.nextSequence(appID: end.appID, activityID: end.activityID, applying: .end, now: now, on: db).flatMapThrowing { next in
-                guard next.exists else { throw StoreError.activityNotFound }
-                return next
-            }.flatMap { next in
+            Self.head(appID: end.appID, activityID: end.activityID, on: db).flatMapThrowing { head in
+                guard let head else { throw StoreError.activityNotFound }
+                do throws(NextStateRefusal) {
+                    let next = try LiveActivityState.end(
+                        activityID: end.activityID, after: head, contentState: end.contentState, staleDate: end.staleDate,
+                        relevanceScore: end.relevanceScore, alert: end.alert, dismissalDate: end.dismissalDate, now: now
+                    )
+                    return (head, next)
+                } catch {
+                    throw Self.storeError(error)
+                }
+            }.flatMap { (head: ActivityHead, next: LiveActivityState?) in
                 let nowMillis = Self.millis(now)
+                // Without a final state (an activity that never had one), the end is only the next sequence.
+                let sequence = next?.sequence ?? head.sequence + 1
+                let timestamp = next?.timestamp ?? LiveActivityState.nextTimestamp(after: head.timestamp, now: now)
                 return db.query(
                     """
                     UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
-                        content_state = COALESCE(?, content_state), alert = ?, dismissal_date = ?,
-                        stale_date = COALESCE(?, stale_date), relevance_score = COALESCE(?, relevance_score), priority = ?,
+                        content_state = ?, alert = ?, dismissal_date = ?, stale_date = ?, relevance_score = ?, priority = ?,
                         updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
                     WHERE app_id = ? AND activity_id = ?
                     """,
-                    [.text(ActivityState.ended.rawValue), .integer(Int(next.sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
-                     .integer(next.timestamp), Self.json(end.contentState), Self.json(end.alert?.json), Self.integer(end.dismissalDate),
-                     Self.integer(end.staleDate), Self.real(end.relevanceScore), Self.integer(end.priority.map(Int64.init)),
+                    [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
+                     .integer(Int(timestamp)), Self.json(next?.contentState), Self.json(next?.alert?.json), Self.integer(next?.dismissalDate),
+                     Self.integer(next?.staleDate), Self.real(next?.relevanceScore), Self.integer(end.priority.map(Int64.init)),
                      .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
                 ).map { _ in
-                    AcceptedSequence(activityID: end.activityID, sequence: next.sequence, event: .end, acceptedAt: Self.date(nowMillis))
+                    AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
                 }
             }
         }
     }
 
-    /// Reads the activity on the writer (inside its transaction) and works out the sequence and `aps.timestamp` that
-    /// `command` gets: the next ones, or 1 and now's when there is no such activity yet (`exists` false).
-    ///
-    /// Fails with ``StoreError/activityEnded`` when the activity's state refuses `command`.
-    static func nextSequence(
-        appID: String, activityID: String, applying command: ActivityCommand, now: Date, on db: SQLiteConnection
-    ) -> EventLoopFuture<(exists: Bool, sequence: Int64, timestamp: Int)> {
+    /// Reads, on the writer (inside its transaction), what the activity's next state depends on; `nil` when there is no
+    /// such activity yet.
+    static func head(appID: String, activityID: String, on db: SQLiteConnection) -> EventLoopFuture<ActivityHead?> {
         db.query(
-            "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?", [.text(appID), .text(activityID)]
+            """
+            SELECT state, sequence, timestamp_seconds, content_state, stale_date, relevance_score
+            FROM activities WHERE app_id = ? AND activity_id = ?
+            """,
+            [.text(appID), .text(activityID)]
         ).flatMapThrowing { rows in
-            guard let current = rows.first else { return (false, 1, nextTimestamp(after: nil, now: now)) }
-            let state = ActivityState(rawValue: try current.string("state")) ?? .ended
-            do { _ = try state.applying(command) } catch { throw StoreError.activityEnded }
-            return (
-                true, Int64(current.column("sequence")?.integer ?? 0) + 1,
-                nextTimestamp(after: current.column("timestamp_seconds")?.integer, now: now)
+            guard let row = rows.first else { return nil }
+            return ActivityHead(
+                state: ActivityState(rawValue: try row.string("state")) ?? .ended,
+                sequence: Int64(row.column("sequence")?.integer ?? 0),
+                timestamp: row.column("timestamp_seconds")?.integer.map(Int64.init),
+                contentState: try row.json("content_state"),
+                staleDate: row.column("stale_date")?.integer.map(Int64.init),
+                relevanceScore: row.column("relevance_score")?.double
             )
+        }
+    }
+
+    /// A refusal of Core's next-state rules as the Store's error.
+    static func storeError(_ refusal: NextStateRefusal) -> StoreError {
+        switch refusal {
+        case .activityEnded: .activityEnded
         }
     }
 
@@ -526,14 +555,6 @@ public final class SQLiteStore: Store, DispatchStore {
             )
             return instance
         }
-    }
-
-    /// The next `aps.timestamp`: the current second, but always after the previous one, so the phone
-    /// (which ignores a timestamp that is not newer) never drops the newest state.
-    static func nextTimestamp(after previous: Int?, now: Date) -> Int {
-        let seconds = Int(now.timeIntervalSince1970.rounded(.down))
-        guard let previous else { return seconds }
-        return max(seconds, previous + 1)
     }
 
     /// Makes an activity with accepted state pending again, so a newly registered token is caught up.

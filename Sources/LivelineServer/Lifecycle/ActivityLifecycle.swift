@@ -1,0 +1,219 @@
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineStore
+
+/// Where the lifecycle of Live Activities happens: an update or an end is accepted, an instance registers, a phone
+/// reports what it did. The routes parse a request into one of these calls and represent its answer; everything in
+/// between is here, in this order:
+///
+/// 1. **validate** what the request cannot say alone: the activity's state, the attributes type's content-state
+///    contract (``ContentContracts``);
+/// 2. **apply Core's rules**: the next sequence and its `aps.timestamp`, the default stale date (``StalenessPolicy``),
+///    an end's final state (``LiveActivityState/update(activityID:after:contentState:staleDate:relevanceScore:alert:now:)``,
+///    ``LiveActivityState/end(activityID:after:contentState:staleDate:relevanceScore:alert:dismissalDate:now:)``);
+/// 3. **render** that state once for APNs and FCM and refuse it if either push would be refused
+///    (``LiveActivityState/validateRenderings(now:)``) — the delivery engine renders it with the same step;
+/// 4. **store** it (the Store applies the same Core rule inside its transaction, so a concurrent change cannot slip
+///    between the read and the write), committed before this returns;
+/// 5. **wake delivery** (``DeliveryWaking``): the engine claims the activity and fans it out
+///    (``Dispatcher``, ``FanOutStateMachine``).
+struct ActivityLifecycle: Sendable {
+    let store: any Store
+    let clock: WallClock
+    /// Default stale dates for states given without one.
+    let staleness: StalenessPolicy
+    /// Woken after each commit that leaves work for the delivery engine.
+    let delivery: any DeliveryWaking
+    var contracts: ContentContracts { ContentContracts(store: store) }
+
+    /// A new content state, as the backend posted it.
+    struct Update: Sendable {
+        var appID: String
+        var activityID: String
+        var contentState: JSONValue
+        var alert: LiveActivityAlert?
+        var staleDate: Int64?
+        var relevanceScore: Double?
+        var priority: Int?
+        var minUpdateInterval: Double?
+    }
+
+    /// An end, as the backend asked for it.
+    struct End: Sendable {
+        var appID: String
+        var activityID: String
+        var contentState: JSONValue?
+        var alert: LiveActivityAlert?
+        var staleDate: Int64?
+        var relevanceScore: Double?
+        var priority: Int?
+        /// `nil`: let the system decide; `.now`: dismiss at once.
+        var dismissal: Dismissal?
+
+        enum Dismissal: Sendable {
+            case now
+            case at(Int64)
+        }
+    }
+
+    /// An accepted update or end: its sequence, and the fields whose type changed (schema-less drift warnings).
+    struct Accepted: Sendable {
+        var sequence: AcceptedSequence
+        var changes: [JSONShape.Change]
+    }
+
+    /// What a phone reports about its instance.
+    enum InstanceReport: Sendable {
+        case dismissed
+        case ended
+        case frequentPushes(enabled: Bool)
+    }
+
+    // MARK: Updates and ends
+
+    /// Accepts `update` as the activity's next sequence (creating the activity on first sight).
+    func accept(_ update: Update) async throws -> Accepted {
+        let now = clock.now()
+        let current = try await store.activityWithoutInstanceCounts(appID: update.appID, activityID: update.activityID)
+        if let current, current.state != .active { throw APIError.activityEnded(update.activityID) }
+        let checked = try await contracts.check(update.contentState, appID: update.appID, activity: current, remember: true)
+        let staleDate = update.staleDate ?? staleness.staleDate(now: now, previous: current?.sequenceAt)
+        let next: LiveActivityState
+        do {
+            next = try LiveActivityState.update(
+                activityID: update.activityID, after: current?.head, contentState: checked.contentState, staleDate: staleDate,
+                relevanceScore: update.relevanceScore, alert: update.alert, now: now
+            )
+        } catch {
+            throw Self.apiError(error, activityID: update.activityID)
+        }
+        try next.validateRenderings(now: now)
+        let accepted = try await Self.storing(update.activityID) {
+            try await store.acceptUpdate(
+                ActivityUpdate(
+                    appID: update.appID, activityID: update.activityID, contentState: next.contentState, alert: next.alert,
+                    staleDate: next.staleDate, relevanceScore: next.relevanceScore, priority: update.priority,
+                    contentShape: checked.shape, minUpdateInterval: update.minUpdateInterval
+                ),
+                at: now
+            )
+        }
+        delivery.wake()
+        return Accepted(sequence: accepted, changes: checked.changes)
+    }
+
+    /// Ends the activity with a final state (its current one unless `end` gives one).
+    func end(_ end: End) async throws -> Accepted {
+        let now = clock.now()
+        let dismissalDate: Int64?
+        switch end.dismissal {
+        case nil: dismissalDate = nil
+        case .now: dismissalDate = APIDate.epochSeconds(now)
+        case .at(let date):
+            guard date <= APIDate.epochSeconds(now) + Limits.maximumDismissalDelaySeconds else {
+                throw ValidationError(
+                    code: "invalid_dismissal_date",
+                    message: "dismissalDate must be at most four hours from now; the system removes an ended Live Activity by then.",
+                    field: "dismissalDate"
+                )
+            }
+            dismissalDate = date
+        }
+        guard let current = try await store.activityWithoutInstanceCounts(appID: end.appID, activityID: end.activityID) else {
+            throw APIError.activityNotFound(end.activityID)
+        }
+        guard current.state == .active else { throw APIError.activityEnded(end.activityID) }
+        var contentState = end.contentState
+        var changes: [JSONShape.Change] = []
+        if let given = end.contentState {
+            let checked = try await contracts.check(given, appID: end.appID, activity: current, remember: false)
+            contentState = checked.contentState
+            changes = checked.changes
+        }
+        let next: LiveActivityState?
+        do {
+            next = try LiveActivityState.end(
+                activityID: end.activityID, after: current.head, contentState: contentState, staleDate: end.staleDate,
+                relevanceScore: end.relevanceScore, alert: end.alert, dismissalDate: dismissalDate, now: now
+            )
+        } catch {
+            throw Self.apiError(error, activityID: end.activityID)
+        }
+        guard let next else {
+            throw ValidationError(
+                code: "content_state_required", message: "This activity has no content state yet; end it with a final contentState.",
+                field: "contentState"
+            )
+        }
+        try next.validateRenderings(now: now)
+        let accepted = try await Self.storing(end.activityID) {
+            try await store.endActivity(
+                ActivityEnd(
+                    appID: end.appID, activityID: end.activityID, contentState: contentState, alert: end.alert,
+                    dismissalDate: dismissalDate, staleDate: end.staleDate, relevanceScore: end.relevanceScore, priority: end.priority
+                ),
+                at: now
+            )
+        }
+        delivery.wake()
+        return Accepted(sequence: accepted, changes: changes)
+    }
+
+    // MARK: Instances
+
+    /// Registers or refreshes one device watching an activity; a new or rotated token is caught up at once.
+    func register(_ registration: InstanceRegistration) async throws -> RegistrationResult {
+        var registration = registration
+        if let given = registration.attributes,
+            let schema = try await contracts.schema(appID: registration.appID, attributesType: registration.attributesType)
+        {
+            registration.attributes = try schema.conform(attributes: given)
+        }
+        let result = try await Self.storing(registration.activityID) {
+            try await store.registerInstance(registration, at: clock.now())
+        }
+        if result.change != .unchanged { delivery.wake() }
+        return result
+    }
+
+    /// Applies what a phone reports about its instance.
+    func report(_ report: InstanceReport, appID: String, activityID: String, deviceID: String) async throws -> InstanceRecord {
+        let now = clock.now()
+        do {
+            switch report {
+            case .dismissed, .ended:
+                return try await store.recordInstanceEvent(
+                    appID: appID, activityID: activityID, deviceID: deviceID,
+                    event: { if case .dismissed = report { .dismissedOnDevice } else { .endedOnDevice } }(), at: now
+                )
+            case .frequentPushes(let enabled):
+                return try await store.setFrequentPushes(
+                    appID: appID, activityID: activityID, deviceID: deviceID, enabled: enabled, at: now
+                )
+            }
+        } catch StoreError.instanceNotFound {
+            throw APIError.instanceNotFound(deviceID)
+        }
+    }
+
+    // MARK: Refusals
+
+    /// A refusal of Core's next-state rules as the API's error.
+    private static func apiError(_ refusal: NextStateRefusal, activityID: String) -> any Error {
+        switch refusal {
+        case .activityEnded: APIError.activityEnded(activityID)
+        }
+    }
+
+    /// Runs a Store write, with the refusals it can still make (a concurrent end) as API errors.
+    private static func storing<T>(_ activityID: String, _ write: () async throws -> T) async throws -> T {
+        do {
+            return try await write()
+        } catch StoreError.activityEnded {
+            throw APIError.activityEnded(activityID)
+        } catch StoreError.activityNotFound {
+            throw APIError.activityNotFound(activityID)
+        }
+    }
+}
