@@ -2,7 +2,6 @@ import Foundation
 import LivelineCore
 import LivelineStore
 import Logging
-import NIOConcurrencyHelpers
 import NIOCore
 import ServiceLifecycle
 
@@ -152,7 +151,7 @@ public final class Dispatcher: Service, Sendable {
     // MARK: One pass over one activity
 
     /// What happened to one instance in this pass.
-    private struct InstanceResult: Sendable {
+    struct InstanceResult: FanOutResult {
         var instance: InstanceRecord
         var sequence: Int64
         var event: LiveActivityEvent
@@ -163,10 +162,18 @@ public final class Dispatcher: Service, Sendable {
         enum Final: Sendable {
             case delivered, invalidated, rejected, exhausted, credentials
         }
+
+        var fanOutOutcome: FanOutInstanceOutcome {
+            switch final {
+            case .delivered, .invalidated, .rejected: .done
+            case .exhausted: .retryLater
+            case .credentials: .credentialsRefused
+            }
+        }
     }
 
-    /// The bytes and headers of one sequence, built once per platform.
-    private struct PreparedSequence: Sendable {
+    /// One sequence rendered for one platform (once, whatever the number of instances), and the transport it goes by.
+    struct Rendition: FanOutRendition {
         var sequence: Int64
         var event: LiveActivityEvent
         var hasAlert: Bool
@@ -178,6 +185,7 @@ public final class Dispatcher: Service, Sendable {
         var fcmMessage: FCMEncodedMessage?
         var topic: String
         var expiration: Int64?
+        var transport: any PushTransport
 
         /// What goes on the wire for one token.
         func body(for token: String) -> ByteBuffer {
@@ -188,49 +196,36 @@ public final class Dispatcher: Service, Sendable {
         }
     }
 
-    private func prepare(_ claim: DispatchClaim, for platform: Platform) -> PreparedSequence? {
-        let activity = claim.activity
-        guard let contentState = activity.contentState, let event = activity.event else { return nil }
-        let timestamp = activity.timestampSeconds ?? Int64((activity.sequenceAt ?? now()).timeIntervalSince1970)
-        let dismissalDate = event == .end ? activity.dismissalDate : nil
+    /// Renders the claimed activity's current state for `platform` with Core's one render step
+    /// (``LiveActivityState``), or nil when it has no state yet.
+    private func render(_ claim: DispatchClaim, for platform: Platform, transport: any PushTransport) -> Rendition? {
+        guard let state = claim.activity.currentState else { return nil }
+        let at = now()
         switch platform {
         case .ios:
-            let payload = APNsLiveActivityPayload(
-                event: event, timestamp: timestamp, contentState: contentState, staleDate: activity.staleDate,
-                relevanceScore: activity.relevanceScore, alert: activity.alert, dismissalDate: dismissalDate
-            )
             var buffer = ByteBufferAllocator().buffer(capacity: 512)
-            buffer.writeBytes(payload.encoded())
-            return PreparedSequence(
-                sequence: activity.sequence, event: event, hasAlert: activity.alert != nil, requestedPriority: activity.priority,
-                payload: buffer, fcmMessage: nil,
-                topic: claim.bundleID + ".push-type.liveactivity",
-                expiration: APNsLiveActivityPayload.expiration(event: event, staleDate: activity.staleDate, now: now())
+            buffer.writeBytes(state.apnsPayload.encoded())
+            return Rendition(
+                sequence: state.sequence, event: state.event, hasAlert: state.alert != nil, requestedPriority: claim.activity.priority,
+                payload: buffer, fcmMessage: nil, topic: claim.bundleID + ".push-type.liveactivity",
+                expiration: state.apnsExpiration(now: at), transport: transport
             )
         case .android:
-            let message = FCMLiveUpdateMessage(
-                activityID: activity.activityID, event: event, sequence: activity.sequence, timestamp: timestamp,
-                contentState: contentState, staleDate: activity.staleDate, dismissalDate: dismissalDate, alert: activity.alert,
-                priority: .high,
-                timeToLive: FCMLiveUpdateMessage.timeToLive(event: event, staleDate: activity.staleDate, now: now())
-            )
-            return PreparedSequence(
-                sequence: activity.sequence, event: event, hasAlert: activity.alert != nil, requestedPriority: activity.priority,
-                payload: ByteBuffer(), fcmMessage: message.encoded(),
-                topic: "", expiration: nil
+            return Rendition(
+                sequence: state.sequence, event: state.event, hasAlert: state.alert != nil, requestedPriority: claim.activity.priority,
+                payload: ByteBuffer(), fcmMessage: state.fcmMessage(now: at).encoded(), topic: "", expiration: nil, transport: transport
             )
         }
     }
 
-    private func deliver(_ initialClaim: DispatchClaim) async throws {
-        var claim = initialClaim
+    private typealias FanOut = FanOutStateMachine<InstanceRecord, Rendition, InstanceResult>
+
+    /// One pass over a claimed activity: the ``FanOutStateMachine`` decides, this performs its actions — reads pages,
+    /// sends, records progress — each as a child task whose outcome is fed back as the machine's next event.
+    private func deliver(_ claim: DispatchClaim) async throws {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
-        var retryAt: Date?
-        var stopped = false
         let budget = claim.budget.applied(to: configuration.budget)
-        // The claim's lease was set (or renewed) just now.
-        let leaseRenewedAt = NIOLockedValueBox(now())
 
         // Rate shaping: a new state goes out no sooner than the activity's minimum interval after the last one
         // (coalesced meanwhile: whatever is newest then goes); an end goes at once, and so does a catch-up of the
@@ -247,175 +242,114 @@ public final class Dispatcher: Service, Sendable {
             try await store.recordSendStart(appID: appID, activityID: activityID, sequence: activity.sequence, at: now())
         }
 
-        for platform in configuration.platforms {
-            // The first page, read before anything else: a platform none of whose instances is behind needs no
-            // transport (nor credentials).
-            let firstPage = try await store.pendingInstances(
-                appID: appID, activityID: activityID, below: claim.activity.sequence, platforms: [platform], after: nil,
-                limit: configuration.pageSize
+        var machine = FanOut(
+            platforms: configuration.platforms,
+            limits: FanOutLimits(
+                pageSize: configuration.pageSize, pushesPerCall: configuration.pushesPerCall, pushesInFlight: configuration.pushesInFlight,
+                progressBatchSize: configuration.progressBatchSize, progressBatchesBehind: configuration.progressBatchesBehind
             )
-            if firstPage.isEmpty { continue }
-            guard let transport = try await transports.transport(appID: appID, platform: platform) else {
-                logger.warning("No way to send this app's pushes; its instances wait", metadata: ["app": "\(appID)", "platform": "\(platform)"])
-                retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
-                continue
-            }
-            guard var prepared = prepare(claim, for: platform) else { break }
-            var cursor = firstPage.last?.deviceID
-            var buffer: [InstanceResult] = []
-            var credentialsRefused = false
-
-            await withTaskGroup(of: [InstanceResult].self) { group in
-                var inFlight = 0
-                var page = firstPage
-                var pageIndex = 0
-                var exhaustedPages = firstPage.count < configuration.pageSize
-                // The next page is read while this one is sent, and progress is written behind the sends: they wait
-                // for the Store only when it is more than `progressBatchesBehind` batches behind.
-                var nextPage: Task<PageFetch, Never>?
-                // Progress writes in order, oldest first; each waits for the one before it.
-                var progressWrites: [Task<Void, Never>] = []
-
-                func flush(force: Bool) async {
-                    guard !buffer.isEmpty, force || buffer.count >= configuration.progressBatchSize else { return }
-                    let batch = buffer
-                    buffer.removeAll(keepingCapacity: true)
-                    let previous = progressWrites.last
-                    progressWrites.append(Task {
-                        await previous?.value
-                        await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget)
-                    })
-                    while progressWrites.count > configuration.progressBatchesBehind {
-                        await progressWrites.removeFirst().value
-                    }
+        )
+        let release: FanOut.ReleaseTiming = await withTaskGroup(of: FanOut.Event.self) { group in
+            // The claim's lease was set (or renewed) just now. Only one page read runs at a time.
+            var leaseRenewedAt = now()
+            var stopping = false
+            while true {
+                if !stopping, Task.isShuttingDownGracefully || Task.isCancelled {
+                    stopping = true
+                    machine.receive(.shutdown)
                 }
-
-                func collect(_ results: [InstanceResult]) {
-                    for result in results {
-                        inFlight -= 1
-                        buffer.append(result)
-                        switch result.final {
-                        case .exhausted:
-                            retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
-                        case .credentials:
-                            credentialsRefused = true
-                        default:
-                            break
-                        }
+                switch machine.nextAction() {
+                case .readPage(let platform, let below, let cursor):
+                    let at = now()
+                    let renew = below != nil && at.timeIntervalSince(leaseRenewedAt) >= configuration.claimLease / 3
+                    if renew { leaseRenewedAt = at }
+                    group.addTask {
+                        await self.readPage(claim, platform: platform, below: below, after: cursor, renewingLease: renew)
                     }
-                }
-
-                while true {
-                    if Task.isShuttingDownGracefully || Task.isCancelled || credentialsRefused {
-                        stopped = stopped || Task.isShuttingDownGracefully || Task.isCancelled
-                        break
-                    }
-                    if nextPage == nil, !exhaustedPages, let after = cursor {
-                        nextPage = Task { [sequence = prepared.sequence] in
-                            await self.fetchPage(
-                                appID: appID, activityID: activityID, platform: platform, sequence: sequence, after: after,
-                                leaseRenewedAt: leaseRenewedAt
-                            )
-                        }
-                    }
-                    if pageIndex == page.count {
-                        guard !exhaustedPages, let fetch = await nextPage?.value else { break }
-                        nextPage = nil
-                        guard case .page(let newer, let instances) = fetch else {
-                            if case .claimLost = fetch { stopped = true } else { retryAt = now().addingTimeInterval(1) }
-                            break
-                        }
-                        // Coalesce: each further page goes out at the activity's newest sequence.
-                        if let newer {
-                            claim = newer.claim
-                            prepared = newer.prepared
-                        }
-                        page = instances
-                        pageIndex = 0
-                        if page.count < configuration.pageSize { exhaustedPages = true }
-                        if page.isEmpty { break }
-                        cursor = page.last?.deviceID
-                        continue
-                    }
-                    if inFlight >= configuration.pushesInFlight, let result = await group.next() {
-                        collect(result)
-                        await flush(force: false)
-                        continue
-                    }
-                    // The next chunk of this page, within the in-flight limit, goes out in one transport call.
-                    let count = min(configuration.pushesPerCall, page.count - pageIndex, configuration.pushesInFlight - inFlight)
-                    let instances = Array(page[pageIndex..<(pageIndex + count)])
-                    pageIndex += count
-                    inFlight += count
+                case .send(let instances, let rendition):
                     let pushes = instances.map { instance in
                         OutgoingPush(
-                            appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: platform, token: instance.pushToken,
-                            topic: prepared.topic, sequence: prepared.sequence, event: prepared.event,
-                            priority: priority(of: prepared, for: instance, platform: platform, budget: budget),
-                            expiration: prepared.expiration, payload: prepared.body(for: instance.pushToken)
+                            appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: instance.platform,
+                            token: instance.pushToken, topic: rendition.topic, sequence: rendition.sequence, event: rendition.event,
+                            priority: priority(of: rendition, for: instance, budget: budget),
+                            expiration: rendition.expiration, payload: rendition.body(for: instance.pushToken)
                         )
                     }
-                    group.addTask { await self.push(pushes, instances: instances, transport: transport) }
+                    group.addTask { .resultsReceived(await self.push(pushes, instances: instances, transport: rendition.transport)) }
+                case .recordProgress(let batch):
+                    group.addTask {
+                        await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget)
+                        return .progressRecorded
+                    }
+                case .reportCredentialsRefused(let platform):
+                    await transports.credentialsHealth(
+                        appID: appID, platform: platform, healthy: false, reason: "The push service refused the app's credentials"
+                    )
+                case .wait:
+                    guard let event = await group.next() else {
+                        preconditionFailure("the fan-out waits with nothing in flight")
+                    }
+                    machine.receive(event)
+                case .release(let timing):
+                    return timing
                 }
-                while let result = await group.next() {
-                    collect(result)
-                    await flush(force: false)
-                }
-                await flush(force: true)
-                for write in progressWrites { await write.value }
-                // A page read ahead but not sent: let it finish (it only reads).
-                _ = await nextPage?.value
             }
-
-            if credentialsRefused {
-                await transports.credentialsHealth(appID: appID, platform: platform, healthy: false, reason: "The push service refused the app's credentials")
-                retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
-            }
-            if stopped { break }
+        }
+        let retryAt: Date?
+        switch release {
+        case .now: retryAt = now()
+        case .afterPassRetryDelay: retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
+        case .afterStoreRetryDelay: retryAt = now().addingTimeInterval(1)
+        case .unscheduled: retryAt = nil
         }
         try await store.releaseClaim(
-            appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms,
-            retryAt: retryAt ?? (stopped ? nil : now())
+            appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: retryAt
         )
     }
 
-    /// The next page of a pass, read ahead while the current one is sent.
-    private enum PageFetch: Sendable {
-        /// The renewed claim and its sequence, prepared, if a newer one was accepted meanwhile; and the instances behind
-        /// the newest sequence after the cursor.
-        case page(newer: (claim: DispatchClaim, prepared: PreparedSequence)?, [InstanceRecord])
-        /// Another engine holds the activity now.
-        case claimLost
-        /// The Store failed; the pass ends and is retried.
-        case failed
-    }
-
-    /// Re-reads the claim (renewing its lease once a third of it has passed since `leaseRenewedAt`) and reads the
-    /// instances after `cursor` that are behind the newest sequence.
-    ///
-    /// Between renewals the claim is only read, on the Store's reader: a page never waits for a progress write.
-    private func fetchPage(
-        appID: String, activityID: String, platform: Platform, sequence: Int64, after cursor: String, leaseRenewedAt: NIOLockedValueBox<Date>
-    ) async -> PageFetch {
+    /// Reads a page of the pass as the fan-out asked. A platform's first page (`below` nil) is read at the claim's
+    /// sequence and, when it has instances, comes with the platform's transport and the rendered state. A later page
+    /// first re-reads the claim (renewing its lease when asked; otherwise only reading it, on the Store's reader, so a
+    /// page never waits for a progress write) and comes with the newest state when a newer one was accepted.
+    private func readPage(
+        _ claim: DispatchClaim, platform: Platform, below: Int64?, after cursor: String?, renewingLease: Bool
+    ) async -> FanOut.Event {
+        let appID = claim.activity.appID
+        let activityID = claim.activity.activityID
         do {
-            let at = now()
-            let renewed: DispatchClaim?
-            if at.timeIntervalSince(leaseRenewedAt.withLockedValue { $0 }) >= configuration.claimLease / 3 {
-                renewed = try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: at, lease: configuration.claimLease)
-                leaseRenewedAt.withLockedValue { $0 = at }
-            } else {
-                renewed = try await store.heldClaim(appID: appID, activityID: activityID, owner: owner, now: at)
+            guard let below else {
+                let instances = try await store.pendingInstances(
+                    appID: appID, activityID: activityID, below: claim.activity.sequence, platforms: [platform], after: nil,
+                    limit: configuration.pageSize
+                )
+                if instances.isEmpty { return .pageRead(instances: [], cursor: nil, rendition: nil) }
+                guard let transport = try await transports.transport(appID: appID, platform: platform) else {
+                    logger.warning("No way to send this app's pushes; its instances wait", metadata: ["app": "\(appID)", "platform": "\(platform)"])
+                    return .transportUnavailable
+                }
+                guard let rendition = render(claim, for: platform, transport: transport) else { return .nothingToSend }
+                return .pageRead(instances: instances, cursor: instances.last?.deviceID, rendition: rendition)
             }
-            guard let renewed else { return .claimLost }
-            let newer = renewed.activity.sequence != sequence ? prepare(renewed, for: platform).map { (claim: renewed, prepared: $0) } : nil
+            let at = now()
+            let held: DispatchClaim?
+            if renewingLease {
+                held = try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: at, lease: configuration.claimLease)
+            } else {
+                held = try await store.heldClaim(appID: appID, activityID: activityID, owner: owner, now: at)
+            }
+            guard let held else { return .claimLost }
+            var newer: Rendition?
+            if held.activity.sequence != below, let transport = try await transports.transport(appID: appID, platform: platform) {
+                newer = render(held, for: platform, transport: transport)
+            }
             let instances = try await store.pendingInstances(
-                appID: appID, activityID: activityID, below: newer?.prepared.sequence ?? sequence, platforms: [platform], after: cursor,
+                appID: appID, activityID: activityID, below: newer?.sequence ?? below, platforms: [platform], after: cursor,
                 limit: configuration.pageSize
             )
-            return .page(newer: newer, instances)
+            return .pageRead(instances: instances, cursor: instances.last?.deviceID, rendition: newer)
         } catch {
             if !Task.isCancelled { logger.error("Reading instances failed", metadata: ["error": "\(error)"]) }
-            return .failed
+            return .storeFailed
         }
     }
 
@@ -523,10 +457,10 @@ public final class Dispatcher: Service, Sendable {
     }
 
     /// The priority of one push: Apple's budget decides for iOS; FCM messages are always high priority.
-    private func priority(of prepared: PreparedSequence, for instance: InstanceRecord, platform: Platform, budget: PriorityBudget) -> Int {
-        guard platform == .ios else { return 10 }
+    private func priority(of rendition: Rendition, for instance: InstanceRecord, budget: PriorityBudget) -> Int {
+        guard instance.platform == .ios else { return 10 }
         return budget.priority(
-            event: prepared.event, hasAlert: prepared.hasAlert, requested: prepared.requestedPriority,
+            event: rendition.event, hasAlert: rendition.hasAlert, requested: rendition.requestedPriority,
             used: PriorityBudget.used(instance.priority10Sent, now: Int64(now().timeIntervalSince1970)),
             frequentPushes: instance.frequentPushesEnabled
         )
