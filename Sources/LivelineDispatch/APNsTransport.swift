@@ -100,7 +100,7 @@ public actor APNsTransportDirectory: PushTransportDirectory {
     /// Credentials for an app that has none stored: the built-in emulator's, or nil.
     public typealias Fallback = @Sendable (_ appID: String, _ bundleID: String) async throws -> APNsCredentials?
 
-    private let store: any Store
+    private let store: any CredentialStore & AppStore
     private let sealer: CredentialSealer
     private let fallback: Fallback?
     private let connections: Int
@@ -111,7 +111,7 @@ public actor APNsTransportDirectory: PushTransportDirectory {
 
     /// Creates the directory.
     public init(
-        store: any Store, sealer: CredentialSealer, connectionsPerApp: Int = 4, fallback: Fallback? = nil,
+        store: any CredentialStore & AppStore, sealer: CredentialSealer, connectionsPerApp: Int = 4, fallback: Fallback? = nil,
         now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "liveline.apns")
     ) {
         self.store = store

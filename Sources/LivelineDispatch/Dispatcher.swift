@@ -49,7 +49,7 @@ public struct DispatcherConfiguration: Sendable {
 /// each (coalescing anything older), records progress in batches, retries what may succeed later
 /// and invalidates what never will. Runs as a `Service` inside `liveline serve`.
 public final class Dispatcher: Service, Sendable {
-    private let store: any DispatchStore
+    private let store: any DispatchStore & TimelineStore
     private let transports: any PushTransportDirectory
     private let configuration: DispatcherConfiguration
     private let logger: Logger
@@ -61,7 +61,7 @@ public final class Dispatcher: Service, Sendable {
 
     /// Creates the engine.
     public init(
-        store: any DispatchStore, transports: any PushTransportDirectory, configuration: DispatcherConfiguration = .init(),
+        store: any DispatchStore & TimelineStore, transports: any PushTransportDirectory, configuration: DispatcherConfiguration = .init(),
         logger: Logger = Logger(label: "liveline.dispatch"), now: @escaping @Sendable () -> Date = { Date() },
         random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
     ) {

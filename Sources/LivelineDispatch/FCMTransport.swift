@@ -64,7 +64,7 @@ public actor FCMTransportDirectory: PushTransportDirectory {
     /// Credentials for an app that has none stored: the built-in emulator's, or nil.
     public typealias Fallback = @Sendable (_ appID: String) async throws -> FCMCredentials?
 
-    private let store: any Store
+    private let store: any CredentialStore & AppStore
     private let sealer: CredentialSealer
     private let fallback: Fallback?
     private let now: @Sendable () -> Date
@@ -74,7 +74,7 @@ public actor FCMTransportDirectory: PushTransportDirectory {
 
     /// Creates the directory.
     public init(
-        store: any Store, sealer: CredentialSealer, fallback: Fallback? = nil, now: @escaping @Sendable () -> Date = { Date() },
+        store: any CredentialStore & AppStore, sealer: CredentialSealer, fallback: Fallback? = nil, now: @escaping @Sendable () -> Date = { Date() },
         logger: Logger = Logger(label: "liveline.fcm")
     ) {
         self.store = store

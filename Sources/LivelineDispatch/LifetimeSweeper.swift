@@ -35,7 +35,7 @@ public struct LifetimePolicy: Sendable, Hashable {
 /// Ends activities nobody ended before the platform does, records why every activity ended, and purges old ones.
 /// Runs as a `Service` inside `liveline serve`; ``sweep()`` is one pass, for tests with an injected clock.
 public final class LifetimeSweeper: Service, Sendable {
-    private let store: any Store
+    private let store: any LifetimeStore & LifecycleStore
     private let policy: LifetimePolicy
     private let now: @Sendable () -> Date
     private let logger: Logger
@@ -59,7 +59,7 @@ public final class LifetimeSweeper: Service, Sendable {
 
     /// Creates the sweeper; `delivery` is woken after it ends activities, for their `end` pushes.
     public init(
-        store: any Store, policy: LifetimePolicy = LifetimePolicy(), now: @escaping @Sendable () -> Date = { Date() },
+        store: any LifetimeStore & LifecycleStore, policy: LifetimePolicy = LifetimePolicy(), now: @escaping @Sendable () -> Date = { Date() },
         logger: Logger = Logger(label: "liveline.lifetime"), delivery: any DeliveryWaking = NoDeliveryEngine()
     ) {
         self.store = store

@@ -18,7 +18,7 @@ enum RouteAccess {
 
 /// Checks `Authorization: Bearer <key>` against stored key hashes.
 struct Authenticator: Sendable {
-    let store: any Store
+    let store: any AppStore
 
     func authenticate(_ request: Request, access: RouteAccess) async throws -> Caller {
         guard let key = Self.bearerToken(request) else { throw APIError.unauthorized }

@@ -6,7 +6,7 @@ import LivelineStore
 /// Content-state contracts: the schema registered for an attributes type, or — without one — the shape of the
 /// first accepted state, so that a state the phone's decoder would silently drop is caught at the API.
 struct ContentContracts: Sendable {
-    let store: any Store
+    let store: any SchemaStore
 
     /// What checking a content state gave.
     struct Checked: Sendable {

@@ -172,11 +172,19 @@ public protocol DispatchStore: Sendable {
     func deferClaim(appID: String, activityID: String, owner: String, sequence: Int64, until: Date) async throws
     /// Records that the engine starts sending `sequence` of the activity now (for rate shaping).
     func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws
+}
+
+/// The delivery timeline: every push attempt, recorded by ``DispatchStore/recordProgress(_:at:)``, read by the API
+/// and kept bounded by the engine.
+public protocol TimelineStore: Sendable {
     /// The delivery timeline of an activity, newest first, after `cursor`.
     func deliveries(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<DeliveryRecord>
     /// Keeps the timeline bounded: drops attempts older than `olderThan` and all but the newest `keepPerActivity` per activity.
     func pruneDeliveries(olderThan: Date, keepPerActivity: Int) async throws
+}
 
+/// Apps' provider credentials at rest (sealed by the caller) and their health.
+public protocol CredentialStore: Sendable {
     /// Saves (replaces) an app's credentials for one provider.
     func saveCredentials(_ credentials: StoredCredentials) async throws
     /// An app's credentials for one provider, or nil.

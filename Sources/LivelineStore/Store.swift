@@ -1,14 +1,25 @@
 import Foundation
 import LivelineCore
 
-/// Where Liveline keeps apps, keys, activities and instances.
+/// Where Liveline keeps apps, keys, activities and instances: every role below, with a health check and a close.
 ///
 /// Shaped by the domain, not by SQL: implementations (SQLite, later PostgreSQL) are
 /// interchangeable and one conformance suite runs on all of them. Every method that changes
 /// data commits before it returns, so a caller can promise durability.
-public protocol Store: DispatchStore {
-    // MARK: Apps and keys
+///
+/// Each caller asks only for the roles it uses: the delivery engine for ``DispatchStore`` and ``TimelineStore``, the
+/// push transports for ``CredentialStore`` and ``AppStore``, the lifetime sweeper for ``LifetimeStore``, the
+/// activity lifecycle for ``LifecycleStore`` and ``SchemaStore``.
+public protocol Store: AppStore, LifecycleStore, LifetimeStore, SchemaStore, DispatchStore, TimelineStore, CredentialStore {
+    /// Checks that the database answers.
+    func ping() async throws
 
+    /// Closes the store; no call may follow.
+    func close() async throws
+}
+
+/// Apps, their keys and their budgets.
+public protocol AppStore: Sendable {
     /// Creates an app with its first keys.
     func createApp(_ app: AppRecord, keys: [APIKeyRecord]) async throws
     /// Every app, oldest first.
@@ -21,9 +32,10 @@ public protocol Store: DispatchStore {
     func setBudget(appID: String, _ budget: BudgetOverride) async throws
     /// The live key with this lookup id, or `nil`.
     func apiKey(id: String) async throws -> APIKeyRecord?
+}
 
-    // MARK: Lifecycle
-
+/// Activities and their instances: what the lifecycle accepts and the API reads.
+public protocol LifecycleStore: Sendable {
     /// Registers or refreshes one instance; creates the activity on first sight.
     /// Throws `activityEnded` for an ended activity.
     func registerInstance(_ registration: InstanceRegistration, at now: Date) async throws -> RegistrationResult
@@ -49,12 +61,12 @@ public protocol Store: DispatchStore {
         appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date
     ) async throws -> InstanceRecord
 
-
     /// The priority-10 history of the activity's active iOS instances, for its budget report.
     func priority10Usage(appID: String, activityID: String) async throws -> [Priority10Usage]
+}
 
-    // MARK: Lifetime
-
+/// What the lifetime sweeper finds and changes: activities and instances past the platform's limits.
+public protocol LifetimeStore: Sendable {
     /// Active activities first seen at or before `cutoff`, oldest first.
     func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey]
     /// Active activities that had instances and have no active one left.
@@ -63,17 +75,12 @@ public protocol Store: DispatchStore {
     func endInstances(registeredBefore cutoff: Date, at now: Date) async throws -> Int
     /// Deletes activities that ended at or before `cutoff`, with their instances and timeline; returns how many.
     func purgeActivities(endedBefore cutoff: Date) async throws -> Int
+}
 
-    // MARK: Content-state contracts
-
+/// The content-state contracts of attributes types.
+public protocol SchemaStore: Sendable {
     /// Registers (or replaces) the schema of an attributes type. Throws `appNotFound`.
     func saveSchema(appID: String, attributesType: String, schema: JSONValue, at now: Date) async throws -> StoredSchema
     /// The schema registered for an attributes type, or `nil`.
     func schema(appID: String, attributesType: String) async throws -> StoredSchema?
-
-    /// Checks that the database answers.
-    func ping() async throws
-
-    /// Closes the store; no call may follow.
-    func close() async throws
 }

@@ -19,7 +19,7 @@ import LivelineStore
 /// 5. **wake delivery** (``DeliveryWaking``): the engine claims the activity and fans it out
 ///    (``Dispatcher``, ``FanOutStateMachine``).
 struct ActivityLifecycle: Sendable {
-    let store: any Store
+    let store: any LifecycleStore & SchemaStore
     let clock: WallClock
     /// Default stale dates for states given without one.
     let staleness: StalenessPolicy
