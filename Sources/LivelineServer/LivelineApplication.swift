@@ -72,56 +72,9 @@ public enum LivelineApplication {
         return try await SQLiteStore.open(path: path, logger: logger)
     }
 
-    /// `liveline serve`: opens the store (running migrations), prepares the dev demo app if asked,
-    /// starts the delivery engine, and serves until SIGINT or SIGTERM, then shuts down gracefully
-    /// (the engine finishes or hands back the work it claimed).
-    ///
-    /// - Parameters:
-    ///   - apnsFallback: credentials for apps that have none (the built-in emulator), or nil.
-    ///   - services: more services to run alongside (the built-in emulator).
-    public static func serve(
-        _ configuration: LivelineConfiguration, logger: Logger, apnsFallback: APNsTransportDirectory.Fallback? = nil,
-        fcmFallback: FCMTransportDirectory.Fallback? = nil, services: [any Service] = []
-    ) async throws {
-        let store = try await openStore(configuration, logger: logger)
-        logger.info("Database ready", metadata: ["path": "\(store.path)"])
-        let sealer: CredentialSealer
-        do {
-            sealer = try CredentialSealer(masterKey: try masterKey(configuration))
-            if configuration.dev { try await prepareDevApp(store: store, sealer: sealer, logger: logger) }
-        } catch {
-            try? await store.close()
-            throw error
-        }
-        let apns = APNsTransportDirectory(store: store, sealer: sealer, fallback: apnsFallback, logger: logger)
-        let fcm = FCMTransportDirectory(store: store, sealer: sealer, fallback: fcmFallback, logger: logger)
-        var dispatch = DispatcherConfiguration()
-        dispatch.budget = configuration.budget
-        dispatch.fcmRetryFloor = .seconds(configuration.fcmRetryFloor)
-        let dispatcher = Dispatcher(
-            store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
-        )
-        let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, delivery: dispatcher)
-        do {
-            let app = makeApplication(
-                configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: dispatcher,
-                services: services + [dispatcher, sweeper]
-            )
-            try await app.runService()
-        } catch {
-            await apns.shutdown()
-            await fcm.shutdown()
-            try? await store.close()
-            throw error
-        }
-        await apns.shutdown()
-        await fcm.shutdown()
-        try await store.close()
-    }
-
     /// In dev mode, creates a demo app when the database has none and prints its keys (once: only
     /// their hashes are stored).
-    static func prepareDevApp(store: any Store, sealer: CredentialSealer, logger: Logger) async throws {
+    public static func prepareDevApp(store: any Store, sealer: CredentialSealer, logger: Logger) async throws {
         let existing = try await store.apps()
         if let app = existing.first {
             logger.notice("Dev mode: using existing app \(app.id) (\(app.name)); its keys were printed when it was created. Issue new ones with: liveline keys rotate --app \(app.id)")

@@ -94,58 +94,7 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError(error.description)
         }
         let logger = makeLogger(level: configuration.logLevel)
-        guard configuration.emulator else {
-            try await LivelineApplication.serve(configuration, logger: logger)
-            return
-        }
-        // The built-in APNs emulator: apps without APNs credentials push here, never to Apple.
-        var emulatorConfiguration = APNsEmulatorConfiguration(
-            dataDirectory: (configuration.dataDirectory as NSString).appendingPathComponent("emulator")
-        )
-        emulatorConfiguration.host = "127.0.0.1"
-        emulatorConfiguration.apnsPort = configuration.emulatorPort
-        emulatorConfiguration.controlPort = configuration.emulatorControlPort
-        let emulator = try APNsEmulator(configuration: emulatorConfiguration, logger: logger)
-        let ports = try await emulator.start()
-        let key = P256.Signing.PrivateKey()
-        let teamID = "EMULATED01", keyID = "EMULATED01"
-        emulator.registerSigningKey(teamID: teamID, keyID: keyID, publicKey: key.publicKey)
-        let baseURL = "https://127.0.0.1:\(ports.apnsPort)"
-        let caPEM = emulator.caCertificatePEM
-        let keyPEM = key.pemRepresentation
-        logger.notice(
-            "Built-in APNs emulator running: apps without APNs credentials push to it, not to Apple",
-            metadata: ["apns": "\(baseURL)", "phones": "http://127.0.0.1:\(ports.controlPort)/devices", "ca": "\(emulator.caCertificatePath)"]
-        )
-        // The built-in FCM emulator, with a demo service account: apps without FCM credentials push here, never to Google.
-        var fcmConfiguration = FCMEmulatorConfiguration(dataDirectory: emulatorConfiguration.dataDirectory)
-        fcmConfiguration.host = "127.0.0.1"
-        fcmConfiguration.fcmPort = configuration.fcmEmulatorPort
-        fcmConfiguration.controlPort = configuration.fcmEmulatorControlPort
-        let fcmEmulator = try FCMEmulator(configuration: fcmConfiguration, logger: logger)
-        let fcmPorts = try await fcmEmulator.start()
-        let demoAccount = try fcmEmulator.demoServiceAccount()
-        let fcmCredentials = FCMCredentials(
-            serviceAccountJSON: demoAccount.json, baseURL: fcmEmulator.baseURL, caCertificatePEM: fcmEmulator.caCertificatePEM
-        )
-        logger.notice(
-            "Built-in FCM emulator running: apps without FCM credentials push to it, not to Google",
-            metadata: [
-                "fcm": "\(fcmEmulator.baseURL ?? "")", "phones": "http://127.0.0.1:\(fcmPorts.controlPort)/devices",
-                "project": "\(demoAccount.projectID)",
-            ]
-        )
-        try await LivelineApplication.serve(
-            configuration, logger: logger,
-            apnsFallback: { _, bundleID in
-                emulator.registerBundleID(bundleID)
-                return APNsCredentials(
-                    teamID: teamID, keyID: keyID, privateKeyPEM: keyPEM, environment: .sandbox, baseURL: baseURL, caCertificatePEM: caPEM
-                )
-            },
-            fcmFallback: { _ in fcmCredentials },
-            services: [emulator, fcmEmulator]
-        )
+        try await buildApplication(configuration, logger: logger).runService()
     }
 }
 
