@@ -208,8 +208,9 @@ final class APNsConnection: ChannelInboundHandler {
         let request = write.request
         let streamID = write.streamID
         guard let context else {
-            // Not in a pipeline, so not ready: unreachable, but never leave a request on a stream nobody answers.
-            perform(state.streamResetByClient(streamID))
+            // Not in a pipeline (unreachable: the slot submits only while the channel is active). Never leave a
+            // request on a stream nobody answers; the stream's follow-up is skipped, as nothing can be written.
+            _ = state.streamResetByClient(streamID)
             slot.move(request)
             perform(write.then)
             return
