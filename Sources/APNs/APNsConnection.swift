@@ -11,13 +11,16 @@ import NIOSSL
 /// response frames are matched back by stream id. That keeps the per-request cost to a few small allocations.
 /// `NIOHTTP2Handler` still owns the protocol state machine, flow control and HPACK.
 ///
+/// Its bookkeeping (streams, the queue, readiness, retiring, flushing, keepalive) is an
+/// ``APNsConnectionStateMachine``; this handler reports the channel's events to it and performs what it answers:
+/// it writes frames, completes requests, hands requests to the slot and closes the channel.
+///
 /// All state is confined to the channel's event loop.
 final class APNsConnection: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
+    typealias StateMachine = APNsConnectionStateMachine<PendingRequest>
 
-    /// The connection-level receive window kept open for responses.
-    static let targetReceiveWindow = 1 << 20
     /// The most of an error body kept; APNs' bodies are tiny JSON objects.
     static let maximumBodyBytes = 16 * 1024
 
@@ -27,34 +30,8 @@ final class APNsConnection: ChannelInboundHandler {
 
     private let shared: ClientContext
     private let logger: Logger
-    private let createdAt = NIODeadline.now()
     private var context: ChannelHandlerContext?
-
-    /// Requests on the wire, by stream id.
-    private var streams = StreamTable()
-    /// Requests waiting for a free stream (the server's concurrency limit is reached), oldest first.
-    private var pending = CircularBuffer<PendingRequest>()
-    /// The server's SETTINGS_MAX_CONCURRENT_STREAMS. 100 (what swift-nio-http2 assumes) until the server says.
-    private var maxConcurrentStreams = 100
-    private var nextStreamID: Int32 = 1
-
-    /// The server's first SETTINGS frame arrived.
-    private(set) var isReady = false
-    /// No new streams: GOAWAY received, stream ids exhausted, or the credentials call for a new connection.
-    private var isRetiring = false
-    private var isClosed = false
-
-    private var inRead = false
-    private var needsFlush = false
-    private var flushScheduled = false
-
-    private var sawFrame = false
-    private var lastFrameAt: NIODeadline
-    private var pingSentAt: NIODeadline?
-
-    /// Why the connection is closing, when we know better than the channel.
-    private var closeReason: String?
-    private var firstError: (any Error)?
+    private var state: StateMachine
 
     init(slot: ConnectionSlot, name: String) {
         self.slot = slot
@@ -63,7 +40,7 @@ final class APNsConnection: ChannelInboundHandler {
         var logger = slot.shared.logger
         logger[metadataKey: "apns.connection"] = "\(name)"
         self.logger = logger
-        self.lastFrameAt = createdAt
+        self.state = StateMachine(configuration: .init(slot.shared.configuration), now: .now())
     }
 
     // MARK: Channel events
@@ -78,30 +55,35 @@ final class APNsConnection: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
-        sawFrame = true
-        inRead = true
+        state.frameReceived()
         switch frame.payload {
         case .headers(let headers):
             receiveHeaders(streamID: frame.streamID, headers)
         case .data(let data):
             receiveData(streamID: frame.streamID, data)
         case .rstStream(let code):
-            receiveReset(streamID: frame.streamID, code: code)
+            perform(
+                state.streamReset(frame.streamID, code: code),
+                failing: APNsTransportError("APNs reset the stream (\(code)) before answering.")
+            )
         case .settings(.settings(let settings)):
-            receiveSettings(settings)
+            var limit: Int?
+            for setting in settings where setting.parameter == .maxConcurrentStreams {
+                limit = setting.value
+                logger.trace("APNs allows \(setting.value) concurrent streams")
+            }
+            perform(state.settingsReceived(maxConcurrentStreams: limit))
         case .goAway(let lastStreamID, let errorCode, let opaqueData):
             receiveGoAway(lastStreamID: lastStreamID, errorCode: errorCode, debugData: opaqueData)
         case .ping(_, ack: true):
-            pingSentAt = nil
+            state.pingAcknowledged()
         default:
             break
         }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        inRead = false
-        if needsFlush {
-            needsFlush = false
+        if state.readComplete() == .flushNow {
             context.flush()
         }
         context.fireChannelReadComplete()
@@ -111,18 +93,14 @@ final class APNsConnection: ChannelInboundHandler {
         switch event {
         case let closed as StreamClosedEvent:
             // Normally the final frame already completed the stream; this catches streams closed any other way.
-            if let request = streams.removeValue(forKey: closed.streamID) {
-                if closed.reason == .refusedStream {
-                    slot.move(request)
-                } else {
-                    let reason = closed.reason.map { "\($0)" } ?? "no error code"
-                    request.finish(.failure(APNsTransportError("The HTTP/2 stream closed before APNs answered (\(reason)).")))
-                }
-                streamFinished()
-            }
+            let reason = closed.reason.map { "\($0)" } ?? "no error code"
+            perform(
+                state.streamReset(closed.streamID, code: closed.reason),
+                failing: APNsTransportError("The HTTP/2 stream closed before APNs answered (\(reason)).")
+            )
         case let window as NIOHTTP2WindowUpdatedEvent where window.streamID == .rootStream:
-            if let size = window.inboundWindowSize, size <= Self.targetReceiveWindow / 2 {
-                write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.targetReceiveWindow - size)))
+            if let increment = state.inboundWindowChanged(to: window.inboundWindowSize) {
+                write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment)))
                 markNeedsFlush()
             }
         default:
@@ -134,73 +112,109 @@ final class APNsConnection: ChannelInboundHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if let streamError = error as? NIOHTTP2Errors.StreamError {
             // One stream failed (for example a late frame on a stream we reset); the connection carries on.
-            if let request = streams.removeValue(forKey: streamError.streamID) {
-                request.finish(.failure(APNsTransportError("HTTP/2 stream error: \(streamError.baseError)")))
-                streamFinished()
-            }
+            perform(
+                state.streamFailed(streamError.streamID),
+                failing: APNsTransportError("HTTP/2 stream error: \(streamError.baseError)")
+            )
             return
         }
-        if firstError == nil {
-            firstError = error
-        }
         logger.debug("APNs connection error", metadata: ["error": "\(error)"])
-        context.close(promise: nil)
+        perform(state.errorCaught(error))
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        isClosed = true
-        let reason = closeDescription
-        let failure = APNsTransportError(
-            "The connection to \(shared.endpoint.host):\(shared.endpoint.port) closed before APNs answered (\(reason))."
-        )
-        let inFlight = streams.removeAll()
-        for request in inFlight {
-            request.finish(.failure(failure))
-        }
-        var unsent: [PendingRequest] = []
-        while let request = pending.popFirst() {
-            if !request.isFinished {
-                unsent.append(request)
+        if let closed = state.channelInactive() {
+            let failure = APNsTransportError(
+                "The connection to \(shared.endpoint.host):\(shared.endpoint.port) closed before APNs answered (\(closed.reason))."
+            )
+            for request in closed.failing {
+                request.finish(.failure(failure))
             }
+            slot.connectionClosed(self, unsent: closed.moving, reason: closed.reason)
         }
-        slot.connectionClosed(self, unsent: unsent, reason: reason)
         context.fireChannelInactive()
     }
 
-    private var closeDescription: String {
-        if let closeReason {
-            return closeReason
-        }
-        if let firstError {
-            if !isReady, !(firstError is NIOSSLError) {
-                return "\(firstError) (is the server speaking HTTP/2 over TLS with ALPN h2?)"
+    // MARK: Performing the machine's actions
+
+    private func perform(_ action: StateMachine.ConnectionAction) {
+        switch action {
+        case .none:
+            break
+        case .sendQueued:
+            sendQueued()
+        case .notifyReady:
+            slot.connectionReady(self)
+            sendQueued()
+        case .retire(let moving, let closeNow):
+            logger.debug("Retiring APNs connection", metadata: ["reason": "\(state.closeDescription)"])
+            slot.connectionRetired(self, requests: moving)
+            if closeNow {
+                closeChannel()
             }
-            return "\(firstError)"
+        case .close:
+            closeChannel()
         }
-        return isReady ? "the server closed the connection" : "the server closed the connection during setup"
+    }
+
+    private func perform(
+        _ action: StateMachine.UnansweredStreamAction,
+        failing failure: @autoclosure () -> APNsTransportError
+    ) {
+        switch action {
+        case .none:
+            break
+        case .failRequest(let request, let then):
+            request.finish(.failure(failure()))
+            perform(then)
+        case .moveRequest(let request, let then):
+            slot.move(request)
+            perform(then)
+        }
+    }
+
+    private func closeChannel() {
+        guard !state.isClosed else { return }
+        if let context {
+            context.close(promise: nil)
+        } else {
+            channelFuture?.whenSuccess { $0.close(promise: nil) }
+        }
     }
 
     // MARK: Sending
 
     /// Takes a request: writes it at once when a stream is free, otherwise queues it.
     func submit(_ request: PendingRequest) {
-        assert(isReady && !isRetiring && !isClosed, "requests go only to ready connections")
-        if pending.isEmpty && streams.count < maxConcurrentStreams {
-            send(request)
-            markNeedsFlush()
-        } else {
-            pending.append(request)
+        assert(state.isReady && !state.isRetiring && !state.isClosed, "requests go only to ready connections")
+        switch state.submit(request) {
+        case .write(let write):
+            send(write)
+        case .queued:
+            break
+        case .moveToAnotherConnection(let request):
+            slot.move(request)
         }
     }
 
-    private func send(_ request: PendingRequest) {
+    /// Writes queued requests while streams are free.
+    private func sendQueued() {
+        while let write = state.nextQueuedWrite() {
+            send(write)
+        }
+    }
+
+    private func send(_ write: StateMachine.StreamWrite) {
+        let request = write.request
+        let streamID = write.streamID
         guard let context else {
-            pending.append(request)
+            // Not in a pipeline (unreachable: the slot submits only while the channel is active). Never leave a
+            // request on a stream nobody answers; the stream's follow-up is skipped, as nothing can be written.
+            _ = state.streamResetByClient(streamID)
+            slot.move(request)
+            perform(write.then)
             return
         }
-        let streamID = HTTP2StreamID(nextStreamID)
-        nextStreamID += 2
-
         let notification = request.notification
         let token = shared.tokens.currentIssued()
         request.tokenUsed = token.token
@@ -225,7 +239,6 @@ final class APNsConnection: ChannelInboundHandler {
         block.headers.add(name: "apns-id", value: request.apnsIDString, indexing: .nonIndexable)
         block.headers.add(name: "content-type", value: "application/json")
 
-        streams.append(request, streamID: streamID)
         context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(block))), promise: nil)
         if hasBody {
             context.write(
@@ -235,34 +248,8 @@ final class APNsConnection: ChannelInboundHandler {
                 promise: nil
             )
         }
-        if nextStreamID > shared.configuration.maximumStreamID {
-            retire(reason: "stream ids used up")
-        }
-    }
-
-    /// Writes queued requests while streams are free.
-    private func sendPending() {
-        var sent = false
-        while !isRetiring, !isClosed, streams.count < maxConcurrentStreams, let request = pending.popFirst() {
-            if request.isFinished {
-                continue
-            }
-            send(request)
-            sent = true
-        }
-        if sent {
-            markNeedsFlush()
-        }
-    }
-
-    private func streamFinished() {
-        if isRetiring {
-            if streams.isEmpty {
-                close(reason: closeReason ?? "retired")
-            }
-        } else {
-            sendPending()
-        }
+        markNeedsFlush()
+        perform(write.then)
     }
 
     private func write(_ frame: HTTP2Frame) {
@@ -271,14 +258,9 @@ final class APNsConnection: ChannelInboundHandler {
 
     /// Flushes at the end of the current read, or once after the requests submitted in this event loop tick.
     private func markNeedsFlush() {
-        if inRead {
-            needsFlush = true
-            return
-        }
-        guard !flushScheduled, let context else { return }
-        flushScheduled = true
+        guard let context, state.writeNeedsFlush() == .scheduleFlush else { return }
         context.eventLoop.assumeIsolated().execute {
-            self.flushScheduled = false
+            self.state.scheduledFlushRan()
             self.context?.flush()
         }
     }
@@ -286,7 +268,7 @@ final class APNsConnection: ChannelInboundHandler {
     // MARK: Receiving
 
     private func receiveHeaders(streamID: HTTP2StreamID, _ payload: HTTP2Frame.FramePayload.Headers) {
-        guard let request = streams[streamID] else { return }
+        guard let request = state.request(on: streamID) else { return }
         if request.status == nil {
             var status: Int?
             for (name, value, _) in payload.headers {
@@ -319,7 +301,7 @@ final class APNsConnection: ChannelInboundHandler {
     }
 
     private func receiveData(streamID: HTTP2StreamID, _ payload: HTTP2Frame.FramePayload.Data) {
-        guard let request = streams[streamID] else { return }
+        guard let request = state.request(on: streamID) else { return }
         if case .byteBuffer(var buffer) = payload.data, buffer.readableBytes > 0 {
             if request.body == nil {
                 request.body = buffer
@@ -333,10 +315,10 @@ final class APNsConnection: ChannelInboundHandler {
     }
 
     private func complete(_ streamID: HTTP2StreamID, _ request: PendingRequest) {
-        streams.removeValue(forKey: streamID)
         guard let status = request.status else {
+            let then = state.responseEnded(on: streamID)
             request.finish(.failure(APNsTransportError("APNs ended the stream without a response status.")))
-            streamFinished()
+            perform(then)
             return
         }
         var response = APNsResponse(
@@ -353,6 +335,7 @@ final class APNsConnection: ChannelInboundHandler {
         let usedToken = request.tokenUsed
         request.finish(.success(response))
 
+        var retirement = StateMachine.ConnectionAction.none
         if status == 403, let reason = response.reason {
             switch reason {
             case .expiredProviderToken, .invalidProviderToken:
@@ -361,43 +344,22 @@ final class APNsConnection: ChannelInboundHandler {
                     logger.notice("APNs refused the provider token; a new one will be used", metadata: ["reason": "\(reason)"])
                 }
             case .unrelatedKeyIdInToken:
-                retire(reason: "APNs answered UnrelatedKeyIdInToken")
+                retirement = state.retire(because: .unrelatedKeyIDInToken)
             default:
                 break
             }
         }
-        streamFinished()
+        let then = state.responseEnded(on: streamID)
+        perform(retirement)
+        perform(then)
     }
 
     private func failStream(_ streamID: HTTP2StreamID, _ request: PendingRequest, _ description: String) {
-        streams.removeValue(forKey: streamID)
+        let then = state.streamResetByClient(streamID)
         write(HTTP2Frame(streamID: streamID, payload: .rstStream(.protocolError)))
         markNeedsFlush()
         request.finish(.failure(APNsTransportError(description)))
-        streamFinished()
-    }
-
-    private func receiveReset(streamID: HTTP2StreamID, code: HTTP2ErrorCode) {
-        guard let request = streams.removeValue(forKey: streamID) else { return }
-        if code == .refusedStream {
-            // REFUSED_STREAM guarantees the request was not processed.
-            slot.move(request)
-        } else {
-            request.finish(.failure(APNsTransportError("APNs reset the stream (\(code)) before answering.")))
-        }
-        streamFinished()
-    }
-
-    private func receiveSettings(_ settings: HTTP2Settings) {
-        for setting in settings where setting.parameter == .maxConcurrentStreams {
-            maxConcurrentStreams = setting.value
-            logger.trace("APNs allows \(setting.value) concurrent streams")
-        }
-        if !isReady {
-            isReady = true
-            slot.connectionReady(self)
-        }
-        sendPending()
+        perform(then)
     }
 
     private func receiveGoAway(lastStreamID: HTTP2StreamID, errorCode: HTTP2ErrorCode, debugData: ByteBuffer?) {
@@ -411,67 +373,25 @@ final class APNsConnection: ChannelInboundHandler {
                 "apns.goaway.lastStreamID": "\(lastStreamID)",
             ]
         )
-        if closeReason == nil {
-            closeReason = "GOAWAY \(errorCode)" + (reason.map { " \($0)" } ?? "")
-        }
-        guard isReady else {
-            // Refused during setup: the requests waiting for this connection fail with the reason.
-            close(reason: closeReason!)
-            return
-        }
-        // Streams above lastStreamID were not processed: they may be sent again on a new connection.
-        let unprocessed = streams.streamIDs { streamID, _ in streamID > lastStreamID }
-        var requests: [PendingRequest] = []
-        for streamID in unprocessed {
-            if let request = streams.removeValue(forKey: streamID) {
-                requests.append(request)
-            }
-        }
-        retire(reason: closeReason!, moving: requests)
+        perform(state.goAwayReceived(lastStreamID: lastStreamID, errorCode: errorCode, reason: reason))
     }
 
-    // MARK: Retiring and closing
+    // MARK: Closing
 
-    /// Takes no new requests; moves the unsent ones (and `moving`) to a new connection; closes once idle.
-    private func retire(reason: String, moving requests: [PendingRequest] = []) {
-        var requests = requests
-        if !isRetiring {
-            isRetiring = true
-            logger.debug("Retiring APNs connection", metadata: ["reason": "\(reason)"])
-            if closeReason == nil {
-                closeReason = reason
-            }
-        }
-        while let request = pending.popFirst() {
-            if !request.isFinished {
-                requests.append(request)
-            }
-        }
-        slot.connectionRetired(self, requests: requests)
-        if streams.isEmpty {
-            close(reason: reason)
-        }
-    }
-
-    /// Closes the channel; in-flight requests fail with ``APNsTransportError`` saying `reason`.
-    func close(reason: String) {
-        guard !isClosed else { return }
-        if closeReason == nil {
-            closeReason = reason
-        }
-        if let context {
-            context.close(promise: nil)
-        } else {
-            channelFuture?.whenSuccess { $0.close(promise: nil) }
+    /// Closes the channel; in-flight requests fail with ``APNsTransportError`` saying why (`reason`, unless the
+    /// connection already knows a reason).
+    func close(because reason: StateMachine.CloseReason) {
+        if state.close(because: reason) {
+            closeChannel()
         }
     }
 
     /// Closes for client shutdown; the future completes when the channel is closed.
     func shutdown() -> EventLoopFuture<Void> {
-        closeReason = "the client was shut down"
+        let mustClose = state.clientShutDown()
         if let context {
             let channel = context.channel
-            if !isClosed {
+            if mustClose {
                 context.close(promise: nil)
             }
             return channel.closeFuture
@@ -487,13 +407,13 @@ final class APNsConnection: ChannelInboundHandler {
 
     /// Resets the stream carrying `request`, if it is on this connection. Returns whether it was.
     func cancelStream(of request: PendingRequest) -> Bool {
-        guard let streamID = request.streamID, let found = streams[streamID], found === request else {
+        guard let streamID = request.streamID, let found = state.request(on: streamID), found === request else {
             return false
         }
-        streams.removeValue(forKey: streamID)
+        let then = state.streamResetByClient(streamID)
         write(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel)))
         markNeedsFlush()
-        streamFinished()
+        perform(then)
         return true
     }
 
@@ -502,50 +422,34 @@ final class APNsConnection: ChannelInboundHandler {
     /// Fails requests past their deadline, closes a connection that never got ready or stopped answering PINGs,
     /// and PINGs one that has been quiet.
     func sweep(now: NIODeadline) {
-        guard !isClosed, context != nil else { return }
-        if needsFlush && !inRead {
-            needsFlush = false
-            context?.flush()
+        guard let context else { return }
+        let actions = state.timerFired(now: now)
+        if actions.flush {
+            context.flush()
         }
-        if !isReady {
-            if now - createdAt >= shared.connectTimeout {
-                close(reason: "no HTTP/2 settings from the server within \(shared.configuration.connectTimeout)")
-            }
-            return
-        }
-
-        let timeout = APNsTransportError(
-            "APNs did not answer within \(shared.configuration.requestTimeout); the stream was reset."
-        )
-        let expired = streams.streamIDs { _, request in request.deadline <= now }
-        for streamID in expired {
-            if let request = streams.removeValue(forKey: streamID) {
+        if !actions.timedOutStreams.isEmpty {
+            let timeout = APNsTransportError(
+                "APNs did not answer within \(shared.configuration.requestTimeout); the stream was reset."
+            )
+            for (streamID, request) in actions.timedOutStreams {
                 write(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel)))
                 request.finish(.failure(timeout))
             }
         }
-        pending.failExpired(now: now) {
-            APNsTransportError(
-                "Timed out after \(shared.configuration.requestTimeout) waiting for a free HTTP/2 stream (the server allows \(maxConcurrentStreams))."
+        if !actions.timedOutQueued.isEmpty {
+            let timeout = APNsTransportError(
+                "Timed out after \(shared.configuration.requestTimeout) waiting for a free HTTP/2 stream (the server allows \(state.maxConcurrentStreams))."
             )
-        }
-        if !expired.isEmpty {
-            markNeedsFlush()
-            streamFinished()
-            if isClosed { return }
-        }
-
-        if sawFrame {
-            sawFrame = false
-            lastFrameAt = now
-        }
-        if let pingSentAt {
-            if now - pingSentAt >= shared.pingTimeout {
-                close(reason: "no PING acknowledgement within \(shared.configuration.pingTimeout)")
+            for request in actions.timedOutQueued {
+                request.finish(.failure(timeout))
             }
-        } else if now - lastFrameAt >= shared.idlePingInterval {
-            pingSentAt = now
-            write(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: UInt64(now.uptimeNanoseconds)), ack: false)))
+        }
+        if !actions.timedOutStreams.isEmpty {
+            markNeedsFlush()
+        }
+        perform(actions.then)
+        if let ping = actions.ping {
+            write(HTTP2Frame(streamID: .rootStream, payload: .ping(ping, ack: false)))
             markNeedsFlush()
         }
     }
@@ -581,75 +485,5 @@ struct ErrorBody: Decodable {
         } else {
             timestampMilliseconds = nil
         }
-    }
-}
-
-/// The requests on the wire of one connection, by stream id.
-///
-/// A client's stream ids are consecutive odd numbers, so a ring buffer indexed by `(id - first) / 2` finds a stream
-/// without hashing; answered slots are cleared and trimmed from the front. (Its length spans the oldest unanswered
-/// stream to the newest, which request timeouts bound.)
-struct StreamTable {
-    private var slots = CircularBuffer<PendingRequest?>(initialCapacity: 64)
-    /// The stream id of the first slot.
-    private var firstID: Int = 1
-    /// How many slots hold a request.
-    private(set) var count = 0
-
-    var isEmpty: Bool { count == 0 }
-
-    /// Adds the request for the next stream id; ids must be added in increasing order.
-    mutating func append(_ request: PendingRequest, streamID: HTTP2StreamID) {
-        let id = Int(streamID)
-        if slots.isEmpty {
-            firstID = id
-        }
-        assert(id == firstID + 2 * slots.count, "stream ids are added in order")
-        slots.append(request)
-        count += 1
-    }
-
-    private func index(of streamID: HTTP2StreamID) -> CircularBuffer<PendingRequest?>.Index? {
-        let offset = Int(streamID) - firstID
-        guard offset >= 0, offset & 1 == 0, offset / 2 < slots.count else { return nil }
-        return slots.index(slots.startIndex, offsetBy: offset / 2)
-    }
-
-    subscript(streamID: HTTP2StreamID) -> PendingRequest? {
-        guard let index = index(of: streamID) else { return nil }
-        return slots[index]
-    }
-
-    @discardableResult
-    mutating func removeValue(forKey streamID: HTTP2StreamID) -> PendingRequest? {
-        guard let index = index(of: streamID), let request = slots[index] else { return nil }
-        slots[index] = nil
-        count -= 1
-        while let first = slots.first, first == nil {
-            slots.removeFirst()
-            firstID += 2
-        }
-        return request
-    }
-
-    /// The ids of the streams whose request matches, in increasing order.
-    func streamIDs(where matches: (HTTP2StreamID, PendingRequest) -> Bool) -> [HTTP2StreamID] {
-        var result: [HTTP2StreamID] = []
-        var id = firstID
-        for slot in slots {
-            if let request = slot, matches(HTTP2StreamID(id), request) {
-                result.append(HTTP2StreamID(id))
-            }
-            id += 2
-        }
-        return result
-    }
-
-    /// Empties the table, returning the requests in stream order.
-    mutating func removeAll() -> [PendingRequest] {
-        let requests = slots.compactMap { $0 }
-        slots.removeAll(keepingCapacity: true)
-        count = 0
-        return requests
     }
 }

@@ -221,7 +221,7 @@ final class ConnectionSlot: @unchecked Sendable {
     /// The connection has the server's settings and takes requests.
     func connectionReady(_ connection: APNsConnection) {
         guard case .connecting(let current) = state, current === connection else {
-            connection.close(reason: "no longer needed")
+            connection.close(because: .noLongerNeeded)
             return
         }
         state = .ready(connection)
