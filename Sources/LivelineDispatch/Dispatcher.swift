@@ -56,8 +56,7 @@ public final class Dispatcher: Service, Sendable {
     private let now: @Sendable () -> Date
     private let random: @Sendable () -> Double
     private let owner: String
-    private let wakeStream: AsyncStream<Void>
-    private let wakeContinuation: AsyncStream<Void>.Continuation
+    private let wakeSignal = WakeSignal()
 
     /// Creates the engine.
     public init(
@@ -72,11 +71,10 @@ public final class Dispatcher: Service, Sendable {
         self.now = now
         self.random = random
         self.owner = "dispatcher-\(UUID().uuidString.lowercased())"
-        (self.wakeStream, self.wakeContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Tells the engine new work may be waiting (called after an update is committed).
-    public func wake() { wakeContinuation.yield() }
+    public func wake() { wakeSignal.wake() }
 
     /// Runs until graceful shutdown: claimed work in flight is finished and its claim handed back.
     public func run() async throws {
@@ -112,9 +110,7 @@ public final class Dispatcher: Service, Sendable {
     /// Waits for a wake-up or the idle poll interval, whichever comes first.
     private func idle() async {
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { [wakeStream] in
-                for await _ in wakeStream { return }
-            }
+            group.addTask { [wakeSignal] in await wakeSignal.wait() }
             group.addTask { [interval = configuration.idlePollInterval] in
                 try? await Task.sleep(for: interval)
             }

@@ -1,0 +1,54 @@
+import NIOConcurrencyHelpers
+
+/// How idle engine workers wait for work: ``wake()`` lets every worker waiting in ``wait()`` go on at once, or — when
+/// none is waiting — the next one that waits.
+///
+/// It replaces an `AsyncStream` shared by the workers: cancelling one worker's wait (its poll interval ran out first)
+/// finished that stream for everyone, after which every wait returned at once and the idle engine spun on the Store
+/// (about a core and a half on a server with nothing to do). A cancelled ``wait()`` here only removes its own waiter.
+final class WakeSignal: Sendable {
+    private struct State {
+        var pending = false
+        var nextID: UInt64 = 0
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    private let state = NIOLockedValueBox(State())
+
+    /// Wakes every waiting worker, or the next one to wait.
+    func wake() {
+        let waiters: [CheckedContinuation<Void, Never>] = state.withLockedValue { state in
+            guard !state.waiters.isEmpty else {
+                state.pending = true
+                return []
+            }
+            defer { state.waiters.removeAll() }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Returns after the next ``wake()`` (at once if one came while nobody waited), or when the task is cancelled.
+    func wait() async {
+        let id = state.withLockedValue { state in
+            defer { state.nextID += 1 }
+            return state.nextID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLockedValue { state in
+                    if state.pending || Task.isCancelled {
+                        state.pending = state.pending && Task.isCancelled
+                        return true
+                    }
+                    state.waiters[id] = continuation
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLockedValue { $0.waiters.removeValue(forKey: id) }
+            waiter?.resume()
+        }
+    }
+}
