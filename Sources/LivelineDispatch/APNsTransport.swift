@@ -124,7 +124,7 @@ public actor APNsTransportDirectory: PushTransportDirectory {
 
     public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
         guard platform == .ios else { return nil }
-        let stored = try await store.credentials(appID: appID, provider: "apns")
+        let stored = try await store.credentials(appID: appID, provider: .apns)
         if let cached = clients[appID], cached.version == stored?.updatedAt { return APNsPushTransport(client: cached.client) }
         let credentials: APNsCredentials
         if let stored {
@@ -151,14 +151,17 @@ public actor APNsTransportDirectory: PushTransportDirectory {
         let client = try APNsClient(
             endpoint: endpoint, tokens: APNsProviderTokens(signingKey: signingKey, now: now), connections: connections, logger: logger
         )
-        if let previous = clients[appID]?.client { Task { await previous.shutdown() } }
+        let previous = clients[appID]?.client
         clients[appID] = (stored?.updatedAt, client)
+        // The client of the replaced credentials is closed before its replacement is handed out (its pushes in flight
+        // finish first). The actor is reentrant: other apps' transports are not held up meanwhile.
+        await previous?.shutdown()
         return APNsPushTransport(client: client)
     }
 
     public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
         do {
-            try await store.setCredentialsHealth(appID: appID, provider: "apns", healthy: healthy, reason: reason, at: now())
+            try await store.setCredentialsHealth(appID: appID, provider: .apns, healthy: healthy, reason: reason, at: now())
         } catch {
             logger.error("Recording credentials health failed", metadata: ["app": "\(appID)", "error": "\(error)"])
         }

@@ -17,7 +17,7 @@ public struct FCMCredentials: Sendable, CustomStringConvertible {
     public var caCertificatePEM: String?
 
     /// The provider name credentials are stored under.
-    public static let provider = "fcm"
+    public static let provider = CredentialProvider.fcm
 
     /// Creates credentials.
     public init(serviceAccountJSON: String, baseURL: String? = nil, caCertificatePEM: String? = nil) {

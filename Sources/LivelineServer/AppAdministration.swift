@@ -47,7 +47,7 @@ public struct AppAdministration: Sendable {
     public func credentials(appID: String) async throws -> [StoredCredentials] {
         guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }
         var found: [StoredCredentials] = []
-        for provider in ["apns", "fcm"] {
+        for provider in CredentialProvider.allCases {
             if let stored = try await store.credentials(appID: appID, provider: provider) { found.append(stored) }
         }
         return found

@@ -198,7 +198,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let caller = try await authenticator.authenticate(request, access: .secret)
         guard let app = try await store.app(id: caller.appID) else { throw StoreError.appNotFound }
         var credentials: [JSONValue] = []
-        for provider in ["apns", "fcm"] {
+        for provider in CredentialProvider.allCases {
             if let stored = try await store.credentials(appID: caller.appID, provider: provider) {
                 credentials.append(Representation.credentials(stored))
             }

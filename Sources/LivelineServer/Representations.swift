@@ -102,7 +102,7 @@ enum Representation {
         var settings = stored.settings.objectValue ?? [:]
         if settings["caCertificate"].map({ $0 != .null }) == true { settings["caCertificate"] = "(set)" }
         return .object([
-            "provider": .string(stored.provider),
+            "provider": .string(stored.provider.rawValue),
             "settings": .object(settings),
             "healthy": .bool(stored.healthy),
             "healthReason": optional(stored.healthReason),

@@ -117,8 +117,8 @@ public struct DeliveryProgress: Sendable {
 /// A push provider's credentials as stored: public settings as JSON, the secret sealed.
 public struct StoredCredentials: Sendable, Hashable {
     public var appID: String
-    /// `apns` (later `fcm`).
-    public var provider: String
+    /// The push service they are for.
+    public var provider: CredentialProvider
     /// Non-secret settings (team id, key id, environment, base URL, CA certificate …).
     public var settings: JSONValue
     /// The secret (a .p8 key), sealed with AES-GCM under the master key. Never logged, never returned.
@@ -128,7 +128,7 @@ public struct StoredCredentials: Sendable, Hashable {
     public var updatedAt: Date
 
     public init(
-        appID: String, provider: String, settings: JSONValue, sealedSecret: [UInt8], healthy: Bool = true,
+        appID: String, provider: CredentialProvider, settings: JSONValue, sealedSecret: [UInt8], healthy: Bool = true,
         healthReason: String? = nil, updatedAt: Date
     ) {
         self.appID = appID
@@ -188,7 +188,7 @@ public protocol CredentialStore: Sendable {
     /// Saves (replaces) an app's credentials for one provider.
     func saveCredentials(_ credentials: StoredCredentials) async throws
     /// An app's credentials for one provider, or nil.
-    func credentials(appID: String, provider: String) async throws -> StoredCredentials?
+    func credentials(appID: String, provider: CredentialProvider) async throws -> StoredCredentials?
     /// Records whether the provider accepted the credentials.
-    func setCredentialsHealth(appID: String, provider: String, healthy: Bool, reason: String?, at now: Date) async throws
+    func setCredentialsHealth(appID: String, provider: CredentialProvider, healthy: Bool, reason: String?, at now: Date) async throws
 }

@@ -205,19 +205,19 @@ extension SQLiteStore {
                 ON CONFLICT (app_id, provider) DO UPDATE SET settings = excluded.settings, sealed_secret = excluded.sealed_secret,
                     healthy = excluded.healthy, health_reason = excluded.health_reason, updated_at = excluded.updated_at
                 """,
-                [.text(credentials.appID), .text(credentials.provider), .text(credentials.settings.encodedString),
+                [.text(credentials.appID), .text(credentials.provider.rawValue), .text(credentials.settings.encodedString),
                  .blob(ByteBuffer(bytes: credentials.sealedSecret)), .integer(credentials.healthy ? 1 : 0),
                  Self.text(credentials.healthReason), .integer(Self.millis(credentials.updatedAt))]
             )
         }
     }
 
-    public func credentials(appID: String, provider: String) async throws -> StoredCredentials? {
+    public func credentials(appID: String, provider: CredentialProvider) async throws -> StoredCredentials? {
         guard let row = try await reader.query(
-            "SELECT * FROM app_credentials WHERE app_id = ? AND provider = ?", [.text(appID), .text(provider)]
+            "SELECT * FROM app_credentials WHERE app_id = ? AND provider = ?", [.text(appID), .text(provider.rawValue)]
         ).first else { return nil }
         return StoredCredentials(
-            appID: try row.string("app_id"), provider: try row.string("provider"),
+            appID: try row.string("app_id"), provider: provider,
             settings: try row.json("settings") ?? .object([:]),
             sealedSecret: Array(buffer: row.column("sealed_secret")?.blob ?? ByteBuffer()),
             healthy: (row.column("healthy")?.integer ?? 1) != 0, healthReason: row.column("health_reason")?.string,
@@ -225,11 +225,11 @@ extension SQLiteStore {
         )
     }
 
-    public func setCredentialsHealth(appID: String, provider: String, healthy: Bool, reason: String?, at now: Date) async throws {
+    public func setCredentialsHealth(appID: String, provider: CredentialProvider, healthy: Bool, reason: String?, at now: Date) async throws {
         try await transaction { db in
             _ = try await db.query(
                 "UPDATE app_credentials SET healthy = ?, health_reason = ?, updated_at = ? WHERE app_id = ? AND provider = ?",
-                [.integer(healthy ? 1 : 0), Self.text(reason), .integer(Self.millis(now)), .text(appID), .text(provider)]
+                [.integer(healthy ? 1 : 0), Self.text(reason), .integer(Self.millis(now)), .text(appID), .text(provider.rawValue)]
             )
         }
     }

@@ -305,12 +305,12 @@ struct RetryPolicyTests {
     @Test("sealed secrets open only with the same master key and app")
     func sealing() throws {
         let sealer = try CredentialSealer(masterKey: Array(repeating: 1, count: 32))
-        let sealed = try sealer.seal(Array("secret".utf8), appID: "app_a", provider: "apns")
+        let sealed = try sealer.seal(Array("secret".utf8), appID: "app_a", provider: .apns)
         #expect(!String(decoding: sealed, as: UTF8.self).contains("secret"))
-        #expect(try sealer.open(sealed, appID: "app_a", provider: "apns") == Array("secret".utf8))
-        #expect(throws: CredentialError.self) { try sealer.open(sealed, appID: "app_b", provider: "apns") }
+        #expect(try sealer.open(sealed, appID: "app_a", provider: .apns) == Array("secret".utf8))
+        #expect(throws: CredentialError.self) { try sealer.open(sealed, appID: "app_b", provider: .apns) }
         let other = try CredentialSealer(masterKey: Array(repeating: 2, count: 32))
-        #expect(throws: CredentialError.self) { try other.open(sealed, appID: "app_a", provider: "apns") }
+        #expect(throws: CredentialError.self) { try other.open(sealed, appID: "app_a", provider: .apns) }
         #expect(throws: CredentialError.self) { try CredentialSealer(masterKey: [1, 2, 3]) }
     }
 }

@@ -108,7 +108,7 @@ struct FCMTransportTests {
             #expect(!credentials.description.contains("PRIVATE KEY"))
 
             let stored = try credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
-            #expect(stored.provider == "fcm")
+            #expect(stored.provider == .fcm)
             #expect(!String(decoding: stored.sealedSecret, as: UTF8.self).contains("PRIVATE KEY"))
             let opened = try FCMCredentials(stored, sealer: environment.sealer)
             #expect(opened.serviceAccountJSON == credentials.serviceAccountJSON)

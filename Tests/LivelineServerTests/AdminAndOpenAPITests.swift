@@ -145,7 +145,7 @@ struct CredentialsAPITests {
 
             let listed = try await api.call(.get, "/admin/v1/apps/\(app.id)/credentials", key: adminToken)
             #expect(listed["data"]?.arrayItems.count == 1)
-            try await store.setCredentialsHealth(appID: app.id, provider: "apns", healthy: false, reason: "InvalidProviderToken", at: Date())
+            try await store.setCredentialsHealth(appID: app.id, provider: .apns, healthy: false, reason: "InvalidProviderToken", at: Date())
             let seen = try await api.call(.get, "/v1/app", key: app.secretKey)
             #expect(seen["id"] == .string(app.id))
             let credentials = try #require(seen["credentials"]?.arrayItems.first?.objectValue)

@@ -1,0 +1,77 @@
+import Crypto
+import Foundation
+
+/// The push service a stored credential is for.
+public enum CredentialProvider: String, Sendable, Hashable, CaseIterable {
+    /// Apple Push Notification service: a .p8 signing key with its team and key ids.
+    case apns
+    /// Firebase Cloud Messaging: a service account.
+    case fcm
+}
+
+/// Seals provider secrets (APNs .p8 keys, FCM service accounts) at rest with AES-GCM under the master key.
+/// The app id and provider are authenticated with the ciphertext, so a sealed secret cannot be moved to another app.
+public struct CredentialSealer: Sendable {
+    private let key: SymmetricKey
+
+    /// A sealer over a 256-bit master key.
+    public init(masterKey: [UInt8]) throws {
+        guard masterKey.count == 32 else { throw CredentialError("The master key must be 32 bytes (base64 of 32 random bytes).") }
+        self.key = SymmetricKey(data: masterKey)
+    }
+
+    /// Seals `secret` for one app and provider.
+    public func seal(_ secret: [UInt8], appID: String, provider: CredentialProvider) throws -> [UInt8] {
+        let box = try AES.GCM.seal(secret, using: key, authenticating: Data("\(appID)/\(provider.rawValue)".utf8))
+        guard let combined = box.combined else { throw CredentialError("Sealing failed.") }
+        return Array(combined)
+    }
+
+    /// Opens what ``seal(_:appID:provider:)`` sealed. Throws when the master key or the app differs.
+    public func open(_ sealed: [UInt8], appID: String, provider: CredentialProvider) throws -> [UInt8] {
+        do {
+            let box = try AES.GCM.SealedBox(combined: sealed)
+            return Array(try AES.GCM.open(box, using: key, authenticating: Data("\(appID)/\(provider.rawValue)".utf8)))
+        } catch {
+            throw CredentialError("The stored secret cannot be opened with this master key.")
+        }
+    }
+
+    /// Reads the master key from `path`, creating it (32 random bytes, base64, mode 0600) when missing.
+    public static func loadOrCreateMasterKey(at path: String) throws -> [UInt8] {
+        if FileManager.default.fileExists(atPath: path) {
+            let text = try String(contentsOfFile: path, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard let data = Data(base64Encoded: text), data.count == 32 else {
+                throw CredentialError("\(path) does not hold a base64 256-bit key.")
+            }
+            return Array(data)
+        }
+        let key = newMasterKey()
+        let created = FileManager.default.createFile(
+            atPath: path, contents: Data(Data(key).base64EncodedString().utf8), attributes: [.posixPermissions: 0o600]
+        )
+        guard created else { throw CredentialError("Cannot write the master key to \(path).") }
+        return key
+    }
+
+    /// 32 fresh random bytes from the system's secure generator.
+    public static func newMasterKey() -> [UInt8] {
+        SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }
+    }
+
+    /// Parses a base64 master key from configuration.
+    public static func masterKey(base64: String) throws -> [UInt8] {
+        guard let data = Data(base64Encoded: base64.trimmingCharacters(in: .whitespacesAndNewlines)), data.count == 32 else {
+            throw CredentialError("The master key must be base64 of 32 bytes.")
+        }
+        return Array(data)
+    }
+}
+
+/// A credentials problem, said in words that never include the secret.
+public struct CredentialError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Where an app's Live Activity pushes go.
