@@ -4,7 +4,8 @@ import LivelineDispatch
 import LivelineStore
 
 /// The operator's API under `/admin/v1`, guarded by the admin token from configuration.
-/// Without a configured token the admin API refuses every call.
+/// A missing or wrong token is 401; without a configured token no token is right, and every call is
+/// 401 `admin_api_disabled`, which says how to turn the admin API on.
 struct AdminRoutes<Context: RequestContext>: Sendable {
     let administration: AppAdministration
     let adminToken: String?
@@ -23,7 +24,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
     func authorize(_ request: Request) throws {
         guard let adminToken else {
             throw APIError(
-                .forbidden, code: "admin_api_disabled",
+                .unauthorized, code: "admin_api_disabled",
                 message: "The admin API is off: set LIVELINE_ADMIN_TOKEN (or --admin-token-file) to turn it on."
             )
         }
