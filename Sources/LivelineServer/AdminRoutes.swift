@@ -108,16 +108,14 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         let body = try await RequestBody.read(request)
         try body.allowOnly(["hourly", "hourlyWithFrequentPushes"])
         func count(_ field: String) throws -> Int? {
-            switch body.value(field) {
-            case nil, .null?: return nil
-            case .integer(let value)?:
-                guard (0...3600).contains(value) else {
-                    throw ValidationError(code: "invalid_budget", message: "\(field) must be between 0 and 3600 pushes an hour.", field: field)
-                }
-                return Int(value)
-            default:
+            guard let given = body.value(field) else { return nil }
+            guard let value = RequestBody.integral(given) else {
                 throw APIError.badRequest("invalid_type", "\(field) must be an integer or null (the server's default).", field: field)
             }
+            guard (0...3600).contains(value) else {
+                throw ValidationError(code: "invalid_budget", message: "\(field) must be between 0 and 3600 pushes an hour.", field: field)
+            }
+            return Int(value)
         }
         let budget = BudgetOverride(hourly: try count("hourly"), hourlyWithFrequentPushes: try count("hourlyWithFrequentPushes"))
         if let hourly = budget.hourly, let frequent = budget.hourlyWithFrequentPushes, frequent < hourly {
