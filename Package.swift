@@ -114,7 +114,9 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
+            ],
+            // The OpenAPI document, served at /openapi.json and printed by `liveline openapi`.
+            resources: [.embedInCode("Resources/openapi.json")]
         ),
         // The `liveline` command.
         .executableTarget(

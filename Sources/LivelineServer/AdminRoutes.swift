@@ -4,7 +4,8 @@ import LivelineDispatch
 import LivelineStore
 
 /// The operator's API under `/admin/v1`, guarded by the admin token from configuration.
-/// Without a configured token the admin API refuses every call.
+/// A missing or wrong token is 401; without a configured token no token is right, and every call is
+/// 401 `admin_api_disabled`, which says how to turn the admin API on.
 struct AdminRoutes<Context: RequestContext>: Sendable {
     let administration: AppAdministration
     let adminToken: String?
@@ -23,7 +24,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
     func authorize(_ request: Request) throws {
         guard let adminToken else {
             throw APIError(
-                .forbidden, code: "admin_api_disabled",
+                .unauthorized, code: "admin_api_disabled",
                 message: "The admin API is off: set LIVELINE_ADMIN_TOKEN (or --admin-token-file) to turn it on."
             )
         }
@@ -107,16 +108,14 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         let body = try await RequestBody.read(request)
         try body.allowOnly(["hourly", "hourlyWithFrequentPushes"])
         func count(_ field: String) throws -> Int? {
-            switch body.value(field) {
-            case nil, .null?: return nil
-            case .integer(let value)?:
-                guard (0...3600).contains(value) else {
-                    throw ValidationError(code: "invalid_budget", message: "\(field) must be between 0 and 3600 pushes an hour.", field: field)
-                }
-                return Int(value)
-            default:
+            guard let given = body.value(field) else { return nil }
+            guard let value = RequestBody.integral(given) else {
                 throw APIError.badRequest("invalid_type", "\(field) must be an integer or null (the server's default).", field: field)
             }
+            guard (0...3600).contains(value) else {
+                throw ValidationError(code: "invalid_budget", message: "\(field) must be between 0 and 3600 pushes an hour.", field: field)
+            }
+            return Int(value)
         }
         let budget = BudgetOverride(hourly: try count("hourly"), hourlyWithFrequentPushes: try count("hourlyWithFrequentPushes"))
         if let hourly = budget.hourly, let frequent = budget.hourlyWithFrequentPushes, frequent < hourly {

@@ -72,3 +72,48 @@ extension Response {
         )
     }
 }
+
+/// Answers a known path asked with a method it does not serve with 405 `method_not_allowed` and an
+/// `Allow` header listing the methods it does serve; an unknown path stays 404 `not_found`.
+///
+/// Added to the router after every route, so it wraps only the router's not-found responder (the
+/// router applies a middleware to the routes added after it, and every middleware to the not-found
+/// responder).
+struct MethodNotAllowedMiddleware<Context: RequestContext>: RouterMiddleware {
+    /// A served path, matched component by component as the router matches it, and the methods it serves.
+    struct ServedPath: Sendable {
+        var components: [RouterPath.Element]
+        var methods: Set<HTTPRequest.Method>
+
+        func matches(_ path: [Substring]) -> Bool {
+            path.count == components.count && zip(components, path).allSatisfy { component, given in component ~= given }
+        }
+    }
+
+    let servedPaths: [ServedPath]
+
+    init(routes: [Router<Context>.RouteDescription]) {
+        var paths: [String: ServedPath] = [:]
+        for route in routes {
+            paths["\(route.path)", default: ServedPath(components: route.path.components, methods: [])].methods.insert(route.method)
+        }
+        servedPaths = Array(paths.values)
+    }
+
+    /// The methods served at `path`; empty for an unknown path.
+    func allowedMethods(_ path: String) -> Set<HTTPRequest.Method> {
+        let given = path.split(separator: "/")
+        return servedPaths.reduce(into: []) { allowed, served in
+            if served.matches(given) { allowed.formUnion(served.methods) }
+        }
+    }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let allowed = allowedMethods(request.uri.path)
+        guard !allowed.isEmpty, !allowed.contains(request.method) else { return try await next(request, context) }
+        let error = APIError(.methodNotAllowed, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.uri.path).")
+        var response = Response.json(error.json, status: error.status)
+        response.headers[.allow] = allowed.map(\.rawValue).sorted().joined(separator: ", ")
+        return response
+    }
+}

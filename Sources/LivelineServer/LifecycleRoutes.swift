@@ -140,7 +140,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             filter.attributesType = attributesType
         }
         let page = try await store.activities(
-            appID: caller.appID, filter: filter, cursor: query["cursor"].map(String.init), limit: try Self.limit(request)
+            appID: caller.appID, filter: filter, cursor: try PageCursor.query(request, .identifier), limit: try Self.limit(request)
         )
         return Response.json(Representation.page(page, Representation.activity))
     }
@@ -150,7 +150,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let activityID = try Self.pathID("activityId", context)
         _ = try await existingActivity(caller, activityID)
         let page = try await store.instances(
-            appID: caller.appID, activityID: activityID, cursor: request.uri.queryParameters["cursor"].map(String.init),
+            appID: caller.appID, activityID: activityID, cursor: try PageCursor.query(request, .identifier),
             limit: try Self.limit(request)
         )
         return Response.json(Representation.page(page, Representation.instance))
@@ -188,7 +188,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let activityID = try Self.pathID("activityId", context)
         _ = try await existingActivity(caller, activityID)
         let page = try await store.deliveries(
-            appID: caller.appID, activityID: activityID, cursor: request.uri.queryParameters["cursor"].map(String.init),
+            appID: caller.appID, activityID: activityID, cursor: try PageCursor.query(request, .sequence),
             limit: try Self.limit(request)
         )
         return Response.json(Representation.page(page, Representation.delivery))

@@ -30,6 +30,8 @@ public enum LivelineApplication {
         ).add(to: router)
         SchemaRoutes(store: store, authenticator: Authenticator(store: store), clock: clock).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
+        // Last, so that it wraps only the not-found responder: a known path with another method is 405.
+        router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes))
         return router
     }
 

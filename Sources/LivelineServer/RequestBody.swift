@@ -74,10 +74,20 @@ struct RequestBody {
         return bool
     }
 
+    /// An integer; a number with no fractional part (`10.0`) counts, as it does in JSON Schema.
     func integer(_ key: String) throws -> Int64? {
         guard let value = value(key) else { return nil }
-        guard case .integer(let integer) = value else { throw APIError.invalidType(path(key), expected: "an integer", got: value) }
+        guard let integer = Self.integral(value) else { throw APIError.invalidType(path(key), expected: "an integer", got: value) }
         return integer
+    }
+
+    /// The integer a JSON value stands for: an integer, or a number with no fractional part that fits.
+    static func integral(_ value: JSONValue) -> Int64? {
+        switch value {
+        case .integer(let integer): return integer
+        case .number(let number): return Int64(exactly: number)
+        default: return nil
+        }
     }
 
     func number(_ key: String) throws -> Double? {

@@ -15,7 +15,7 @@ struct AdminAPITests {
     func disabled() async throws {
         try await withLiveline { api, _ in
             let reply = try await api.json(.post, "/admin/v1/apps", key: "anything", ["name": "X", "bundleId": "com.example.x"])
-            #expect(reply.status == .forbidden)
+            #expect(reply.status == .unauthorized)
             #expect(reply.errorCode == "admin_api_disabled")
         }
     }

@@ -1,0 +1,64 @@
+import Hummingbird
+import LivelineCore
+
+/// The `cursor` query parameter of the paginated lists, checked against the form the OpenAPI
+/// document gives: the canonical base64url (RFC 4648 §5, without padding) of the last key of the
+/// previous page, as the Store issues it. Anything else is 400 `invalid_cursor` here, so the document
+/// and the server agree on every string, not just on the ones the Store happens to decode.
+enum PageCursor {
+    /// What the encoded key is.
+    enum Key {
+        /// An activity or device id: `[A-Za-z0-9._:-]{1,128}`.
+        case identifier
+        /// A delivery's sequence number: `[1-9][0-9]{0,17}`.
+        case sequence
+    }
+
+    /// The request's `cursor`, or nil without one.
+    static func query(_ request: Request, _ key: Key) throws -> String? {
+        guard let cursor = request.uri.queryParameters["cursor"].map(String.init) else { return nil }
+        guard let decoded = decode(cursor), isValid(decoded, key) else {
+            throw APIError.badRequest("invalid_cursor", "cursor is not one this server issued.", field: "cursor")
+        }
+        return cursor
+    }
+
+    static func isValid(_ decoded: [UInt8], _ key: Key) -> Bool {
+        switch key {
+        case .identifier:
+            return Identifier.isValid(String(decoding: decoded, as: UTF8.self))
+        case .sequence:
+            guard let first = decoded.first, (UInt8(ascii: "1")...UInt8(ascii: "9")).contains(first), decoded.count <= 18 else { return false }
+            return decoded.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+        }
+    }
+
+    /// Decodes canonical unpadded base64url: only `A-Z a-z 0-9 - _`, a length that is not 1 more
+    /// than a multiple of 4, and zero bits after the last byte. Nil for anything else.
+    static func decode(_ text: String) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        var accumulator: UInt32 = 0
+        var bits = 0
+        for character in text.utf8 {
+            let value: UInt8
+            switch character {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): value = character - UInt8(ascii: "A")
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): value = character - UInt8(ascii: "a") + 26
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): value = character - UInt8(ascii: "0") + 52
+            case UInt8(ascii: "-"): value = 62
+            case UInt8(ascii: "_"): value = 63
+            default: return nil
+            }
+            accumulator = (accumulator << 6) | UInt32(value)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                bytes.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+                accumulator &= (1 << UInt32(bits)) - 1
+            }
+        }
+        // 6 leftover bits: a length of 4n + 1, which no byte string encodes to; otherwise they must be 0.
+        guard bits < 6, accumulator == 0 else { return nil }
+        return bytes
+    }
+}
