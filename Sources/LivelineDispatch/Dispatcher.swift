@@ -494,10 +494,3 @@ public final class Dispatcher: Service, Sendable {
         return progress
     }
 }
-
-extension Duration {
-    /// The duration in seconds, as a `TimeInterval`.
-    var seconds: TimeInterval {
-        TimeInterval(components.seconds) + TimeInterval(components.attoseconds) / 1e18
-    }
-}

@@ -13,3 +13,10 @@ public struct WallClock: Sendable {
     /// The current time.
     public func now() -> Date { read() }
 }
+
+extension Duration {
+    /// The duration in seconds, as a `TimeInterval`.
+    public var seconds: TimeInterval {
+        TimeInterval(components.seconds) + TimeInterval(components.attoseconds) / 1e18
+    }
+}
