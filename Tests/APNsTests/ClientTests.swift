@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineTestSupport
 import Logging
 import NIOCore
 import NIOHTTP2
@@ -129,7 +130,7 @@ struct ClientTests {
     @Test("the JWT sent verifies with the team's public key and is reused across requests")
     func jwtOnTheWire() async throws {
         let key = makeSigningKey()
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: key, now: clock.closure)
         try await withServerAndClient(tokens: tokens) { server, client in
             for _ in 0..<5 {
@@ -241,7 +242,7 @@ struct ClientTests {
         APNsErrorReason.expiredProviderToken, .invalidProviderToken,
     ])
     func expiredProviderToken(reason: APNsErrorReason) async throws {
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let first = tokens.current()
         let firstIssued = tokens.issuedAt

@@ -4,6 +4,7 @@ import LivelineCore
 import LivelineDispatch
 import LivelineEmulator
 import LivelineStore
+import LivelineTestSupport
 import Logging
 import Testing
 
@@ -40,7 +41,7 @@ struct ProcessKillTests {
             Issue.record("Build the executable first (swift build): \(executable.path) is missing")
             return
         }
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-kill-\(UUID().uuidString)")
+        let root = uniqueTemporaryURL(prefix: "liveline-kill")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
 
