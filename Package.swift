@@ -137,7 +137,8 @@ let package = Package(
             ]
         ),
         // What the test targets share: a clock moved by hand, temporary directories and stores, the run's RSA keys
-        // and service-account files, base64url for reading JWTs. Only what more than one test target uses.
+        // and service-account files, base64url for reading JWTs, the `slow` tag. Only what more than one test target
+        // uses.
         .target(
             name: "LivelineTestSupport",
             dependencies: [

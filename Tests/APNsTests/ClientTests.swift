@@ -273,7 +273,7 @@ struct ClientTests {
         }
     }
 
-    @Test("2,000 concurrent sends complete over several connections")
+    @Test("2,000 concurrent sends complete over several connections", .tags(.slow), .unlessSkippingSlowTests)
     func concurrency() async throws {
         try await withServerAndClient(configuration: .init(connections: 4)) { server, client in
             let results = try await withThrowingTaskGroup(of: Int.self) { group in
@@ -314,7 +314,10 @@ struct ClientTests {
         }
     }
 
-    @Test("a server that answers before the body and then resets each stream (as nginx does) keeps the connection open")
+    @Test(
+        "a server that answers before the body and then resets each stream (as nginx does) keeps the connection open",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func serverResetsAnsweredStreams() async throws {
         let server = try await TestAPNsServer.start(recordRequests: false, answersBeforeBody: true)
         var logger = Logger(label: "apns-test")
@@ -336,7 +339,10 @@ struct ClientTests {
         #expect(server.connections.count == 1, "one connection carried every request")
     }
 
-    @Test("starts with 1 stream, as APNs allows, and uses more once the server raises the limit")
+    @Test(
+        "starts with 1 stream, as APNs allows, and uses more once the server raises the limit",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func apnsStyleStreamLimit() async throws {
         try await withServerAndClient(maxConcurrentStreams: 1, raiseMaxConcurrentStreamsTo: 50) { server, client in
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
@@ -573,7 +579,7 @@ struct ClientTests {
         }
     }
 
-    @Test("no PING while requests keep the connection busy")
+    @Test("no PING while requests keep the connection busy", .tags(.slow), .unlessSkippingSlowTests)
     func noPingWhenBusy() async throws {
         try await withServerAndClient(
             configuration: .init(connections: 1, idlePingInterval: .seconds(2))

@@ -229,7 +229,7 @@ struct EndToEndTests {
         }
     }
 
-    @Test("without trusting the emulator's CA, nothing is sent")
+    @Test("without trusting the emulator's CA, nothing is sent", .tags(.slow), .unlessSkippingSlowTests)
     func untrustedCertificate() async throws {
         try await Self.withHarness { harness in
             let client = try FCMClient(

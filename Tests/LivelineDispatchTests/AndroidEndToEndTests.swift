@@ -278,7 +278,10 @@ struct AndroidEndToEndTests {
         }
     }
 
-    @Test("a dispatcher stopped during a fan-out to a thousand Android phones, then restarted, loses nothing")
+    @Test(
+        "a dispatcher stopped during a fan-out to a thousand Android phones, then restarted, loses nothing",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func crashDuringFanOut() async throws {
         try await withEmulatedPhones { env in
             var tokens: [String] = []

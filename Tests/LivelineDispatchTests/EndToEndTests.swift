@@ -267,7 +267,10 @@ struct EndToEndTests {
         }
     }
 
-    @Test("a dispatcher stopped during a fan-out to thousands, then restarted, leaves every phone at the latest state")
+    @Test(
+        "a dispatcher stopped during a fan-out to thousands, then restarted, leaves every phone at the latest state",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func crashDuringFanOut() async throws {
         try await withEmulatedAPNs { env in
             var tokens: [String] = []

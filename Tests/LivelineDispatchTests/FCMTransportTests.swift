@@ -165,7 +165,10 @@ struct FCMTransportTests {
         }
     }
 
-    @Test("a service account the token endpoint refuses is credentialsRejected; an unreachable FCM retryable")
+    @Test(
+        "a service account the token endpoint refuses is credentialsRejected; an unreachable FCM retryable",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func refusedAccount() async throws {
         try await Self.withEnvironment { environment in
             let json = fcmServiceAccountJSON(tokenURI: try #require(environment.emulator.tokenURI), key: fcmStrangerKey)

@@ -51,7 +51,7 @@ func freePort() -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
-@Suite("A real liveline process, killed mid-fan-out")
+@Suite("A real liveline process, killed mid-fan-out", .tags(.slow), .unlessSkippingSlowTests)
 struct ProcessKillTests {
     @Test("SIGKILL during a fan-out to thousands of instances, then a restart: every phone ends at the latest state")
     func killAndRestart() async throws {
