@@ -44,6 +44,7 @@ let package = Package(
         .target(
             name: "APNs",
             dependencies: [
+                "LivelineCore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -56,6 +57,7 @@ let package = Package(
         .target(
             name: "FCM",
             dependencies: [
+                "LivelineCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
