@@ -44,6 +44,7 @@ let package = Package(
         .target(
             name: "APNs",
             dependencies: [
+                "LivelineCore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -56,6 +57,7 @@ let package = Package(
         .target(
             name: "FCM",
             dependencies: [
+                "LivelineCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -138,17 +140,29 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // What the test targets share: a clock moved by hand, temporary directories and stores, the run's RSA keys
+        // and service-account files, base64url for reading JWTs, the `slow` tag. Only what more than one test target
+        // uses.
+        .target(
+            name: "LivelineTestSupport",
+            dependencies: [
+                "LivelineStore",
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ],
+            path: "Tests/LivelineTestSupport"
+        ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
         .testTarget(
             name: "LivelineStoreTests",
             dependencies: [
-                "LivelineStore", "LivelineCore", .product(name: "SQLiteNIO", package: "sqlite-nio"), .product(name: "NIOCore", package: "swift-nio"),
+                "LivelineStore", "LivelineCore", "LivelineTestSupport", .product(name: "SQLiteNIO", package: "sqlite-nio"), .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
         .testTarget(
             name: "APNsTests",
             dependencies: [
                 "APNs",
+                "LivelineTestSupport",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -165,6 +179,7 @@ let package = Package(
                 "FCM",
                 "LivelineEmulator",
                 "LivelineCore",
+                "LivelineTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -178,6 +193,7 @@ let package = Package(
             dependencies: [
                 "LivelineEmulator",
                 "LivelineCore",
+                "LivelineTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -193,7 +209,7 @@ let package = Package(
         .testTarget(
             name: "LivelineDispatchTests",
             dependencies: [
-                "LivelineDispatch", "LivelineStore", "LivelineCore", "APNs", "FCM", "LivelineEmulator",
+                "LivelineDispatch", "LivelineStore", "LivelineCore", "APNs", "FCM", "LivelineEmulator", "LivelineTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -205,6 +221,7 @@ let package = Package(
                 "LivelineStore",
                 "LivelineCore",
                 "LivelineDispatch",
+                "LivelineTestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]

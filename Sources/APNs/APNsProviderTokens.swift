@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineCore
 import Synchronization
 
 /// APNs provider authentication tokens: ES256 JSON Web Tokens signed with the team's key.
@@ -102,9 +103,9 @@ public final class APNsProviderTokens: Sendable {
     private func makeToken(issuedAt: Date) -> Issued {
         // iat is whole seconds; the issue time kept for refresh decisions is the same whole second.
         let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))
-        let header = #"{"alg":"ES256","kid":"# + JSONText.quoted(signingKey.keyID) + "}"
-        let claims = #"{"iss":"# + JSONText.quoted(signingKey.teamID) + #","iat":"# + String(iat) + "}"
-        let signingInput = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.utf8))
+        let header = #"{"alg":"ES256","kid":"# + JWTText.quoted(signingKey.keyID) + "}"
+        let claims = #"{"iss":"# + JWTText.quoted(signingKey.teamID) + #","iat":"# + String(iat) + "}"
+        let signingInput = JWTText.signingInput(header: header, claims: claims)
         let signature: P256.Signing.ECDSASignature
         do {
             signature = try signingKey.privateKey.signature(for: Array(signingInput.utf8))
@@ -112,7 +113,7 @@ public final class APNsProviderTokens: Sendable {
             // BoringSSL only fails ECDSA signing when it cannot allocate memory.
             preconditionFailure("ES256 signing of an APNs provider token failed: \(error)")
         }
-        let token = signingInput + "." + Base64URL.encode(Array(signature.rawRepresentation))
+        let token = JWTText.token(signingInput: signingInput, signature: signature.rawRepresentation)
         return Issued(token: token, authorization: "bearer " + token, issuedAt: Date(timeIntervalSince1970: Double(iat)))
     }
 }
@@ -122,60 +123,5 @@ extension Duration {
     var timeInterval: TimeInterval {
         let (seconds, attoseconds) = components
         return Double(seconds) + Double(attoseconds) / 1e18
-    }
-}
-
-/// Base64url without padding (RFC 4648 §5), as JWS requires.
-enum Base64URL {
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-
-    static func encode(_ bytes: [UInt8]) -> String {
-        var out = [UInt8]()
-        out.reserveCapacity((bytes.count * 4 + 2) / 3)
-        var index = 0
-        while index + 3 <= bytes.count {
-            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
-            out.append(alphabet[Int(value >> 18 & 63)])
-            out.append(alphabet[Int(value >> 12 & 63)])
-            out.append(alphabet[Int(value >> 6 & 63)])
-            out.append(alphabet[Int(value & 63)])
-            index += 3
-        }
-        let remaining = bytes.count - index
-        if remaining == 1 {
-            let value = UInt32(bytes[index]) << 16
-            out.append(alphabet[Int(value >> 18 & 63)])
-            out.append(alphabet[Int(value >> 12 & 63)])
-        } else if remaining == 2 {
-            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8
-            out.append(alphabet[Int(value >> 18 & 63)])
-            out.append(alphabet[Int(value >> 12 & 63)])
-            out.append(alphabet[Int(value >> 6 & 63)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-}
-
-/// Minimal JSON text helpers for the few strings this module writes itself.
-enum JSONText {
-    /// `value` as a JSON string literal, quotes included.
-    static func quoted(_ value: String) -> String {
-        var out = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default:
-                out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
-        return out
     }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineCore
 import _CryptoExtras
 
 /// An OAuth 2.0 access token the token endpoint granted.
@@ -169,7 +170,7 @@ public actor FCMAccessTokens {
             #"{"iss":"# + JWTText.quoted(serviceAccount.clientEmail) + #","scope":"# + JWTText.quoted(Self.scope)
             + #","aud":"# + JWTText.quoted(serviceAccount.tokenURI) + #","iat":"# + String(iat) + #","exp":"#
             + String(iat + Self.assertionLifetime) + "}"
-        let signingInput = JWTText.base64URL(Array(header.utf8)) + "." + JWTText.base64URL(Array(claims.utf8))
+        let signingInput = JWTText.signingInput(header: header, claims: claims)
         let signature: _RSA.Signing.RSASignature
         do {
             signature = try serviceAccount.privateKey.signature(
@@ -178,7 +179,7 @@ public actor FCMAccessTokens {
         } catch {
             throw FCMConfigurationError("Signing the OAuth assertion with the service account's key failed.")
         }
-        return signingInput + "." + JWTText.base64URL(Array(signature.rawRepresentation))
+        return JWTText.token(signingInput: signingInput, signature: signature.rawRepresentation)
     }
 }
 
@@ -187,58 +188,5 @@ extension Duration {
     var seconds: TimeInterval {
         let (seconds, attoseconds) = components
         return Double(seconds) + Double(attoseconds) / 1e18
-    }
-}
-
-/// The few JWT text helpers this module needs.
-enum JWTText {
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
-
-    /// Base64url without padding (RFC 4648 §5), as JWS requires.
-    static func base64URL(_ bytes: [UInt8]) -> String {
-        var out = [UInt8]()
-        out.reserveCapacity((bytes.count * 4 + 2) / 3)
-        var index = 0
-        while index + 3 <= bytes.count {
-            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
-            out.append(alphabet[Int(value >> 18 & 63)])
-            out.append(alphabet[Int(value >> 12 & 63)])
-            out.append(alphabet[Int(value >> 6 & 63)])
-            out.append(alphabet[Int(value & 63)])
-            index += 3
-        }
-        let remaining = bytes.count - index
-        if remaining == 1 {
-            let value = UInt32(bytes[index]) << 16
-            out.append(alphabet[Int(value >> 18 & 63)])
-            out.append(alphabet[Int(value >> 12 & 63)])
-        } else if remaining == 2 {
-            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8
-            out.append(alphabet[Int(value >> 18 & 63)])
-            out.append(alphabet[Int(value >> 12 & 63)])
-            out.append(alphabet[Int(value >> 6 & 63)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    /// `value` as a JSON string literal, quotes included.
-    static func quoted(_ value: String) -> String {
-        var out = "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default:
-                out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
-        return out
     }
 }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineTestSupport
 import Logging
 import NIOCore
 import NIOHTTP2
@@ -129,7 +130,7 @@ struct ClientTests {
     @Test("the JWT sent verifies with the team's public key and is reused across requests")
     func jwtOnTheWire() async throws {
         let key = makeSigningKey()
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: key, now: clock.closure)
         try await withServerAndClient(tokens: tokens) { server, client in
             for _ in 0..<5 {
@@ -241,7 +242,7 @@ struct ClientTests {
         APNsErrorReason.expiredProviderToken, .invalidProviderToken,
     ])
     func expiredProviderToken(reason: APNsErrorReason) async throws {
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let first = tokens.current()
         let firstIssued = tokens.issuedAt
@@ -272,7 +273,7 @@ struct ClientTests {
         }
     }
 
-    @Test("2,000 concurrent sends complete over several connections")
+    @Test("2,000 concurrent sends complete over several connections", .tags(.slow), .unlessSkippingSlowTests)
     func concurrency() async throws {
         try await withServerAndClient(configuration: .init(connections: 4)) { server, client in
             let results = try await withThrowingTaskGroup(of: Int.self) { group in
@@ -313,7 +314,10 @@ struct ClientTests {
         }
     }
 
-    @Test("a server that answers before the body and then resets each stream (as nginx does) keeps the connection open")
+    @Test(
+        "a server that answers before the body and then resets each stream (as nginx does) keeps the connection open",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func serverResetsAnsweredStreams() async throws {
         let server = try await TestAPNsServer.start(recordRequests: false, answersBeforeBody: true)
         var logger = Logger(label: "apns-test")
@@ -335,7 +339,10 @@ struct ClientTests {
         #expect(server.connections.count == 1, "one connection carried every request")
     }
 
-    @Test("starts with 1 stream, as APNs allows, and uses more once the server raises the limit")
+    @Test(
+        "starts with 1 stream, as APNs allows, and uses more once the server raises the limit",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func apnsStyleStreamLimit() async throws {
         try await withServerAndClient(maxConcurrentStreams: 1, raiseMaxConcurrentStreamsTo: 50) { server, client in
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
@@ -572,7 +579,7 @@ struct ClientTests {
         }
     }
 
-    @Test("no PING while requests keep the connection busy")
+    @Test("no PING while requests keep the connection busy", .tags(.slow), .unlessSkippingSlowTests)
     func noPingWhenBusy() async throws {
         try await withServerAndClient(
             configuration: .init(connections: 1, idlePingInterval: .seconds(2))

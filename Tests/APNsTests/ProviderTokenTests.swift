@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineTestSupport
 import Testing
 
 @testable import APNs
@@ -9,7 +10,7 @@ struct ProviderTokenTests {
     @Test("an ES256 JWT with kid, iss and a numeric iat, signed r||s")
     func tokenShape() throws {
         let key = makeSigningKey()
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: key, now: clock.closure)
         let jwt = try DecodedJWT(tokens.current())
 
@@ -25,7 +26,7 @@ struct ProviderTokenTests {
 
     @Test("iat is whole seconds of the injected clock")
     func wholeSeconds() throws {
-        let clock = TestWallClock(Date(timeIntervalSince1970: 1_700_000_123.9))
+        let clock = TestClock(Date(timeIntervalSince1970: 1_700_000_123.9))
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         #expect(try DecodedJWT(tokens.current()).claims().iat == 1_700_000_123)
     }
@@ -33,14 +34,14 @@ struct ProviderTokenTests {
     @Test("ids are JSON-escaped")
     func escaping() throws {
         let key = APNsSigningKey(teamID: #"TE"AM\1"#, keyID: "K", privateKey: P256.Signing.PrivateKey())
-        let tokens = APNsProviderTokens(signingKey: key, now: TestWallClock().closure)
+        let tokens = APNsProviderTokens(signingKey: key, now: TestClock(testStart).closure)
         let jwt = try DecodedJWT(tokens.current())
         #expect(try jwt.claims().iss == #"TE"AM\1"#)
     }
 
     @Test("reused until 50 minutes old, then replaced")
     func reuseAndRefresh() throws {
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         #expect(tokens.issuedAt == nil)
         let first = tokens.current()
@@ -74,7 +75,7 @@ struct ProviderTokenTests {
         (Duration.seconds(2 * 60 * 60), Duration.seconds(60 * 60)),
     ])
     func clamping(asked: Duration, effective: Duration) {
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), refreshAfter: asked, now: clock.closure)
         #expect(tokens.refreshAfter == effective)
         let first = tokens.current()
@@ -86,7 +87,7 @@ struct ProviderTokenTests {
 
     @Test("refresh(replacing:) forces a new token only for the current one")
     func forcedRefresh() throws {
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let first = tokens.current()
 
@@ -108,7 +109,7 @@ struct ProviderTokenTests {
 
     @Test("refresh(replacing:) of a replaced token still refreshes a due token")
     func replacedButDue() {
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let first = tokens.current()
         let second = tokens.refresh(replacing: first)
@@ -121,7 +122,7 @@ struct ProviderTokenTests {
 
     @Test("refresh(replacing:) is not rate limited for the current token, and never before 20 minutes otherwise")
     func noEarlyRefresh() {
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let first = tokens.current()
         let second = tokens.refresh(replacing: first)
@@ -134,7 +135,7 @@ struct ProviderTokenTests {
 
     @Test("N concurrent refusals of one token refresh it once")
     func concurrentRefusals() async {
-        let clock = TestWallClock()
+        let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let stale = tokens.current()
         let results = await withTaskGroup(of: String.self) { group in

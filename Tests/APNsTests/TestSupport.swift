@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineTestSupport
 import Synchronization
 
 @testable import APNs
@@ -10,20 +11,16 @@ struct TestFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// A wall clock tests move by hand.
-final class TestWallClock: Sendable {
-    private let date: Mutex<Date>
+/// Where the APNs tests' clocks start: 2023-11-14T22:13:20Z.
+let testStart = Date(timeIntervalSince1970: 1_700_000_000)
 
-    init(_ start: Date = Date(timeIntervalSince1970: 1_700_000_000)) {
-        date = Mutex(start)
-    }
-
-    var now: Date { date.withLock { $0 } }
-
+extension TestClock {
+    /// Moves the clock `duration` forward.
     func advance(by duration: Duration) {
-        date.withLock { $0 += duration.timeInterval }
+        advance(by: duration.timeInterval)
     }
 
+    /// The clock as the `now` closure APNs types take.
     var closure: @Sendable () -> Date { { self.now } }
 }
 
@@ -49,10 +46,8 @@ struct DecodedJWT {
     }
 
     static func base64URLDecode(_ text: String) throws -> Data {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        guard let data = Data(base64Encoded: base64) else { throw TestFailure("\(text) is not base64url") }
-        return data
+        guard let bytes = LivelineTestSupport.base64URLDecode(text) else { throw TestFailure("\(text) is not base64url") }
+        return Data(bytes)
     }
 
     struct Header: Decodable, Equatable {

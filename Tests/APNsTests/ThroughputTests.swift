@@ -1,4 +1,5 @@
 import Foundation
+import LivelineTestSupport
 import Logging
 import NIOCore
 import Testing
@@ -12,7 +13,7 @@ import Testing
 ///
 /// `APNS_THROUGHPUT_COUNT` overrides the number of pushes (default 2,000); `APNS_THROUGHPUT_CONCURRENCY` the
 /// number of pushes in flight (default 200).
-@Suite("Throughput", .timeLimit(.minutes(5)))
+@Suite("Throughput", .timeLimit(.minutes(5)), .tags(.slow), .unlessSkippingSlowTests)
 struct ThroughputTests {
     @Test("many pushes over 4 connections, all answered")
     func throughput() async throws {

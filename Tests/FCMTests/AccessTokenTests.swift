@@ -1,6 +1,7 @@
 import Crypto
 import FCM
 import Foundation
+import LivelineTestSupport
 import Testing
 import _CryptoExtras
 
@@ -13,8 +14,8 @@ struct AccessTokenTests {
         #expect(account.clientEmail == "sender@demo-project.iam.gserviceaccount.com")
         #expect(account.privateKeyID == "0123456789abcdef")
         #expect(account.tokenURI == "https://oauth2.googleapis.com/token")
-        #expect(account.privateKey.publicKey.derRepresentation == testPrivateKey.publicKey.derRepresentation)
-        let keyBody = testPrivateKey.pkcs8PEMRepresentation.split(separator: "\n")[1]
+        #expect(account.privateKey.publicKey.derRepresentation == fcmTestKey.publicKey.derRepresentation)
+        let keyBody = fcmTestKey.pkcs8PEMRepresentation.split(separator: "\n")[1]
         for text in [account.description, account.debugDescription, "\(account)", String(reflecting: account)] {
             #expect(!text.contains(keyBody))
             #expect(text.contains("redacted"))
@@ -66,10 +67,10 @@ struct AccessTokenTests {
 
         let signature = _RSA.Signing.RSASignature(rawRepresentation: try #require(base64URLDecode(parts[2])))
         let signingInput = Array("\(parts[0]).\(parts[1])".utf8)
-        #expect(testPrivateKey.publicKey.isValidSignature(signature, for: SHA256.hash(data: signingInput), padding: .insecurePKCS1v1_5))
+        #expect(fcmTestKey.publicKey.isValidSignature(signature, for: SHA256.hash(data: signingInput), padding: .insecurePKCS1v1_5))
         let otherKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
         #expect(!otherKey.publicKey.isValidSignature(signature, for: SHA256.hash(data: signingInput), padding: .insecurePKCS1v1_5))
-        #expect(!testPrivateKey.publicKey.isValidSignature(signature, for: SHA256.hash(data: Array("x.y".utf8)), padding: .insecurePKCS1v1_5))
+        #expect(!fcmTestKey.publicKey.isValidSignature(signature, for: SHA256.hash(data: Array("x.y".utf8)), padding: .insecurePKCS1v1_5))
     }
 
     @Test("the token is cached and reused, and replaced five minutes before it expires")

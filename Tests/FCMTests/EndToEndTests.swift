@@ -3,6 +3,7 @@ import FCM
 import Foundation
 import LivelineCore
 import LivelineEmulator
+import LivelineTestSupport
 import Logging
 import NIOCore
 import NIOSSL
@@ -35,14 +36,14 @@ struct EndToEndTests {
     static func registeredAccount(_ emulator: FCMEmulator) throws -> FCMServiceAccount {
         let account = try FCMServiceAccount(json: serviceAccountJSON(projectID: "liveline-demo", tokenURI: try #require(emulator.tokenURI)))
         emulator.registerServiceAccount(
-            clientEmail: account.clientEmail, projectID: account.projectID, publicKey: testPrivateKey.publicKey,
+            clientEmail: account.clientEmail, projectID: account.projectID, publicKey: fcmTestKey.publicKey,
             privateKeyID: account.privateKeyID
         )
         return account
     }
 
     static func withHarness(_ body: (Harness) async throws -> Void) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-fcm-\(UUID().uuidString)").path
+        let directory = uniqueTemporaryURL(prefix: "liveline-fcm").path
         let clock = TestClock()
         var configuration = FCMEmulatorConfiguration(dataDirectory: directory)
         configuration.now = { clock.now }
@@ -114,7 +115,7 @@ struct EndToEndTests {
 
     @Test("an access token the emulator keeps refusing ends as a 401 with the credentials disposition")
     func persistentUnauthorized() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-fcm-\(UUID().uuidString)").path
+        let directory = uniqueTemporaryURL(prefix: "liveline-fcm").path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let clock = TestClock()
         var configuration = FCMEmulatorConfiguration(dataDirectory: directory)
@@ -228,7 +229,7 @@ struct EndToEndTests {
         }
     }
 
-    @Test("without trusting the emulator's CA, nothing is sent")
+    @Test("without trusting the emulator's CA, nothing is sent", .tags(.slow), .unlessSkippingSlowTests)
     func untrustedCertificate() async throws {
         try await Self.withHarness { harness in
             let client = try FCMClient(

@@ -4,6 +4,7 @@ import LivelineCore
 import LivelineDispatch
 import LivelineEmulator
 import LivelineStore
+import LivelineTestSupport
 import Logging
 import Testing
 
@@ -58,7 +59,7 @@ struct EmulatedPhones {
 }
 
 func withEmulatedPhones<T>(_ body: (EmulatedPhones) async throws -> T) async throws -> T {
-    let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-android-e2e-\(UUID().uuidString)")
+    let root = uniqueTemporaryURL(prefix: "liveline-android-e2e")
     try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: root) }
     let clock = SharedClock()
@@ -277,7 +278,10 @@ struct AndroidEndToEndTests {
         }
     }
 
-    @Test("a dispatcher stopped during a fan-out to a thousand Android phones, then restarted, loses nothing")
+    @Test(
+        "a dispatcher stopped during a fan-out to a thousand Android phones, then restarted, loses nothing",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func crashDuringFanOut() async throws {
         try await withEmulatedPhones { env in
             var tokens: [String] = []

@@ -2,9 +2,10 @@ import Foundation
 import LivelineCore
 import LivelineDispatch
 import LivelineEmulator
+import LivelineTestSupport
 import Testing
 
-@Suite("Bursts of updates through the APNs emulator")
+@Suite("Bursts of updates through the APNs emulator", .tags(.slow), .unlessSkippingSlowTests)
 struct BurstEndToEndTests {
     @Test("50 updates a second to 1,000 phones: strictly newer timestamps only, the final state everywhere, priority 10 within budget")
     func fiftyUpdatesASecond() async throws {

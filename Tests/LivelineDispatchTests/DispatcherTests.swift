@@ -2,6 +2,7 @@ import Foundation
 import LivelineCore
 import LivelineDispatch
 import LivelineStore
+import LivelineTestSupport
 import NIOCore
 import Testing
 
@@ -38,22 +39,6 @@ final class ScriptedTransport: PushTransport, PushTransportDirectory, @unchecked
     func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? { self }
     func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
         lock.withLock { healthReports.append((appID, healthy)) }
-    }
-}
-
-func withStore<T>(_ body: (SQLiteStore, String) async throws -> T) async throws -> T {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-dispatch-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    let path = directory.appendingPathComponent("liveline.sqlite").path
-    let store = try await SQLiteStore.open(path: path)
-    do {
-        let result = try await body(store, path)
-        try await store.close()
-        return result
-    } catch {
-        try? await store.close()
-        throw error
     }
 }
 
@@ -129,7 +114,7 @@ func allCaughtUp(_ store: SQLiteStore, _ activity: String) async throws -> Bool 
 struct DispatcherTests {
     @Test("one update fans out to every instance once, with one shared payload")
     func fanOut() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "order-1", devices: 0..<250)
             let transport = ScriptedTransport()
@@ -157,7 +142,7 @@ struct DispatcherTests {
 
     @Test("latest state wins: intermediate states may be skipped, the final one always arrives, end ends instances")
     func coalescing() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<40)
             let transport = ScriptedTransport(delay: .milliseconds(2))
@@ -193,7 +178,7 @@ struct DispatcherTests {
 
     @Test("a bad token invalidates only its instance; 503s are retried until delivered")
     func invalidationAndRetry() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "a", devices: 0..<10)
             let transport = ScriptedTransport()
@@ -224,7 +209,7 @@ struct DispatcherTests {
 
     @Test("a dismissed instance receives nothing; a new token gets the latest state at once")
     func dismissedAndRotation() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "a", devices: 0..<3)
             _ = try await store.recordInstanceEvent(appID: appID, activityID: "a", deviceID: "device-00000", event: .dismissedOnDevice, at: Date())
@@ -251,7 +236,7 @@ struct DispatcherTests {
 
     @Test("refused credentials stop the pass and are reported unhealthy; nothing is lost")
     func credentialsRefused() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "a", devices: 0..<5)
             let transport = ScriptedTransport()
@@ -267,7 +252,7 @@ struct DispatcherTests {
 
     @Test("a dispatcher stopped mid-fan-out and a new one started leave every instance at the latest state")
     func crashRecovery() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "big", devices: 0..<600)
             let slow = ScriptedTransport(delay: .milliseconds(5))

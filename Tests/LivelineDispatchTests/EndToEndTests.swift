@@ -5,6 +5,7 @@ import LivelineCore
 import LivelineDispatch
 import LivelineEmulator
 import LivelineStore
+import LivelineTestSupport
 import Logging
 import Testing
 
@@ -53,7 +54,7 @@ func e2eConfiguration() -> DispatcherConfiguration {
 }
 
 func withEmulatedAPNs<T>(_ body: (EmulatedAPNs) async throws -> T) async throws -> T {
-    let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-e2e-\(UUID().uuidString)")
+    let root = uniqueTemporaryURL(prefix: "liveline-e2e")
     try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: root) }
     let clock = SharedClock()
@@ -266,7 +267,10 @@ struct EndToEndTests {
         }
     }
 
-    @Test("a dispatcher stopped during a fan-out to thousands, then restarted, leaves every phone at the latest state")
+    @Test(
+        "a dispatcher stopped during a fan-out to thousands, then restarted, leaves every phone at the latest state",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func crashDuringFanOut() async throws {
         try await withEmulatedAPNs { env in
             var tokens: [String] = []

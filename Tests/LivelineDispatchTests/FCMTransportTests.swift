@@ -4,23 +4,18 @@ import LivelineCore
 import LivelineDispatch
 import LivelineEmulator
 import LivelineStore
+import LivelineTestSupport
 import Logging
 import NIOCore
 import Testing
 import _CryptoExtras
 
-/// The run's service-account keys: generating RSA keys per test would load the machine for nothing.
-let fcmServiceAccountKey: _RSA.Signing.PrivateKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
-let fcmStrangerServiceAccountKey: _RSA.Signing.PrivateKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
-
 /// A service-account key file's JSON, as the Firebase console downloads it.
-func fcmServiceAccountJSON(tokenURI: String, key: _RSA.Signing.PrivateKey = fcmServiceAccountKey) -> String {
-    let object: [String: String] = [
-        "type": "service_account", "project_id": "android-project", "private_key_id": "0123456789abcdef",
-        "private_key": key.pkcs8PEMRepresentation, "client_email": "sender@android-project.iam.gserviceaccount.com",
-        "token_uri": tokenURI,
-    ]
-    return String(decoding: try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
+func fcmServiceAccountJSON(tokenURI: String, key: _RSA.Signing.PrivateKey = fcmTestKey) -> String {
+    serviceAccountJSON(
+        projectID: "android-project", clientEmail: "sender@android-project.iam.gserviceaccount.com", tokenURI: tokenURI,
+        privateKeyPEM: key.pkcs8PEMRepresentation
+    )
 }
 
 /// FCM credentials, and the FCM push transport turning the emulator's answers into push outcomes.
@@ -50,7 +45,7 @@ struct FCMTransportTests {
     }
 
     static func withEnvironment(_ body: (Environment) async throws -> Void) async throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-fcm-transport-\(UUID().uuidString)")
+        let root = uniqueTemporaryURL(prefix: "liveline-fcm-transport")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
         let clock = SharedClock()
@@ -63,7 +58,7 @@ struct FCMTransportTests {
         let json = fcmServiceAccountJSON(tokenURI: try #require(emulator.tokenURI))
         emulator.registerServiceAccount(
             clientEmail: "sender@android-project.iam.gserviceaccount.com", projectID: "android-project",
-            publicKey: fcmServiceAccountKey.publicKey, privateKeyID: "0123456789abcdef"
+            publicKey: fcmTestKey.publicKey, privateKeyID: "0123456789abcdef"
         )
         let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
         let sealer = try CredentialSealer(masterKey: Array(repeating: 7, count: 32))
@@ -170,10 +165,13 @@ struct FCMTransportTests {
         }
     }
 
-    @Test("a service account the token endpoint refuses is credentialsRejected; an unreachable FCM retryable")
+    @Test(
+        "a service account the token endpoint refuses is credentialsRejected; an unreachable FCM retryable",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
     func refusedAccount() async throws {
         try await Self.withEnvironment { environment in
-            let json = fcmServiceAccountJSON(tokenURI: try #require(environment.emulator.tokenURI), key: fcmStrangerServiceAccountKey)
+            let json = fcmServiceAccountJSON(tokenURI: try #require(environment.emulator.tokenURI), key: fcmStrangerKey)
             let client = try FCMClient(
                 serviceAccount: try FCMServiceAccount(json: json),
                 // A generous connect timeout: on a loaded machine (the whole suite at once) the emulator may take

@@ -2,6 +2,7 @@ import Foundation
 import LivelineCore
 import LivelineDispatch
 import LivelineStore
+import LivelineTestSupport
 import Testing
 
 /// A clock the test moves by hand.
@@ -26,7 +27,7 @@ struct LifetimeSweeperTests {
 
     @Test("an activity nobody ends is ended with its last state at 7 h 45 min, and its end goes out")
     func endsAtLifetime() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             let clock = ManualClock(t0)
             _ = try await store.registerInstance(instance("old", "d1", token: token(1)), at: t0)
@@ -58,7 +59,7 @@ struct LifetimeSweeperTests {
 
     @Test("instances are marked ended 12 hours after registering; an activity whose instances are all gone ends")
     func instancesAndAllGone() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             let clock = ManualClock(t0)
             let policy = LifetimePolicy(endAfter: 100 * 3600)  // out of the way: this test is about instances
@@ -89,7 +90,7 @@ struct LifetimeSweeperTests {
 
     @Test("the caller's end is recorded as such; ended activities are purged after the retention period")
     func callerEndAndPurge() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             let clock = ManualClock(t0)
             let sweeper = LifetimeSweeper(store: store, policy: LifetimePolicy(retention: 24 * 3600), now: { clock.now })

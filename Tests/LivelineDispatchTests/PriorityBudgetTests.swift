@@ -2,13 +2,14 @@ import Foundation
 import LivelineCore
 import LivelineDispatch
 import LivelineStore
+import LivelineTestSupport
 import Testing
 
 @Suite("Priority budget across a simulated hour (injected clock)")
 struct PriorityBudgetDispatchTests {
     @Test("updates go at 10 within the budget and at 5 beyond it; alerts and ends at 10, counted; the hour slides")
     func budgetAcrossAnHour() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<1)
             let start = Date(timeIntervalSince1970: 1_795_255_200)
@@ -68,7 +69,7 @@ struct PriorityBudgetDispatchTests {
 struct AppBudgetTests {
     @Test("an app's own budget overrides the server's")
     func override() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await store.setBudget(appID: appID, BudgetOverride(hourly: 1))
             #expect(try await store.app(id: appID)?.budget == BudgetOverride(hourly: 1))

@@ -4,6 +4,7 @@ import LivelineCore
 import LivelineDispatch
 import LivelineEmulator
 import LivelineStore
+import LivelineTestSupport
 import Logging
 import Testing
 
@@ -11,10 +12,29 @@ import Testing
 import Glibc
 #endif
 
-/// The `liveline` executable built next to the tests.
+/// The `liveline` executable: `LIVELINE_BINARY` when set, otherwise the one SwiftPM built next to the tests.
+///
+/// SwiftPM puts every product of a build, the test bundle and `liveline` alike, in one directory
+/// (`.build/<triple>/<configuration>`, or under `--scratch-path`), so the executable is found beside the running
+/// test binary whatever the configuration, triple or scratch path.
 func livelineExecutable() -> URL {
-    URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent(".build/debug/liveline")
+    if let path = ProcessInfo.processInfo.environment["LIVELINE_BINARY"], !path.isEmpty {
+        return URL(fileURLWithPath: path)
+    }
+    return builtProductsDirectory().appendingPathComponent("liveline")
+}
+
+/// The directory the running tests were built into.
+func builtProductsDirectory() -> URL {
+    #if os(macOS)
+    // Xcode's `xctest` runner loads the tests as a bundle: `<products>/livelinePackageTests.xctest`.
+    if let bundle = Bundle.allBundles.first(where: { $0.bundleURL.pathExtension == "xctest" }) {
+        return bundle.bundleURL.deletingLastPathComponent()
+    }
+    #endif
+    // On Linux the tests are an executable of their own: `<products>/livelinePackageTests.xctest`.
+    let executable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
+    return executable.resolvingSymlinksInPath().deletingLastPathComponent()
 }
 
 func freePort() -> Int {
@@ -31,16 +51,16 @@ func freePort() -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
-@Suite("A real liveline process, killed mid-fan-out")
+@Suite("A real liveline process, killed mid-fan-out", .tags(.slow), .unlessSkippingSlowTests)
 struct ProcessKillTests {
     @Test("SIGKILL during a fan-out to thousands of instances, then a restart: every phone ends at the latest state")
     func killAndRestart() async throws {
         let executable = livelineExecutable()
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
-            Issue.record("Build the executable first (swift build): \(executable.path) is missing")
+            Issue.record("Build the executable first (swift build --build-tests), or set LIVELINE_BINARY: \(executable.path) is missing")
             return
         }
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-kill-\(UUID().uuidString)")
+        let root = uniqueTemporaryURL(prefix: "liveline-kill")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
 

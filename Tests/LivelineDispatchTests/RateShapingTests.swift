@@ -2,13 +2,14 @@ import Foundation
 import LivelineCore
 import LivelineDispatch
 import LivelineStore
+import LivelineTestSupport
 import Testing
 
 @Suite("Rate shaping (minUpdateInterval, injected clock)")
 struct RateShapingTests {
     @Test("updates faster than the interval are coalesced; the newest goes out at the next allowed moment; an end goes at once")
     func shaping() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<3)
             let clock = ManualClock(Date(timeIntervalSince1970: 1_795_255_200))
@@ -52,7 +53,7 @@ struct RateShapingTests {
 
     @Test("a new token catches up at once, without waiting for the interval")
     func catchUpIsNotShaped() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<1)
             let clock = ManualClock(Date(timeIntervalSince1970: 1_795_255_200))
@@ -78,7 +79,7 @@ struct RateShapingTests {
 struct FCMRetryFloorTests {
     @Test("an Android push is retried no sooner than the floor, whatever the backoff says")
     func floor() async throws {
-        try await withStore { store, _ in
+        try await withTemporaryStore { store, _ in
             try await seedApp(store)
             _ = try await store.registerInstance(
                 InstanceRegistration(appID: appID, activityID: "match", deviceID: "pixel", platform: .android, pushToken: "fcm-token-1",

@@ -6,6 +6,7 @@ import LivelineCore
 import LivelineDispatch
 import LivelineServer
 import LivelineStore
+import LivelineTestSupport
 import NIOCore
 import Testing
 
@@ -53,26 +54,24 @@ struct TestApp {
 final class TemporaryDirectory {
     let url: URL
     init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-server-\(UUID().uuidString)")
+        url = uniqueTemporaryURL(prefix: "liveline-server")
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
     var databasePath: String { url.appendingPathComponent("liveline.sqlite").path }
     deinit { try? FileManager.default.removeItem(at: url) }
 }
 
-/// A mutable clock for tests.
-final class TestClock: @unchecked Sendable {
-    private let lock = NSLock()
-    private var current: Date
-    init(_ start: Date = Date(timeIntervalSince1970: 1_795_255_200)) { current = start }
-    var now: Date { lock.withLock { current } }
-    func advance(by seconds: TimeInterval) { lock.withLock { current += seconds } }
+/// Where the server tests' clocks start: 2026-11-21T10:00:00Z.
+let testStart = Date(timeIntervalSince1970: 1_795_255_200)
+
+extension TestClock {
+    /// The clock as the server's wall clock.
     var wallClock: WallClock { WallClock { [self] in self.now } }
 }
 
 /// Runs `body` against a Liveline router on a real SQLite file.
 func withLiveline<T: Sendable>(
-    directory: TemporaryDirectory? = nil, clock: TestClock = TestClock(), adminToken: String? = nil,
+    directory: TemporaryDirectory? = nil, clock: TestClock = TestClock(testStart), adminToken: String? = nil,
     _ body: @Sendable (API, any Store) async throws -> T
 ) async throws -> T {
     let directory = try directory ?? TemporaryDirectory()

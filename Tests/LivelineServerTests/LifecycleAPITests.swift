@@ -3,6 +3,7 @@ import HTTPTypes
 import LivelineCore
 import LivelineServer
 import LivelineStore
+import LivelineTestSupport
 import Testing
 
 @Suite("Lifecycle API")
@@ -101,7 +102,7 @@ struct LifecycleAPITests {
 
     @Test("DELETE ends now and dismisses immediately")
     func deleteDismisses() async throws {
-        let clock = TestClock()
+        let clock = TestClock(testStart)
         try await withLiveline(clock: clock) { api, store in
             let app = try await createApp(store)
             _ = try await api.json(.post, "/v1/activities/a1/updates", key: app.secretKey, ["contentState": ["n": 1]])

@@ -1,6 +1,7 @@
 import Foundation
 import LivelineCore
 import LivelineStore
+import LivelineTestSupport
 import Testing
 
 @Suite("Content-state contracts over the API")
@@ -103,7 +104,7 @@ struct SchemaAPITests {
 struct StalenessAPITests {
     @Test("an update without staleDate gets one from the observed interval; an explicit one is kept")
     func defaults() async throws {
-        let clock = TestClock()
+        let clock = TestClock(testStart)
         try await withLiveline(clock: clock) { api, store in
             let app = try await createApp(store)
             _ = try await api.json(.post, "/v1/activities/m1/updates", key: app.secretKey, ["contentState": ["n": 1]])

@@ -1,4 +1,5 @@
 import Foundation
+import LivelineTestSupport
 import Testing
 
 @testable import LivelineStore

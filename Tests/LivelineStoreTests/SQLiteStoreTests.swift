@@ -1,24 +1,8 @@
 import Foundation
 import LivelineCore
 import LivelineStore
+import LivelineTestSupport
 import Testing
-
-/// A fresh SQLite file in its own temporary directory.
-func withTemporaryStore<T>(_ body: (SQLiteStore, String) async throws -> T) async throws -> T {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-store-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    let path = directory.appendingPathComponent("liveline.sqlite").path
-    let store = try await SQLiteStore.open(path: path)
-    do {
-        let result = try await body(store, path)
-        try await store.close()
-        return result
-    } catch {
-        try? await store.close()
-        throw error
-    }
-}
 
 let t0 = Date(timeIntervalSince1970: 1_795_255_200)
 

@@ -1,6 +1,7 @@
 import Foundation
 import LivelineCore
 @testable import LivelineStore
+import LivelineTestSupport
 import SQLiteNIO
 import Testing
 

@@ -1,16 +1,12 @@
 import Crypto
 import Foundation
 import LivelineCore
+import LivelineTestSupport
 import Logging
 import Testing
 import _CryptoExtras
 
 @testable import LivelineEmulator
-
-/// One RSA key for the whole run: generating 2048-bit keys is slow in debug builds.
-let fcmTestKey: _RSA.Signing.PrivateKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
-/// A key no service account is registered with.
-let fcmStrangerKey: _RSA.Signing.PrivateKey = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
 
 /// A service account and the assertions it signs, written here from RFC 7523 and Google's "Using OAuth 2.0 for
 /// Server to Server Applications", independently of Liveline's sender.
@@ -111,7 +107,7 @@ extension TestResponse {
 
 /// Runs `body` with a started FCM emulator, and shuts it down afterwards.
 func withFCMEmulator(accessTokenLifetime: TimeInterval = 3600, _ body: (FCMFixture) async throws -> Void) async throws {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-fcm-emulator-\(UUID().uuidString)").path
+    let directory = uniqueTemporaryURL(prefix: "liveline-fcm-emulator").path
     let clock = TestClock()
     var configuration = FCMEmulatorConfiguration(dataDirectory: directory)
     configuration.now = { clock.now }

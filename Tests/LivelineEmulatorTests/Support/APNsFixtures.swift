@@ -1,27 +1,11 @@
 import Crypto
 import Foundation
 import LivelineCore
+import LivelineTestSupport
 import Logging
-import Synchronization
 import Testing
 
 @testable import LivelineEmulator
-
-/// A clock the tests move by hand.
-final class TestClock: Sendable {
-    private let current: Mutex<Date>
-
-    init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
-        current = Mutex(start)
-    }
-
-    var now: Date { current.withLock { $0 } }
-    var seconds: Double { now.timeIntervalSince1970 }
-
-    func advance(by seconds: TimeInterval) {
-        current.withLock { $0 += seconds }
-    }
-}
 
 /// A team's signing key and the provider tokens it makes, written here from RFC 7515 and Apple's
 /// "Establishing a token-based connection to APNs", independently of Liveline's sender.
@@ -111,7 +95,7 @@ struct EmulatorFixture: Sendable {
 func withEmulator(
     historyLimit: Int = 10_000, _ body: (EmulatorFixture) async throws -> Void
 ) async throws {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-emulator-\(UUID().uuidString)").path
+    let directory = uniqueTemporaryURL(prefix: "liveline-emulator").path
     let clock = TestClock()
     var configuration = APNsEmulatorConfiguration(dataDirectory: directory)
     configuration.now = { clock.now }

@@ -6,7 +6,7 @@ import Synchronization
 /// A request as it arrived on an HTTP/2 stream.
 struct APNsRequest: Sendable {
     var headers: [ReceivedPush.Header]
-    /// The body, kept up to ``EmulatorCore/keptBodyBytes``.
+    /// The body, kept up to ``APNsEmulatorCore/keptBodyBytes``.
     var body: [UInt8]
     /// The body's full length (it may exceed `body.count`).
     var bodyLength: Int
@@ -34,7 +34,7 @@ struct APNsOutcome: Sendable {
 /// The emulator's state: registered keys, bundle ids and devices (each a simulated phone), faults,
 /// push history and counts; and the rules by which APNs answers a request. The I/O lives in
 /// ``APNsConnectionHandler`` and the control API; this type is called from every event loop.
-final class EmulatorCore: Sendable {
+final class APNsEmulatorCore: Sendable {
     /// The largest payload APNs accepts for a token push.
     static let maximumPayloadBytes = 4096
     /// Bodies are kept (for the history) up to this size; longer ones are only counted.

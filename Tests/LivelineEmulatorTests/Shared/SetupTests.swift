@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineTestSupport
 import Logging
 import ServiceLifecycle
 import Testing
@@ -11,7 +12,7 @@ import X509
 @Suite("Setup")
 struct SetupTests {
     func temporaryDirectory() -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent("liveline-emulator-\(UUID().uuidString)").path
+        uniqueTemporaryURL(prefix: "liveline-emulator").path
     }
 
     @Test("The server certificate is trusted through ca.pem for 127.0.0.1 and localhost, and only through it")

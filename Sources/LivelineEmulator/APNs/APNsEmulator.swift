@@ -24,7 +24,7 @@ import Synchronization
 public final class APNsEmulator: Service, Sendable {
     /// The configuration it was created with.
     public let configuration: APNsEmulatorConfiguration
-    let core: EmulatorCore
+    let core: APNsEmulatorCore
     private let logger: Logger
     private let identity: EmulatorTLSIdentity
     private let sslContext: NIOSSLContext
@@ -49,7 +49,7 @@ public final class APNsEmulator: Service, Sendable {
     public init(configuration: APNsEmulatorConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        self.core = EmulatorCore(
+        self.core = APNsEmulatorCore(
             pushHistoryLimit: configuration.pushHistoryLimit, clockSkew: configuration.providerTokenClockSkew,
             clock: configuration.now
         )
@@ -142,7 +142,7 @@ public final class APNsEmulator: Service, Sendable {
         let apnsPort = apnsChannel.localAddress?.port ?? 0
         let controlPort = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Int.self)
         let application = Application(
-            router: ControlAPI(emulator: self).makeRouter(),
+            router: APNsControlAPI(emulator: self).makeRouter(),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.controlPort),
                 serverName: "Liveline APNs emulator"
@@ -245,7 +245,7 @@ public final class APNsEmulator: Service, Sendable {
     @discardableResult
     public func addDevice(bundleID: String, token: String? = nil) -> String {
         let token = token?.lowercased() ?? Self.randomToken()
-        precondition(EmulatorCore.isHexToken(token), "A device token is a non-empty, even-length hex string.")
+        precondition(APNsEmulatorCore.isHexToken(token), "A device token is a non-empty, even-length hex string.")
         core.addDevice(bundleID: bundleID, token: token)
         return token
     }

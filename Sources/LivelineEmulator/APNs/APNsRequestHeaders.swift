@@ -70,13 +70,13 @@ struct RequestHeaders {
 
     /// The bundle id of a well-formed Live Activity topic (`<bundle id>.push-type.liveactivity`).
     var topicBundleID: String? {
-        guard let topic, topic.hasSuffix(EmulatorCore.topicSuffix), topic.utf8.count > EmulatorCore.topicSuffix.utf8.count
+        guard let topic, topic.hasSuffix(APNsEmulatorCore.topicSuffix), topic.utf8.count > APNsEmulatorCore.topicSuffix.utf8.count
         else { return nil }
-        return String(topic.dropLast(EmulatorCore.topicSuffix.count))
+        return String(topic.dropLast(APNsEmulatorCore.topicSuffix.count))
     }
 
     /// `:method` must be POST (405) and `:path` `/3/device/<token>` (404, or 400 without a token).
-    func checkMethodAndPath() throws(EmulatorCore.Rejection) {
+    func checkMethodAndPath() throws(APNsEmulatorCore.Rejection) {
         guard method == "POST" else { throw .init(405, "MethodNotAllowed") }
         guard let path else { throw .init(404, "BadPath") }
         if path == "/3/device" || path == Self.devicePathPrefix { throw .init(400, "MissingDeviceToken") }
@@ -84,7 +84,7 @@ struct RequestHeaders {
     }
 
     /// The `apns-*` headers, in Apple's order; returns the topic's bundle id.
-    func checkAPNsHeaders(isRegistered: Bool) throws(EmulatorCore.Rejection) -> String {
+    func checkAPNsHeaders(isRegistered: Bool) throws(APNsEmulatorCore.Rejection) -> String {
         if hasDuplicateAPNsHeader { throw .init(400, "DuplicateHeaders") }
         guard pushType == "liveactivity" else { throw .init(400, "InvalidPushType") }
         guard topic != nil else { throw .init(400, "MissingTopic") }

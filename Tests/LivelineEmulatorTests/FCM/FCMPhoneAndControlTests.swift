@@ -1,5 +1,6 @@
 import Foundation
 import LivelineCore
+import LivelineTestSupport
 import Testing
 
 @testable import LivelineEmulator

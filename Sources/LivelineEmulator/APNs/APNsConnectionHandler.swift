@@ -3,7 +3,7 @@ import NIOCore
 import NIOHTTP2
 
 /// Serves APNs requests on one HTTP/2 connection, at the frame level: it gathers each stream's
-/// HEADERS and DATA, asks ``EmulatorCore`` for the answer and writes it back. Working on frames
+/// HEADERS and DATA, asks ``APNsEmulatorCore`` for the answer and writes it back. Working on frames
 /// (rather than a channel per stream) keeps the cost per push low enough for a benchmark sink, and
 /// lets the handler own what APNs keeps per connection: the provider token in use, the request
 /// count for `GOAWAY`, and flow-control credit.
@@ -24,7 +24,7 @@ final class APNsConnectionHandler: ChannelInboundHandler {
         case sent
     }
 
-    private let core: EmulatorCore
+    private let core: APNsEmulatorCore
     private let logger: Logger
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: PendingStream] = [:]
@@ -38,7 +38,7 @@ final class APNsConnectionHandler: ChannelInboundHandler {
     private var needsFlush = false
     private var inRead = false
 
-    init(core: EmulatorCore, logger: Logger) {
+    init(core: APNsEmulatorCore, logger: Logger) {
         self.core = core
         self.logger = logger
     }
@@ -84,7 +84,7 @@ final class APNsConnectionHandler: ChannelInboundHandler {
                 length = buffer.readableBytes
                 if streams[streamID] != nil {
                     streams[streamID]!.bodyLength += length
-                    let room = EmulatorCore.keptBodyBytes - streams[streamID]!.body.count
+                    let room = APNsEmulatorCore.keptBodyBytes - streams[streamID]!.body.count
                     if room > 0 { streams[streamID]!.body.append(contentsOf: buffer.readableBytesView.prefix(room)) }
                 }
             case .fileRegion(let region):

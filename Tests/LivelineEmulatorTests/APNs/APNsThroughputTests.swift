@@ -1,5 +1,6 @@
 import Foundation
 import LivelineCore
+import LivelineTestSupport
 import Testing
 
 @testable import LivelineEmulator
@@ -7,7 +8,7 @@ import Testing
 /// The emulator is also the benchmark sink: it must answer many pushes per second over few
 /// connections. The rate is printed, not asserted (it depends on the machine and build); what is
 /// asserted is that every push under load is answered 200 and counted once.
-@Suite("Throughput")
+@Suite("Throughput", .tags(.slow), .unlessSkippingSlowTests)
 struct ThroughputTests {
     /// Debug builds spend most of this in swift-nio-http2's unoptimized internals, so the default
     /// run is short. For a real measurement build in release (`swift build -c release
