@@ -162,6 +162,7 @@ let package = Package(
             name: "APNsTests",
             dependencies: [
                 "APNs",
+                "LivelineCore",
                 "LivelineTestSupport",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -97,7 +97,7 @@ public final class APNsProviderTokens: Sendable {
 
     private func isDue(_ issued: Issued, now: Date) -> Bool {
         let age = now.timeIntervalSince(issued.issuedAt)
-        return age >= refreshAfter.timeInterval
+        return age >= refreshAfter.seconds
     }
 
     private func makeToken(issuedAt: Date) -> Issued {
@@ -118,10 +118,3 @@ public final class APNsProviderTokens: Sendable {
     }
 }
 
-extension Duration {
-    /// The duration in (fractional) seconds.
-    var timeInterval: TimeInterval {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
-}

@@ -124,6 +124,9 @@ public actor FCMAccessTokens {
             let tokenURI = serviceAccount.tokenURI
             let margin = refreshMargin.seconds
             exchangeCount += 1
+            // Unstructured on purpose (a documented exception): one exchange is shared by every caller that needs a
+            // token meanwhile, so it must not belong to (nor be cancelled with) whichever caller started it. It is
+            // bounded by the exchange's own timeout and always awaited by at least that caller.
             task = Task {
                 let granted = try await exchange.exchange(assertion: assertion, tokenURI: tokenURI)
                 let lifetime = max(0, granted.expiresIn)
@@ -183,10 +186,3 @@ public actor FCMAccessTokens {
     }
 }
 
-extension Duration {
-    /// The duration in (fractional) seconds.
-    var seconds: TimeInterval {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
-    }
-}

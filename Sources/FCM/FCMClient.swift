@@ -202,6 +202,8 @@ public final class FCMClient: Sendable {
         // The exchange runs to its end (or its timeout) even when the caller is cancelled: a request cancelled
         // mid-stream was seen to leave the pooled HTTP/2 connection unusable, every later send hanging on it. So only
         // a bounded number are handed over; a caller cancelled while waiting for its turn leaves without sending.
+        // Unstructured on purpose (a documented exception) for that reason: a child task would be cancelled with its
+        // caller. It is bounded by the request timeout and awaited by the caller.
         try await limiter.acquire()
         let httpClient = self.httpClient
         let timeout = TimeAmount(configuration.requestTimeout)

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineCore
 import LivelineTestSupport
 import Synchronization
 
@@ -17,7 +18,7 @@ let testStart = Date(timeIntervalSince1970: 1_700_000_000)
 extension TestClock {
     /// Moves the clock `duration` forward.
     func advance(by duration: Duration) {
-        advance(by: duration.timeInterval)
+        advance(by: duration.seconds)
     }
 
     /// The clock as the `now` closure APNs types take.

@@ -152,8 +152,10 @@ public final class APNsEmulator: Service, Sendable {
         )
         let controlGroup = ServiceGroup(configuration: ServiceGroupConfiguration(services: [application], logger: logger))
         let logger = self.logger
-        // The control API runs in its own task so that start() can return while it serves;
-        // shutdown() ends it through the group's graceful shutdown and awaits the task.
+        // Unstructured on purpose (a documented exception): the control API runs in its own task so that start() can
+        // return while it serves — tests and `liveline serve` need the ports before they wire the rest; shutdown() (or
+        // run() as a Service) ends it through the group's graceful shutdown and awaits the task, so it never outlives
+        // the emulator.
         let controlTask = Task {
             do {
                 try await controlGroup.run()

@@ -193,8 +193,9 @@ public final class FCMEmulator: Service, Sendable {
         )
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [fcm, control], logger: logger))
         let logger = self.logger
-        // The listeners run in their own task so that start() can return while they serve; shutdown() ends them
-        // through the group's graceful shutdown and awaits the task.
+        // Unstructured on purpose (a documented exception): the listeners run in their own task so that start() can
+        // return while they serve — tests and `liveline serve` need the ports before they wire the rest; shutdown()
+        // (or run() as a Service) ends them through the group's graceful shutdown and awaits the task.
         let task = Task {
             do {
                 try await group.run()

@@ -83,7 +83,7 @@ extension Bench {
             let received = try await sink.received() - before
             await client.shutdown()
 
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = elapsed.seconds
             print("""
 
                 liveline bench client: \(pushes) pushes, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue)

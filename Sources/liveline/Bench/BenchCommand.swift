@@ -140,16 +140,18 @@ struct Bench: AsyncParsableCommand {
             configuration.workers = 2
             let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: sending.connections, logger: logger)
             let dispatcher = Dispatcher(store: store, transports: directory, configuration: configuration, logger: logger)
-            let engine = Task { try await dispatcher.run() }
-            try await Task.sleep(for: .milliseconds(200))
-
-            for round in 1...rounds {
-                try await fanOut(
-                    round: round, target: target, store: store, appID: appID, dispatcher: dispatcher
-                )
+            // The engine runs beside the rounds and is cancelled when they are done (or one fails).
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await dispatcher.run() }
+                try await Task.sleep(for: .milliseconds(200))
+                for round in 1...rounds {
+                    try await fanOut(
+                        round: round, target: target, store: store, appID: appID, dispatcher: dispatcher
+                    )
+                }
+                group.cancelAll()
+                try await group.waitForAll()
             }
-            engine.cancel()
-            _ = await engine.result
             await directory.shutdown()
             try await store.close()
         }
@@ -202,7 +204,7 @@ struct Bench: AsyncParsableCommand {
             let sinkAnswers = await sink.answers()
 
             acceptLatencies.sort()
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = elapsed.seconds
             print("""
 
                 liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue)\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
@@ -226,7 +228,7 @@ extension Bench {
     }
 
     static func format(_ duration: Duration) -> String {
-        let ms = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+        let ms = duration.seconds * 1000
         return ms >= 1000 ? String(format: "%.2f s", ms / 1000) : String(format: "%.2f ms", ms)
     }
 
