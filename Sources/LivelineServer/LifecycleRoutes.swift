@@ -77,7 +77,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         }
         let common = try Self.commonFields(body)
         let accepted = try await lifecycle.accept(
-            ActivityLifecycle.Update(
+            ActivityUpdate(
                 appID: caller.appID, activityID: activityID, contentState: try Self.contentState(body, required: true)!,
                 alert: common.alert, staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
                 minUpdateInterval: try Self.minUpdateInterval(body)
@@ -96,10 +96,10 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let contentState = try Self.contentState(body, required: false)
         let common = try Self.commonFields(body)
         let accepted = try await lifecycle.end(
-            ActivityLifecycle.End(
+            ActivityEnd(
                 appID: caller.appID, activityID: activityID, contentState: contentState, alert: common.alert,
-                staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
-                dismissal: try body.epochSeconds("dismissalDate").map { .at($0) }
+                dismissalDate: try body.epochSeconds("dismissalDate"), staleDate: common.staleDate,
+                relevanceScore: common.relevanceScore, priority: common.priority
             )
         )
         return Response.json(
@@ -110,7 +110,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     @Sendable func endAndDismiss(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
-        let accepted = try await lifecycle.end(ActivityLifecycle.End(appID: caller.appID, activityID: activityID, dismissal: .now))
+        let accepted = try await lifecycle.end(ActivityEnd(appID: caller.appID, activityID: activityID), dismissingNow: true)
         return Response.json(Representation.accepted(accepted.sequence), status: .accepted)
     }
 

@@ -27,36 +27,6 @@ struct ActivityLifecycle: Sendable {
     let delivery: any DeliveryWaking
     var contracts: ContentContracts { ContentContracts(store: store) }
 
-    /// A new content state, as the backend posted it.
-    struct Update: Sendable {
-        var appID: String
-        var activityID: String
-        var contentState: JSONValue
-        var alert: LiveActivityAlert?
-        var staleDate: Int64?
-        var relevanceScore: Double?
-        var priority: Int?
-        var minUpdateInterval: Double?
-    }
-
-    /// An end, as the backend asked for it.
-    struct End: Sendable {
-        var appID: String
-        var activityID: String
-        var contentState: JSONValue?
-        var alert: LiveActivityAlert?
-        var staleDate: Int64?
-        var relevanceScore: Double?
-        var priority: Int?
-        /// `nil`: let the system decide; `.now`: dismiss at once.
-        var dismissal: Dismissal?
-
-        enum Dismissal: Sendable {
-            case now
-            case at(Int64)
-        }
-    }
-
     /// An accepted update or end: its sequence, and the fields whose type changed (schema-less drift warnings).
     struct Accepted: Sendable {
         var sequence: AcceptedSequence
@@ -72,8 +42,9 @@ struct ActivityLifecycle: Sendable {
 
     // MARK: Updates and ends
 
-    /// Accepts `update` as the activity's next sequence (creating the activity on first sight).
-    func accept(_ update: Update) async throws -> Accepted {
+    /// Accepts `update`, as the backend posted it, as the activity's next sequence (creating the activity on first
+    /// sight). Its `contentShape` is the lifecycle's to set.
+    func accept(_ update: ActivityUpdate) async throws -> Accepted {
         let now = clock.now()
         let current = try await store.activityWithoutInstanceCounts(appID: update.appID, activityID: update.activityID)
         if let current, current.state != .active { throw APIError.activityEnded(update.activityID) }
@@ -89,28 +60,22 @@ struct ActivityLifecycle: Sendable {
             throw Self.apiError(error, activityID: update.activityID)
         }
         try next.validateRenderings(now: now)
-        let accepted = try await Self.storing(update.activityID) {
-            try await store.acceptUpdate(
-                ActivityUpdate(
-                    appID: update.appID, activityID: update.activityID, contentState: next.contentState, alert: next.alert,
-                    staleDate: next.staleDate, relevanceScore: next.relevanceScore, priority: update.priority,
-                    contentShape: checked.shape, minUpdateInterval: update.minUpdateInterval
-                ),
-                at: now
-            )
-        }
+        var accepting = update
+        accepting.contentState = next.contentState
+        accepting.staleDate = next.staleDate
+        accepting.contentShape = checked.shape
+        let accepted = try await Self.storing(update.activityID) { try await store.acceptUpdate(accepting, at: now) }
         delivery.wake()
         return Accepted(sequence: accepted, changes: checked.changes)
     }
 
-    /// Ends the activity with a final state (its current one unless `end` gives one).
-    func end(_ end: End) async throws -> Accepted {
+    /// Ends the activity with a final state (its current one unless `end` gives one), dismissed at `end.dismissalDate`
+    /// (at most four hours ahead), or at once when `dismissingNow`.
+    func end(_ end: ActivityEnd, dismissingNow: Bool = false) async throws -> Accepted {
         let now = clock.now()
-        let dismissalDate: Int64?
-        switch end.dismissal {
-        case nil: dismissalDate = nil
-        case .now: dismissalDate = APIDate.epochSeconds(now)
-        case .at(let date):
+        var end = end
+        if dismissingNow { end.dismissalDate = APIDate.epochSeconds(now) }
+        if let date = end.dismissalDate {
             guard date <= APIDate.epochSeconds(now) + Limits.maximumDismissalDelaySeconds else {
                 throw ValidationError(
                     code: "invalid_dismissal_date",
@@ -118,24 +83,22 @@ struct ActivityLifecycle: Sendable {
                     field: "dismissalDate"
                 )
             }
-            dismissalDate = date
         }
         guard let current = try await store.activityWithoutInstanceCounts(appID: end.appID, activityID: end.activityID) else {
             throw APIError.activityNotFound(end.activityID)
         }
         guard current.state == .active else { throw APIError.activityEnded(end.activityID) }
-        var contentState = end.contentState
         var changes: [JSONShape.Change] = []
         if let given = end.contentState {
             let checked = try await contracts.check(given, appID: end.appID, activity: current, remember: false)
-            contentState = checked.contentState
+            end.contentState = checked.contentState
             changes = checked.changes
         }
         let next: LiveActivityState?
         do {
             next = try LiveActivityState.end(
-                activityID: end.activityID, after: current.head, contentState: contentState, staleDate: end.staleDate,
-                relevanceScore: end.relevanceScore, alert: end.alert, dismissalDate: dismissalDate, now: now
+                activityID: end.activityID, after: current.head, contentState: end.contentState, staleDate: end.staleDate,
+                relevanceScore: end.relevanceScore, alert: end.alert, dismissalDate: end.dismissalDate, now: now
             )
         } catch {
             throw Self.apiError(error, activityID: end.activityID)
@@ -147,15 +110,7 @@ struct ActivityLifecycle: Sendable {
             )
         }
         try next.validateRenderings(now: now)
-        let accepted = try await Self.storing(end.activityID) {
-            try await store.endActivity(
-                ActivityEnd(
-                    appID: end.appID, activityID: end.activityID, contentState: contentState, alert: end.alert,
-                    dismissalDate: dismissalDate, staleDate: end.staleDate, relevanceScore: end.relevanceScore, priority: end.priority
-                ),
-                at: now
-            )
-        }
+        let accepted = try await Self.storing(end.activityID) { try await store.endActivity(end, at: now) }
         delivery.wake()
         return Accepted(sequence: accepted, changes: changes)
     }
