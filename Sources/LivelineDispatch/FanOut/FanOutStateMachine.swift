@@ -100,7 +100,10 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
         /// ``Event/claimLost``, ``Event/storeFailed``, and on a first page also ``Event/transportUnavailable`` or
         /// ``Event/nothingToSend``.
         case readPage(platform: Platform, below: Int64?, after: String?)
-        /// Push `rendition` to these instances in one transport call. Answer with ``Event/resultsReceived(_:)``.
+        /// Push `rendition` to these instances in one transport call. The engine retries each push that may succeed
+        /// later (429, 5xx, a transport failure) with backoff and jitter (``RetryPolicy``, honouring `Retry-After`),
+        /// then answers with ``Event/resultsReceived(_:)``: one result per instance, with every attempt for the
+        /// delivery timeline. Whatever still fails comes back as ``FanOutInstanceOutcome/retryLater``.
         case send([Instance], rendition: Rendition)
         /// Record these results. Answer with ``Event/progressRecorded``. Only one is in flight at a time.
         case recordProgress([Result])
