@@ -105,6 +105,12 @@ public struct ActivityHead: Sendable, Hashable {
     /// Its current relevance score.
     public var relevanceScore: Double?
 
+    /// The sequence number and `aps.timestamp` of whatever comes next, at `now`: the next number, and a timestamp
+    /// after the current one (``LiveActivityState/nextTimestamp(after:now:)``).
+    public func next(now: Date) -> (sequence: Int64, timestamp: Int64) {
+        (sequence + 1, LiveActivityState.nextTimestamp(after: timestamp, now: now))
+    }
+
     /// Creates a head.
     public init(
         state: ActivityState, sequence: Int64, timestamp: Int64?, contentState: JSONValue?, staleDate: Int64?, relevanceScore: Double?
@@ -134,10 +140,10 @@ extension LiveActivityState {
         if let head {
             do { _ = try head.state.applying(.update) } catch { throw .activityEnded }
         }
+        let next = head?.next(now: now) ?? (sequence: 1, timestamp: nextTimestamp(after: nil, now: now))
         return LiveActivityState(
-            activityID: activityID, event: .update, sequence: (head?.sequence ?? 0) + 1,
-            timestamp: nextTimestamp(after: head?.timestamp, now: now), contentState: contentState, staleDate: staleDate,
-            relevanceScore: relevanceScore, alert: alert
+            activityID: activityID, event: .update, sequence: next.sequence, timestamp: next.timestamp, contentState: contentState,
+            staleDate: staleDate, relevanceScore: relevanceScore, alert: alert
         )
     }
 
@@ -146,7 +152,7 @@ extension LiveActivityState {
     /// otherwise). The alert and dismissal date are the end's own.
     ///
     /// `nil` when there is no final state at all — no content state given, and none ever accepted: the activity ends
-    /// as the next sequence (``nextTimestamp(after:now:)``) with nothing to show or send. The API refuses such an end
+    /// as the next sequence (``ActivityHead/next(now:)``) with nothing to show or send. The API refuses such an end
     /// from a caller; Liveline's own lifetime sweeper makes it.
     public static func end(
         activityID: String, after head: ActivityHead, contentState: JSONValue?, staleDate: Int64?, relevanceScore: Double?,
@@ -154,9 +160,9 @@ extension LiveActivityState {
     ) throws(NextStateRefusal) -> LiveActivityState? {
         do { _ = try head.state.applying(.end) } catch { throw .activityEnded }
         guard let finalState = contentState ?? head.contentState else { return nil }
+        let next = head.next(now: now)
         return LiveActivityState(
-            activityID: activityID, event: .end, sequence: head.sequence + 1, timestamp: nextTimestamp(after: head.timestamp, now: now),
-            contentState: finalState, staleDate: staleDate ?? head.staleDate, relevanceScore: relevanceScore ?? head.relevanceScore,
+            activityID: activityID, event: .end, sequence: next.sequence, timestamp: next.timestamp, contentState: finalState, staleDate: staleDate ?? head.staleDate, relevanceScore: relevanceScore ?? head.relevanceScore,
             alert: alert, dismissalDate: dismissalDate
         )
     }

@@ -337,7 +337,7 @@ public final class SQLiteStore: Store, DispatchStore {
         // Chained on the writer's event loop: accepts are the hot write, and must not wait behind the task pool
         // while a fan-out keeps the process busy.
         try await chainedTransaction { db in
-            Self.head(appID: update.appID, activityID: update.activityID, on: db).flatMapThrowing { head in
+            Self.head(appID: update.appID, activityID: update.activityID, withState: false, on: db).flatMapThrowing { head in
                 do throws(NextStateRefusal) {
                     let next = try LiveActivityState.update(
                         activityID: update.activityID, after: head, contentState: update.contentState, staleDate: update.staleDate,
@@ -384,7 +384,7 @@ public final class SQLiteStore: Store, DispatchStore {
 
     public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
         try await chainedTransaction { db in
-            Self.head(appID: end.appID, activityID: end.activityID, on: db).flatMapThrowing { head in
+            Self.head(appID: end.appID, activityID: end.activityID, withState: true, on: db).flatMapThrowing { head in
                 guard let head else { throw StoreError.activityNotFound }
                 do throws(NextStateRefusal) {
                     let next = try LiveActivityState.end(
@@ -398,8 +398,7 @@ public final class SQLiteStore: Store, DispatchStore {
             }.flatMap { (head: ActivityHead, next: LiveActivityState?) in
                 let nowMillis = Self.millis(now)
                 // Without a final state (an activity that never had one), the end is only the next sequence.
-                let sequence = next?.sequence ?? head.sequence + 1
-                let timestamp = next?.timestamp ?? LiveActivityState.nextTimestamp(after: head.timestamp, now: now)
+                let (sequence, timestamp) = next.map { ($0.sequence, $0.timestamp) } ?? head.next(now: now)
                 return db.query(
                     """
                     UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
@@ -419,13 +418,15 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     /// Reads, on the writer (inside its transaction), what the activity's next state depends on; `nil` when there is no
-    /// such activity yet.
-    static func head(appID: String, activityID: String, on db: SQLiteConnection) -> EventLoopFuture<ActivityHead?> {
+    /// such activity yet. Only an end needs the current state (`withState`): an update reads and parses no JSON.
+    static func head(appID: String, activityID: String, withState: Bool, on db: SQLiteConnection) -> EventLoopFuture<ActivityHead?> {
         db.query(
-            """
-            SELECT state, sequence, timestamp_seconds, content_state, stale_date, relevance_score
-            FROM activities WHERE app_id = ? AND activity_id = ?
-            """,
+            withState
+                ? """
+                SELECT state, sequence, timestamp_seconds, content_state, stale_date, relevance_score
+                FROM activities WHERE app_id = ? AND activity_id = ?
+                """
+                : "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
             [.text(appID), .text(activityID)]
         ).flatMapThrowing { rows in
             guard let row = rows.first else { return nil }
