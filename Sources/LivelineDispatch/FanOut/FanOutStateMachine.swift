@@ -140,9 +140,7 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
     private var platformIndex = 0
     /// The platform's first page is being read (no rendition yet).
     private var readingFirstPage = false
-    /// The platform's pass has started sending (its first page was read and had instances).
-    private var sending = false
-    /// What is sent now; nil before the first page.
+    /// What is sent now; nil until the platform's first page with instances (the pass has not started sending).
     private var rendition: Rendition?
     /// The page being sent and how far.
     private var page: [Instance] = []
@@ -215,7 +213,7 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
     /// The next thing to do: call until it answers ``Action/wait`` or ``Action/release(_:)``.
     public mutating func nextAction() -> Action {
         if finished { return .release(releaseTiming) }
-        if !sending {
+        if rendition == nil {
             if readingFirstPage { return .wait }
             if stopped || platformIndex == platforms.count {
                 finished = true
@@ -301,7 +299,6 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
             case .instances(let instances, let cursor, let rendition):
                 guard !instances.isEmpty else { nextPlatform(); return }
                 precondition(rendition != nil, "a platform's first page with instances comes with its rendition")
-                sending = true
                 take(instances, cursor: cursor, rendition: rendition)
             case .claimLost:
                 stopped = true
@@ -331,7 +328,6 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
 
     private mutating func nextPlatform() {
         platformIndex += 1
-        sending = false
         rendition = nil
         page = []
         pageIndex = 0
