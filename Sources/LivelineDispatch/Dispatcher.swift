@@ -26,8 +26,10 @@ public struct DispatcherConfiguration: Sendable {
     public var progressBatchesBehind: Int = 16
     /// How long a claim on an activity lasts without renewal.
     public var claimLease: TimeInterval = 30
-    /// How often the engine looks for work when nobody wakes it.
-    public var idlePollInterval: Duration = .milliseconds(250)
+    /// The longest an idle engine rests before it looks for work again when nobody wakes it. Accepted work wakes it
+    /// at once, and work waiting for a retry or a lease is claimed when it falls due, so this only bounds how late a
+    /// missed wake-up is noticed.
+    public var idlePollInterval: Duration = .seconds(5)
     /// Retries of 429, 5xx and transport failures.
     public var retry = RetryPolicy()
     /// The least wait before retrying an Android (FCM) push: Google asks senders not to retry quota and availability
@@ -103,17 +105,26 @@ public final class Dispatcher: Service, Sendable {
                 if Task.isCancelled { return }
                 logger.error("Delivery pass failed", metadata: ["worker": "\(index)", "error": "\(error)"])
             }
-            await idle()
+            await idle(for: await restBeforeNextLook())
         }
     }
 
-    /// Waits for a wake-up or the idle poll interval, whichever comes first.
-    private func idle() async {
+    /// How long an idle worker may rest: until the next pending activity falls due (a retry, a lease running out),
+    /// and never longer than the idle poll interval.
+    private func restBeforeNextLook() async -> Duration {
+        let longest = configuration.idlePollInterval
+        guard let due = try? await store.nextClaimableAt() else { return longest }
+        let wait = due.timeIntervalSince(now())
+        // Due already but not claimed: another worker holds it or just took it; look again soon, not at once.
+        guard wait > 0 else { return min(.milliseconds(50), longest) }
+        return min(.milliseconds(Int64((wait * 1000).rounded(.up))), longest)
+    }
+
+    /// Waits for a wake-up or `rest`, whichever comes first.
+    private func idle(for rest: Duration) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [wakeSignal] in await wakeSignal.wait() }
-            group.addTask { [interval = configuration.idlePollInterval] in
-                try? await Task.sleep(for: interval)
-            }
+            group.addTask { try? await Task.sleep(for: rest) }
             group.addTask { try? await gracefulShutdown() }
             await group.next()
             group.cancelAll()

@@ -146,6 +146,10 @@ public protocol DispatchStore: Sendable {
     /// Claims one activity whose instances are behind its sequence (and that is not claimed, or whose
     /// lease ran out, and is not waiting for a retry), leasing it to `owner` until `now + lease`.
     func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim?
+    /// When the next pending activity may be claimed (now or earlier when one may be claimed at once: it waits for
+    /// no retry and no other owner's lease), or `nil` when no activity is pending. A read: an idle engine asks it
+    /// to know how long it may rest, without taking the writer.
+    func nextClaimableAt() async throws -> Date?
     /// Re-reads a claimed activity (to coalesce onto a newer sequence) and extends the lease.
     /// Returns nil when the claim was lost.
     func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim?

@@ -36,6 +36,17 @@ extension SQLiteStore {
         return try Self.claim(from: row, owner: owner)
     }
 
+    public func nextClaimableAt() async throws -> Date? {
+        // The partial index `activities_pending` holds exactly the pending activities.
+        let row = try await reader.query(
+            """
+            SELECT MIN(MAX(COALESCE(next_dispatch_at, 0), COALESCE(claim_expires_at, 0))) AS due FROM activities
+            WHERE dispatched_sequence < sequence AND content_state IS NOT NULL
+            """
+        ).first
+        return row?.column("due")?.integer.map(Self.date)
+    }
+
     public func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
         guard let row = try await write(
             """
@@ -59,7 +70,7 @@ extension SQLiteStore {
     }
 
     /// A claim from a row of `claimColumns`.
-    static func claim(from row: SQLiteRow, owner: String) throws -> DispatchClaim {
+    static func claim(from row: StoreRow, owner: String) throws -> DispatchClaim {
         DispatchClaim(
             activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner,
             budget: Self.claimBudget(row)
@@ -190,15 +201,15 @@ extension SQLiteStore {
 
     public func releaseAllClaims() async throws {
         try await transaction { db in
-            _ = try await db.query("UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL WHERE claim_owner IS NOT NULL")
+            _ = try db.query("UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL WHERE claim_owner IS NOT NULL")
         }
     }
 
     public func saveCredentials(_ credentials: StoredCredentials) async throws {
         try await transaction { db in
-            let exists = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(credentials.appID)])
+            let exists = try db.query("SELECT 1 FROM apps WHERE id = ?", [.text(credentials.appID)])
             if exists.isEmpty { throw StoreError.appNotFound }
-            _ = try await db.query(
+            _ = try db.query(
                 """
                 INSERT INTO app_credentials (app_id, provider, settings, sealed_secret, healthy, health_reason, updated_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -227,7 +238,7 @@ extension SQLiteStore {
 
     public func setCredentialsHealth(appID: String, provider: CredentialProvider, healthy: Bool, reason: String?, at now: Date) async throws {
         try await transaction { db in
-            _ = try await db.query(
+            _ = try db.query(
                 "UPDATE app_credentials SET healthy = ?, health_reason = ?, updated_at = ? WHERE app_id = ? AND provider = ?",
                 [.integer(healthy ? 1 : 0), Self.text(reason), .integer(Self.millis(now)), .text(appID), .text(provider.rawValue)]
             )
@@ -264,7 +275,7 @@ extension SQLiteStore {
 }
 
 extension SQLiteStore {
-    static func claimBudget(_ row: SQLiteRow) -> BudgetOverride {
+    static func claimBudget(_ row: StoreRow) -> BudgetOverride {
         BudgetOverride(
             hourly: row.column("app_budget_hourly")?.integer, hourlyWithFrequentPushes: row.column("app_budget_hourly_frequent")?.integer
         )
@@ -272,7 +283,7 @@ extension SQLiteStore {
 
     public func setBudget(appID: String, _ budget: BudgetOverride) async throws {
         try await transaction { db in
-            let rows = try await db.query(
+            let rows = try db.query(
                 "UPDATE apps SET budget_hourly = ?, budget_hourly_frequent = ? WHERE id = ? RETURNING id",
                 [budget.hourly.map { .integer($0) } ?? .null, budget.hourlyWithFrequentPushes.map { .integer($0) } ?? .null, .text(appID)]
             )

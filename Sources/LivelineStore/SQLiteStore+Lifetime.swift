@@ -24,7 +24,7 @@ extension SQLiteStore {
 
     public func endInstances(registeredBefore cutoff: Date, at now: Date) async throws -> Int {
         try await transaction { db in
-            let rows = try await db.query(
+            let rows = try db.query(
                 "UPDATE instances SET state = 'ended', updated_at = ? WHERE state = 'active' AND created_at <= ? RETURNING device_id",
                 [.integer(Self.millis(now)), .integer(Self.millis(cutoff))]
             )
@@ -35,21 +35,21 @@ extension SQLiteStore {
     public func purgeActivities(endedBefore cutoff: Date) async throws -> Int {
         try await transaction { db in
             let cutoffMillis = Self.millis(cutoff)
-            _ = try await db.query(
+            _ = try db.query(
                 """
                 DELETE FROM delivery_segments WHERE (app_id, activity_id) IN
                     (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
                 """,
                 [.integer(cutoffMillis)]
             )
-            _ = try await db.query(
+            _ = try db.query(
                 """
                 DELETE FROM instances WHERE (app_id, activity_id) IN
                     (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
                 """,
                 [.integer(cutoffMillis)]
             )
-            let purged = try await db.query(
+            let purged = try db.query(
                 "DELETE FROM activities WHERE state = 'ended' AND ended_at <= ? RETURNING activity_id", [.integer(cutoffMillis)]
             )
             return purged.count

@@ -5,10 +5,10 @@ import SQLiteNIO
 extension SQLiteStore {
     public func saveSchema(appID: String, attributesType: String, schema: JSONValue, at now: Date) async throws -> StoredSchema {
         try await transaction { db in
-            let exists = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(appID)])
+            let exists = try db.query("SELECT 1 FROM apps WHERE id = ?", [.text(appID)])
             if exists.isEmpty { throw StoreError.appNotFound }
             let nowMillis = Self.millis(now)
-            let rows = try await db.query(
+            let rows = try db.query(
                 """
                 INSERT INTO attributes_type_schemas (app_id, attributes_type, schema, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
                 ON CONFLICT (app_id, attributes_type) DO UPDATE SET schema = excluded.schema, updated_at = excluded.updated_at

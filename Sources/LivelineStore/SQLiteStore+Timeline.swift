@@ -60,7 +60,7 @@ extension SQLiteStore {
     }
 
     /// The attempts of one segment row, oldest first, with their ids.
-    private static func attempts(from row: SQLiteRow, appID: String, activityID: String) throws -> [DeliveryRecord] {
+    private static func attempts(from row: StoreRow, appID: String, activityID: String) throws -> [DeliveryRecord] {
         let segment = Int64(row.column("id")?.integer ?? 0)
         let firstIndex = Int64(row.column("first_index")?.integer ?? 0)
         guard let values = try row.json("attempts")?.arrayValue else { throw CorruptRow(column: "attempts") }
@@ -133,7 +133,7 @@ extension SQLiteStore {
         try await transaction { db in
             // Segments are appended as they are recorded, so ids follow time: every segment before the first with a
             // recent attempt goes (found by walking from the oldest, which stops there).
-            _ = try await db.query(
+            _ = try db.query(
                 """
                 DELETE FROM delivery_segments WHERE id < COALESCE(
                     (SELECT id FROM delivery_segments WHERE newest_attempt_at >= ? ORDER BY id LIMIT 1),
@@ -142,7 +142,7 @@ extension SQLiteStore {
                 """,
                 [.integer(Self.millis(olderThan))]
             )
-            let crowded = try await db.query(
+            let crowded = try db.query(
                 """
                 SELECT app_id, activity_id FROM delivery_segments GROUP BY app_id, activity_id HAVING SUM(attempt_count) > ?
                 """,
@@ -152,7 +152,7 @@ extension SQLiteStore {
                 let appID = try row.string("app_id")
                 let activityID = try row.string("activity_id")
                 // Newest first: keep whole segments while they fit, trim the one that crosses the limit, drop the rest.
-                let segments = try await db.query(
+                let segments = try db.query(
                     "SELECT id, attempt_count FROM delivery_segments WHERE app_id = ? AND activity_id = ? ORDER BY id DESC",
                     [.text(appID), .text(activityID)]
                 )
@@ -167,9 +167,9 @@ extension SQLiteStore {
                     }
                     let room = keepPerActivity - kept
                     if room > 0 {
-                        try await trim(segment: id, keepingNewest: room, of: count, in: db)
+                        try Self.trim(segment: id, keepingNewest: room, of: count, in: db)
                     }
-                    _ = try await db.query(
+                    _ = try db.query(
                         "DELETE FROM delivery_segments WHERE app_id = ? AND activity_id = ? AND id \(room > 0 ? "<" : "<=") ?",
                         [.text(appID), .text(activityID), .integer(id)]
                     )
@@ -180,12 +180,12 @@ extension SQLiteStore {
     }
 
     /// Drops the oldest attempts of a segment, keeping its newest `keep` of `count`.
-    private func trim(segment id: Int, keepingNewest keep: Int, of count: Int, in db: SQLiteConnection) async throws {
-        guard let row = try await db.query("SELECT attempts FROM delivery_segments WHERE id = ?", [.integer(id)]).first,
+    private static func trim(segment id: Int, keepingNewest keep: Int, of count: Int, in db: SQLiteHandle) throws {
+        guard let row = try db.query("SELECT attempts FROM delivery_segments WHERE id = ?", [.integer(id)]).first,
             let attempts = try row.json("attempts")?.arrayValue
         else { throw CorruptRow(column: "attempts") }
         let newest = JSONValue.array(Array(attempts.suffix(keep)))
-        _ = try await db.query(
+        _ = try db.query(
             "UPDATE delivery_segments SET first_index = first_index + ?, attempt_count = ?, attempts = ? WHERE id = ?",
             [.integer(count - keep), .integer(keep), .text(newest.encodedString), .integer(id)]
         )

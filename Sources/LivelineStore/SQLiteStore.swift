@@ -8,63 +8,48 @@ import Synchronization
 
 /// The embedded default Store: one SQLite file in WAL mode.
 ///
-/// Writes go through one connection behind a ``SerialGate`` so each transaction's statements
-/// run together; reads use a second connection and see the last committed state.
+/// Writes go through one ``SQLiteWriter``, on a thread of its own, which commits the writes that arrive together as
+/// one transaction with one sync (group commit); reads go to a few ``SQLiteReaders`` that see the last committed
+/// state and run side by side. Every statement is prepared once per connection and reused.
 public final class SQLiteStore: Store, DispatchStore {
-    let writer: SQLiteConnection
-    let reader: SQLiteConnection
-    let gate: SerialGate
-    /// The writer's own thread: its statements never wait behind reads (a fan-out's pages) for a thread.
-    private let writerThread: NIOThreadPool
+    let writer: SQLiteWriter
+    let reader: SQLiteReaders
     /// Whether ``close()`` was called.
     private let closed = Mutex(false)
     /// The file this store keeps its data in.
     public let path: String
 
-    private init(path: String, writer: SQLiteConnection, reader: SQLiteConnection, writerThread: NIOThreadPool) {
+    /// Read connections a store opens unless told otherwise: a fan-out's pages, the API's reads and the sweepers'
+    /// never wait for one another on a 2-core machine.
+    public static let defaultReaders = 3
+
+    private init(path: String, writer: SQLiteWriter, reader: SQLiteReaders) {
         self.path = path
         self.writer = writer
         self.reader = reader
-        self.writerThread = writerThread
-        self.gate = SerialGate(eventLoop: writer.eventLoop)
     }
 
-    /// The event loop every store's connections complete their work on.
-    ///
-    /// SQLiteNIO runs SQLite on a thread pool and hands each result (each row of a read, each statement of a
-    /// chained transaction) back on the connection's event loop. On one of the server's or the HTTP/2 clients' loops,
-    /// each hand-back would wait behind a fan-out's TLS and HTTP/2 work, and hold the one writer meanwhile; on a loop
-    /// of their own it does not. Nothing blocks on this loop: SQLite itself runs on the thread pools.
-    static let eventLoops = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
-    public static func open(path: String, logger: Logger = Logger(label: "liveline.store")) async throws -> SQLiteStore {
-        let writerThread = NIOThreadPool(numberOfThreads: 1)
-        writerThread.start()
-        var opened: [SQLiteConnection] = []
+    public static func open(
+        path: String, readers: Int = defaultReaders, logger: Logger = Logger(label: "liveline.store")
+    ) async throws -> SQLiteStore {
+        // The writer first: it creates the file and switches it to WAL before any reader opens it.
+        let writer = try SQLiteWriter(path: path)
+        let reader: SQLiteReaders
         do {
-            let writer = try await SQLiteConnection.open(
-                storage: .file(path: path), threadPool: writerThread, logger: logger, on: eventLoops.next()
-            )
-            opened.append(writer)
-            for pragma in ["PRAGMA busy_timeout = 10000", "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON"] {
-                _ = try await writer.query(pragma)
-            }
-            let reader = try await SQLiteConnection.open(
-                storage: .file(path: path), threadPool: .singleton, logger: logger, on: eventLoops.next()
-            )
-            opened.append(reader)
-            _ = try await reader.query("PRAGMA busy_timeout = 10000")
-            _ = try await reader.query("PRAGMA foreign_keys = ON")
-            let store = SQLiteStore(path: path, writer: writer, reader: reader, writerThread: writerThread)
-            try await store.migrate(logger: logger)
-            return store
+            reader = try SQLiteReaders(path: path, count: readers)
         } catch {
-            // One cleanup for every step, migrations included: the connections opened so far, then the writer's thread.
-            for connection in opened where !connection.isClosed { try? await connection.close() }
-            try? await writerThread.shutdownGracefully()
+            try? await writer.close()
             throw error
         }
+        let store = SQLiteStore(path: path, writer: writer, reader: reader)
+        do {
+            try await store.migrate(logger: logger)
+        } catch {
+            try? await store.close()
+            throw error
+        }
+        return store
     }
 
     /// The schema version the database is at.
@@ -75,19 +60,19 @@ public final class SQLiteStore: Store, DispatchStore {
 
     private func migrate(logger: Logger) async throws {
         try await transaction { db in
-            _ = try await db.query(
+            try db.query(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
             )
-            let rows = try await db.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
+            let rows = try db.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
             let current = rows.first?.column("v")?.integer ?? 0
             let latest = SQLiteMigrations.all.last?.version ?? 0
             if current > latest { throw StoreError.schemaTooNew(found: current, supported: latest) }
             for migration in SQLiteMigrations.all where migration.version > current {
                 logger.info("Applying database migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
                 for statement in migration.statements {
-                    _ = try await db.query(statement)
+                    try db.query(statement)
                 }
-                _ = try await db.query(
+                try db.query(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     [.integer(migration.version), .text(migration.name), .integer(Self.millis(Date()))]
                 )
@@ -95,87 +80,31 @@ public final class SQLiteStore: Store, DispatchStore {
         }
     }
 
-    /// Runs `body` in one immediate transaction on the writer connection.
-    ///
-    /// BEGIN, COMMIT and ROLLBACK run even when the calling task is cancelled (they go through the
-    /// connection's future-based API, which does not observe task cancellation), so a cancelled caller
-    /// never leaves the connection inside an open transaction.
-    func transaction<T: Sendable>(_ body: (SQLiteConnection) async throws -> T) async throws -> T {
-        try await gate.withGate {
-            _ = try await writer.query("BEGIN IMMEDIATE", []).get()
-            do {
-                let result = try await body(writer)
-                _ = try await writer.query("COMMIT", []).get()
-                return result
-            } catch {
-                _ = try? await writer.query("ROLLBACK", []).get()
-                throw error
-            }
-        }
-    }
-
-    /// How durable a write transaction's commit must be.
-    enum Durability: Sendable {
-        /// Synced to disk before the commit returns (`PRAGMA synchronous = FULL`): what the API acknowledges, such as
-        /// an accepted update, survives a power cut. The writer's setting.
-        case full
-        /// Committed without a sync of its own (`synchronous = NORMAL` for this transaction): a crash of the process
-        /// loses nothing, and the next full commit syncs it along with its own; only a power cut before then can
-        /// lose it. For bookkeeping that is safe to lose, such as delivery progress (an instance whose progress is
-        /// lost is sent its state again, and the phone ignores what it already shows).
-        case bookkeeping
-    }
-
-    /// Runs `statements` in one write transaction, chained on the writer's event loop: nothing waits for the Swift
-    /// task pool between two statements, so a busy process does not stretch how long the writer is held.
-    func transaction(statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full) async throws {
-        try await chainedTransaction(durability: durability) { writer in
-            var chain = writer.eventLoop.makeSucceededVoidFuture()
-            for statement in statements {
-                chain = chain.flatMap { writer.query(statement.sql, statement.binds).map { _ in } }
-            }
-            return chain
-        }
-    }
-
-    /// Runs one statement on the writer connection as a transaction of its own (SQLite makes each statement atomic):
-    /// one trip to the writer's thread, where BEGIN, the statement and COMMIT would take three.
-    func write(_ sql: String, _ binds: [SQLiteData]) async throws -> [SQLiteRow] {
-        let writer = self.writer
-        return try await gate.run { writer.query(sql, binds) }.get()
-    }
-
-    /// Runs the future chain `body` builds in one immediate transaction on the writer connection, with BEGIN, the
-    /// chain and COMMIT (or ROLLBACK when the chain fails) back to back on the writer's event loop.
-    ///
-    /// For a hot write (an accepted update): unlike ``transaction(_:)`` no statement waits for the Swift task pool,
-    /// so the writer is held only as long as SQLite works. The transaction runs to its end even if the caller is
-    /// cancelled.
-    ///
-    /// A ``Durability/bookkeeping`` transaction lowers the writer's `synchronous` setting before BEGIN and sets it back
-    /// to FULL after COMMIT or ROLLBACK, all while holding the gate, so no other write ever commits with it lowered.
-    func chainedTransaction<T: Sendable>(
-        durability: Durability = .full, _ body: @escaping @Sendable (SQLiteConnection) -> EventLoopFuture<T>
+    /// Runs `body` as one write transaction (shared, through group commit, with the writes that arrive with it):
+    /// its changes commit together, or not at all when it throws.
+    func transaction<T: Sendable>(
+        durability: Durability = .full, _ body: @escaping @Sendable (SQLiteHandle) throws -> T
     ) async throws -> T {
-        let writer = self.writer
-        return try await gate.run {
-            let bookkeeping = durability == .bookkeeping
-            let begun = bookkeeping
-                ? writer.query("PRAGMA synchronous = NORMAL", []).flatMap { _ in writer.query("BEGIN IMMEDIATE", []) }
-                : writer.query("BEGIN IMMEDIATE", [])
-            let committed = begun.flatMap { _ in
-                body(writer)
-            }.flatMap { result in
-                writer.query("COMMIT", []).map { _ in result }
-            }.flatMapError { error in
-                writer.query("ROLLBACK", []).map { _ in () }.recover { _ in () }.flatMapThrowing { throw error }
-            }
-            guard bookkeeping else { return committed }
-            // Back to FULL whether the transaction committed or not, before the gate is handed on.
-            return committed.map { Result<T, any Error>.success($0) }.recover { .failure($0) }.flatMap { outcome in
-                writer.query("PRAGMA synchronous = FULL", []).flatMapThrowing { _ in try outcome.get() }
-            }
-        }.get()
+        try await writer.write(durability: durability, body)
+    }
+
+    /// Runs `statements` in one write transaction.
+    func transaction(statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full) async throws {
+        let statements = statements.map { Statement(sql: $0.sql, binds: $0.binds) }
+        try await writer.write(durability: durability) { db in
+            for statement in statements { try db.query(statement.sql, statement.binds) }
+        }
+    }
+
+    /// One statement and its values.
+    private struct Statement: Sendable {
+        var sql: String
+        var binds: [SQLiteData]
+    }
+
+    /// Runs one statement as a write of its own.
+    func write(_ sql: String, _ binds: [SQLiteData]) async throws -> [StoreRow] {
+        try await writer.write { db in try db.query(sql, binds) }
     }
 
     public func ping() async throws {
@@ -183,31 +112,23 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     public func close() async throws {
-        // Closing again is harmless: the connections and the writer's thread are gone already.
+        // Closing again is harmless: the connections and their threads are gone already.
         guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
-        do {
-            try await gate.withGate {
-                try await reader.close()
-                try await writer.close()
-            }
-        } catch {
-            try? await writerThread.shutdownGracefully()
-            throw error
-        }
-        try await writerThread.shutdownGracefully()
+        try await writer.close()
+        try await reader.close()
     }
 
     // MARK: Apps and keys
 
     public func createApp(_ app: AppRecord, keys: [APIKeyRecord]) async throws {
         try await transaction { db in
-            let existing = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(app.id)])
+            let existing = try db.query("SELECT 1 FROM apps WHERE id = ?", [.text(app.id)])
             if !existing.isEmpty { throw StoreError.duplicateApp }
-            _ = try await db.query(
+            _ = try db.query(
                 "INSERT INTO apps (id, name, bundle_id, android_package, created_at) VALUES (?, ?, ?, ?, ?)",
                 [.text(app.id), .text(app.name), .text(app.bundleID), Self.text(app.androidPackage), .integer(Self.millis(app.createdAt))]
             )
-            for key in keys { try await Self.insert(key, into: db) }
+            for key in keys { try Self.insert(key, into: db) }
         }
     }
 
@@ -221,14 +142,14 @@ public final class SQLiteStore: Store, DispatchStore {
 
     public func replaceKeys(appID: String, with keys: [APIKeyRecord]) async throws {
         try await transaction { db in
-            let existing = try await db.query("SELECT 1 FROM apps WHERE id = ?", [.text(appID)])
+            let existing = try db.query("SELECT 1 FROM apps WHERE id = ?", [.text(appID)])
             if existing.isEmpty { throw StoreError.appNotFound }
             let now = keys.first?.createdAt ?? Date()
-            _ = try await db.query(
+            _ = try db.query(
                 "UPDATE api_keys SET revoked_at = ? WHERE app_id = ? AND revoked_at IS NULL",
                 [.integer(Self.millis(now)), .text(appID)]
             )
-            for key in keys { try await Self.insert(key, into: db) }
+            for key in keys { try Self.insert(key, into: db) }
         }
     }
 
@@ -244,8 +165,8 @@ public final class SQLiteStore: Store, DispatchStore {
         )
     }
 
-    private static func insert(_ key: APIKeyRecord, into db: SQLiteConnection) async throws {
-        _ = try await db.query(
+    private static func insert(_ key: APIKeyRecord, into db: SQLiteHandle) throws {
+        _ = try db.query(
             "INSERT INTO api_keys (id, app_id, scope, hash, created_at) VALUES (?, ?, ?, ?, ?)",
             [.text(key.id), .text(key.appID), .text(key.scope.rawValue), .blob(ByteBuffer(bytes: key.hash)), .integer(millis(key.createdAt))]
         )
@@ -257,7 +178,7 @@ public final class SQLiteStore: Store, DispatchStore {
         let r = registration
         return try await transaction { db in
             let nowMillis = Self.millis(now)
-            let activity = try await db.query(
+            let activity = try db.query(
                 "SELECT state, attributes_type FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(r.appID), .text(r.activityID)]
             ).first
@@ -265,13 +186,13 @@ public final class SQLiteStore: Store, DispatchStore {
                 if try activity.string("state") == ActivityState.ended.rawValue { throw StoreError.activityEnded }
                 if activity.column("attributes_type")?.string == nil, r.attributesType != nil {
                     // Attributes come from the first registration that carries them.
-                    _ = try await db.query(
+                    _ = try db.query(
                         "UPDATE activities SET attributes_type = ?, attributes = ?, updated_at = ? WHERE app_id = ? AND activity_id = ?",
                         [Self.text(r.attributesType), Self.json(r.attributes), .integer(nowMillis), .text(r.appID), .text(r.activityID)]
                     )
                 }
             } else {
-                _ = try await db.query(
+                _ = try db.query(
                     """
                     INSERT INTO activities (app_id, activity_id, attributes_type, attributes, state, sequence, created_at, updated_at)
                     VALUES (?, ?, ?, ?, ?, 0, ?, ?)
@@ -280,12 +201,12 @@ public final class SQLiteStore: Store, DispatchStore {
                      .text(ActivityState.active.rawValue), .integer(nowMillis), .integer(nowMillis)]
                 )
             }
-            let existing = try await db.query(
+            let existing = try db.query(
                 "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
                 [.text(r.appID), .text(r.activityID), .text(r.deviceID)]
             ).first.map(Self.instance(from:))
             guard var instance = existing else {
-                _ = try await db.query(
+                _ = try db.query(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
                         priority10_sent)
@@ -297,7 +218,7 @@ public final class SQLiteStore: Store, DispatchStore {
                      r.platform == .ios ? .text(Priority10Times.encode([])) : .null]
                 )
                 // A newcomer to an activity with accepted state is caught up; a new activity has none yet.
-                if activity != nil { try await Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
+                if activity != nil { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
                 let created = InstanceRecord(
                     appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
                     userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
@@ -320,7 +241,7 @@ public final class SQLiteStore: Store, DispatchStore {
                 // A new token has received nothing yet: it gets the latest state at once.
                 instance.deliveredSequence = 0
             }
-            _ = try await db.query(
+            _ = try db.query(
                 """
                 UPDATE instances SET platform = ?, push_token = ?, user_id = ?, state = ?, delivered_sequence = ?, updated_at = ?
                 WHERE app_id = ? AND activity_id = ? AND device_id = ?
@@ -328,99 +249,93 @@ public final class SQLiteStore: Store, DispatchStore {
                 [.text(r.platform.rawValue), .text(r.pushToken), Self.text(newUserID), .text(newState.rawValue),
                  .integer(Int(instance.deliveredSequence)), .integer(nowMillis), .text(r.appID), .text(r.activityID), .text(r.deviceID)]
             )
-            if tokenChanged, newState.receivesPushes { try await Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
+            if tokenChanged, newState.receivesPushes { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
             return RegistrationResult(change: .updated, instance: instance)
         }
     }
 
     public func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence {
-        // Chained on the writer's event loop: accepts are the hot write, and must not wait behind the task pool
-        // while a fan-out keeps the process busy.
-        try await chainedTransaction { db in
-            Self.head(appID: update.appID, activityID: update.activityID, withState: false, on: db).flatMapThrowing { head in
-                do throws(NextStateRefusal) {
-                    let next = try LiveActivityState.update(
-                        activityID: update.activityID, after: head, contentState: update.contentState, staleDate: update.staleDate,
-                        relevanceScore: update.relevanceScore, alert: update.alert, now: now
-                    )
-                    return (head != nil, next)
-                } catch {
-                    throw Self.storeError(error)
-                }
-            }.flatMap { (exists: Bool, next: LiveActivityState) in
-                let nowMillis = Self.millis(now)
-                let statement: String
-                let binds: [SQLiteData]
-                if exists {
-                    statement = """
-                        UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
-                            stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
-                            min_update_interval = COALESCE(?, min_update_interval)
-                        WHERE app_id = ? AND activity_id = ?
-                        """
-                    binds = [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
-                             Self.json(next.contentState),
-                             Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
-                             Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
-                             Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
-                } else {
-                    statement = """
-                        INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
-                            alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """
-                    binds = [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue), .integer(Int(next.sequence)),
-                             .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)), Self.json(next.contentState),
-                             Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
-                             Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
-                             Self.real(update.minUpdateInterval)]
-                }
-                return db.query(statement, binds).map { _ in
-                    AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
-                }
+        try await transaction { db in
+            let head = try Self.head(appID: update.appID, activityID: update.activityID, withState: false, on: db)
+            let next: LiveActivityState
+            do throws(NextStateRefusal) {
+                next = try LiveActivityState.update(
+                    activityID: update.activityID, after: head, contentState: update.contentState, staleDate: update.staleDate,
+                    relevanceScore: update.relevanceScore, alert: update.alert, now: now
+                )
+            } catch {
+                throw Self.storeError(error)
             }
+            let nowMillis = Self.millis(now)
+            if head != nil {
+                try db.query(
+                    """
+                    UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
+                        stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
+                        min_update_interval = COALESCE(?, min_update_interval)
+                    WHERE app_id = ? AND activity_id = ?
+                    """,
+                    [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
+                     Self.json(next.contentState),
+                     Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
+                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
+                     Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
+                )
+            } else {
+                try db.query(
+                    """
+                    INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
+                        alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue), .integer(Int(next.sequence)),
+                     .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)), Self.json(next.contentState),
+                     Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
+                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
+                     Self.real(update.minUpdateInterval)]
+                )
+            }
+            return AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
         }
     }
 
     public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
-        try await chainedTransaction { db in
-            Self.head(appID: end.appID, activityID: end.activityID, withState: true, on: db).flatMapThrowing { head in
-                guard let head else { throw StoreError.activityNotFound }
-                do throws(NextStateRefusal) {
-                    let next = try LiveActivityState.end(
-                        activityID: end.activityID, after: head, contentState: end.contentState, staleDate: end.staleDate,
-                        relevanceScore: end.relevanceScore, alert: end.alert, dismissalDate: end.dismissalDate, now: now
-                    )
-                    return (head, next)
-                } catch {
-                    throw Self.storeError(error)
-                }
-            }.flatMap { (head: ActivityHead, next: LiveActivityState?) in
-                let nowMillis = Self.millis(now)
-                // Without a final state (an activity that never had one), the end is only the next sequence.
-                let (sequence, timestamp) = next.map { ($0.sequence, $0.timestamp) } ?? head.next(now: now)
-                return db.query(
-                    """
-                    UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
-                        content_state = ?, alert = ?, dismissal_date = ?, stale_date = ?, relevance_score = ?, priority = ?,
-                        updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
-                    WHERE app_id = ? AND activity_id = ?
-                    """,
-                    [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
-                     .integer(Int(timestamp)), Self.json(next?.contentState), Self.json(next?.alert?.json), Self.integer(next?.dismissalDate),
-                     Self.integer(next?.staleDate), Self.real(next?.relevanceScore), Self.integer(end.priority.map(Int64.init)),
-                     .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
-                ).map { _ in
-                    AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
-                }
+        try await transaction { db in
+            guard let head = try Self.head(appID: end.appID, activityID: end.activityID, withState: true, on: db) else {
+                throw StoreError.activityNotFound
             }
+            let next: LiveActivityState?
+            do throws(NextStateRefusal) {
+                next = try LiveActivityState.end(
+                    activityID: end.activityID, after: head, contentState: end.contentState, staleDate: end.staleDate,
+                    relevanceScore: end.relevanceScore, alert: end.alert, dismissalDate: end.dismissalDate, now: now
+                )
+            } catch {
+                throw Self.storeError(error)
+            }
+            let nowMillis = Self.millis(now)
+            // Without a final state (an activity that never had one), the end is only the next sequence.
+            let (sequence, timestamp) = next.map { ($0.sequence, $0.timestamp) } ?? head.next(now: now)
+            try db.query(
+                """
+                UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
+                    content_state = ?, alert = ?, dismissal_date = ?, stale_date = ?, relevance_score = ?, priority = ?,
+                    updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
+                WHERE app_id = ? AND activity_id = ?
+                """,
+                [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
+                 .integer(Int(timestamp)), Self.json(next?.contentState), Self.json(next?.alert?.json), Self.integer(next?.dismissalDate),
+                 Self.integer(next?.staleDate), Self.real(next?.relevanceScore), Self.integer(end.priority.map(Int64.init)),
+                 .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
+            )
+            return AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
         }
     }
 
     /// Reads, on the writer (inside its transaction), what the activity's next state depends on; `nil` when there is no
     /// such activity yet. Only an end needs the current state (`withState`): an update reads and parses no JSON.
-    static func head(appID: String, activityID: String, withState: Bool, on db: SQLiteConnection) -> EventLoopFuture<ActivityHead?> {
-        db.query(
+    static func head(appID: String, activityID: String, withState: Bool, on db: SQLiteHandle) throws -> ActivityHead? {
+        let rows = try db.query(
             withState
                 ? """
                 SELECT state, sequence, timestamp_seconds, content_state, stale_date, relevance_score
@@ -428,17 +343,16 @@ public final class SQLiteStore: Store, DispatchStore {
                 """
                 : "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
             [.text(appID), .text(activityID)]
-        ).flatMapThrowing { rows in
-            guard let row = rows.first else { return nil }
-            return ActivityHead(
-                state: ActivityState(rawValue: try row.string("state")) ?? .ended,
-                sequence: Int64(row.column("sequence")?.integer ?? 0),
-                timestamp: row.column("timestamp_seconds")?.integer.map(Int64.init),
-                contentState: try row.json("content_state"),
-                staleDate: row.column("stale_date")?.integer.map(Int64.init),
-                relevanceScore: row.column("relevance_score")?.double
-            )
-        }
+        )
+        guard let row = rows.first else { return nil }
+        return ActivityHead(
+            state: ActivityState(rawValue: try row.string("state")) ?? .ended,
+            sequence: Int64(row.column("sequence")?.integer ?? 0),
+            timestamp: row.column("timestamp_seconds")?.integer.map(Int64.init),
+            contentState: try row.json("content_state"),
+            staleDate: row.column("stale_date")?.integer.map(Int64.init),
+            relevanceScore: row.column("relevance_score")?.double
+        )
     }
 
     /// A refusal of Core's next-state rules as the Store's error.
@@ -523,7 +437,7 @@ public final class SQLiteStore: Store, DispatchStore {
         appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date
     ) async throws -> InstanceRecord {
         try await transaction { db in
-            guard var instance = try await db.query(
+            guard var instance = try db.query(
                 "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
                 [.text(appID), .text(activityID), .text(deviceID)]
             ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
@@ -531,7 +445,7 @@ public final class SQLiteStore: Store, DispatchStore {
             guard newState != instance.state else { return instance }
             instance.state = newState
             instance.updatedAt = Self.date(Self.millis(now))
-            _ = try await db.query(
+            _ = try db.query(
                 "UPDATE instances SET state = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
                 [.text(newState.rawValue), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
             )
@@ -543,14 +457,14 @@ public final class SQLiteStore: Store, DispatchStore {
         appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date
     ) async throws -> InstanceRecord {
         try await transaction { db in
-            guard var instance = try await db.query(
+            guard var instance = try db.query(
                 "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
                 [.text(appID), .text(activityID), .text(deviceID)]
             ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
             guard instance.frequentPushesEnabled != enabled else { return instance }
             instance.frequentPushesEnabled = enabled
             instance.updatedAt = Self.date(Self.millis(now))
-            _ = try await db.query(
+            _ = try db.query(
                 "UPDATE instances SET frequent_pushes = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
                 [.integer(enabled ? 1 : 0), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
             )
@@ -559,8 +473,8 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     /// Makes an activity with accepted state pending again, so a newly registered token is caught up.
-    static func markPending(appID: String, activityID: String, in db: SQLiteConnection) async throws {
-        _ = try await db.query(
+    static func markPending(appID: String, activityID: String, in db: SQLiteHandle) throws {
+        _ = try db.query(
             "UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL WHERE app_id = ? AND activity_id = ? AND sequence > 0",
             [.text(appID), .text(activityID)]
         )
@@ -590,7 +504,7 @@ public final class SQLiteStore: Store, DispatchStore {
         return key
     }
 
-    static func app(from row: SQLiteRow) throws -> AppRecord {
+    static func app(from row: StoreRow) throws -> AppRecord {
         AppRecord(
             id: try row.string("id"), name: try row.string("name"), bundleID: try row.string("bundle_id"),
             androidPackage: row.column("android_package")?.string, createdAt: try row.date("created_at"),
@@ -600,7 +514,7 @@ public final class SQLiteStore: Store, DispatchStore {
         )
     }
 
-    static func activity(from row: SQLiteRow) throws -> ActivityRecord {
+    static func activity(from row: StoreRow) throws -> ActivityRecord {
         ActivityRecord(
             appID: try row.string("app_id"),
             activityID: try row.string("activity_id"),
@@ -637,7 +551,7 @@ public final class SQLiteStore: Store, DispatchStore {
         return LiveActivityAlert(title: title, body: body, sound: members["sound"]?.stringValue)
     }
 
-    static func instance(from row: SQLiteRow) throws -> InstanceRecord {
+    static func instance(from row: StoreRow) throws -> InstanceRecord {
         InstanceRecord(
             appID: try row.string("app_id"),
             activityID: try row.string("activity_id"),
@@ -661,7 +575,7 @@ struct CorruptRow: Error, CustomStringConvertible {
     var description: String { "column \(column) is missing or has an unexpected type" }
 }
 
-extension SQLiteRow {
+extension StoreRow {
     func string(_ name: String) throws -> String {
         guard let data = column(name), case .text(let value) = data else { throw CorruptRow(column: name) }
         return value

@@ -1,47 +1,119 @@
 import Foundation
 import LivelineTestSupport
+import Synchronization
 import Testing
 
 @testable import LivelineStore
 
-@Suite("Commit durability on the writer")
+@Suite("The writer: group commit and durability")
 struct DurabilityTests {
-    /// The writer's `synchronous` setting: 2 is FULL, 1 is NORMAL.
-    private func synchronous(_ store: SQLiteStore) async throws -> Int? {
-        try await store.writer.query("PRAGMA synchronous").get().first?.column("synchronous")?.integer
+    /// The writer's `synchronous` setting inside a write: 2 is FULL, 1 is NORMAL.
+    private func synchronous(_ store: SQLiteStore, _ durability: Durability) async throws -> Int? {
+        try await store.transaction(durability: durability) { db in try db.query("PRAGMA synchronous").first?.column("synchronous")?.integer }
     }
 
-    @Test("a bookkeeping transaction commits with synchronous NORMAL and leaves the writer at FULL")
-    func bookkeepingIsLoweredThenRestored() async throws {
+    @Test("a bookkeeping write commits with synchronous NORMAL; a full write after it with FULL")
+    func durabilityPerBatch() async throws {
         try await withTemporaryStore { store, _ in
-            #expect(try await synchronous(store) == 2)
-            let during = try await store.chainedTransaction(durability: .bookkeeping) { writer in
-                writer.query("PRAGMA synchronous").map { $0.first?.column("synchronous")?.integer }
-            }
-            #expect(during == 1)
-            #expect(try await synchronous(store) == 2)
-            let full = try await store.chainedTransaction { writer in
-                writer.query("PRAGMA synchronous").map { $0.first?.column("synchronous")?.integer }
-            }
-            #expect(full == 2)
+            let first = try await synchronous(store, .full)
+            let bookkeeping = try await synchronous(store, .bookkeeping)
+            let after = try await synchronous(store, .full)
+            #expect(first == 2)
+            #expect(bookkeeping == 1)
+            #expect(after == 2)
         }
     }
 
-    @Test("a bookkeeping transaction that fails is rolled back and still leaves the writer at FULL")
-    func failedBookkeepingRestores() async throws {
+    @Test("a failed write is rolled back alone: the writes it shared a commit with keep their changes")
+    func failureIsRolledBackAlone() async throws {
         try await withTemporaryStore { store, _ in
-            await #expect(throws: (any Error).self) {
-                try await store.transaction(
-                    statements: [
-                        (sql: "CREATE TABLE scratch (x INTEGER)", binds: []),
-                        (sql: "INSERT INTO no_such_table VALUES (1)", binds: []),
-                    ],
-                    durability: .bookkeeping
-                )
+            _ = try await store.write("CREATE TABLE scratch (x INTEGER)", [])
+            try await holdingTheWriter(store, whileQueueing: 3) {
+                let first = Task { try await store.transaction(statements: [(sql: "INSERT INTO scratch VALUES (1)", binds: [])]) }
+                let failing = Task {
+                    try await store.transaction(statements: [
+                        (sql: "INSERT INTO scratch VALUES (2)", binds: []), (sql: "INSERT INTO no_such_table VALUES (1)", binds: []),
+                    ])
+                }
+                let third = Task { try await store.transaction(statements: [(sql: "INSERT INTO scratch VALUES (3)", binds: [])]) }
+                try await first.value
+                await #expect(throws: SQLiteFailure.self) { try await failing.value }
+                try await third.value
             }
-            #expect(try await synchronous(store) == 2)
-            let scratch = try await store.writer.query("SELECT name FROM sqlite_master WHERE name = 'scratch'").get()
-            #expect(scratch.isEmpty, "rolled back")
+            let rows = try await store.reader.query("SELECT x FROM scratch ORDER BY x")
+            #expect(rows.map { $0.column("x")?.integer } == [1, 3])
         }
     }
+
+    @Test("writes that arrive while the writer is busy share one commit, and each returns its own result")
+    func groupCommit() async throws {
+        try await withTemporaryStore { store, _ in
+            _ = try await store.write("CREATE TABLE scratch (x INTEGER)", [])
+            let before = store.writer.commits
+            let results = try await holdingTheWriter(store, whileQueueing: 50) {
+                try await withThrowingTaskGroup(of: Int.self) { group in
+                    for value in 0..<50 {
+                        group.addTask {
+                            try await store.transaction { db in
+                                try db.query("INSERT INTO scratch VALUES (?)", [.integer(value)])
+                                return value
+                            }
+                        }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+            }
+            #expect(results.sorted() == Array(0..<50))
+            // The holding write's commit, then one for the fifty.
+            #expect(store.writer.commits - before == 2)
+            let count = try await store.reader.query("SELECT COUNT(*) AS n FROM scratch").first?.column("n")?.integer
+            #expect(count == 50)
+        }
+    }
+
+    @Test("a write acknowledged before the store is closed is in the file when it is opened again")
+    func acknowledgedWritesSurviveReopening() async throws {
+        try await withTemporaryStore { store, path in
+            _ = try await store.write("CREATE TABLE scratch (x INTEGER)", [])
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for value in 0..<100 {
+                    group.addTask { _ = try await store.write("INSERT INTO scratch VALUES (?)", [.integer(value)]) }
+                }
+                try await group.waitForAll()
+            }
+            try await store.close()
+            let reopened = try await SQLiteStore.open(path: path)
+            let count = try await reopened.reader.query("SELECT COUNT(*) AS n FROM scratch").first?.column("n")?.integer
+            try await reopened.close()
+            #expect(count == 100)
+        }
+    }
+
+    /// Runs `body` while a write holds the writer's thread, and lets that write finish once `count` more writes are
+    /// queued behind it, so they are taken as one batch.
+    private func holdingTheWriter<T: Sendable>(
+        _ store: SQLiteStore, whileQueueing count: Int, _ body: @Sendable () async throws -> T
+    ) async throws -> T {
+        let held = Flag()
+        let release = Flag()
+        let holding = Task {
+            try await store.transaction { _ in
+                held.raise()
+                while !release.isRaised { usleep(1000) }
+            }
+        }
+        while !held.isRaised { try await Task.sleep(for: .milliseconds(5)) }
+        async let result = body()
+        while store.writer.queuedWrites < count { try await Task.sleep(for: .milliseconds(5)) }
+        release.raise()
+        try await holding.value
+        return try await result
+    }
+}
+
+/// A flag one thread raises and another sees.
+private final class Flag: Sendable {
+    private let raised = Atomic<Bool>(false)
+    var isRaised: Bool { raised.load(ordering: .acquiring) }
+    func raise() { raised.store(true, ordering: .releasing) }
 }

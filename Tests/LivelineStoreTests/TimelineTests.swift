@@ -88,11 +88,11 @@ struct TimelineTests {
                 """,
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
-                _ = try await store.writer.query(sql, [])
+                _ = try await store.write(sql, [])
             }
             let old = (0..<3).map { attempt("a", $0) }
             for record in old {
-                _ = try await store.writer.query(
+                _ = try await store.write(
                     """
                     INSERT INTO deliveries (app_id, activity_id, device_id, platform, sequence, event, priority, status, provider_id,
                         reason, latency_ms, attempt, attempted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)

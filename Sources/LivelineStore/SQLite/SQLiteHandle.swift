@@ -1,0 +1,199 @@
+import NIOCore
+import SQLiteNIO
+import VaporCSQLite
+
+/// One open SQLite connection, used by one thread at a time, with its statements prepared once and kept.
+///
+/// The Store's SQL is a small, fixed set of statements run again and again (a claim, a fan-out's page, an accepted
+/// update), so each is compiled the first time it runs and reused after: no SQL is parsed on the hot paths. A handle is
+/// not thread-safe: the ``SQLiteWriter`` uses its handle only on its own thread, and the ``SQLiteReaders`` lend each of
+/// theirs to one read at a time.
+final class SQLiteHandle {
+    private var raw: OpaquePointer?
+    /// Prepared statements by their SQL, and their columns.
+    private var statements: [String: PreparedStatement] = [:]
+    /// The file this connection is open on.
+    let path: String
+
+    /// More distinct statements than the Store ever has (only lists of bound values vary in length): past it, the
+    /// cache is emptied rather than grown.
+    static let statementCacheLimit = 256
+
+    /// Opens (creating if needed) the database at `path`.
+    init(path: String) throws(SQLiteFailure) {
+        self.path = path
+        var handle: OpaquePointer?
+        // No mutex of SQLite's own: a handle is only ever used by one thread at a time.
+        let flags = SQLITE_OPEN_CREATE | SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        let code = sqlite_nio_sqlite3_open_v2(path, &handle, flags, nil)
+        guard code == SQLITE_OK, let handle else {
+            let message = handle.flatMap { sqlite_nio_sqlite3_errmsg($0).map { String(cString: $0) } } ?? "cannot open"
+            sqlite_nio_sqlite3_close(handle)
+            throw SQLiteFailure(code: code, message: "\(message) (\(path))")
+        }
+        raw = handle
+        sqlite_nio_sqlite3_busy_timeout(handle, 10_000)
+    }
+
+    deinit {
+        close()
+    }
+
+    /// Whether a transaction is open (SQLite rolls one back by itself on some errors, such as a full disk).
+    var isInTransaction: Bool {
+        guard let raw else { return false }
+        return sqlite_nio_sqlite3_get_autocommit(raw) == 0
+    }
+
+    /// Runs `sql` with `binds` and returns its rows (none for a statement that returns none).
+    @discardableResult
+    func query(_ sql: String, _ binds: [SQLiteData] = []) throws(SQLiteFailure) -> [StoreRow] {
+        let prepared = try statement(for: sql)
+        let statement = prepared.statement
+        defer {
+            sqlite_nio_sqlite3_reset(statement)
+            sqlite_nio_sqlite3_clear_bindings(statement)
+        }
+        for (offset, value) in binds.enumerated() {
+            try bind(value, at: Int32(offset + 1), of: statement)
+        }
+        var rows: [StoreRow] = []
+        while true {
+            let code = sqlite_nio_sqlite3_step(statement)
+            if code == SQLITE_DONE { return rows }
+            guard code == SQLITE_ROW else { throw failure(code) }
+            let columns = prepared.columns(of: statement)
+            var values: [SQLiteData] = []
+            values.reserveCapacity(columns.count)
+            for index in 0..<Int32(columns.count) {
+                values.append(Self.value(of: statement, at: index))
+            }
+            rows.append(StoreRow(columns: columns, values: values))
+        }
+    }
+
+    /// Closes the connection, finalizing its statements. Closing again does nothing.
+    func close() {
+        guard let raw else { return }
+        for prepared in statements.values { sqlite_nio_sqlite3_finalize(prepared.statement) }
+        statements = [:]
+        sqlite_nio_sqlite3_close_v2(raw)
+        self.raw = nil
+    }
+
+    // MARK: Statements
+
+    private func statement(for sql: String) throws(SQLiteFailure) -> PreparedStatement {
+        if let prepared = statements[sql] { return prepared }
+        guard let raw else { throw SQLiteFailure(code: SQLITE_MISUSE, message: "the connection is closed") }
+        if statements.count >= Self.statementCacheLimit {
+            for prepared in statements.values { sqlite_nio_sqlite3_finalize(prepared.statement) }
+            statements = [:]
+        }
+        var statement: OpaquePointer?
+        let code = sqlite_nio_sqlite3_prepare_v3(raw, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard code == SQLITE_OK, let statement else { throw failure(code) }
+        let prepared = PreparedStatement(statement: statement)
+        statements[sql] = prepared
+        return prepared
+    }
+
+    private func bind(_ value: SQLiteData, at index: Int32, of statement: OpaquePointer) throws(SQLiteFailure) {
+        let code: Int32
+        switch value {
+        case .integer(let integer): code = sqlite_nio_sqlite3_bind_int64(statement, index, Int64(integer))
+        case .float(let double): code = sqlite_nio_sqlite3_bind_double(statement, index, double)
+        case .text(let text):
+            var text = text
+            code = text.withUTF8 { utf8 in
+                sqlite_nio_sqlite3_bind_text64(statement, index, utf8.baseAddress, UInt64(utf8.count), Self.transient, UInt8(SQLITE_UTF8))
+            }
+        case .blob(let buffer):
+            code = buffer.withUnsafeReadableBytes { bytes in
+                sqlite_nio_sqlite3_bind_blob64(statement, index, bytes.baseAddress, UInt64(bytes.count), Self.transient)
+            }
+        case .null: code = sqlite_nio_sqlite3_bind_null(statement, index)
+        }
+        guard code == SQLITE_OK else { throw failure(code) }
+    }
+
+    private static func value(of statement: OpaquePointer, at index: Int32) -> SQLiteData {
+        switch sqlite_nio_sqlite3_column_type(statement, index) {
+        case SQLITE_INTEGER: return .integer(SQLiteInt64(sqlite_nio_sqlite3_column_int64(statement, index)))
+        case SQLITE_FLOAT: return .float(sqlite_nio_sqlite3_column_double(statement, index))
+        case SQLITE_TEXT:
+            guard let text = sqlite_nio_sqlite3_column_text(statement, index) else { return .text("") }
+            let count = Int(sqlite_nio_sqlite3_column_bytes(statement, index))
+            return .text(String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self))
+        case SQLITE_BLOB:
+            let count = Int(sqlite_nio_sqlite3_column_bytes(statement, index))
+            guard let bytes = sqlite_nio_sqlite3_column_blob(statement, index), count > 0 else { return .blob(ByteBuffer()) }
+            return .blob(ByteBuffer(bytes: UnsafeRawBufferPointer(start: bytes, count: count)))
+        default: return .null
+        }
+    }
+
+    /// SQLite copies a bound value before the bind returns.
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    private func failure(_ code: Int32) -> SQLiteFailure {
+        let message = raw.flatMap { sqlite_nio_sqlite3_errmsg($0).map { String(cString: $0) } } ?? "error \(code)"
+        return SQLiteFailure(code: code, message: message)
+    }
+}
+
+/// A statement compiled once, and the names of its result columns (read at its first row).
+private final class PreparedStatement {
+    let statement: OpaquePointer
+    private var cachedColumns: StoreRow.Columns?
+
+    init(statement: OpaquePointer) {
+        self.statement = statement
+    }
+
+    func columns(of statement: OpaquePointer) -> StoreRow.Columns {
+        if let cachedColumns { return cachedColumns }
+        let count = sqlite_nio_sqlite3_column_count(statement)
+        let names = (0..<count).map { index in sqlite_nio_sqlite3_column_name(statement, index).map { String(cString: $0) } ?? "" }
+        let columns = StoreRow.Columns(names: names)
+        cachedColumns = columns
+        return columns
+    }
+}
+
+/// An error SQLite reported: its (extended) result code and message.
+public struct SQLiteFailure: Error, Sendable, CustomStringConvertible {
+    /// SQLite's extended result code.
+    public var code: Int32
+    /// SQLite's message.
+    public var message: String
+
+    public var description: String { "SQLite error \(code): \(message)" }
+}
+
+/// One row a statement returned: its values, found by column name.
+struct StoreRow: Sendable {
+    /// The names of a statement's columns, shared by all its rows.
+    final class Columns: Sendable {
+        let names: [String]
+        let indexes: [String: Int]
+
+        init(names: [String]) {
+            self.names = names
+            // The first of two columns with one name wins, as in SQLite's own lookups.
+            var indexes: [String: Int] = [:]
+            for (index, name) in names.enumerated() where indexes[name] == nil { indexes[name] = index }
+            self.indexes = indexes
+        }
+
+        var count: Int { names.count }
+    }
+
+    let columns: Columns
+    let values: [SQLiteData]
+
+    /// The value of the column named `name`, or `nil` when the row has no such column.
+    func column(_ name: String) -> SQLiteData? {
+        columns.indexes[name].map { values[$0] }
+    }
+}

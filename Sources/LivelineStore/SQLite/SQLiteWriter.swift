@@ -1,0 +1,216 @@
+import NIOPosix
+import Synchronization
+
+/// How durable a write transaction's commit must be.
+enum Durability: Sendable {
+    /// Synced to disk before the commit returns (`PRAGMA synchronous = FULL`): what the API acknowledges, such as an
+    /// accepted update, survives a power cut.
+    case full
+    /// Committed without a sync of its own (`synchronous = NORMAL`): a crash of the process loses nothing, and the
+    /// next full commit syncs it along with its own; only a power cut before then can lose it. For bookkeeping that is
+    /// safe to lose, such as delivery progress (an instance whose progress is lost is sent its state again, and the
+    /// phone ignores what it already shows).
+    case bookkeeping
+}
+
+/// The one writer of a SQLite database, with group commit: writes that arrive together share one durable commit.
+///
+/// SQLite allows one writer at a time, and a durable commit costs a sync of the disk (about a millisecond here). One
+/// commit per write caps a server at the disk's syncs per second, whatever the number of clients. So writes queue
+/// here, and the writer's own thread takes every write queued so far as one batch: BEGIN, each write inside a
+/// savepoint of its own, one COMMIT, one sync. A write that fails is rolled back to its savepoint alone and fails
+/// alone; the others still commit. Each caller resumes only after the commit that holds its write, so an
+/// acknowledgement still means synced to disk; while one batch syncs, the next gathers.
+///
+/// A batch commits with `synchronous = FULL` if any of its writes asked for ``Durability/full``, and with NORMAL when
+/// all are ``Durability/bookkeeping``.
+final class SQLiteWriter: Sendable {
+    /// The most writes one batch takes: a bound on how long the first of them waits for the last.
+    static let batchLimit = 512
+
+    private let connection: HandleBox
+    private let thread: NIOThreadPool
+    private let queue = Mutex(Queue())
+    private let committed = Atomic<Int>(0)
+
+    private struct Queue {
+        var writes: [any QueuedWrite] = []
+        /// Whether the writer's thread is working through the queue (and will look at it again before it rests).
+        var draining = false
+        var closed = false
+    }
+
+    /// Opens the writer's connection on `path` with the Store's settings (WAL, FULL sync, foreign keys).
+    init(path: String) throws {
+        let handle = try SQLiteHandle(path: path)
+        for pragma in ["PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON"] {
+            try handle.query(pragma)
+        }
+        connection = HandleBox(handle: handle)
+        thread = NIOThreadPool(numberOfThreads: 1)
+        thread.start()
+    }
+
+    /// Runs `body` as one write on the writer's thread, inside a transaction it may share with other writes, and
+    /// returns once that transaction is committed (synced to disk for ``Durability/full``).
+    ///
+    /// Changes `body` made are rolled back when it throws. Once queued, the write runs to its end even if the caller
+    /// is cancelled: the caller only learns the outcome.
+    func write<T: Sendable>(
+        durability: Durability = .full, _ body: @escaping @Sendable (SQLiteHandle) throws -> T
+    ) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let write = Write(durability: durability, body: body, continuation: continuation)
+            let startDraining: Bool? = queue.withLock { queue in
+                guard !queue.closed else { return nil }
+                queue.writes.append(write)
+                defer { queue.draining = true }
+                return !queue.draining
+            }
+            switch startDraining {
+            case nil: continuation.resume(throwing: SQLiteFailure(code: 21, message: "the store is closed"))
+            case true?: thread.submit { [self] _ in drain() }
+            case false?: break
+            }
+        }
+    }
+
+    /// Writes waiting for the writer's thread.
+    var queuedWrites: Int { queue.withLock { $0.writes.count } }
+
+    /// Transactions committed so far: fewer than the writes when they shared commits.
+    var commits: Int { committed.load(ordering: .relaxed) }
+
+    /// Refuses new writes, lets the queued ones commit, and closes the connection.
+    func close() async throws {
+        queue.withLock { $0.closed = true }
+        // The thread runs one work item at a time: this one after the queue is drained.
+        try await thread.runIfActive { [connection] in connection.handle.close() }
+        try await thread.shutdownGracefully()
+    }
+
+    // MARK: On the writer's thread
+
+    private func drain() {
+        while true {
+            let batch: [any QueuedWrite] = queue.withLock { queue in
+                guard !queue.writes.isEmpty else {
+                    queue.draining = false
+                    return []
+                }
+                let taken = Array(queue.writes.prefix(Self.batchLimit))
+                queue.writes.removeFirst(taken.count)
+                return taken
+            }
+            guard !batch.isEmpty else { return }
+            commit(batch)
+        }
+    }
+
+    /// Commits `batch` in as few transactions as it takes: one, unless SQLite itself rolls one back, in which case the
+    /// writes it held fail and the rest go on in a new one.
+    private func commit(_ batch: [any QueuedWrite]) {
+        let db = connection.handle
+        let durability: Durability = batch.contains { $0.durability == .full } ? .full : .bookkeeping
+        var pending = batch[...]
+        while !pending.isEmpty {
+            do {
+                try connection.setSynchronous(durability)
+                try db.query("BEGIN IMMEDIATE")
+            } catch {
+                for write in pending { write.fail(error) }
+                return
+            }
+            // The writes run so far whose changes this transaction holds.
+            var held: [any QueuedWrite] = []
+            var lost: (any Error)?
+            while let write = pending.first, lost == nil {
+                pending.removeFirst()
+                do {
+                    try db.query("SAVEPOINT write")
+                    do {
+                        try write.run(on: db)
+                        try db.query("RELEASE write")
+                        held.append(write)
+                    } catch {
+                        if db.isInTransaction {
+                            _ = try? db.query("ROLLBACK TO write")
+                            _ = try? db.query("RELEASE write")
+                        } else {
+                            // SQLite rolled the whole transaction back (a full disk, say): the writes held are lost too.
+                            lost = error
+                        }
+                        write.fail(error)
+                    }
+                } catch {
+                    write.fail(error)
+                    if !db.isInTransaction { lost = error }
+                }
+            }
+            if let lost {
+                for write in held { write.fail(lost) }
+                continue
+            }
+            do {
+                try db.query("COMMIT")
+                committed.add(1, ordering: .relaxed)
+                for write in held { write.succeed() }
+            } catch {
+                _ = try? db.query("ROLLBACK")
+                for write in held { write.fail(error) }
+            }
+        }
+    }
+}
+
+/// The writer's connection, used only on the writer's thread (hence unchecked), and its `synchronous` setting.
+private final class HandleBox: @unchecked Sendable {
+    let handle: SQLiteHandle
+    private var synchronous: Durability = .full
+
+    init(handle: SQLiteHandle) {
+        self.handle = handle
+    }
+
+    func setSynchronous(_ durability: Durability) throws {
+        guard durability != synchronous else { return }
+        try handle.query(durability == .full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL")
+        synchronous = durability
+    }
+}
+
+/// A write waiting in the queue, whatever its result type.
+private protocol QueuedWrite: Sendable {
+    var durability: Durability { get }
+    /// Runs the write's body, keeping its result until the commit.
+    func run(on db: SQLiteHandle) throws
+    func succeed()
+    func fail(_ error: any Error)
+}
+
+/// A write and its caller. Its result is set and read on the writer's thread only (hence unchecked).
+private final class Write<T: Sendable>: QueuedWrite, @unchecked Sendable {
+    let durability: Durability
+    private let body: @Sendable (SQLiteHandle) throws -> T
+    private let continuation: CheckedContinuation<T, any Error>
+    private var result: T?
+
+    init(durability: Durability, body: @escaping @Sendable (SQLiteHandle) throws -> T, continuation: CheckedContinuation<T, any Error>) {
+        self.durability = durability
+        self.body = body
+        self.continuation = continuation
+    }
+
+    func run(on db: SQLiteHandle) throws {
+        result = try body(db)
+    }
+
+    func succeed() {
+        guard let result else { return fail(SQLiteFailure(code: 1, message: "a write committed without its result")) }
+        continuation.resume(returning: result)
+    }
+
+    func fail(_ error: any Error) {
+        continuation.resume(throwing: error)
+    }
+}
