@@ -123,10 +123,14 @@ public enum RegistrationChange: String, Sendable, Hashable {
 public struct RegistrationResult: Sendable, Hashable {
     public var change: RegistrationChange
     public var instance: InstanceRecord
+    /// Whether the registration left the instance behind an accepted state (a newcomer to, or a new token on, an
+    /// activity that has one): the delivery engine has work to do.
+    public var needsDelivery: Bool
 
-    public init(change: RegistrationChange, instance: InstanceRecord) {
+    public init(change: RegistrationChange, instance: InstanceRecord, needsDelivery: Bool = false) {
         self.change = change
         self.instance = instance
+        self.needsDelivery = needsDelivery
     }
 }
 

@@ -179,7 +179,7 @@ public final class SQLiteStore: Store, DispatchStore {
         return try await transaction { db in
             let nowMillis = Self.millis(now)
             let activity = try db.query(
-                "SELECT state, attributes_type FROM activities WHERE app_id = ? AND activity_id = ?",
+                "SELECT state, attributes_type, sequence FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(r.appID), .text(r.activityID)]
             ).first
             if let activity {
@@ -201,6 +201,8 @@ public final class SQLiteStore: Store, DispatchStore {
                      .text(ActivityState.active.rawValue), .integer(nowMillis), .integer(nowMillis)]
                 )
             }
+            // Whether the activity has an accepted state for a new instance or token to be caught up on.
+            let hasState = (activity?.column("sequence")?.integer ?? 0) > 0
             let existing = try db.query(
                 "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
                 [.text(r.appID), .text(r.activityID), .text(r.deviceID)]
@@ -218,13 +220,13 @@ public final class SQLiteStore: Store, DispatchStore {
                      r.platform == .ios ? .text(Priority10Times.encode([])) : .null]
                 )
                 // A newcomer to an activity with accepted state is caught up; a new activity has none yet.
-                if activity != nil { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
+                if hasState { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
                 let created = InstanceRecord(
                     appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
                     userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
                     createdAt: Self.date(nowMillis), updatedAt: Self.date(nowMillis)
                 )
-                return RegistrationResult(change: .created, instance: created)
+                return RegistrationResult(change: .created, instance: created, needsDelivery: hasState)
             }
             let newUserID = r.userID ?? instance.userID
             let tokenChanged = instance.pushToken != r.pushToken
@@ -249,8 +251,9 @@ public final class SQLiteStore: Store, DispatchStore {
                 [.text(r.platform.rawValue), .text(r.pushToken), Self.text(newUserID), .text(newState.rawValue),
                  .integer(Int(instance.deliveredSequence)), .integer(nowMillis), .text(r.appID), .text(r.activityID), .text(r.deviceID)]
             )
-            if tokenChanged, newState.receivesPushes { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
-            return RegistrationResult(change: .updated, instance: instance)
+            let needsDelivery = hasState && tokenChanged && newState.receivesPushes
+            if needsDelivery { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
+            return RegistrationResult(change: .updated, instance: instance, needsDelivery: needsDelivery)
         }
     }
 

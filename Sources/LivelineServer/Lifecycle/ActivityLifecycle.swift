@@ -128,7 +128,7 @@ struct ActivityLifecycle: Sendable {
         let result = try await Self.storing(registration.activityID) {
             try await store.registerInstance(registration, at: clock.now())
         }
-        if result.change != .unchanged { delivery.wake() }
+        if result.needsDelivery { delivery.wake() }
         return result
     }
 
