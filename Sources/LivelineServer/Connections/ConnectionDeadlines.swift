@@ -16,7 +16,8 @@ public struct ConnectionLimits: Sendable, Hashable {
     /// the end of the last answer.
     public var idleTimeout: TimeAmount
     /// The most connections open at once. Beyond it Liveline stops accepting: new connections wait in the kernel's
-    /// listen backlog until one closes, and are refused once the backlog is full. Open ones keep working.
+    /// listen backlog until one closes, and are refused once the backlog is full. Open ones keep working. (The server
+    /// accepts up to four connections in one go, so the count can pass the cap by at most three.)
     public var maximumConnections: Int
 
     /// Creates limits; the defaults are 10 s for a header block, 30 s for a body, 60 s of keep-alive idleness and
