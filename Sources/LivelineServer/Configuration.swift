@@ -2,6 +2,7 @@ import Configuration
 import Foundation
 import LivelineCore
 import LivelineDispatch
+import NIOCore
 import Logging
 import SystemPackage
 
@@ -46,6 +47,9 @@ public struct LivelineConfiguration: Sendable {
     public var budget: PriorityBudget = PriorityBudget()
     /// The least seconds before an FCM push is retried.
     public var fcmRetryFloor: Int = 10
+    /// How long a client connection may take to send a request's headers and body, how long it may idle, and how
+    /// many may be open at once.
+    public var connections: ConnectionLimits = ConnectionLimits()
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -100,6 +104,14 @@ public struct LivelineConfiguration: Sendable {
             summary: "Seconds after registering that an instance is marked ended (the platform has ended it)."),
         Key(name: "liveline.lifetime.retention", environment: "LIVELINE_LIFETIME_RETENTION", flag: nil, defaultValue: "604800",
             summary: "Seconds an ended activity is kept, with its instances and timeline, before it is purged."),
+        Key(name: "liveline.connections.headerTimeout", environment: "LIVELINE_CONNECTIONS_HEADER_TIMEOUT", flag: nil, defaultValue: "10",
+            summary: "Seconds from a request's first byte until its header block must be complete; then the connection is closed without an answer."),
+        Key(name: "liveline.connections.bodyTimeout", environment: "LIVELINE_CONNECTIONS_BODY_TIMEOUT", flag: nil, defaultValue: "30",
+            summary: "Seconds from a request's complete headers until its body must have arrived; then it is answered 408 request_timeout and the connection closed."),
+        Key(name: "liveline.connections.idleTimeout", environment: "LIVELINE_CONNECTIONS_IDLE_TIMEOUT", flag: nil, defaultValue: "60",
+            summary: "Seconds a keep-alive connection may stay open with no request in flight and nothing arriving."),
+        Key(name: "liveline.connections.maximum", environment: "LIVELINE_CONNECTIONS_MAXIMUM", flag: nil, defaultValue: "10000",
+            summary: "Connections open at once; beyond it new ones wait in the listen backlog until one closes (keep it under the open-file limit)."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
             summary: "trace, debug, info, notice, warning, error or critical."),
     ]
@@ -169,6 +181,19 @@ public struct LivelineConfiguration: Sendable {
         guard lifetime.endAfter > 0, lifetime.instancesEndAfter > 0, lifetime.retention > 0 else {
             throw ConfigurationError("lifetime.endAfter, lifetime.instancesEndAfter and lifetime.retention must be positive.")
         }
+        let defaultConnections = ConnectionLimits()
+        let headerTimeout = scoped.int(forKey: "connections.headerTimeout", default: Int(defaultConnections.headerTimeout.nanoseconds / 1_000_000_000))
+        let bodyTimeout = scoped.int(forKey: "connections.bodyTimeout", default: Int(defaultConnections.bodyTimeout.nanoseconds / 1_000_000_000))
+        let idleTimeout = scoped.int(forKey: "connections.idleTimeout", default: Int(defaultConnections.idleTimeout.nanoseconds / 1_000_000_000))
+        let maximumConnections = scoped.int(forKey: "connections.maximum", default: defaultConnections.maximumConnections)
+        guard [headerTimeout, bodyTimeout, idleTimeout].allSatisfy({ (1...3600).contains($0) }) else {
+            throw ConfigurationError("connections.headerTimeout, connections.bodyTimeout and connections.idleTimeout must be between 1 and 3600 seconds.")
+        }
+        guard maximumConnections >= 1 else { throw ConfigurationError("connections.maximum must be at least 1; got \(maximumConnections).") }
+        connections = ConnectionLimits(
+            headerTimeout: .seconds(Int64(headerTimeout)), bodyTimeout: .seconds(Int64(bodyTimeout)), idleTimeout: .seconds(Int64(idleTimeout)),
+            maximumConnections: maximumConnections
+        )
         let level = scoped.string(forKey: "logLevel", default: "info")
         guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {
             throw ConfigurationError("logLevel must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'.")

@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import LivelineCore
 import LivelineStore
 import Logging
@@ -36,6 +37,9 @@ public enum LivelineApplication {
     }
 
     /// The application, ready to run as a Service.
+    ///
+    /// Its HTTP/1.1 server keeps each connection to ``LivelineConfiguration/connections``: deadlines for a request's
+    /// header block and body and for keep-alive idleness, and a cap on open connections.
     public static func makeApplication(
         configuration: LivelineConfiguration, store: any Store, clock: WallClock = .system, logger: Logger,
         sealer: CredentialSealer? = nil, delivery: any DeliveryWaking = NoDeliveryEngine(), services: [any Service] = [],
@@ -46,9 +50,12 @@ public enum LivelineApplication {
                 store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, staleness: configuration.staleness,
                 budget: configuration.budget, delivery: delivery
             ),
+            server: .guardedHTTP1(limits: configuration.connections, logger: logger),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
-                serverName: "Liveline"
+                serverName: "Liveline",
+                // Beyond the cap the server stops accepting; waiting connections stay in the kernel's backlog.
+                availableConnectionsDelegate: MaximumAvailableConnections(configuration.connections.maximumConnections, logger: logger)
             ),
             services: services,
             onServerRunning: onServerRunning,

@@ -1,0 +1,193 @@
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import LivelineCore
+import Logging
+import NIOCore
+import NIOHTTPTypes
+
+/// Liveline's HTTP/1.1 child channel: Hummingbird's `HTTP1Channel` with a connection's deadlines
+/// (``ConnectionLimits``) kept in its pipeline.
+///
+/// Two handlers do it: ``ConnectionBytesObserver``, first in the pipeline, sees bytes arrive before the HTTP decoder
+/// (a header block that never completes yields no HTTP part at all), and ``ConnectionTimeoutHandler``, after the
+/// decoder, sees request and answer parts, keeps the ``ConnectionDeadlines`` state machine and its timer, and closes
+/// the connection — or answers 408 first — when a deadline passes.
+struct GuardedHTTP1Channel: ServerChildChannel {
+    typealias Value = HTTP1Channel.Value
+
+    let http1: HTTP1Channel
+
+    init(responder: @escaping HTTPChannelHandler.Responder, limits: ConnectionLimits, logger: Logger) {
+        http1 = HTTP1Channel(
+            responder: responder,
+            configuration: HTTP1Channel.Configuration(additionalChannelHandlers: [ConnectionTimeoutHandler(limits: limits, logger: logger)])
+        )
+    }
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        // Called on the channel's event loop, as HTTP1Channel's own setup is.
+        do {
+            try channel.pipeline.syncOperations.addHandler(ConnectionBytesObserver(), position: .first)
+        } catch {
+            return channel.eventLoop.makeFailedFuture(error)
+        }
+        return http1.setup(channel: channel, logger: logger)
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await http1.handle(value: value, logger: logger)
+    }
+}
+
+extension HTTPServerBuilder {
+    /// HTTP/1.1 with Liveline's connection deadlines.
+    static func guardedHTTP1(limits: ConnectionLimits, logger: Logger) -> HTTPServerBuilder {
+        HTTPServerBuilder { responder in GuardedHTTP1Channel(responder: responder, limits: limits, logger: logger) }
+    }
+}
+
+/// First in a connection's pipeline: tells the connection's ``ConnectionTimeoutHandler`` that bytes arrived, before
+/// the HTTP decoder has made anything of them.
+final class ConnectionBytesObserver: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    /// Set by the timeout handler when it joins the pipeline.
+    weak var timeouts: ConnectionTimeoutHandler?
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        timeouts?.bytesReceived()
+        context.fireChannelRead(data)
+    }
+}
+
+/// Keeps a connection's deadlines: feeds what it sees to ``ConnectionDeadlines`` and performs its actions — sets and
+/// cancels one timer, closes the connection, answers 408.
+final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    private var deadlines: ConnectionDeadlines
+    private let logger: Logger
+    private var context: ChannelHandlerContext?
+    private var timer: Scheduled<Void>?
+
+    init(limits: ConnectionLimits, logger: Logger) {
+        deadlines = ConnectionDeadlines(limits: limits)
+        self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if let observer = try? context.pipeline.syncOperations.handler(type: ConnectionBytesObserver.self) {
+            observer.timeouts = self
+        }
+        if context.channel.isActive { perform(deadlines.opened(at: .now())) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+        self.context = nil
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        perform(deadlines.opened(at: .now()))
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        perform(deadlines.closed())
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head: perform(deadlines.requestHeadReceived(at: .now()))
+        case .body: break
+        case .end: perform(deadlines.requestEndReceived(at: .now()))
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head: perform(deadlines.responseHeadWritten(at: .now()))
+        case .body: break
+        case .end: perform(deadlines.responseEndWritten(at: .now()))
+        }
+        context.write(data, promise: promise)
+    }
+
+    /// Bytes arrived, as ``ConnectionBytesObserver`` saw them.
+    func bytesReceived() {
+        perform(deadlines.bytesReceived(at: .now()))
+    }
+
+    private func perform(_ action: ConnectionDeadlines.TimerAction) {
+        switch action {
+        case .keep:
+            break
+        case .disarm:
+            timer?.cancel()
+            timer = nil
+        case .arm(let deadline):
+            timer?.cancel()
+            guard let context else { timer = nil; return }
+            timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in self.timerFired() }
+        }
+    }
+
+    private func timerFired() {
+        timer = nil
+        guard let context else { return }
+        switch deadlines.timerFired(at: .now()) {
+        case .nothing:
+            break
+        case .rearm(let deadline):
+            perform(.arm(deadline))
+        case .close(let kind):
+            logger.debug("Closing a connection: \(kind.sentence)", metadata: ["remote": "\(context.channel.remoteAddress?.description ?? "-")"])
+            context.close(promise: nil)
+        case .answerTimeoutAndClose:
+            logger.debug("Answering 408 and closing a connection: \(ConnectionDeadlines.Kind.body.sentence)",
+                         metadata: ["remote": "\(context.channel.remoteAddress?.description ?? "-")"])
+            answerTimeout(context: context)
+        }
+    }
+
+    /// Writes the 408 answer, then closes the connection — at once if the write cannot finish within a second.
+    private func answerTimeout(context: ChannelHandlerContext) {
+        let body = ByteBuffer(string: APIError.requestTimeout.json.encodedString)
+        var fields = HTTPFields()
+        fields[.contentType] = "application/json"
+        fields[.contentLength] = String(body.readableBytes)
+        fields[.connection] = "close"
+        context.write(wrapOutboundOut(.head(HTTPResponse(status: .requestTimeout, headerFields: fields))), promise: nil)
+        context.write(wrapOutboundOut(.body(body)), promise: nil)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+        channel.eventLoop.scheduleTask(in: .seconds(1)) { channel.close(promise: nil) }
+    }
+}
+
+extension ConnectionDeadlines.Kind {
+    /// What happened, for the log.
+    var sentence: String {
+        switch self {
+        case .header: "the request's header block did not complete in time"
+        case .body: "the request's body did not complete in time"
+        case .idle: "idle for too long"
+        }
+    }
+}
+
+extension APIError {
+    /// The answer to a request whose body did not arrive within the body timeout.
+    static let requestTimeout = APIError(
+        .requestTimeout, code: "request_timeout", message: "The request's body did not arrive in time; the connection is closed."
+    )
+}
