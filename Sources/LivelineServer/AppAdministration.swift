@@ -8,12 +8,18 @@ public struct AppAdministration: Sendable {
     let store: any Store
     let clock: WallClock
     let sealer: CredentialSealer
+    /// Told an app's keys were revoked, so that nothing in this process keeps trusting them.
+    let keysRevoked: @Sendable (_ appID: String) -> Void
 
-    /// Creates the administration over `store`; `sealer` seals provider secrets at rest.
-    public init(store: any Store, clock: WallClock = .system, sealer: CredentialSealer) {
+    /// Creates the administration over `store`; `sealer` seals provider secrets at rest; `keysRevoked` hears of each
+    /// rotation (the server's cache of keys).
+    public init(
+        store: any Store, clock: WallClock = .system, sealer: CredentialSealer, keysRevoked: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         self.store = store
         self.clock = clock
         self.sealer = sealer
+        self.keysRevoked = keysRevoked
     }
 
     /// Stores (replacing) an app's APNs credentials, sealed; they start out healthy.
@@ -86,6 +92,7 @@ public struct AppAdministration: Sendable {
         let secret = APIKeys.issue(appID: app.id, scope: .secret, at: now)
         let publishable = APIKeys.issue(appID: app.id, scope: .publishable, at: now)
         try await store.replaceKeys(appID: app.id, with: [secret.record, publishable.record])
+        keysRevoked(app.id)
         return AppWithKeys(app: app, secretKey: secret.key, publishableKey: publishable.key)
     }
 

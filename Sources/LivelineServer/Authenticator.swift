@@ -18,12 +18,12 @@ enum RouteAccess {
 
 /// Checks `Authorization: Bearer <key>` against stored key hashes.
 struct Authenticator: Sendable {
-    let store: any AppStore
+    let keys: APIKeyCache
 
     func authenticate(_ request: Request, access: RouteAccess) async throws -> Caller {
         guard let key = Self.bearerToken(request) else { throw APIError.unauthorized }
         guard let (scope, lookup) = APIKeys.parse(key),
-            let record = try await store.apiKey(id: lookup),
+            let record = try await keys.record(lookup: lookup),
             record.scope == scope,
             APIKeys.verify(key, against: record)
         else { throw APIError.invalidKey }

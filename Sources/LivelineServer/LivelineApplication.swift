@@ -21,15 +21,16 @@ public enum LivelineApplication {
         delivery: any DeliveryWaking = NoDeliveryEngine()
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
-        let administration = AppAdministration(store: store, clock: clock, sealer: sealer)
+        let keys = APIKeyCache(store: store)
+        let administration = AppAdministration(store: store, clock: clock, sealer: sealer, keysRevoked: { keys.forget(appID: $0) })
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
         LifecycleRoutes(
-            store: store, authenticator: Authenticator(store: store), clock: clock,
+            store: store, authenticator: Authenticator(keys: keys), clock: clock,
             lifecycle: ActivityLifecycle(store: store, clock: clock, staleness: staleness, delivery: delivery), budget: budget
         ).add(to: router)
-        SchemaRoutes(store: store, authenticator: Authenticator(store: store), clock: clock).add(to: router)
+        SchemaRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
         // Last, so that it wraps only the not-found responder: a known path with another method is 405.
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes))
