@@ -37,7 +37,7 @@ struct RateShapingTests {
             // … and at the next allowed moment only the newest does.
             clock.set(clock.now.addingTimeInterval(60))
             dispatcher.wake()
-            #expect(try await eventually { (0..<3).allSatisfy { sequences($0) == [1, 4] } })
+            #expect(try await eventually { (0..<3).allSatisfy { sequences($0) == [1, 4] } }, "sent: \((0..<3).map(sequences))")
 
             // An end does not wait for the interval.
             try await update(5)
