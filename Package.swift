@@ -134,6 +134,7 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Configuration", package: "swift-configuration"),
@@ -152,6 +153,8 @@ let package = Package(
             path: "Tests/LivelineTestSupport"
         ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
+        // The pure parts of `liveline bench`: request building, percentiles, h2load's output, the round's figures.
+        .testTarget(name: "LivelineBenchTests", dependencies: ["liveline"]),
         .testTarget(
             name: "LivelineStoreTests",
             dependencies: [
