@@ -11,10 +11,10 @@ extension Bench {
             commandName: "api",
             abstract: "Time registrations and accepted updates through the HTTP API of a `liveline serve` child process.",
             discussion: """
-                Registrations: PUT /v1/activities/{activityId}/instances/{deviceId} with the publishable key, each a new \\
-                device, --per-activity of them on each activity. Updates: POST /v1/activities/{activityId}/updates with \\
-                the secret key, each to a different activity that no instance watches, so no push follows: the figure is \\
-                the accept path (validation, the durable commit, the answer). Each connection sends its next request when \\
+                Registrations: PUT /v1/activities/{activityId}/instances/{deviceId} with the publishable key, each a new \
+                device, --per-activity of them on each activity. Updates: POST /v1/activities/{activityId}/updates with \
+                the secret key, each to a different activity that no instance watches, so no push follows: the figure is \
+                the accept path (validation, the durable commit, the answer). Each connection sends its next request when \
                 the previous one is answered; any answer other than 2xx is an error.
                 """
         )

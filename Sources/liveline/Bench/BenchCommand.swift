@@ -90,9 +90,9 @@ struct Bench: AsyncParsableCommand {
         @Option(help: "(api) Seconds to wait between rounds, for the server to finish recording the last one.")
         var pause = 1
         @OptionGroup(title: "Direct path (the server's own settings apply with --path api)") var sending: Bench.Sending
-        @Option(name: .customLong("progress-batch"), help: "Results recorded per progress transaction.")
+        @Option(name: .customLong("progress-batch"), help: "(direct) Results recorded per progress transaction.")
         var progressBatch = DispatcherConfiguration().progressBatchSize
-        @Option(name: .customLong("progress-behind"), help: "Progress batches the sends may run ahead of the Store.")
+        @Option(name: .customLong("progress-behind"), help: "(direct) Progress batches the sends may run ahead of the Store.")
         var progressBehind = DispatcherConfiguration().progressBatchesBehind
         @Option(name: .customLong("side-accepts"), help: "Updates to other activities accepted per second during the fan-out; their latency is the accept latency reported.")
         var sideAccepts = 100
@@ -100,7 +100,7 @@ struct Bench: AsyncParsableCommand {
         var sink: Bench.SinkKind?
         @Option(help: "Fan-outs to run one after another over the same instances, each a new update; each round's figures are printed.")
         var rounds = 1
-        @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
+        @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's files: the SQLite file, or the server's data directory, and the sink's (a fresh temporary directory by default).")
         var dataDirectory: String?
 
         func validate() throws {

@@ -88,6 +88,7 @@ extension Bench.FanOut {
         let sink = target.sink
         // One event loop (thread) for all the load, so it takes little of the machine from the server.
         let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        let runStarted = ContinuousClock.now
         try await Bench.withServer(server, directory: root.appendingPathComponent("server")) { server in
             let app = try await server.createApp(name: "Bench", bundleID: target.bundleID)
             try await server.setAPNs(
@@ -177,11 +178,16 @@ extension Bench.FanOut {
             sideLatencies.sort()
             let reference = [before, after].compactMap { $0 }
             let referenceMean = reference.isEmpty ? nil : reference.reduce(0, +) / Double(reference.count)
-            print("""
-                  pushes/s over the rounds    \(BenchRequests.grouped(Int(rates.min() ?? 0))) – \(BenchRequests.grouped(Int(rates.max() ?? 0))) \
-                (\(BenchRequests.ratio(rates.min() ?? 0, to: referenceMean)) – \(BenchRequests.ratio(rates.max() ?? 0, to: referenceMean)), h2load before and after averaged)
-                  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)
-                """)
+            var range = "  pushes/s over the rounds    \(BenchRequests.grouped(Int(rates.min() ?? 0))) – \(BenchRequests.grouped(Int(rates.max() ?? 0)))"
+            if referenceMean != nil {
+                range += "   (\(BenchRequests.ratio(rates.min() ?? 0, to: referenceMean)) – \(BenchRequests.ratio(rates.max() ?? 0, to: referenceMean)); h2load before and after averaged)"
+            }
+            print(range)
+            if !sideLatencies.isEmpty {
+                print("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
+            }
+            print("  total time                  \(Bench.format(ContinuousClock.now - runStarted)) (registrations, rounds and pauses, h2load runs included)")
+            print("  bench process peak memory   \(Bench.peakMemory())")
         }
     }
 }
