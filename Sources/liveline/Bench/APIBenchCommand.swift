@@ -45,6 +45,7 @@ extension Bench {
                 let perActivity = self.perActivity
                 let publishable = "Bearer \(app.publishableKey)"
                 var cpu = server.cpuSeconds()
+                var ownCPU = Bench.processCPUSeconds()
                 let registered = try await load.run(count: registrations) { index in
                     LoadRequest(
                         method: .PUT,
@@ -55,11 +56,18 @@ extension Bench {
                     )
                 }
                 let registrationCPU = server.cpuSeconds() - cpu
+                let registrationOwnCPU = Bench.processCPUSeconds() - ownCPU
                 print("  registrations (\(perActivity) an activity)   \(Bench.describe(registered, count: registrations))")
-                print(String(format: "    server CPU %.1f µs a registration", registrationCPU / Double(max(1, registrations)) * 1e6))
+                print(
+                    String(
+                        format: "    CPU a registration: server %.1f µs, load generator %.1f µs",
+                        registrationCPU / Double(max(1, registrations)) * 1e6, registrationOwnCPU / Double(max(1, registrations)) * 1e6
+                    )
+                )
 
                 let secret = "Bearer \(app.secretKey)"
                 cpu = server.cpuSeconds()
+                ownCPU = Bench.processCPUSeconds()
                 let accepted = try await load.run(count: updates) { index in
                     LoadRequest(
                         method: .POST, uri: BenchRequests.updatePath(activityID: "update-\(index)"), authorization: secret,
@@ -67,8 +75,14 @@ extension Bench {
                     )
                 }
                 let updateCPU = server.cpuSeconds() - cpu
+                let updateOwnCPU = Bench.processCPUSeconds() - ownCPU
                 print("  updates (distinct activities)    \(Bench.describe(accepted, count: updates))")
-                print(String(format: "    server CPU %.1f µs an update", updateCPU / Double(max(1, updates)) * 1e6))
+                print(
+                    String(
+                        format: "    CPU an update: server %.1f µs, load generator %.1f µs",
+                        updateCPU / Double(max(1, updates)) * 1e6, updateOwnCPU / Double(max(1, updates)) * 1e6
+                    )
+                )
                 await load.close()
             }
         }
