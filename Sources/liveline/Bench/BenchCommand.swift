@@ -87,7 +87,7 @@ struct Bench: AsyncParsableCommand {
         var sideConnections = 16
         @Option(name: .customLong("h2load-requests"), help: "(api, nginx sink) Requests of the h2load reference run before and after the rounds; 0 for none.")
         var h2loadRequests = 200_000
-        @Option(help: "(api) Seconds to wait between rounds, for the server to finish recording the last one.")
+        @Option(help: "(api) Seconds to wait between rounds, to let the server finish recording the last one (the API does not say when it has).")
         var pause = 1
         @OptionGroup(title: "Direct path (the server's own settings apply with --path api)") var sending: Bench.Sending
         @Option(name: .customLong("progress-batch"), help: "(direct) Results recorded per progress transaction.")
