@@ -85,3 +85,35 @@ import Testing
         #expect(LoadResult().errorText == "none")
     }
 }
+
+@Suite struct RoundLineTests {
+    @Test func roundWithReferenceAndSideAccepts() {
+        var side = LoadResult()
+        side.latencies = [1_000_000, 2_000_000, 9_000_000]
+        side.statuses = [202: 3]
+        let line = Bench.roundLine(
+            instances: 100_000, elapsed: .seconds(4), rate: 25_000, h2load: 100_000, accept: .microseconds(2500), side: side, serverCPU: 3.2
+        )
+        #expect(
+            line == "100,000 pushes in 4.00 s   25,000 pushes/s   0.25 × h2load   update accepted in 2.50 ms"
+                + "   side accepts 3: p50 2.00 ms p99 9.00 ms   server CPU 32.0 µs/push"
+        )
+    }
+
+    @Test func roundWithoutReferenceOrSideAccepts() {
+        let line = Bench.roundLine(
+            instances: 2_000, elapsed: .milliseconds(500), rate: 4_000, h2load: nil, accept: .milliseconds(3), side: LoadResult(), serverCPU: 0.1
+        )
+        #expect(line == "2,000 pushes in 500.00 ms   4,000 pushes/s   update accepted in 3.00 ms   server CPU 50.0 µs/push")
+    }
+
+    @Test func sideErrorsAreShown() {
+        var side = LoadResult()
+        side.latencies = [1_000_000]
+        side.statuses = [500: 1]
+        let line = Bench.roundLine(
+            instances: 10, elapsed: .seconds(1), rate: 10, h2load: nil, accept: .milliseconds(1), side: side, serverCPU: 0
+        )
+        #expect(line.contains("(errors: 500: 1)"))
+    }
+}
