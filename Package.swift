@@ -153,8 +153,16 @@ let package = Package(
             path: "Tests/LivelineTestSupport"
         ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
-        // The pure parts of `liveline bench`: request building, percentiles, h2load's output, the round's figures.
-        .testTarget(name: "LivelineBenchTests", dependencies: ["liveline"]),
+        // `liveline bench`: request building, percentiles, h2load's output, the round's figures; the load generator against a small server.
+        .testTarget(
+            name: "LivelineBenchTests",
+            dependencies: [
+                "liveline",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         .testTarget(
             name: "LivelineStoreTests",
             dependencies: [
