@@ -34,6 +34,8 @@ extension Bench {
             let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(at: root) }
+            BenchChildren.shared.removeOnInterrupt(root.path)
+            BenchChildren.shared.stopOnInterrupt()
             // One event loop (thread) for all the load, so it takes little of the machine from the server.
             let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
 

@@ -121,6 +121,9 @@ struct Bench: AsyncParsableCommand {
                 ?? FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             defer { if dataDirectory == nil { try? FileManager.default.removeItem(at: root) } }
+            // Interrupted, the bench stops the server and nginx and removes its temporary directory.
+            BenchChildren.shared.removeOnInterrupt(dataDirectory == nil ? root.path : nil)
+            BenchChildren.shared.stopOnInterrupt()
 
             // The sink: an HTTP/2 + TLS endpoint on loopback that counts what it receives.
             try await Bench.withSink(sinkKind, root: root, logger: logger) { target in

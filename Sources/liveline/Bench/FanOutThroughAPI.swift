@@ -29,7 +29,7 @@ extension Bench {
     /// Starts `liveline serve` in `directory`, runs `body` against it and stops it whatever happens, printing its
     /// peak memory first.
     static func withServer<T>(_ options: ServerOptions, directory: URL, _ body: (ServerUnderTest) async throws -> T) async throws -> T {
-        BenchChildren.shared.killOnInterrupt()
+        BenchChildren.shared.stopOnInterrupt()
         let server = try await ServerUnderTest(executable: serverExecutable(options.executable), directory: directory)
         let result: T
         do {

@@ -152,14 +152,16 @@ final class ServerUnderTest: Sendable {
     }
 }
 
-/// The processes a benchmark started (the server, nginx), killed if the benchmark itself is interrupted, so none is
-/// left behind.
+/// The pipe the interrupt handler writes to: set once, before the handler is installed.
+nonisolated(unsafe) private var interruptPipeWriteEnd: Int32 = -1
+
+/// The processes a benchmark started (the server, nginx, h2load), stopped if the benchmark itself is interrupted, so
+/// none is left behind; and the temporary directory to remove then.
 final class BenchChildren: Sendable {
     static let shared = BenchChildren()
     private let pids = NIOLockedValueBox<Set<Int32>>([])
+    private let directory = NIOLockedValueBox<String?>(nil)
     private let installed = NIOLockedValueBox(false)
-    /// The signal sources, kept alive; written once, under `installed`'s lock.
-    nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
 
     func add(_ pid: Int32) {
         pids.withLockedValue { _ = $0.insert(pid) }
@@ -169,22 +171,54 @@ final class BenchChildren: Sendable {
         pids.withLockedValue { _ = $0.remove(pid) }
     }
 
-    /// On SIGINT or SIGTERM: SIGKILL every child still registered, then exit.
-    func killOnInterrupt() {
+    /// A temporary directory to remove on an interrupt.
+    func removeOnInterrupt(_ path: String?) {
+        directory.withLockedValue { $0 = path }
+    }
+
+    /// On SIGINT or SIGTERM: SIGTERM every child still registered (nginx's master then stops its worker), SIGKILL
+    /// those still running after two seconds, remove the temporary directory, and exit. The signal handler only writes a
+    /// byte to a pipe; a thread of its own reads it and does the rest outside the signal's context.
+    func stopOnInterrupt() {
         installed.withLockedValue { installed in
             guard !installed else { return }
+            var fds: [Int32] = [-1, -1]
+            guard pipe(&fds) == 0 else { return }
             installed = true
-            for signalNumber in [SIGINT, SIGTERM] {
-                signal(signalNumber, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-                source.setEventHandler { [pids] in
-                    for pid in pids.withLockedValue({ $0 }) { kill(pid, SIGKILL) }
-                    exit(130)
+            interruptPipeWriteEnd = fds[1]
+            let readEnd = fds[0]
+            Thread.detachNewThread { [pids, directory] in
+                var byte: UInt8 = 0
+                while read(readEnd, &byte, 1) != 1 {}
+                let children = pids.withLockedValue { $0 }
+                for pid in children { kill(pid, SIGTERM) }
+                let deadline = ContinuousClock.now + .seconds(2)
+                while ContinuousClock.now < deadline, children.contains(where: { kill($0, 0) == 0 && !BenchChildren.isZombie($0) }) {
+                    usleep(20_000)
                 }
-                source.resume()
-                Self.sources.append(source)
+                for pid in children where kill(pid, 0) == 0 { kill(pid, SIGKILL) }
+                if let path = directory.withLockedValue({ $0 }) {
+                    // nginx's worker may still be closing its files: a few tries.
+                    for _ in 0..<10 where FileManager.default.fileExists(atPath: path) {
+                        try? FileManager.default.removeItem(atPath: path)
+                        usleep(100_000)
+                    }
+                }
+                exit(130)
+            }
+            for signalNumber in [SIGINT, SIGTERM] {
+                signal(signalNumber) { _ in
+                    var byte: UInt8 = 1
+                    _ = write(interruptPipeWriteEnd, &byte, 1)
+                }
             }
         }
+    }
+
+    /// A child that has exited but not been waited for still answers `kill(pid, 0)`.
+    fileprivate static func isZombie(_ pid: Int32) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return true }
+        return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
     }
 }
 
