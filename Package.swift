@@ -135,6 +135,7 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Configuration", package: "swift-configuration"),
@@ -153,6 +154,16 @@ let package = Package(
             path: "Tests/LivelineTestSupport"
         ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
+        // `liveline bench`: request building, percentiles, h2load's output, the round's figures; the load generator against a small server.
+        .testTarget(
+            name: "LivelineBenchTests",
+            dependencies: [
+                "liveline",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         .testTarget(
             name: "LivelineStoreTests",
             dependencies: [

@@ -9,7 +9,7 @@ import Logging
 
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self, Client.self]
+        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self, API.self, Client.self]
     )
 
     /// Where a benchmark's pushes go.
@@ -69,28 +69,50 @@ struct Bench: AsyncParsableCommand {
     struct FanOut: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "fanout",
-            abstract: "Register N iOS instances on one activity, accept one update, and time until the local APNs sink has all N pushes."
+            abstract: "Register N iOS instances on one activity, post one update, and time until the local APNs sink has all N pushes.",
+            discussion: """
+                By default (--path api) the server under test is `liveline serve` in its own process, with APNs pointed at the \
+                sink: the instances are registered and the updates posted through its HTTP API. --path direct registers into \
+                the Store and accepts the update in this process instead (no HTTP, no separate server).
+                """
         )
 
         @Option(help: "How many instances watch the activity.") var instances = 100_000
-        @OptionGroup var sending: Bench.Sending
-        @Option(name: .customLong("progress-batch"), help: "Results recorded per progress transaction.")
+        @Option(help: "api: through the HTTP API of a `liveline serve` child process; direct: into the Store in this process.")
+        var path: Bench.PathKind = .api
+        @OptionGroup var server: Bench.ServerOptions
+        @Option(name: .customLong("http-connections"), help: "(api) HTTP/1.1 keep-alive connections registering the instances.")
+        var httpConnections = 64
+        @Option(name: .customLong("side-connections"), help: "(api) HTTP/1.1 keep-alive connections posting the side updates.")
+        var sideConnections = 16
+        @Option(name: .customLong("h2load-requests"), help: "(api, nginx sink) Requests of the h2load reference run before and after the rounds; 0 for none.")
+        var h2loadRequests = 200_000
+        @Option(help: "(api) Seconds to wait between rounds, to let the server finish recording the last one (the API does not say when it has).")
+        var pause = 1
+        @OptionGroup(title: "Direct path (the server's own settings apply with --path api)") var sending: Bench.Sending
+        @Option(name: .customLong("progress-batch"), help: "(direct) Results recorded per progress transaction.")
         var progressBatch = DispatcherConfiguration().progressBatchSize
-        @Option(name: .customLong("progress-behind"), help: "Progress batches the sends may run ahead of the Store.")
+        @Option(name: .customLong("progress-behind"), help: "(direct) Progress batches the sends may run ahead of the Store.")
         var progressBehind = DispatcherConfiguration().progressBatchesBehind
         @Option(name: .customLong("side-accepts"), help: "Updates to other activities accepted per second during the fan-out; their latency is the accept latency reported.")
         var sideAccepts = 100
-        @Option(help: "Where the pushes go: emulator (the strict APNs emulator, in this process) or nginx (a separate nginx process answering 200; apt-get install nginx-light).")
-        var sink: Bench.SinkKind = .emulator
+        @Option(help: "Where the pushes go: nginx (a separate nginx process answering 200; apt-get install nginx-light; default with --path api) or emulator (the strict APNs emulator, in this process; default with --path direct).")
+        var sink: Bench.SinkKind?
         @Option(help: "Fan-outs to run one after another over the same instances, each a new update; each round's figures are printed.")
         var rounds = 1
-        @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's SQLite file (a fresh temporary directory by default).")
+        @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's files: the SQLite file, or the server's data directory, and the sink's (a fresh temporary directory by default).")
         var dataDirectory: String?
 
         func validate() throws {
             guard instances >= 1 else { throw ValidationError("--instances must be at least 1.") }
             guard rounds >= 1 else { throw ValidationError("--rounds must be at least 1.") }
+            guard httpConnections >= 1, sideConnections >= 1, h2loadRequests >= 0, pause >= 0, sideAccepts >= 0 else {
+                throw ValidationError("--http-connections and --side-connections must be positive; --h2load-requests, --pause and --side-accepts not negative.")
+            }
         }
+
+        /// The sink asked for, or the path's default.
+        var sinkKind: Bench.SinkKind { sink ?? (path == .api ? .nginx : .emulator) }
 
         func run() async throws {
             var logger = Logger(label: "liveline.bench")
@@ -99,10 +121,16 @@ struct Bench: AsyncParsableCommand {
                 ?? FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             defer { if dataDirectory == nil { try? FileManager.default.removeItem(at: root) } }
+            // Interrupted, the bench stops the server and nginx and removes its temporary directory.
+            BenchChildren.shared.removeOnInterrupt(dataDirectory == nil ? root.path : nil)
+            BenchChildren.shared.stopOnInterrupt()
 
             // The sink: an HTTP/2 + TLS endpoint on loopback that counts what it receives.
-            try await Bench.withSink(sink, root: root, logger: logger) { target in
-                try await measure(target, root: root, logger: logger)
+            try await Bench.withSink(sinkKind, root: root, logger: logger) { target in
+                switch path {
+                case .api: try await measureThroughAPI(target, root: root)
+                case .direct: try await measure(target, root: root, logger: logger)
+                }
             }
         }
 
@@ -207,7 +235,7 @@ struct Bench: AsyncParsableCommand {
             let seconds = elapsed.seconds
             print("""
 
-                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue)\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
+                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(sinkKind.rawValue), direct\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
                   all pushes received in  \(Bench.format(elapsed))
                   all progress recorded   \(Bench.format(recorded))
                   pushes per second       \(Int(Double(instances) / seconds))

@@ -108,6 +108,7 @@ final class NginxSink: BenchSink {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
+        BenchChildren.shared.add(process.processIdentifier)
 
         self.process = process
         self.baseURL = "https://127.0.0.1:\(pushPort)"
@@ -144,6 +145,7 @@ final class NginxSink: BenchSink {
             process.terminate()
             process.waitUntilExit()
         }
+        BenchChildren.shared.remove(process.processIdentifier)
         try await http.shutdown()
     }
 
@@ -166,7 +168,7 @@ final class NginxSink: BenchSink {
     }
 
     /// A loopback port nobody listens on now (bound and released).
-    private static func freePort() async throws -> Int {
+    static func freePort() async throws -> Int {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
         let port = channel.localAddress?.port ?? 0
         try await channel.close().get()

@@ -1,0 +1,92 @@
+import ArgumentParser
+import Foundation
+import NIOCore
+import NIOPosix
+
+extension Bench {
+    /// The HTTP API alone: registrations and accepted updates through HTTP/1.1 keep-alive connections to a
+    /// `liveline serve` child process, as phones and a backend send them.
+    struct API: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "api",
+            abstract: "Time registrations and accepted updates through the HTTP API of a `liveline serve` child process.",
+            discussion: """
+                Registrations: PUT /v1/activities/{activityId}/instances/{deviceId} with the publishable key, each a new \
+                device, --per-activity of them on each activity. Updates: POST /v1/activities/{activityId}/updates with \
+                the secret key, each to a different activity that no instance watches, so no push follows: the figure is \
+                the accept path (validation, the durable commit, the answer). Each connection sends its next request when \
+                the previous one is answered; any answer other than 2xx is an error.
+                """
+        )
+
+        @Option(help: "Instances to register.") var registrations = 100_000
+        @Option(name: .customLong("per-activity"), help: "Instances registered on each activity.") var perActivity = 100
+        @Option(help: "Updates to post, each to a different activity.") var updates = 50_000
+        @Option(help: "HTTP/1.1 keep-alive connections.") var connections = 64
+        @OptionGroup var server: Bench.ServerOptions
+
+        func validate() throws {
+            guard registrations >= 0, updates >= 0 else { throw ValidationError("--registrations and --updates must not be negative.") }
+            guard perActivity >= 1, connections >= 1 else { throw ValidationError("--per-activity and --connections must be positive.") }
+        }
+
+        func run() async throws {
+            let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: root) }
+            BenchChildren.shared.removeOnInterrupt(root.path)
+            BenchChildren.shared.stopOnInterrupt()
+            // One event loop (thread) for all the load, so it takes little of the machine from the server.
+            let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+
+            try await Bench.withServer(server, directory: root.appendingPathComponent("server")) { server in
+                let app = try await server.createApp(name: "Bench", bundleID: "com.example.bench")
+                let load = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: connections, eventLoop: eventLoop)
+                print("liveline bench api: \(connections) HTTP/1.1 keep-alive connections, server pid \(server.pid)")
+
+                let perActivity = self.perActivity
+                let publishable = "Bearer \(app.publishableKey)"
+                var cpu = server.cpuSeconds()
+                var ownCPU = Bench.processCPUSeconds()
+                let registered = try await load.run(count: registrations) { index in
+                    LoadRequest(
+                        method: .PUT,
+                        uri: BenchRequests.registrationPath(
+                            activityID: BenchRequests.activityID(forInstance: index, perActivity: perActivity), deviceID: BenchRequests.deviceID(index)
+                        ),
+                        authorization: publishable, body: BenchRequests.registrationBody(pushToken: BenchRequests.pushToken(index))
+                    )
+                }
+                let registrationCPU = server.cpuSeconds() - cpu
+                let registrationOwnCPU = Bench.processCPUSeconds() - ownCPU
+                print("  registrations (\(perActivity) an activity)   \(Bench.describe(registered, count: registrations))")
+                print(
+                    String(
+                        format: "    CPU a registration: server %.1f µs, load generator %.1f µs",
+                        registrationCPU / Double(max(1, registrations)) * 1e6, registrationOwnCPU / Double(max(1, registrations)) * 1e6
+                    )
+                )
+
+                let secret = "Bearer \(app.secretKey)"
+                cpu = server.cpuSeconds()
+                ownCPU = Bench.processCPUSeconds()
+                let accepted = try await load.run(count: updates) { index in
+                    LoadRequest(
+                        method: .POST, uri: BenchRequests.updatePath(activityID: "update-\(index)"), authorization: secret,
+                        body: BenchRequests.updateBody(score: "\(index)-0", minute: index % 90)
+                    )
+                }
+                let updateCPU = server.cpuSeconds() - cpu
+                let updateOwnCPU = Bench.processCPUSeconds() - ownCPU
+                print("  updates (distinct activities)    \(Bench.describe(accepted, count: updates))")
+                print(
+                    String(
+                        format: "    CPU an update: server %.1f µs, load generator %.1f µs",
+                        updateCPU / Double(max(1, updates)) * 1e6, updateOwnCPU / Double(max(1, updates)) * 1e6
+                    )
+                )
+                await load.close()
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import Foundation
+
+/// What the HTTP benchmarks send, built from an index so that a million instances need no million stored strings:
+/// device ids, push tokens, paths and bodies, and the reading of h2load's figure. Pure, so it is unit-tested.
+enum BenchRequests {
+    /// The attributes type every bench instance registers with.
+    static let attributesType = "BenchAttributes"
+
+    /// `device-0000042` for index 42 (seven digits, more when the index needs them).
+    static func deviceID(_ index: Int) -> String {
+        "device-" + zeroPadded(index, width: 7)
+    }
+
+    /// A 64-digit hexadecimal (32-byte) APNs token, unique per index and never all zeros: index + 1 in hexadecimal.
+    static func pushToken(_ index: Int) -> String {
+        let hex = String(UInt64(index) &+ 1, radix: 16)
+        return String(repeating: "0", count: max(0, 64 - hex.utf8.count)) + hex
+    }
+
+    /// `PUT` here registers (or re-registers) the device's instance of the activity.
+    static func registrationPath(activityID: String, deviceID: String) -> String {
+        "/v1/activities/\(activityID)/instances/\(deviceID)"
+    }
+
+    /// The body of a registration: an iOS instance with its update token.
+    static func registrationBody(pushToken: String) -> String {
+        #"{"platform":"ios","pushToken":"\#(pushToken)","attributesType":"\#(attributesType)"}"#
+    }
+
+    /// `POST` here accepts a new content state for the activity.
+    static func updatePath(activityID: String) -> String {
+        "/v1/activities/\(activityID)/updates"
+    }
+
+    /// The body of an update: a small content state, as a score board would send.
+    static func updateBody(score: String, minute: Int) -> String {
+        #"{"contentState":{"score":"\#(score)","minute":\#(minute)}}"#
+    }
+
+    /// The activity the `index`th registration goes to when `perActivity` instances share one: `bench-000000`, ….
+    static func activityID(forInstance index: Int, perActivity: Int) -> String {
+        "bench-" + zeroPadded(index / max(1, perActivity), width: 6)
+    }
+
+    /// h2load's requests per second from its summary line (`finished in 1.40s, 142857.14 req/s, 22.34MB/s`).
+    static func h2loadRate(_ output: String) -> Double? {
+        for line in output.split(separator: "\n") where line.hasPrefix("finished in") {
+            let fields = line.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard let field = fields.first(where: { $0.hasSuffix(" req/s") }) else { continue }
+            return Double(field.dropLast(" req/s".count))
+        }
+        return nil
+    }
+
+    /// How many requests h2load answered 2xx, from its `status codes:` line; nil when the line is missing.
+    static func h2loadSucceeded(_ output: String) -> Int? {
+        guard let line = output.split(separator: "\n").first(where: { $0.trimmingCharacters(in: .whitespaces).hasPrefix("status codes:") })
+        else { return nil }
+        // "status codes: 200000 2xx, 0 3xx, 0 4xx, 0 5xx"
+        let afterColon = line.split(separator: ":", maxSplits: 1).last ?? ""
+        let first = afterColon.split(separator: ",").first?.trimmingCharacters(in: .whitespaces) ?? ""
+        return Int(first.split(separator: " ").first ?? "")
+    }
+
+    /// A rate against h2load's: `0.31 × h2load`, or `-` without a reference.
+    static func ratio(_ rate: Double, to reference: Double?) -> String {
+        guard let reference, reference > 0 else { return "-" }
+        return String(format: "%.2f × h2load", rate / reference)
+    }
+
+    /// A count with thousands separators: 1,000,000.
+    static func grouped(_ value: Int) -> String {
+        let digits = String(value.magnitude)
+        var out = ""
+        for (offset, character) in digits.enumerated() {
+            if offset > 0, (digits.count - offset) % 3 == 0 { out.append(",") }
+            out.append(character)
+        }
+        return value < 0 ? "-" + out : out
+    }
+
+    private static func zeroPadded(_ value: Int, width: Int) -> String {
+        let digits = String(value)
+        return String(repeating: "0", count: max(0, width - digits.utf8.count)) + digits
+    }
+}
+
+/// p50, p99 and the maximum of a set of latencies.
+struct LatencySummary: Equatable, Sendable {
+    var count: Int
+    var p50: Duration
+    var p99: Duration
+    var max: Duration
+
+    /// From latencies in nanoseconds, sorted ascending.
+    init(sortedNanoseconds sorted: [UInt64]) {
+        count = sorted.count
+        p50 = .nanoseconds(Int64(Self.percentile(sorted, 0.50)))
+        p99 = .nanoseconds(Int64(Self.percentile(sorted, 0.99)))
+        max = .nanoseconds(Int64(sorted.last ?? 0))
+    }
+
+    /// The nearest-rank percentile `p` (0…1) of sorted values: the smallest value at least `p` of them are at or
+    /// below. 0 when there are none.
+    static func percentile(_ sorted: [UInt64], _ p: Double) -> UInt64 {
+        guard !sorted.isEmpty else { return 0 }
+        let rank = Int((Double(sorted.count) * p).rounded(.up))
+        return sorted[Swift.min(sorted.count - 1, Swift.max(0, rank - 1))]
+    }
+
+    /// `p50 1.20 ms  p99 8.40 ms  max 12.00 ms`
+    var text: String {
+        "p50 \(Bench.format(p50))  p99 \(Bench.format(p99))  max \(Bench.format(max))"
+    }
+}

@@ -1,0 +1,210 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+
+extension Bench {
+    /// How `bench fanout` reaches Liveline.
+    enum PathKind: String, ExpressibleByArgument, CaseIterable {
+        /// Through the HTTP API of a `liveline serve` child process, as users do.
+        case api
+        /// Straight into the Store and the engine in this process (the older measure).
+        case direct
+    }
+
+    /// Options of the benchmarks that drive a `liveline serve` child over HTTP.
+    struct ServerOptions: ParsableArguments {
+        @Option(name: .customLong("server"), help: "The liveline executable to run as the server under test (default: this one).")
+        var executable: String?
+    }
+
+    /// One load run's line: `100,000 in 10.20 s   9,803 /s   p50 … p99 … max …   errors: none`.
+    static func describe(_ result: LoadResult, count: Int) -> String {
+        let rate = Double(count) / max(result.elapsed.seconds, 1e-9)
+        return "\(BenchRequests.grouped(count)) in \(format(result.elapsed))   \(BenchRequests.grouped(Int(rate))) /s   "
+            + "\(result.summary.text)   errors: \(result.errorText)"
+    }
+
+    /// Starts `liveline serve` in `directory`, runs `body` against it and stops it whatever happens, printing its
+    /// peak memory first.
+    static func withServer<T>(_ options: ServerOptions, directory: URL, _ body: (ServerUnderTest) async throws -> T) async throws -> T {
+        BenchChildren.shared.stopOnInterrupt()
+        let server = try await ServerUnderTest(executable: serverExecutable(options.executable), directory: directory)
+        let result: T
+        do {
+            result = try await body(server)
+        } catch {
+            if !server.process.isRunning { print("The server exited: \(server.logTail())") }
+            await server.stop()
+            throw error
+        }
+        print("  server peak memory (VmHWM)  \(megabytes(server.peakResidentBytes()))")
+        await server.stop()
+        return result
+    }
+
+    /// h2load against the nginx sink: the reference rate of this machine at this hour, in requests a second; nil when
+    /// h2load is not installed or the sink is not nginx.
+    static func h2load(_ sink: any BenchSink, requests: Int, directory: URL) async throws -> Double? {
+        guard requests > 0, sink is NginxSink, let executable = findExecutable("h2load") else { return nil }
+        let body = directory.appendingPathComponent("h2load-body.json")
+        try Data(#"{"aps":{"timestamp":1,"event":"update","content-state":{"score":"1-0","minute":42}}}"#.utf8).write(to: body)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["-n", String(requests), "-c", "4", "-m", "256", "-d", body.path, sink.baseURL + "/3/device/x"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        BenchChildren.shared.add(process.processIdentifier)
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        BenchChildren.shared.remove(process.processIdentifier)
+        let text = String(decoding: data, as: UTF8.self)
+        guard let rate = BenchRequests.h2loadRate(text) else {
+            print("  h2load gave no rate: \(text.split(separator: "\n").suffix(5).joined(separator: " | "))")
+            return nil
+        }
+        if let succeeded = BenchRequests.h2loadSucceeded(text), succeeded != requests {
+            print("  h2load: only \(succeeded) of \(requests) requests answered 2xx")
+        }
+        return rate
+    }
+
+    static func findExecutable(_ name: String) -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        let directories = path.split(separator: ":").map(String.init) + ["/usr/bin", "/usr/local/bin"]
+        return directories.map { ($0 as NSString).appendingPathComponent(name) }.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+}
+
+extension Bench.FanOut {
+    /// The real path: `liveline serve` as a child process with APNs pointed at the sink; the instances registered
+    /// through `PUT /v1/activities/bench/instances/{deviceId}` from keep-alive connections; each round one
+    /// `POST /v1/activities/bench/updates`, timed from the request until the sink has counted every push, while updates
+    /// to other activities are posted at a steady rate and their accept latency measured.
+    func measureThroughAPI(_ target: Bench.Target, root: URL) async throws {
+        let sink = target.sink
+        // One event loop (thread) for all the load, so it takes little of the machine from the server.
+        let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+        let runStarted = ContinuousClock.now
+        try await Bench.withServer(server, directory: root.appendingPathComponent("server")) { server in
+            let app = try await server.createApp(name: "Bench", bundleID: target.bundleID)
+            try await server.setAPNs(
+                appID: app.id, baseURL: sink.baseURL, caCertificatePEM: sink.caCertificatePEM, signingKey: target.key
+            )
+            if let emulator = target.emulator {
+                for index in 0..<instances { _ = emulator.addDevice(bundleID: target.bundleID, token: BenchRequests.pushToken(index)) }
+            }
+            print("""
+                liveline bench fanout (through the HTTP API): \(BenchRequests.grouped(instances)) instances on one activity, sink \(sinkKind.rawValue), \
+                server pid \(server.pid)
+                """)
+            let before = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
+            if let before { print("  h2load → nginx, before      \(BenchRequests.grouped(Int(before))) requests/s") }
+
+            // Registration: every instance through the API, from keep-alive connections.
+            let registering = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: httpConnections, eventLoop: eventLoop)
+            let publishable = "Bearer \(app.publishableKey)"
+            let registered = try await registering.run(count: instances) { index in
+                LoadRequest(
+                    method: .PUT, uri: BenchRequests.registrationPath(activityID: "bench", deviceID: BenchRequests.deviceID(index)),
+                    authorization: publishable, body: BenchRequests.registrationBody(pushToken: BenchRequests.pushToken(index))
+                )
+            }
+            await registering.close()
+            print("  registrations               \(Bench.describe(registered, count: instances))")
+            guard registered.succeeded == instances else {
+                throw ValidationError("Only \(registered.succeeded) of \(instances) registrations succeeded.")
+            }
+
+            let updating = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: 1, eventLoop: eventLoop)
+            let side = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: sideConnections, eventLoop: eventLoop)
+            let secret = "Bearer \(app.secretKey)"
+            var rates: [Double] = []
+            var sideLatencies: [UInt64] = []
+            for round in 1...rounds {
+                let received = try await sink.received()
+                let cpuBefore = server.cpuSeconds()
+                let started = ContinuousClock.now
+                // Updates to other activities at a steady rate while the fan-out runs, as a busy backend sends them.
+                var paced: PacedRun?
+                if sideAccepts > 0 {
+                    paced = side.startPaced(perSecond: sideAccepts) { index in
+                        LoadRequest(
+                            method: .POST, uri: BenchRequests.updatePath(activityID: "side-\(index % 50)"), authorization: secret,
+                            body: BenchRequests.updateBody(score: "\(round)-\(index)", minute: index % 90)
+                        )
+                    }
+                }
+                let accepted = try await updating.run(count: 1) { _ in
+                    LoadRequest(
+                        method: .POST, uri: BenchRequests.updatePath(activityID: "bench"), authorization: secret,
+                        body: BenchRequests.updateBody(score: "\(round)-0", minute: 42)
+                    )
+                }
+                guard accepted.succeeded == 1 else {
+                    _ = try await paced?.stop()
+                    throw ValidationError("The fan-out's update was not accepted: \(accepted.errorText)")
+                }
+                while try await sink.received() - received < instances {
+                    try await Task.sleep(for: .milliseconds(2))
+                    if ContinuousClock.now - started > .seconds(600) {
+                        _ = try await paced?.stop()
+                        throw ValidationError("The sink did not receive every push within 10 minutes.")
+                    }
+                }
+                let elapsed = ContinuousClock.now - started
+                let cpu = server.cpuSeconds() - cpuBefore
+                let sideResult = try await paced?.stop() ?? LoadResult()
+                sideLatencies.append(contentsOf: sideResult.latencies)
+                let rate = Double(instances) / elapsed.seconds
+                rates.append(rate)
+                print(
+                    "  round \(round) of \(rounds)  "
+                        + Bench.roundLine(
+                            instances: instances, elapsed: elapsed, rate: rate, h2load: before, accept: accepted.summary.p50,
+                            side: sideResult, serverCPU: cpu
+                        )
+                )
+                if round < rounds, pause > 0 { try await Task.sleep(for: .seconds(pause)) }
+            }
+            await updating.close()
+            await side.close()
+
+            let after = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
+            if let after { print("  h2load → nginx, after       \(BenchRequests.grouped(Int(after))) requests/s") }
+            sideLatencies.sort()
+            let reference = [before, after].compactMap { $0 }
+            let referenceMean = reference.isEmpty ? nil : reference.reduce(0, +) / Double(reference.count)
+            var range = "  pushes/s over the rounds    \(BenchRequests.grouped(Int(rates.min() ?? 0))) – \(BenchRequests.grouped(Int(rates.max() ?? 0)))"
+            if referenceMean != nil {
+                range += "   (\(BenchRequests.ratio(rates.min() ?? 0, to: referenceMean)) – \(BenchRequests.ratio(rates.max() ?? 0, to: referenceMean)); h2load before and after averaged)"
+            }
+            print(range)
+            if !sideLatencies.isEmpty {
+                print("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
+            }
+            print("  total time                  \(Bench.format(ContinuousClock.now - runStarted)) (registrations, rounds and pauses, h2load runs included)")
+            print("  bench process peak memory   \(Bench.peakMemory())")
+        }
+    }
+}
+
+extension Bench {
+    /// One fan-out round: `100,000 pushes in 3.21 s   31,152 /s   0.24 × h2load   update accepted in 2.10 ms   …`.
+    static func roundLine(
+        instances: Int, elapsed: Duration, rate: Double, h2load: Double?, accept: Duration, side: LoadResult, serverCPU: Double
+    ) -> String {
+        var line = "\(BenchRequests.grouped(instances)) pushes in \(format(elapsed))   \(BenchRequests.grouped(Int(rate))) pushes/s"
+        if h2load != nil { line += "   \(BenchRequests.ratio(rate, to: h2load))" }
+        line += "   update accepted in \(format(accept))"
+        if side.summary.count > 0 {
+            line += "   side accepts \(side.summary.count): p50 \(format(side.summary.p50)) p99 \(format(side.summary.p99))"
+            if side.errors > 0 { line += " (errors: \(side.errorText))" }
+        }
+        line += String(format: "   server CPU %.1f µs/push", serverCPU / Double(instances) * 1e6)
+        return line
+    }
+}

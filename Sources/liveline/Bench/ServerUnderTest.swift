@@ -1,0 +1,240 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import LivelineCore
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+
+/// `liveline serve` as a separate process, as users run it: a fresh data directory, the admin API on with a
+/// random token, no emulators, and apps created through the admin API. Stopped with SIGTERM, then SIGKILL.
+final class ServerUnderTest: Sendable {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// An app created through the admin API, with its keys.
+    struct App: Sendable {
+        var id: String
+        var secretKey: String
+        var publishableKey: String
+    }
+
+    let process: Process
+    let port: Int
+    private let adminToken: String
+    private let http: HTTPClient
+    private let logPath: String
+
+    var pid: Int32 { process.processIdentifier }
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    /// Starts `executable serve` with its data in `directory` and waits until it answers /healthz.
+    init(executable: String, directory: URL) async throws {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let adminToken = "bench-" + SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }.map { String(format: "%02x", $0) }.joined()
+        let tokenPath = directory.appendingPathComponent("admin-token").path
+        guard FileManager.default.createFile(atPath: tokenPath, contents: Data(adminToken.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw Failure(description: "Could not write \(tokenPath).") }
+        let port = try await Bench.freePort()
+        let logPath = directory.appendingPathComponent("server.log").path
+        guard FileManager.default.createFile(atPath: logPath, contents: nil) else { throw Failure(description: "Could not write \(logPath).") }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = [
+            "serve", "--data-dir", directory.appendingPathComponent("data").path, "--host", "127.0.0.1", "--port", String(port),
+            "--admin-token-file", tokenPath, "--no-emulator", "--log-level", "warning",
+        ]
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        BenchChildren.shared.add(process.processIdentifier)
+
+        self.process = process
+        self.port = port
+        self.adminToken = adminToken
+        self.logPath = logPath
+        self.http = HTTPClient(eventLoopGroupProvider: .singleton)
+
+        let deadline = ContinuousClock.now + .seconds(60)
+        while true {
+            if !process.isRunning {
+                await stop()
+                throw Failure(description: "liveline serve exited at start: \(logTail())")
+            }
+            if let response = try? await http.execute(HTTPClientRequest(url: "\(baseURL)/healthz"), timeout: .seconds(2)), response.status == .ok {
+                break
+            }
+            if ContinuousClock.now > deadline {
+                await stop()
+                throw Failure(description: "liveline serve did not answer /healthz within 60 s: \(logTail())")
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+
+    /// Creates an app through the admin API.
+    func createApp(name: String, bundleID: String) async throws -> App {
+        let answer = try await admin(.POST, "/admin/v1/apps", ["name": .string(name), "bundleId": .string(bundleID)])
+        guard let object = answer.objectValue, let app = object["app"]?.objectValue, let id = app["id"]?.stringValue,
+            let secret = object["secretKey"]?.stringValue, let publishable = object["publishableKey"]?.stringValue
+        else { throw Failure(description: "POST /admin/v1/apps answered something unexpected: \(answer.encodedString)") }
+        return App(id: id, secretKey: secret, publishableKey: publishable)
+    }
+
+    /// Points the app's APNs credentials at `baseURL` (trusting `caCertificatePEM`), signing with `signingKey` as team
+    /// BENCHTEAM1, key BENCHKEY01 (the emulator trusts that key; nginx checks no JWT).
+    func setAPNs(appID: String, baseURL: String, caCertificatePEM: String, signingKey key: P256.Signing.PrivateKey) async throws {
+        _ = try await admin(
+            .PUT, "/admin/v1/apps/\(appID)/credentials/apns",
+            [
+                "teamId": "BENCHTEAM1", "keyId": "BENCHKEY01", "privateKey": .string(key.pemRepresentation), "environment": "sandbox",
+                "baseUrl": .string(baseURL), "caCertificate": .string(caCertificatePEM),
+            ]
+        )
+    }
+
+    /// The most resident memory the server ever had (VmHWM), in bytes; nil when /proc cannot tell.
+    func peakResidentBytes() -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+        else { return nil }
+        return kilobytes * 1024
+    }
+
+    /// User and system CPU seconds the server has used, from /proc/PID/stat; 0 when /proc cannot tell.
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        // After "pid (comm) ": state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// Stops the server: SIGTERM, then SIGKILL after 10 s. Safe to call more than once.
+    func stop() async {
+        if process.isRunning {
+            kill(pid, SIGTERM)
+            let deadline = ContinuousClock.now + .seconds(10)
+            while process.isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(50)) }
+            if process.isRunning {
+                kill(pid, SIGKILL)
+                process.waitUntilExit()
+            }
+        }
+        BenchChildren.shared.remove(pid)
+        try? await http.shutdown()
+    }
+
+    /// The last lines the server logged.
+    func logTail() -> String {
+        let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").suffix(20).joined(separator: "\n")
+    }
+
+    private func admin(_ method: HTTPMethod, _ path: String, _ body: JSONValue) async throws -> JSONValue {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = method
+        request.headers.add(name: "authorization", value: "Bearer \(adminToken)")
+        request.headers.add(name: "content-type", value: "application/json")
+        request.body = .bytes(ByteBuffer(string: body.encodedString))
+        let response = try await http.execute(request, timeout: .seconds(30))
+        let bytes = try await response.body.collect(upTo: 1 << 20)
+        guard (200..<300).contains(response.status.code) else {
+            throw Failure(description: "\(method) \(path) answered \(response.status.code): \(String(buffer: bytes))")
+        }
+        return try JSONValue(parsing: bytes.readableBytesView)
+    }
+}
+
+/// The pipe the interrupt handler writes to: set once, before the handler is installed.
+nonisolated(unsafe) private var interruptPipeWriteEnd: Int32 = -1
+
+/// The processes a benchmark started (the server, nginx, h2load), stopped if the benchmark itself is interrupted, so
+/// none is left behind; and the temporary directory to remove then.
+final class BenchChildren: Sendable {
+    static let shared = BenchChildren()
+    private let pids = NIOLockedValueBox<Set<Int32>>([])
+    private let directory = NIOLockedValueBox<String?>(nil)
+    private let installed = NIOLockedValueBox(false)
+
+    func add(_ pid: Int32) {
+        pids.withLockedValue { _ = $0.insert(pid) }
+    }
+
+    func remove(_ pid: Int32) {
+        pids.withLockedValue { _ = $0.remove(pid) }
+    }
+
+    /// A temporary directory to remove on an interrupt.
+    func removeOnInterrupt(_ path: String?) {
+        directory.withLockedValue { $0 = path }
+    }
+
+    /// On SIGINT or SIGTERM: SIGTERM every child still registered (nginx's master then stops its worker), SIGKILL
+    /// those still running after two seconds, remove the temporary directory, and exit. The signal handler only writes a
+    /// byte to a pipe; a thread of its own reads it and does the rest outside the signal's context.
+    func stopOnInterrupt() {
+        installed.withLockedValue { installed in
+            guard !installed else { return }
+            var fds: [Int32] = [-1, -1]
+            guard pipe(&fds) == 0 else { return }
+            installed = true
+            interruptPipeWriteEnd = fds[1]
+            let readEnd = fds[0]
+            Thread.detachNewThread { [pids, directory] in
+                var byte: UInt8 = 0
+                while read(readEnd, &byte, 1) != 1 {}
+                let children = pids.withLockedValue { $0 }
+                for pid in children { kill(pid, SIGTERM) }
+                let deadline = ContinuousClock.now + .seconds(2)
+                while ContinuousClock.now < deadline, children.contains(where: { kill($0, 0) == 0 && !BenchChildren.isZombie($0) }) {
+                    usleep(20_000)
+                }
+                for pid in children where kill(pid, 0) == 0 { kill(pid, SIGKILL) }
+                if let path = directory.withLockedValue({ $0 }) {
+                    // nginx's worker may still be closing its files: a few tries.
+                    for _ in 0..<10 where FileManager.default.fileExists(atPath: path) {
+                        try? FileManager.default.removeItem(atPath: path)
+                        usleep(100_000)
+                    }
+                }
+                exit(130)
+            }
+            for signalNumber in [SIGINT, SIGTERM] {
+                signal(signalNumber) { _ in
+                    var byte: UInt8 = 1
+                    _ = write(interruptPipeWriteEnd, &byte, 1)
+                }
+            }
+        }
+    }
+
+    /// A child that has exited but not been waited for still answers `kill(pid, 0)`.
+    fileprivate static func isZombie(_ pid: Int32) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return true }
+        return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
+    }
+}
+
+extension Bench {
+    /// A loopback port nobody listens on now (bound and released).
+    static func freePort() async throws -> Int {
+        try await NginxSink.freePort()
+    }
+
+    /// The `liveline` executable to run as the server: this one unless told otherwise.
+    static func serverExecutable(_ given: String?) -> String {
+        given ?? Bundle.main.executablePath ?? CommandLine.arguments[0]
+    }
+
+    /// Bytes as `123 MB`.
+    static func megabytes(_ bytes: Int?) -> String {
+        bytes.map { String(format: "%.0f MB", Double($0) / 1_048_576) } ?? "unknown"
+    }
+}

@@ -1,0 +1,119 @@
+import Testing
+
+@testable import liveline
+
+@Suite struct BenchRequestTests {
+    @Test func tokensAreDistinctSixtyFourHexDigits() {
+        #expect(BenchRequests.pushToken(0) == String(repeating: "0", count: 63) + "1")
+        #expect(BenchRequests.pushToken(255) == String(repeating: "0", count: 61) + "100")
+        #expect(BenchRequests.pushToken(999_999).utf8.count == 64)
+        let isHex = BenchRequests.pushToken(999_999).allSatisfy { $0.isHexDigit }
+        #expect(isHex)
+        #expect(Set((0..<1000).map(BenchRequests.pushToken)).count == 1000)
+    }
+
+    @Test func deviceAndActivityIDs() {
+        #expect(BenchRequests.deviceID(42) == "device-0000042")
+        #expect(BenchRequests.deviceID(12_345_678) == "device-12345678")
+        #expect(BenchRequests.activityID(forInstance: 0, perActivity: 100) == "bench-000000")
+        #expect(BenchRequests.activityID(forInstance: 99, perActivity: 100) == "bench-000000")
+        #expect(BenchRequests.activityID(forInstance: 100, perActivity: 100) == "bench-000001")
+    }
+
+    @Test func pathsAndBodies() {
+        #expect(BenchRequests.registrationPath(activityID: "bench", deviceID: "device-0000001") == "/v1/activities/bench/instances/device-0000001")
+        #expect(BenchRequests.updatePath(activityID: "side-3") == "/v1/activities/side-3/updates")
+        #expect(
+            BenchRequests.registrationBody(pushToken: "ab12")
+                == #"{"platform":"ios","pushToken":"ab12","attributesType":"BenchAttributes"}"#
+        )
+        #expect(BenchRequests.updateBody(score: "2-0", minute: 42) == #"{"contentState":{"score":"2-0","minute":42}}"#)
+    }
+
+    @Test func readsH2loadSummary() {
+        let output = """
+            starting benchmark...
+            finished in 1.40s, 142857.14 req/s, 22.34MB/s
+            requests: 200000 total, 200000 started, 200000 done, 200000 succeeded, 0 failed, 0 errored, 0 timeout
+            status codes: 200000 2xx, 0 3xx, 0 4xx, 0 5xx
+            """
+        #expect(BenchRequests.h2loadRate(output) == 142857.14)
+        #expect(BenchRequests.h2loadSucceeded(output) == 200_000)
+        #expect(BenchRequests.h2loadRate("no such line") == nil)
+        #expect(BenchRequests.h2loadSucceeded("") == nil)
+    }
+
+    @Test func ratiosAndGrouping() {
+        #expect(BenchRequests.ratio(31_000, to: 124_000) == "0.25 × h2load")
+        #expect(BenchRequests.ratio(31_000, to: nil) == "-")
+        #expect(BenchRequests.ratio(31_000, to: 0) == "-")
+        #expect(BenchRequests.grouped(0) == "0")
+        #expect(BenchRequests.grouped(999) == "999")
+        #expect(BenchRequests.grouped(1000) == "1,000")
+        #expect(BenchRequests.grouped(1_000_000) == "1,000,000")
+        #expect(BenchRequests.grouped(-12_345) == "-12,345")
+    }
+}
+
+@Suite struct LatencySummaryTests {
+    @Test func nearestRankPercentiles() {
+        let hundred = (1...100).map { UInt64($0) }
+        #expect(LatencySummary.percentile(hundred, 0.50) == 50)
+        #expect(LatencySummary.percentile(hundred, 0.99) == 99)
+        #expect(LatencySummary.percentile(hundred, 1.0) == 100)
+        #expect(LatencySummary.percentile([7], 0.99) == 7)
+        #expect(LatencySummary.percentile([], 0.5) == 0)
+    }
+
+    @Test func summaryInDurations() {
+        let summary = LatencySummary(sortedNanoseconds: [1_000_000, 2_000_000, 3_000_000, 40_000_000])
+        #expect(summary.count == 4)
+        #expect(summary.p50 == .milliseconds(2))
+        #expect(summary.p99 == .milliseconds(40))
+        #expect(summary.max == .milliseconds(40))
+        #expect(LatencySummary(sortedNanoseconds: []).count == 0)
+    }
+
+    @Test func loadResultCountsErrorsByStatus() {
+        var result = LoadResult()
+        result.statuses = [201: 8, 200: 1, 409: 2]
+        result.errorSamples = [409: #"{"error":"conflict"}"#]
+        result.unanswered = 1
+        #expect(result.succeeded == 9)
+        #expect(result.errors == 3)
+        #expect(result.errorText == #"409: 2 (first: {"error":"conflict"}), no answer: 1"#)
+        #expect(LoadResult().errorText == "none")
+    }
+}
+
+@Suite struct RoundLineTests {
+    @Test func roundWithReferenceAndSideAccepts() {
+        var side = LoadResult()
+        side.latencies = [1_000_000, 2_000_000, 9_000_000]
+        side.statuses = [202: 3]
+        let line = Bench.roundLine(
+            instances: 100_000, elapsed: .seconds(4), rate: 25_000, h2load: 100_000, accept: .microseconds(2500), side: side, serverCPU: 3.2
+        )
+        #expect(
+            line == "100,000 pushes in 4.00 s   25,000 pushes/s   0.25 × h2load   update accepted in 2.50 ms"
+                + "   side accepts 3: p50 2.00 ms p99 9.00 ms   server CPU 32.0 µs/push"
+        )
+    }
+
+    @Test func roundWithoutReferenceOrSideAccepts() {
+        let line = Bench.roundLine(
+            instances: 2_000, elapsed: .milliseconds(500), rate: 4_000, h2load: nil, accept: .milliseconds(3), side: LoadResult(), serverCPU: 0.1
+        )
+        #expect(line == "2,000 pushes in 500.00 ms   4,000 pushes/s   update accepted in 3.00 ms   server CPU 50.0 µs/push")
+    }
+
+    @Test func sideErrorsAreShown() {
+        var side = LoadResult()
+        side.latencies = [1_000_000]
+        side.statuses = [500: 1]
+        let line = Bench.roundLine(
+            instances: 10, elapsed: .seconds(1), rate: 10, h2load: nil, accept: .milliseconds(1), side: side, serverCPU: 0
+        )
+        #expect(line.contains("(errors: 500: 1)"))
+    }
+}
