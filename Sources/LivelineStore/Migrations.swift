@@ -217,5 +217,19 @@ enum SQLiteMigrations {
                 "DROP TABLE deliveries",
             ]
         ),
+        Migration(
+            version: 10,
+            name: "pending activities in the order they are claimed",
+            statements: [
+                // A claim takes the pending activity due first (due now when `next_dispatch_at` is NULL), oldest change
+                // first. The index holds exactly that order, so a claim reads the first entries instead of sorting every
+                // pending activity: after a burst of 20,000 updates, claims sorted 20,000 rows each and held the writer.
+                """
+                CREATE INDEX activities_due ON activities(COALESCE(next_dispatch_at, 0), updated_at)
+                WHERE dispatched_sequence < sequence
+                """,
+                "DROP INDEX activities_pending",
+            ]
+        ),
     ]
 }

@@ -16,28 +16,30 @@ extension SQLiteStore {
     // one trip to the writer's thread instead of four, so they hold the one writer, and every accept behind it, for
     // as short a time as SQLite works.
 
+    /// The claim: the pending activity due first, oldest change first. The subquery walks the index `activities_due`
+    /// from its start and stops at the first unclaimed entry: it never sorts the pending activities.
+    static let claimStatement = """
+        UPDATE activities SET claim_owner = ?, claim_expires_at = ?
+        WHERE (app_id, activity_id) = (
+            SELECT app_id, activity_id FROM activities
+            WHERE dispatched_sequence < sequence AND COALESCE(next_dispatch_at, 0) <= ?
+              AND content_state IS NOT NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)
+            ORDER BY COALESCE(next_dispatch_at, 0), updated_at
+            LIMIT 1
+        )
+        RETURNING \(claimColumns)
+        """
+
     public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
         let nowMillis = Self.millis(now)
         guard let row = try await write(
-            """
-            UPDATE activities SET claim_owner = ?, claim_expires_at = ?
-            WHERE (app_id, activity_id) = (
-                SELECT app_id, activity_id FROM activities
-                WHERE dispatched_sequence < sequence AND content_state IS NOT NULL
-                  AND (claim_expires_at IS NULL OR claim_expires_at < ?)
-                  AND (next_dispatch_at IS NULL OR next_dispatch_at <= ?)
-                ORDER BY next_dispatch_at IS NOT NULL, next_dispatch_at, updated_at
-                LIMIT 1
-            )
-            RETURNING \(Self.claimColumns)
-            """,
-            [.text(owner), .integer(nowMillis + Int(lease * 1000)), .integer(nowMillis), .integer(nowMillis)]
+            Self.claimStatement, [.text(owner), .integer(nowMillis + Int(lease * 1000)), .integer(nowMillis), .integer(nowMillis)]
         ).first else { return nil }
         return try Self.claim(from: row, owner: owner)
     }
 
     public func nextClaimableAt() async throws -> Date? {
-        // The partial index `activities_pending` holds exactly the pending activities.
+        // The partial index `activities_due` holds exactly the pending activities.
         let row = try await reader.query(
             """
             SELECT MIN(MAX(COALESCE(next_dispatch_at, 0), COALESCE(claim_expires_at, 0))) AS due FROM activities
