@@ -86,6 +86,9 @@ struct TimelineTests {
                     attempted_at INTEGER NOT NULL
                 )
                 """,
+                // Later steps undone too, so that they apply again.
+                "DROP INDEX activities_due",
+                "CREATE INDEX activities_pending ON activities(next_dispatch_at) WHERE dispatched_sequence < sequence",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])
