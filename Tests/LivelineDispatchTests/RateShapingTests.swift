@@ -14,7 +14,11 @@ struct RateShapingTests {
             try await register(store, activity: "match", devices: 0..<3)
             let clock = ManualClock(Date(timeIntervalSince1970: 1_795_255_200))
             let transport = ScriptedTransport()
-            let dispatcher = Dispatcher(store: store, transports: transport, configuration: fastConfiguration(), now: { clock.now })
+            // Leases far longer than the clock's jump below: a claim held when the clock jumps a minute must not
+            // lapse with it, or a second worker would claim the activity and send the same sequence again.
+            var configuration = fastConfiguration()
+            configuration.claimLease = 3600
+            let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration, now: { clock.now })
             let task = Task { try await dispatcher.run() }
             defer { task.cancel() }
             func update(_ n: Int64) async throws {

@@ -10,11 +10,13 @@ import NIOPosix
 import ServiceLifecycle
 import Testing
 
-/// The connection deadlines and cap over real sockets on 127.0.0.1, with deadlines of half a second and margins of
-/// seconds: a connection is expected closed not before most of its deadline and well within a few seconds of it.
+/// The connection deadlines and cap over real sockets on 127.0.0.1, with deadlines of a second and wide margins: a
+/// connection is expected closed not before most of its deadline, and before a trickle that outlasts the deadline
+/// several times over has ended. The test suite runs many servers at once on two cores, so nothing here assumes a
+/// timer fires on time.
 @Suite("Connection limits over real sockets", .tags(.slow), .unlessSkippingSlowTests, .serialized)
 struct ConnectionLimitsTests {
-    static let short = TimeAmount.milliseconds(500)
+    static let short = TimeAmount.seconds(1)
     static let long = TimeAmount.seconds(60)
 
     @Test("a header block trickled a byte every 100 ms is cut off at the header deadline, without an answer")
@@ -26,8 +28,8 @@ struct ConnectionLimitsTests {
             let trickled = try await connection.trickle("X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", every: .milliseconds(100))
             let elapsed = ContinuousClock.now - opened
             #expect(!trickled, "the connection was still open after the whole trickle")
-            #expect(elapsed >= .milliseconds(400))
-            #expect(elapsed < .seconds(4))
+            #expect(elapsed >= .milliseconds(800))
+            #expect(elapsed < .seconds(20))
             #expect(connection.received.isEmpty)
         }
     }
@@ -44,8 +46,8 @@ struct ConnectionLimitsTests {
             let trickled = try await connection.trickle(String(repeating: "x", count: 60), every: .milliseconds(100))
             let elapsed = ContinuousClock.now - started
             #expect(!trickled, "the connection was still open after the whole trickle")
-            #expect(elapsed >= .milliseconds(400))
-            #expect(elapsed < .seconds(4))
+            #expect(elapsed >= .milliseconds(800))
+            #expect(elapsed < .seconds(20))
             let answer = connection.received
             #expect(answer.hasPrefix("HTTP/1.1 408"), "\(answer)")
             #expect(answer.contains(#""code":"request_timeout""#), "\(answer)")
@@ -61,17 +63,18 @@ struct ConnectionLimitsTests {
             try await used.send("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             try await used.waitForAnswers(1)
             let answered = ContinuousClock.now
-            let closedAfter = try await used.closed(within: .seconds(5))
+            let closedAfter = try await used.closed(within: .seconds(20))
             #expect(closedAfter != nil)
-            #expect((ContinuousClock.now - answered) >= .milliseconds(400))
-            #expect(try await silent.closed(within: .seconds(5)) != nil)
+            #expect((ContinuousClock.now - answered) >= .milliseconds(800))
+            #expect(try await silent.closed(within: .seconds(20)) != nil)
             #expect(silent.received.isEmpty)
         }
     }
 
     @Test("a keep-alive client's requests, pipelined ones and a body sent in pieces within the limits are all answered")
     func wellBehaved() async throws {
-        let limits = ConnectionLimits(headerTimeout: .seconds(2), bodyTimeout: .seconds(2), idleTimeout: .seconds(2))
+        // Deadlines far beyond what the client's pauses add up to, even when a busy machine stretches them.
+        let limits = ConnectionLimits(headerTimeout: .seconds(15), bodyTimeout: .seconds(15), idleTimeout: .seconds(15))
         try await withServer(limits) { port, app in
             let connection = try await RawConnection.open(port: port)
             for round in 1...4 {
@@ -82,7 +85,7 @@ struct ConnectionLimitsTests {
             // Two requests in one write.
             try await connection.send("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             try await connection.waitForAnswers(6)
-            // A body in five pieces over a second, within the two-second body deadline.
+            // A body in five pieces over a second, within the body deadline.
             let body = #"{"contentState": {"eta": 5}}"#
             try await connection.send(
                 "POST /v1/activities/o1/updates HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer \(app.secretKey)\r\n"
@@ -141,12 +144,12 @@ struct ConnectionLimitsTests {
             try await probe.send("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             try await probe.waitForAnswers(1)
             #expect(probe.received.hasPrefix("HTTP/1.1 200"))
-            let deadline = ContinuousClock.now + .seconds(5)
+            let deadline = ContinuousClock.now + .seconds(20)
             var stillOpen = 0
             for connection in slow where try await connection.closed(within: max(.zero, deadline - .now)) == nil {
                 stillOpen += 1
             }
-            #expect(stillOpen == 0, "\(stillOpen) of 100 half-header connections still open 5 s after the last was opened")
+            #expect(stillOpen == 0, "\(stillOpen) of 100 half-header connections still open 20 s after the last was opened")
         }
     }
 }
@@ -243,11 +246,11 @@ final class RawConnection: Sendable {
         return channel.isActive
     }
 
-    /// Waits (up to 10 s) until `count` answers have begun arriving.
+    /// Waits (up to 20 s) until `count` answers have begun arriving.
     func waitForAnswers(_ count: Int) async throws {
         let start = ContinuousClock.now
         while received.components(separatedBy: "HTTP/1.1 ").count - 1 < count || !received.hasSuffix("}") {
-            guard ContinuousClock.now - start < .seconds(10) else {
+            guard ContinuousClock.now - start < .seconds(20) else {
                 throw RawConnectionError.notAnswered(expected: count, received: received)
             }
             try await Task.sleep(for: .milliseconds(20))

@@ -48,7 +48,7 @@ final class HTTPLoad: @unchecked Sendable {
     private let hostHeader: String
     private var idle: [LoadConnection] = []
     private var open = 0
-    private var job: LoadJob?
+    fileprivate var job: LoadJob?
 
     private init(eventLoop: any EventLoop, hostHeader: String) {
         self.eventLoop = eventLoop
@@ -189,6 +189,11 @@ struct PacedRun: Sendable {
     fileprivate let load: HTTPLoad
     fileprivate let task: RepeatedTask
     fileprivate let result: EventLoopFuture<LoadResult>
+
+    /// How many requests have fallen due so far.
+    func issued() async throws -> Int {
+        try await load.eventLoop.submit { [load] in load.job?.issued ?? 0 }.get()
+    }
 
     /// Stops sending, waits for the answers still due and returns what the run saw.
     func stop() async throws -> LoadResult {
