@@ -38,11 +38,12 @@ struct ConnectionLimitsTests {
     func slowBody() async throws {
         try await withServer(ConnectionLimits(headerTimeout: Self.long, bodyTimeout: Self.short, idleTimeout: Self.long)) { port, app in
             let connection = try await RawConnection.open(port: port)
+            // Before the header block is sent: the body deadline runs from its arrival, never earlier.
+            let started = ContinuousClock.now
             try await connection.send(
                 "POST /v1/activities/o1/updates HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer \(app.secretKey)\r\n"
                     + "Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"contentState\": {\"eta\": \""
             )
-            let started = ContinuousClock.now
             let trickled = try await connection.trickle(String(repeating: "x", count: 60), every: .milliseconds(100))
             let elapsed = ContinuousClock.now - started
             #expect(!trickled, "the connection was still open after the whole trickle")
