@@ -2,7 +2,6 @@ import Foundation
 import LivelineCore
 import Logging
 import NIOCore
-import NIOPosix
 import SQLiteNIO
 import Synchronization
 

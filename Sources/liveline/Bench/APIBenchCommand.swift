@@ -15,7 +15,10 @@ extension Bench {
                 device, --per-activity of them on each activity. Updates: POST /v1/activities/{activityId}/updates with \
                 the secret key, each to a different activity that no instance watches, so no push follows: the figure is \
                 the accept path (validation, the durable commit, the answer). Each connection sends its next request when \
-                the previous one is answered; any answer other than 2xx is an error.
+                the previous one is answered; any answer other than 2xx is an error. Right after the updates, while the \
+                engine works through the activities they made pending, --after-seconds of updates to yet other \
+                activities go out at 100 a second, each due on time, and their latency is printed: whether the API \
+                answers promptly while the engine catches up.
                 """
         )
 
@@ -23,10 +26,12 @@ extension Bench {
         @Option(name: .customLong("per-activity"), help: "Instances registered on each activity.") var perActivity = 100
         @Option(help: "Updates to post, each to a different activity.") var updates = 50_000
         @Option(help: "HTTP/1.1 keep-alive connections.") var connections = 64
+        @Option(name: .customLong("after-seconds"), help: "Seconds of paced updates (100 a second) right after the burst.")
+        var afterSeconds = 5
         @OptionGroup var server: Bench.ServerOptions
 
         func validate() throws {
-            guard registrations >= 0, updates >= 0 else { throw ValidationError("--registrations and --updates must not be negative.") }
+            guard registrations >= 0, updates >= 0, afterSeconds >= 0 else { throw ValidationError("--registrations, --updates and --after-seconds must not be negative.") }
             guard perActivity >= 1, connections >= 1 else { throw ValidationError("--per-activity and --connections must be positive.") }
         }
 
@@ -85,6 +90,18 @@ extension Bench {
                         updateCPU / Double(max(1, updates)) * 1e6, updateOwnCPU / Double(max(1, updates)) * 1e6
                     )
                 )
+
+                if afterSeconds > 0 {
+                    let paced = load.startPaced(perSecond: 100) { index in
+                        LoadRequest(
+                            method: .POST, uri: BenchRequests.updatePath(activityID: "after-\(index)"), authorization: secret,
+                            body: BenchRequests.updateBody(score: "\(index)-1", minute: index % 90)
+                        )
+                    }
+                    try await Task.sleep(for: .seconds(afterSeconds))
+                    let after = try await paced.stop()
+                    print("  right after the updates, 100 /s  \(Bench.describe(after, count: after.latencies.count))")
+                }
                 await load.close()
             }
         }
