@@ -6,6 +6,7 @@ import LivelineStore
 import Logging
 import LivelineDispatch
 import NIOCore
+import NIOPosix
 import ServiceLifecycle
 
 /// Builds and runs the Liveline HTTP server.
@@ -60,9 +61,15 @@ public enum LivelineApplication {
             ),
             services: services,
             onServerRunning: onServerRunning,
+            eventLoopGroupProvider: .shared(apiEventLoops),
             logger: logger
         )
     }
+
+    /// The HTTP API's own event loops, apart from the push clients' (the shared singleton group): during a fan-out
+    /// those loops are busy with TLS and HTTP/2 for the pushes, and a request to the API would wait in line behind
+    /// that work; on threads of its own the system shares the cores between the two.
+    static let apiEventLoops = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
 
     /// The master key that seals provider secrets: from configuration, or generated once into the data directory.
     public static func masterKey(_ configuration: LivelineConfiguration) throws -> [UInt8] {
