@@ -112,10 +112,15 @@ public final class Dispatcher: Service, Sendable {
     /// How long an idle worker may rest: until the next pending activity falls due (a retry, a lease running out),
     /// and never longer than the idle poll interval.
     private func restBeforeNextLook() async -> Duration {
-        let longest = configuration.idlePollInterval
-        guard let due = try? await store.nextClaimableAt() else { return longest }
-        let wait = due.timeIntervalSince(now())
-        // Due already but not claimed: another worker holds it or just took it; look again soon, not at once.
+        Self.rest(untilDue: try? await store.nextClaimableAt(), now: now(), longest: configuration.idlePollInterval)
+    }
+
+    /// An idle worker's rest when the next pending activity falls due at `due` (`nil`: none is pending): until then,
+    /// never longer than `longest`. One due already but not claimed is held by another worker or was just taken: a
+    /// short rest, not none, so that idle workers never spin on it.
+    static func rest(untilDue due: Date?, now: Date, longest: Duration) -> Duration {
+        guard let due else { return longest }
+        let wait = due.timeIntervalSince(now)
         guard wait > 0 else { return min(.milliseconds(50), longest) }
         return min(.milliseconds(Int64((wait * 1000).rounded(.up))), longest)
     }
