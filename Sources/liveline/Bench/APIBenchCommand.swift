@@ -62,15 +62,8 @@ extension Bench {
                         authorization: publishable, body: BenchRequests.registrationBody(pushToken: BenchRequests.pushToken(index))
                     )
                 }
-                let registrationCPU = server.cpuSeconds() - cpu
-                let registrationOwnCPU = Bench.processCPUSeconds() - ownCPU
                 print("  registrations (\(perActivity) an activity)   \(Bench.describe(registered, count: registrations))")
-                print(
-                    String(
-                        format: "    CPU a registration: server %.1f µs, load generator %.1f µs",
-                        registrationCPU / Double(max(1, registrations)) * 1e6, registrationOwnCPU / Double(max(1, registrations)) * 1e6
-                    )
-                )
+                printCPU("a registration", requests: registrations, server: server.cpuSeconds() - cpu, own: Bench.processCPUSeconds() - ownCPU)
 
                 let secret = "Bearer \(app.secretKey)"
                 cpu = server.cpuSeconds()
@@ -81,15 +74,8 @@ extension Bench {
                         body: BenchRequests.updateBody(score: "\(index)-0", minute: index % 90)
                     )
                 }
-                let updateCPU = server.cpuSeconds() - cpu
-                let updateOwnCPU = Bench.processCPUSeconds() - ownCPU
                 print("  updates (distinct activities)    \(Bench.describe(accepted, count: updates))")
-                print(
-                    String(
-                        format: "    CPU an update: server %.1f µs, load generator %.1f µs",
-                        updateCPU / Double(max(1, updates)) * 1e6, updateOwnCPU / Double(max(1, updates)) * 1e6
-                    )
-                )
+                printCPU("an update", requests: updates, server: server.cpuSeconds() - cpu, own: Bench.processCPUSeconds() - ownCPU)
 
                 if afterSeconds > 0 {
                     let paced = load.startPaced(perSecond: 100) { index in
@@ -104,6 +90,12 @@ extension Bench {
                 }
                 await load.close()
             }
+        }
+
+        /// `    CPU a registration: server 83.5 µs, load generator 20.4 µs`: CPU seconds spent over `requests` requests.
+        private func printCPU(_ what: String, requests: Int, server: Double, own: Double) {
+            let perRequest = 1e6 / Double(max(1, requests))
+            print("    CPU \(what): " + String(format: "server %.1f µs, load generator %.1f µs", server * perRequest, own * perRequest))
         }
     }
 }

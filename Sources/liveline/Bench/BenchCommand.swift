@@ -250,9 +250,11 @@ struct Bench: AsyncParsableCommand {
 }
 
 extension Bench {
+    /// The nearest-rank percentile `p` of sorted durations (``LatencySummary/percentile(_:_:)``'s rule); zero when
+    /// there are none.
     static func percentile(_ sorted: [Duration], _ p: Double) -> Duration {
         guard !sorted.isEmpty else { return .zero }
-        return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
+        return sorted[LatencySummary.nearestRank(count: sorted.count, p)]
     }
 
     static func format(_ duration: Duration) -> String {
@@ -268,12 +270,25 @@ extension Bench {
             + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
     }
 
-    /// VmHWM from /proc: the most resident memory the process ever had.
+    /// VmHWM from /proc: the most resident memory this process ever had.
     static func peakMemory() -> String {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") })
-        else { return "unknown" }
-        let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
-        return String(format: "%.0f MB", Double(kilobytes) / 1024)
+        megabytes(peakResidentBytes(process: "self"))
+    }
+
+    /// The most resident memory (VmHWM) process `process` (a pid, or `self`) ever had, in bytes; nil when /proc cannot
+    /// tell.
+    static func peakResidentBytes(process: String) -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(process)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+        else { return nil }
+        return kilobytes * 1024
+    }
+
+    /// The fields of `/proc/PID/stat` after the command name (the first is the state, field 3), or nil.
+    static func procStatFields(_ pid: Int32) -> [Substring]? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")")
+        else { return nil }
+        return stat[stat.index(after: close)...].split(separator: " ")
     }
 }

@@ -104,8 +104,13 @@ struct LatencySummary: Equatable, Sendable {
     /// below. 0 when there are none.
     static func percentile(_ sorted: [UInt64], _ p: Double) -> UInt64 {
         guard !sorted.isEmpty else { return 0 }
-        let rank = Int((Double(sorted.count) * p).rounded(.up))
-        return sorted[Swift.min(sorted.count - 1, Swift.max(0, rank - 1))]
+        return sorted[nearestRank(count: sorted.count, p)]
+    }
+
+    /// The index of the nearest-rank percentile `p` (0…1) among `count` (> 0) sorted values.
+    static func nearestRank(count: Int, _ p: Double) -> Int {
+        let rank = Int((Double(count) * p).rounded(.up))
+        return Swift.min(count - 1, Swift.max(0, rank - 1))
     }
 
     /// `p50 1.20 ms  p99 8.40 ms  max 12.00 ms`

@@ -98,21 +98,14 @@ final class ServerUnderTest: Sendable {
 
     /// The most resident memory the server ever had (VmHWM), in bytes; nil when /proc cannot tell.
     func peakResidentBytes() -> Int? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
-        else { return nil }
-        return kilobytes * 1024
+        Bench.peakResidentBytes(process: String(pid))
     }
 
     /// User and system CPU seconds the server has used, from /proc/PID/stat; 0 when /proc cannot tell.
     func cpuSeconds() -> Double {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
+        // The state is field 3 (the first here); utime and stime are fields 14 and 15.
+        guard let fields = Bench.procStatFields(pid), fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12])
         else { return 0 }
-        // After "pid (comm) ": state is field 3; utime and stime are fields 14 and 15.
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
@@ -217,8 +210,8 @@ final class BenchChildren: Sendable {
 
     /// A child that has exited but not been waited for still answers `kill(pid, 0)`.
     fileprivate static func isZombie(_ pid: Int32) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return true }
-        return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
+        guard let fields = Bench.procStatFields(pid) else { return true }
+        return fields.first == "Z"
     }
 }
 
