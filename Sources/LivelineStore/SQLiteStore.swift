@@ -89,16 +89,9 @@ public final class SQLiteStore: Store, DispatchStore {
 
     /// Runs `statements` in one write transaction.
     func transaction(statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full) async throws {
-        let statements = statements.map { Statement(sql: $0.sql, binds: $0.binds) }
         try await writer.write(durability: durability) { db in
             for statement in statements { try db.query(statement.sql, statement.binds) }
         }
-    }
-
-    /// One statement and its values.
-    private struct Statement: Sendable {
-        var sql: String
-        var binds: [SQLiteData]
     }
 
     /// Runs one statement as a write of its own.
