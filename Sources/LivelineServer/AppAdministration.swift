@@ -98,7 +98,9 @@ public struct AppAdministration: Sendable {
 
     static func validateName(_ name: String) throws(ValidationError) -> String {
         let trimmed = name.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !trimmed.isEmpty, trimmed.count <= 200, !trimmed.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
+        // Counted in Unicode code points as sent, as the OpenAPI document's `maxLength` counts them (a Swift `count`
+        // of grapheme clusters let 200 emoji with skin tones, 400 code points, through).
+        guard !trimmed.isEmpty, name.unicodeScalars.count <= 200, !trimmed.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
             throw ValidationError(code: "invalid_name", message: "name must be 1 to 200 printable characters.", field: "name")
         }
         return trimmed

@@ -50,6 +50,17 @@ struct AdminAPITests {
             let invalid = try await api.json(.post, "/admin/v1/apps", key: adminToken, ["name": "X", "bundleId": "not a bundle"])
             #expect(invalid.status == .unprocessableContent)
             #expect(invalid.errorField == "bundleId")
+
+            // The name's 200 is counted in code points, as the document's maxLength: 200 emoji with a skin tone are
+            // 200 characters to Swift and 400 code points.
+            let toned = String(repeating: "👋🏻", count: 200)
+            let tooLong = try await api.json(.post, "/admin/v1/apps", key: adminToken, ["name": .string(toned), "bundleId": "com.example.x"])
+            #expect(tooLong.status == .unprocessableContent)
+            #expect(tooLong.errorField == "name")
+            let fits = try await api.json(
+                .post, "/admin/v1/apps", key: adminToken, ["name": .string(String(repeating: "👋🏻", count: 100)), "bundleId": "com.example.x"]
+            )
+            #expect(fits.status == .created)
         }
     }
 
