@@ -33,6 +33,10 @@ extension ActivityState {
 
 /// The state of one device watching one activity.
 public enum InstanceState: String, Sendable, Hashable, CaseIterable, Codable {
+    /// Started remotely (push-to-start on iOS, a start message on Android) and not yet confirmed: the phone has not
+    /// registered the instance's own token. An iPhone receives only its start, to its push-to-start token; an Android
+    /// phone receives every state at its FCM token.
+    case starting
     /// Receives pushes.
     case active
     /// The user removed the Live Activity; it is never brought back.
@@ -42,8 +46,8 @@ public enum InstanceState: String, Sendable, Hashable, CaseIterable, Codable {
     /// APNs or FCM rejected the token; a new token makes the instance active again.
     case invalidated
 
-    /// Whether pushes go to an instance in this state.
-    public var receivesPushes: Bool { self == .active }
+    /// Whether pushes go to an instance in this state (a `starting` iPhone receives only its start).
+    public var receivesPushes: Bool { self == .active || self == .starting }
 }
 
 /// Something that happened to one instance.
@@ -66,15 +70,17 @@ extension InstanceState {
     /// - A dismissal is final: nothing but another dismissal changes a dismissed instance.
     /// - An ended instance stays ended, except that the user may still dismiss it.
     /// - A new token revives an invalidated instance, and only that.
+    /// - A remotely started instance is confirmed (becomes active) when the phone registers its token, and is
+    ///   invalidated when the push service refuses the token its start went to.
     public func applying(_ event: InstanceEvent) -> InstanceState {
         switch (self, event) {
         case (.dismissed, _): .dismissed
         case (_, .dismissedOnDevice): .dismissed
         case (.ended, _): .ended
         case (_, .endedOnDevice), (_, .endDelivered): .ended
-        case (.active, .tokenInvalidated): .invalidated
+        case (.active, .tokenInvalidated), (.starting, .tokenInvalidated): .invalidated
         case (.invalidated, .tokenInvalidated): .invalidated
-        case (.active, .tokenRegistered), (.invalidated, .tokenRegistered): .active
+        case (.active, .tokenRegistered), (.invalidated, .tokenRegistered), (.starting, .tokenRegistered): .active
         }
     }
 }

@@ -82,6 +82,48 @@ public struct LiveActivityState: Sendable, Hashable {
         )
     }
 
+    // MARK: Starting remotely
+
+    /// The key Liveline adds to a start's attributes, `{"liveline": {"activityId": "…"}}`: how the app (its attributes
+    /// type declares the field; a default decoder ignores it otherwise) learns which activity the system started, to
+    /// register the activity's own push token under it.
+    public static let startAttributesKey = "liveline"
+
+    /// The attributes a start push carries: the backend's, with ``startAttributesKey`` naming the activity.
+    public func startAttributes(_ attributes: JSONValue) -> JSONValue {
+        var members = attributes.objectValue ?? [:]
+        members[Self.startAttributesKey] = .object(["activityId": .string(activityID)])
+        return .object(members)
+    }
+
+    /// The `{"aps": {...}}` payload that starts this state's Live Activity on an iPhone (push-to-start, iOS 17.2+): the
+    /// `start` event with the attributes type and attributes, the start's alert (Apple requires one), and
+    /// `input-push-token: 1` so the phone hands the app an update token for the new activity.
+    public func apnsStartPayload(attributesType: String, attributes: JSONValue, alert: LiveActivityAlert) -> APNsLiveActivityPayload {
+        APNsLiveActivityPayload(
+            event: .start, timestamp: timestamp, contentState: contentState, staleDate: staleDate, relevanceScore: relevanceScore,
+            alert: alert, attributesType: attributesType, attributes: startAttributes(attributes), inputPushToken: true
+        )
+    }
+
+    /// The FCM data message that starts this state's live update on an Android phone: the `start` event with the
+    /// attributes type and attributes and the start's alert, so the app posts the ongoing notification.
+    public func fcmStartMessage(
+        attributesType: String, attributes: JSONValue, alert: LiveActivityAlert, priority: FCMAndroidPriority = .high, now: Date
+    ) -> FCMLiveUpdateMessage {
+        FCMLiveUpdateMessage(
+            activityID: activityID, event: .start, sequence: sequence, timestamp: timestamp, contentState: contentState,
+            staleDate: staleDate, attributesType: attributesType, attributes: startAttributes(attributes), alert: alert,
+            priority: priority, timeToLive: lifetime(now: now)
+        )
+    }
+
+    /// Checks that both start renderings are ones the push services and the phones accept.
+    public func validateStartRenderings(attributesType: String, attributes: JSONValue, alert: LiveActivityAlert, now: Date) throws(ValidationError) {
+        try apnsStartPayload(attributesType: attributesType, attributes: attributes, alert: alert).validate()
+        try fcmStartMessage(attributesType: attributesType, attributes: attributes, alert: alert, now: now).validate()
+    }
+
     /// Checks that both renderings are ones the push services and the phones accept (sizes, dates, shapes), so the
     /// caller hears of a problem when the state is accepted rather than never.
     public func validateRenderings(now: Date) throws(ValidationError) {

@@ -15,6 +15,8 @@ public struct DispatcherConfiguration: Sendable {
     public var pushesPerCall: Int = 64
     /// Instances read from the Store per page.
     public var pageSize: Int = 1000
+    /// Devices of a start's audience admitted as `starting` instances per Store write.
+    public var admissionPageSize: Int = 1000
     /// Results written to the Store per progress transaction. Smaller batches let accepted updates (which share the
     /// Store's one writer) in sooner; larger ones cost fewer commits.
     public var progressBatchSize: Int = 250
@@ -173,11 +175,13 @@ public final class Dispatcher: Service, Sendable {
 
         enum Final: Sendable {
             case delivered, invalidated, rejected, exhausted, credentials
+            /// Nothing was sent and nothing will be: an iPhone whose start had not gone out when the activity ended.
+            case startCancelled
         }
 
         var fanOutOutcome: FanOutInstanceOutcome {
             switch final {
-            case .delivered, .invalidated, .rejected: .done
+            case .delivered, .invalidated, .rejected, .startCancelled: .done
             case .exhausted: .retryLater
             case .credentials: .credentialsRefused
             }
@@ -198,13 +202,51 @@ public final class Dispatcher: Service, Sendable {
         var topic: String
         var expiration: Int64?
         var transport: any PushTransport
+        /// The same state as a start, for instances started remotely whose start has not gone out (`nil` when the
+        /// activity was never started remotely, or has ended: an ended activity starts nowhere).
+        var start: Start?
+
+        /// A start's rendering: the iOS payload, or the Android message.
+        struct Start: Sendable {
+            var payload: ByteBuffer
+            var fcmMessage: FCMEncodedMessage?
+        }
 
         /// What goes on the wire for one token.
         func body(for token: String) -> ByteBuffer {
+            Self.body(payload, fcmMessage, for: token)
+        }
+
+        /// What goes on the wire for one token when it is sent the start.
+        func startBody(for token: String) -> ByteBuffer? {
+            start.map { Self.body($0.payload, $0.fcmMessage, for: token) }
+        }
+
+        private static func body(_ payload: ByteBuffer, _ fcmMessage: FCMEncodedMessage?, for token: String) -> ByteBuffer {
             guard let fcmMessage else { return payload }
             var body: [UInt8] = []
             fcmMessage.append(token: token, to: &body)
             return ByteBuffer(bytes: body)
+        }
+    }
+
+    /// What one instance is sent of a rendition: the state, its start, or — an iPhone whose start never went out before
+    /// the activity ended — nothing.
+    enum InstanceSend: Sendable, Hashable {
+        case state
+        case start
+        case nothing
+
+        /// Pure: an instance started remotely and not yet confirmed gets the start until its first push went out (an
+        /// iPhone's push-to-start token takes nothing else; an Android phone's FCM token takes the states after it).
+        static func decide(state: InstanceState, platform: Platform, deliveredSequence: Int64, event: LiveActivityEvent, hasStart: Bool) -> InstanceSend {
+            guard state == .starting, deliveredSequence == 0 else { return .state }
+            if event == .end || !hasStart {
+                // Nothing started yet: an iPhone is never started only to be ended; an Android phone hears the end (its app
+                // may post and close the notification as it likes).
+                return platform == .ios ? .nothing : .state
+            }
+            return .start
         }
     }
 
@@ -213,6 +255,23 @@ public final class Dispatcher: Service, Sendable {
     private func render(_ claim: DispatchClaim, for platform: Platform, transport: any PushTransport) -> Rendition? {
         guard let state = claim.activity.currentState else { return nil }
         let at = now()
+        var start: Rendition.Start?
+        if state.event != .end, let attributesType = claim.activity.attributesType, let attributes = claim.activity.attributes,
+            let alert = claim.activity.startAlert
+        {
+            switch platform {
+            case .ios:
+                start = Rendition.Start(
+                    payload: ByteBuffer(bytes: state.apnsStartPayload(attributesType: attributesType, attributes: attributes, alert: alert).encoded()),
+                    fcmMessage: nil
+                )
+            case .android:
+                start = Rendition.Start(
+                    payload: ByteBuffer(),
+                    fcmMessage: state.fcmStartMessage(attributesType: attributesType, attributes: attributes, alert: alert, now: at).encoded()
+                )
+            }
+        }
         switch platform {
         case .ios:
             var buffer = ByteBufferAllocator().buffer(capacity: 512)
@@ -220,12 +279,13 @@ public final class Dispatcher: Service, Sendable {
             return Rendition(
                 sequence: state.sequence, event: state.event, hasAlert: state.alert != nil, requestedPriority: claim.activity.priority,
                 payload: buffer, fcmMessage: nil, topic: claim.bundleID + ".push-type.liveactivity",
-                expiration: state.apnsExpiration(now: at), transport: transport
+                expiration: state.apnsExpiration(now: at), transport: transport, start: start
             )
         case .android:
             return Rendition(
                 sequence: state.sequence, event: state.event, hasAlert: state.alert != nil, requestedPriority: claim.activity.priority,
-                payload: ByteBuffer(), fcmMessage: state.fcmMessage(now: at).encoded(), topic: "", expiration: nil, transport: transport
+                payload: ByteBuffer(), fcmMessage: state.fcmMessage(now: at).encoded(), topic: "", expiration: nil, transport: transport,
+                start: start
             )
         }
     }
@@ -254,6 +314,20 @@ public final class Dispatcher: Service, Sendable {
             try await store.recordSendStart(appID: appID, activityID: activityID, sequence: activity.sequence, at: now())
         }
 
+        // A remote start's audience becomes `starting` instances first, a page per write, renewing the claim as it goes.
+        var leaseRenewedAt = now()
+        while try await store.admitStartAudience(appID: appID, activityID: activityID, limit: configuration.admissionPageSize, at: now()) {
+            if Task.isShuttingDownGracefully || Task.isCancelled {
+                try await store.releaseClaim(appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: nil)
+                return
+            }
+            if now().timeIntervalSince(leaseRenewedAt) >= configuration.claimLease / 3 {
+                leaseRenewedAt = now()
+                guard try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: leaseRenewedAt, lease: configuration.claimLease) != nil
+                else { return }
+            }
+        }
+
         var machine = FanOut(
             platforms: configuration.platforms,
             limits: FanOutLimits(
@@ -262,8 +336,8 @@ public final class Dispatcher: Service, Sendable {
             )
         )
         let release: FanOut.ReleaseTiming = await withTaskGroup(of: FanOut.Event.self) { group in
-            // The claim's lease was set (or renewed) just now. Only one page read runs at a time.
-            var leaseRenewedAt = now()
+            // The claim's lease was set (or renewed) lately. Only one page read runs at a time.
+            var leaseRenewedAt = leaseRenewedAt
             var stopping = false
             while true {
                 if !stopping, Task.isShuttingDownGracefully || Task.isCancelled {
@@ -279,15 +353,49 @@ public final class Dispatcher: Service, Sendable {
                         await self.readPage(claim, platform: platform, below: below, after: cursor, renewingLease: renew)
                     }
                 case .send(let instances, let rendition):
-                    let pushes = instances.map { instance in
-                        OutgoingPush(
-                            appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: instance.platform,
-                            token: instance.pushToken, topic: rendition.topic, sequence: rendition.sequence, event: rendition.event,
-                            priority: priority(of: rendition, for: instance, budget: budget),
-                            expiration: rendition.expiration, payload: rendition.body(for: instance.pushToken)
-                        )
+                    var pushes: [OutgoingPush] = []
+                    pushes.reserveCapacity(instances.count)
+                    var sent: [InstanceRecord] = []
+                    var cancelled: [InstanceResult] = []
+                    for instance in instances {
+                        switch InstanceSend.decide(
+                            state: instance.state, platform: instance.platform, deliveredSequence: instance.deliveredSequence,
+                            event: rendition.event, hasStart: rendition.start != nil
+                        ) {
+                        case .state:
+                            pushes.append(
+                                OutgoingPush(
+                                    appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: instance.platform,
+                                    token: instance.pushToken, topic: rendition.topic, sequence: rendition.sequence, event: rendition.event,
+                                    priority: priority(of: rendition, for: instance, budget: budget),
+                                    expiration: rendition.expiration, payload: rendition.body(for: instance.pushToken)
+                                )
+                            )
+                            sent.append(instance)
+                        case .start:
+                            // A start lights the screen with its alert: priority 10, outside the update budget (push-to-start
+                            // has its own).
+                            pushes.append(
+                                OutgoingPush(
+                                    appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: instance.platform,
+                                    token: instance.pushToken, topic: rendition.topic, sequence: rendition.sequence, event: .start,
+                                    priority: 10, expiration: rendition.expiration, payload: rendition.startBody(for: instance.pushToken)!
+                                )
+                            )
+                            sent.append(instance)
+                        case .nothing:
+                            cancelled.append(
+                                InstanceResult(
+                                    instance: instance, sequence: rendition.sequence, event: rendition.event, priority: 0, final: .startCancelled,
+                                    attempts: []
+                                )
+                            )
+                        }
                     }
-                    group.addTask { .resultsReceived(await self.push(pushes, instances: instances, transport: rendition.transport)) }
+                    group.addTask { [pushes, sent, cancelled] in
+                        let results = pushes.isEmpty ? [] : await self.push(pushes, instances: sent, transport: rendition.transport)
+                        return .resultsReceived(cancelled + results)
+                    }
                 case .recordProgress(let batch):
                     group.addTask {
                         await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget)
@@ -484,7 +592,7 @@ public final class Dispatcher: Service, Sendable {
         for result in results {
             progress.attempts += result.attempts
             let pushed = PushedInstance(deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence)
-            if result.final == .delivered, result.priority == 10, result.instance.platform == .ios {
+            if result.final == .delivered, result.priority == 10, result.instance.platform == .ios, result.event != .start {
                 let sent = PriorityBudget.recording(result.instance.priority10Sent, at: nowSeconds)
                 progress.priority10Sent.append((pushed, sent))
                 let used = PriorityBudget.used(sent, now: nowSeconds)
@@ -503,6 +611,14 @@ public final class Dispatcher: Service, Sendable {
                 progress.delivered.append(pushed)
             case .invalidated:
                 progress.invalidated.append(pushed)
+                if result.event == .start {
+                    // The device's push-to-start (or FCM) token was refused: it is dropped from the device.
+                    progress.refusedStartTokens.append((pushed, result.attempts.last?.reason ?? "refused"))
+                }
+            case .startCancelled:
+                // Never started, now over: the instance ends without a push.
+                progress.delivered.append(pushed)
+                progress.endDelivered.append(pushed)
             case .exhausted, .credentials:
                 break
             }

@@ -50,6 +50,9 @@ public struct LivelineConfiguration: Sendable {
     /// How long a client connection may take to send a request's headers and body, how long it may idle, and how
     /// many may be open at once.
     public var connections: ConnectionLimits = ConnectionLimits()
+    /// Seconds a remotely started instance may stay `starting` (its phone has not registered the activity's own token)
+    /// before its activity lists it as unconfirmed.
+    public var startConfirmationTimeout: TimeInterval = 120
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -112,6 +115,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "Seconds a keep-alive connection may stay open with no request in flight and nothing arriving."),
         Key(name: "liveline.connections.maximum", environment: "LIVELINE_CONNECTIONS_MAXIMUM", flag: nil, defaultValue: "10000",
             summary: "Connections open at once; beyond it new ones wait in the listen backlog until one closes (keep it under the open-file limit)."),
+        Key(name: "liveline.starts.confirmationTimeout", environment: "LIVELINE_STARTS_CONFIRMATION_TIMEOUT", flag: nil, defaultValue: "120",
+            summary: "Seconds a remotely started instance may stay 'starting' (its phone has not registered the activity's token) before GET /v1/activities/{id} lists it as unconfirmed."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
             summary: "trace, debug, info, notice, warning, error or critical."),
     ]
@@ -194,6 +199,11 @@ public struct LivelineConfiguration: Sendable {
             headerTimeout: .seconds(Int64(headerTimeout)), bodyTimeout: .seconds(Int64(bodyTimeout)), idleTimeout: .seconds(Int64(idleTimeout)),
             maximumConnections: maximumConnections
         )
+        let confirmation = scoped.int(forKey: "starts.confirmationTimeout", default: 120)
+        guard (1...86_400).contains(confirmation) else {
+            throw ConfigurationError("starts.confirmationTimeout must be between 1 and 86400 seconds; got \(confirmation).")
+        }
+        startConfirmationTimeout = TimeInterval(confirmation)
         let level = scoped.string(forKey: "logLevel", default: "info")
         guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {
             throw ConfigurationError("logLevel must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'.")

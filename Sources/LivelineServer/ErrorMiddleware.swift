@@ -34,6 +34,10 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             case .activityNotFound: return APIError(.notFound, code: "activity_not_found", message: "No such activity in this app.", field: "activityId")
             case .instanceNotFound: return APIError(.notFound, code: "instance_not_found", message: "No such instance on this activity.", field: "deviceId")
             case .activityEnded: return APIError(.conflict, code: "activity_ended", message: "The activity has ended; it takes no further updates.", field: "activityId")
+            case .attributesTypeMismatch(let existing):
+                return APIError(
+                    .conflict, code: "attributes_type_mismatch", message: "The activity has attributes type '\(existing)'.", field: "attributesType"
+                )
             case .duplicateApp: return APIError(.conflict, code: "app_exists", message: "An app with this id exists.")
             case .invalidCursor: return .badRequest("invalid_cursor", "cursor is not one this server issued.", field: "cursor")
             case .schemaTooNew: return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")

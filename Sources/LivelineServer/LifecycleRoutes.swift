@@ -13,6 +13,10 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     let lifecycle: ActivityLifecycle
     /// Apple's priority-10 budget, for the budget report.
     let budget: PriorityBudget
+    /// How long a remotely started instance may stay `starting` before the activity lists it as unconfirmed.
+    var startConfirmationTimeout: TimeInterval = 120
+    /// The most unconfirmed instances an activity lists.
+    static var unconfirmedListed: Int { 100 }
 
     static var maximumPageSize: Int { 200 }
     static var defaultPageSize: Int { 50 }
@@ -122,6 +126,20 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         }
         var json = Representation.activity(record).objectValue ?? [:]
         json["budget"] = try await budgetReport(record)
+        // Started remotely, and the phone never registered the activity's token: visible, not silent.
+        let unconfirmed = try await lifecycle.unconfirmedStarts(
+            appID: caller.appID, activityID: activityID, allowed: startConfirmationTimeout, limit: Self.unconfirmedListed
+        )
+        json["unconfirmed"] = .object([
+            "count": .integer(Int64(unconfirmed.count)),
+            "afterSeconds": .number(startConfirmationTimeout),
+            "instances": .array(unconfirmed.instances.map { instance in
+                .object([
+                    "deviceId": .string(instance.deviceID), "platform": .string(instance.platform.rawValue),
+                    "startingSince": Representation.date(instance.updatedAt),
+                ])
+            }),
+        ])
         return Response.json(.object(json))
     }
 

@@ -19,7 +19,7 @@ public enum LivelineApplication {
     public static func makeRouter(
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
         staleness: StalenessPolicy = StalenessPolicy(), budget: PriorityBudget = PriorityBudget(),
-        delivery: any DeliveryWaking = NoDeliveryEngine()
+        delivery: any DeliveryWaking = NoDeliveryEngine(), startConfirmationTimeout: TimeInterval = 120
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let keys = APIKeyCache(store: store)
@@ -27,10 +27,12 @@ public enum LivelineApplication {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
+        let lifecycle = ActivityLifecycle(store: store, clock: clock, staleness: staleness, delivery: delivery)
         LifecycleRoutes(
-            store: store, authenticator: Authenticator(keys: keys), clock: clock,
-            lifecycle: ActivityLifecycle(store: store, clock: clock, staleness: staleness, delivery: delivery), budget: budget
+            store: store, authenticator: Authenticator(keys: keys), clock: clock, lifecycle: lifecycle, budget: budget,
+            startConfirmationTimeout: startConfirmationTimeout
         ).add(to: router)
+        StartRoutes(authenticator: Authenticator(keys: keys), lifecycle: lifecycle).add(to: router)
         SchemaRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
         // Last, so that it wraps only the not-found responder: a known path with another method is 405.
@@ -50,7 +52,7 @@ public enum LivelineApplication {
         Application(
             router: makeRouter(
                 store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, staleness: configuration.staleness,
-                budget: configuration.budget, delivery: delivery
+                budget: configuration.budget, delivery: delivery, startConfirmationTimeout: configuration.startConfirmationTimeout
             ),
             server: .guardedHTTP1(limits: configuration.connections, logger: logger),
             configuration: ApplicationConfiguration(

@@ -100,6 +100,9 @@ public struct DeliveryProgress: Sendable {
     public var priority10Sent: [(instance: PushedInstance, sent: [Int64])] = []
     /// How many instances reached the warning share of their budget (a `budget.warning`).
     public var budgetWarnings = 0
+    /// Devices' push-to-start or FCM tokens the push service refused when a start went to them, with its reason: they
+    /// are dropped from the device (kept with the reason and time, no longer used for starts).
+    public var refusedStartTokens: [(instance: PushedInstance, reason: String)] = []
 
     public init(
         appID: String, activityID: String, delivered: [PushedInstance] = [], invalidated: [PushedInstance] = [],
@@ -176,6 +179,10 @@ public protocol DispatchStore: Sendable {
     func deferClaim(appID: String, activityID: String, owner: String, sequence: Int64, until: Date) async throws
     /// Records that the engine starts sending `sequence` of the activity now (for rate shaping).
     func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws
+    /// Admits the next page (at most `limit` devices) of the claimed activity's oldest start audience not yet admitted:
+    /// each device with a usable token for the start's attributes type becomes a `starting` instance (devices already
+    /// watching the activity are left as they are). Returns whether any audience remains to be admitted.
+    func admitStartAudience(appID: String, activityID: String, limit: Int, at now: Date) async throws -> Bool
 }
 
 /// The delivery timeline: every push attempt, recorded by ``DispatchStore/recordProgress(_:at:)``, read by the API

@@ -231,5 +231,31 @@ enum SQLiteMigrations {
                 "DROP INDEX activities_pending",
             ]
         ),
+        Migration(
+            version: 12,
+            name: "remote starts: their audiences and their alert",
+            statements: [
+                "ALTER TABLE activities ADD COLUMN start_alert TEXT",
+                // A start's audience, kept as asked: the delivery engine admits its devices as `starting` instances a page
+                // at a time (`admitted_after` is the last device id admitted), so accepting a start writes one row
+                // whatever the audience's size.
+                """
+                CREATE TABLE start_audiences (
+                    app_id TEXT NOT NULL,
+                    activity_id TEXT NOT NULL,
+                    sequence INTEGER NOT NULL,
+                    attributes_type TEXT NOT NULL,
+                    audience TEXT NOT NULL,
+                    admitted_after TEXT,
+                    admitted INTEGER NOT NULL DEFAULT 0,
+                    created_at INTEGER NOT NULL,
+                    PRIMARY KEY (app_id, activity_id, sequence),
+                    FOREIGN KEY (app_id, activity_id) REFERENCES activities(app_id, activity_id) ON DELETE CASCADE
+                ) WITHOUT ROWID
+                """,
+                // Remotely started instances not yet confirmed, oldest first: the activity's `unconfirmed` list.
+                "CREATE INDEX instances_starting ON instances(app_id, activity_id, updated_at) WHERE state = 'starting'",
+            ]
+        ),
     ]
 }

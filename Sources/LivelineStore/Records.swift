@@ -249,6 +249,113 @@ public struct ActivityEnd: Sendable, Hashable {
     }
 }
 
+/// Who a remote start goes to: devices of the app, chosen by id, by user, by tags (all must match) or all of them.
+public enum StartAudience: Sendable, Hashable {
+    case deviceIDs([String])
+    case userIDs([String])
+    /// Devices carrying every one of these tags.
+    case tags([String: String])
+    case all
+
+    /// The audience as stored and shown: `{"deviceIds": […]}`, `{"userIds": […]}`, `{"tags": {…}}` or `{"all": true}`.
+    public var json: JSONValue {
+        switch self {
+        case .deviceIDs(let ids): .object(["deviceIds": .array(ids.map(JSONValue.string))])
+        case .userIDs(let ids): .object(["userIds": .array(ids.map(JSONValue.string))])
+        case .tags(let tags): .object(["tags": .object(tags.mapValues(JSONValue.string))])
+        case .all: .object(["all": .bool(true)])
+        }
+    }
+
+    /// The audience from its stored form (``json``), or `nil` when it is not one.
+    public init?(json: JSONValue) {
+        guard let members = json.objectValue, members.count == 1, let (key, value) = members.first else { return nil }
+        switch key {
+        case "deviceIds": self = .deviceIDs(value.arrayValue?.compactMap(\.stringValue) ?? [])
+        case "userIds": self = .userIDs(value.arrayValue?.compactMap(\.stringValue) ?? [])
+        case "tags": self = .tags(value.objectValue?.compactMapValues(\.stringValue) ?? [:])
+        case "all": self = .all
+        default: return nil
+        }
+    }
+}
+
+/// A remote start of an activity (push-to-start on iOS 17.2+, a start message on Android), validated.
+public struct ActivityStart: Sendable, Hashable {
+    public var appID: String
+    public var activityID: String
+    /// The Swift type name of the activity's attributes: which push-to-start token of each device is used.
+    public var attributesType: String
+    /// The static attributes.
+    public var attributes: JSONValue
+    public var contentState: JSONValue
+    /// The alert a start must carry (Apple requires one).
+    public var alert: LiveActivityAlert
+    /// Seconds since 1970.
+    public var staleDate: Int64?
+    public var relevanceScore: Double?
+    public var audience: StartAudience
+    /// The field kinds to remember for this activity (schema-less drift reports); `nil` keeps what is stored.
+    public var contentShape: JSONShape?
+
+    public init(
+        appID: String, activityID: String, attributesType: String, attributes: JSONValue, contentState: JSONValue,
+        alert: LiveActivityAlert, staleDate: Int64? = nil, relevanceScore: Double? = nil, audience: StartAudience,
+        contentShape: JSONShape? = nil
+    ) {
+        self.appID = appID
+        self.activityID = activityID
+        self.attributesType = attributesType
+        self.attributes = attributes
+        self.contentState = contentState
+        self.alert = alert
+        self.staleDate = staleDate
+        self.relevanceScore = relevanceScore
+        self.audience = audience
+        self.contentShape = contentShape
+    }
+}
+
+/// How many of a start's audience it reaches, counted when it is accepted.
+public struct AudienceCounts: Sendable, Hashable {
+    /// iPhones with a push-to-start token for the attributes type (or already watching the activity).
+    public var ios: Int
+    /// Android phones with an FCM token (or already watching the activity).
+    public var android: Int
+    /// Devices of the audience it does not reach: no usable token for the type, dismissed it, or (by id) unknown.
+    public var skipped: Int
+
+    public init(ios: Int, android: Int, skipped: Int) {
+        self.ios = ios
+        self.android = android
+        self.skipped = skipped
+    }
+}
+
+/// An accepted start: its sequence and who it reaches.
+public struct AcceptedStart: Sendable, Hashable {
+    public var sequence: AcceptedSequence
+    public var counts: AudienceCounts
+
+    public init(sequence: AcceptedSequence, counts: AudienceCounts) {
+        self.sequence = sequence
+        self.counts = counts
+    }
+}
+
+/// Instances started remotely whose phones have not confirmed them within the allowed time.
+public struct UnconfirmedStarts: Sendable, Hashable {
+    /// How many there are in all.
+    public var count: Int
+    /// The first of them, by device id.
+    public var instances: [InstanceRecord]
+
+    public init(count: Int, instances: [InstanceRecord]) {
+        self.count = count
+        self.instances = instances
+    }
+}
+
 /// An accepted sequence: what the API answers with its 202.
 public struct AcceptedSequence: Sendable, Hashable {
     public var activityID: String
@@ -303,6 +410,9 @@ public struct ActivityRecord: Sendable, Hashable {
     public var contentShape: JSONShape?
     /// How many instances are in each state.
     public var instanceCounts: [InstanceState: Int]
+    /// The alert of the latest remote start: what a start push carries (a start needs one; the updates sent to
+    /// instances already watching carry their own).
+    public var startAlert: LiveActivityAlert?
 
     public init(
         appID: String, activityID: String, attributesType: String?, attributes: JSONValue?, state: ActivityState,
@@ -311,8 +421,9 @@ public struct ActivityRecord: Sendable, Hashable {
         alert: LiveActivityAlert?, staleDate: Int64?, relevanceScore: Double?, priority: Int?,
         dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int],
         endReason: EndReason? = nil, minUpdateInterval: Double? = nil, lastSentSequence: Int64? = nil, lastSentAt: Date? = nil,
-        budgetWarnedAt: Date? = nil, contentShape: JSONShape? = nil
+        budgetWarnedAt: Date? = nil, contentShape: JSONShape? = nil, startAlert: LiveActivityAlert? = nil
     ) {
+        self.startAlert = startAlert
         self.budgetWarnedAt = budgetWarnedAt
         self.contentShape = contentShape
         self.endReason = endReason
@@ -412,6 +523,8 @@ public enum StoreError: Error, Sendable, Hashable {
     case activityNotFound
     case instanceNotFound
     case activityEnded
+    /// A start names another attributes type than the activity has.
+    case attributesTypeMismatch(existing: String)
     case duplicateApp
     case invalidCursor
     /// The database holds data written by a newer Liveline.

@@ -30,6 +30,15 @@ extension SQLiteStore {
         RETURNING \(claimColumns)
         """
 
+    /// The instances the engine sends to, as SQL on a row of `instances` (columns prefixed with `prefix`): active ones,
+    /// and remotely started ones not yet confirmed — an Android phone at its FCM token, an iPhone only until its start
+    /// went out (its push-to-start token takes nothing but a start; it is caught up once it registers its own token).
+    static func deliverable(_ prefix: String) -> String {
+        "(\(prefix)state = 'active' OR (\(prefix)state = 'starting' AND (\(prefix)platform = 'android' OR \(prefix)delivered_sequence = 0)))"
+    }
+
+    static let deliverableInstance = deliverable("")
+
     public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
         let nowMillis = Self.millis(now)
         guard let row = try await write(
@@ -84,7 +93,7 @@ extension SQLiteStore {
     ) async throws -> [InstanceRecord] {
         guard !platforms.isEmpty else { return [] }
         var sql = """
-            SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND state = 'active' AND delivered_sequence < ?
+            SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND \(Self.deliverableInstance) AND delivered_sequence < ?
               AND platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
             """
         var binds: [SQLiteData] = [.text(appID), .text(activityID), .integer(Int(sequence))] + platforms.map { .text($0.rawValue) }
@@ -162,6 +171,26 @@ extension SQLiteStore {
                 }
             }
         }
+        for (refused, reason) in progress.refusedStartTokens {
+            // Whichever of the device's tokens the start went to; a token rotated since is left alone.
+            let binds: [SQLiteData] = [
+                .integer(nowMillis), .text(reason), .text(progress.appID), .text(refused.deviceID), .text(refused.token),
+            ]
+            statements.append((
+                """
+                UPDATE push_to_start_tokens SET dropped_at = ?, drop_reason = ?
+                WHERE app_id = ? AND device_id = ? AND token = ? AND dropped_at IS NULL
+                """,
+                binds
+            ))
+            statements.append((
+                """
+                UPDATE devices SET fcm_token_dropped_at = ?, fcm_token_drop_reason = ?
+                WHERE app_id = ? AND device_id = ? AND fcm_token = ? AND fcm_token_dropped_at IS NULL
+                """,
+                binds
+            ))
+        }
         if progress.budgetWarnings > 0 {
             statements.append((
                 "UPDATE activities SET budget_warned_at = ? WHERE app_id = ? AND activity_id = ?",
@@ -187,8 +216,10 @@ extension SQLiteStore {
             FROM (
                 SELECT EXISTS (
                     SELECT 1 FROM instances i JOIN activities a ON a.app_id = i.app_id AND a.activity_id = i.activity_id
-                    WHERE i.app_id = ? AND i.activity_id = ? AND i.state = 'active' AND i.delivered_sequence < a.sequence
+                    WHERE i.app_id = ? AND i.activity_id = ? AND \(Self.deliverable("i.")) AND i.delivered_sequence < a.sequence
                       AND i.platform IN (\(placeholders))
+                ) OR EXISTS (
+                    SELECT 1 FROM start_audiences s WHERE s.app_id = ? AND s.activity_id = ? AND s.admitted = 0
                 ) AS behind
             ) AS pass
             WHERE activities.app_id = ? AND activities.activity_id = ? AND activities.claim_owner = ?
@@ -196,7 +227,7 @@ extension SQLiteStore {
             """,
             [retryAt.map { .integer(Self.millis($0)) } ?? .null, .text(appID), .text(activityID)]
                 + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
-                + [.text(appID), .text(activityID), .text(owner)]
+                + [.text(appID), .text(activityID), .text(appID), .text(activityID), .text(owner)]
         ).first?.column("done")?.integer
         return done == 1
     }

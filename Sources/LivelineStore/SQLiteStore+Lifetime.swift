@@ -16,7 +16,10 @@ extension SQLiteStore {
             SELECT a.app_id, a.activity_id FROM activities a
             WHERE a.state = 'active'
               AND EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id)
-              AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id AND i.state = 'active')
+              AND NOT EXISTS (
+                  SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id AND i.state IN ('active', 'starting')
+              )
+              AND NOT EXISTS (SELECT 1 FROM start_audiences s WHERE s.app_id = a.app_id AND s.activity_id = a.activity_id AND s.admitted = 0)
             LIMIT \(limit)
             """
         ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
@@ -25,7 +28,10 @@ extension SQLiteStore {
     public func endInstances(registeredBefore cutoff: Date, at now: Date) async throws -> Int {
         try await transaction { db in
             let rows = try db.query(
-                "UPDATE instances SET state = 'ended', updated_at = ? WHERE state = 'active' AND created_at <= ? RETURNING device_id",
+                """
+                UPDATE instances SET state = 'ended', updated_at = ? WHERE state IN ('active', 'starting') AND created_at <= ?
+                RETURNING device_id
+                """,
                 [.integer(Self.millis(now)), .integer(Self.millis(cutoff))]
             )
             return rows.count
@@ -38,6 +44,13 @@ extension SQLiteStore {
             _ = try db.query(
                 """
                 DELETE FROM delivery_segments WHERE (app_id, activity_id) IN
+                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
+                """,
+                [.integer(cutoffMillis)]
+            )
+            _ = try db.query(
+                """
+                DELETE FROM start_audiences WHERE (app_id, activity_id) IN
                     (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
                 """,
                 [.integer(cutoffMillis)]

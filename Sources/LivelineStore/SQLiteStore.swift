@@ -222,7 +222,9 @@ public final class SQLiteStore: Store, DispatchStore {
             }
             let newUserID = r.userID ?? instance.userID
             let tokenChanged = instance.pushToken != r.pushToken
-            let newState = tokenChanged ? instance.state.applying(.tokenRegistered) : instance.state
+            // A new token, or the phone confirming a remotely started instance (an Android phone registers the FCM token
+            // its start went to).
+            let newState = tokenChanged || instance.state == .starting ? instance.state.applying(.tokenRegistered) : instance.state
             guard tokenChanged || instance.platform != r.platform || instance.userID != newUserID || newState != instance.state else {
                 return RegistrationResult(change: .unchanged, instance: instance)
             }
@@ -536,7 +538,8 @@ public final class SQLiteStore: Store, DispatchStore {
             lastSentSequence: row.column("last_sent_sequence")?.integer.map(Int64.init),
             lastSentAt: row.column("last_sent_at")?.integer.map(date),
             budgetWarnedAt: row.column("budget_warned_at")?.integer.map(date),
-            contentShape: try row.json("content_shape")?.objectValue.map { JSONShape(kinds: $0.compactMapValues(\.stringValue)) }
+            contentShape: try row.json("content_shape")?.objectValue.map { JSONShape(kinds: $0.compactMapValues(\.stringValue)) },
+            startAlert: try row.json("start_alert").flatMap(alert(from:))
         )
     }
 

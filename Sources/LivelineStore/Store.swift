@@ -42,6 +42,13 @@ public protocol LifecycleStore: Sendable {
     /// Accepts a new content state as the activity's next sequence; creates the activity on
     /// first sight. Throws `activityEnded`. O(1) writes whatever the number of instances.
     func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence
+    /// Accepts a remote start as the activity's next sequence (creating the activity on first sight) and keeps its
+    /// audience, counted, for the delivery engine to admit: O(1) writes whatever the audience's size. Throws
+    /// `activityEnded`, or `attributesTypeMismatch` when the activity has another attributes type.
+    func startActivity(_ start: ActivityStart, at now: Date) async throws -> AcceptedStart
+    /// Remotely started instances still `starting` (not confirmed by their phone) since `cutoff` or longer: how many, and
+    /// the `limit` oldest.
+    func unconfirmedStarts(appID: String, activityID: String, startedBefore cutoff: Date, limit: Int) async throws -> UnconfirmedStarts
     /// Ends the activity as its next sequence. Throws `activityNotFound` or `activityEnded`.
     func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence
     /// One activity without its instance counts (left empty), or `nil`: one row, for the write path.

@@ -71,4 +71,14 @@ struct LifecycleTests {
         #expect(!InstanceState.dismissed.receivesPushes)
         #expect(!InstanceState.invalidated.receivesPushes)
     }
+
+    @Test("a remotely started instance is confirmed by its token, refused with it, and ends or is dismissed like any")
+    func startingTransitions() {
+        #expect(InstanceState.starting.applying(.tokenRegistered) == .active)
+        #expect(InstanceState.starting.applying(.tokenInvalidated) == .invalidated)
+        #expect(InstanceState.starting.applying(.dismissedOnDevice) == .dismissed)
+        #expect(InstanceState.starting.applying(.endedOnDevice) == .ended)
+        #expect(InstanceState.starting.applying(.endDelivered) == .ended)
+        #expect(InstanceState.starting.receivesPushes)
+    }
 }

@@ -87,6 +87,9 @@ struct TimelineTests {
                 )
                 """,
                 // Later steps undone too, so that they apply again.
+                "DROP INDEX instances_starting",
+                "DROP TABLE start_audiences",
+                "ALTER TABLE activities DROP COLUMN start_alert",
                 "DROP INDEX activities_due",
                 "CREATE INDEX activities_pending ON activities(next_dispatch_at) WHERE dispatched_sequence < sequence",
                 "DELETE FROM schema_migrations WHERE version >= 9",

@@ -1,0 +1,70 @@
+import Foundation
+import LivelineCore
+import LivelineStore
+
+extension ActivityLifecycle {
+    /// An accepted remote start: its sequence, who it reaches, and the fields whose type changed.
+    struct AcceptedStartReport: Sendable {
+        var start: AcceptedStart
+        var changes: [JSONShape.Change]
+    }
+
+    /// Starts the activity remotely for `start.audience` (creating the activity on first sight; on an active one, the
+    /// audience is added), in the same order as an update: validate, apply Core's rules, render both starts and
+    /// refuse one that could not be sent, store (O(1) writes: the engine admits the audience later), wake delivery.
+    func start(_ start: ActivityStart) async throws -> AcceptedStartReport {
+        let now = clock.now()
+        var start = start
+        let current = try await store.activityWithoutInstanceCounts(appID: start.appID, activityID: start.activityID)
+        if let current, current.state != .active { throw APIError.activityEnded(start.activityID) }
+        if let type = current?.attributesType, type != start.attributesType {
+            throw Self.attributesTypeMismatch(start.activityID, existing: type)
+        }
+        var changes: [JSONShape.Change] = []
+        if let schema = try await contracts.schema(appID: start.appID, attributesType: start.attributesType) {
+            start.contentState = try schema.conform(contentState: start.contentState)
+            start.attributes = try schema.conform(attributes: start.attributes)
+        } else {
+            let checked = try await contracts.check(start.contentState, appID: start.appID, activity: current, remember: true)
+            start.contentShape = checked.shape
+            changes = checked.changes
+        }
+        start.staleDate = start.staleDate ?? staleness.staleDate(now: now, previous: current?.sequenceAt)
+        let next: LiveActivityState
+        do {
+            next = try LiveActivityState.update(
+                activityID: start.activityID, after: current?.head, contentState: start.contentState, staleDate: start.staleDate,
+                relevanceScore: start.relevanceScore, alert: nil, now: now
+            )
+        } catch {
+            throw APIError.activityEnded(start.activityID)
+        }
+        try next.validateRenderings(now: now)
+        try next.validateStartRenderings(attributesType: start.attributesType, attributes: start.attributes, alert: start.alert, now: now)
+        let accepted: AcceptedStart
+        do {
+            accepted = try await store.startActivity(start, at: now)
+        } catch StoreError.activityEnded {
+            throw APIError.activityEnded(start.activityID)
+        } catch StoreError.attributesTypeMismatch(let existing) {
+            throw Self.attributesTypeMismatch(start.activityID, existing: existing)
+        }
+        delivery.wake()
+        return AcceptedStartReport(start: accepted, changes: changes)
+    }
+
+    /// Remotely started instances whose phones have not confirmed them (registered their own token) within `allowed`.
+    func unconfirmedStarts(appID: String, activityID: String, allowed: TimeInterval, limit: Int) async throws -> UnconfirmedStarts {
+        try await store.unconfirmedStarts(
+            appID: appID, activityID: activityID, startedBefore: clock.now().addingTimeInterval(-allowed), limit: limit
+        )
+    }
+
+    private static func attributesTypeMismatch(_ activityID: String, existing: String) -> APIError {
+        APIError(
+            .conflict, code: "attributes_type_mismatch",
+            message: "Activity '\(activityID)' has attributes type '\(existing)'; a start must name the same type.",
+            field: "attributesType"
+        )
+    }
+}
