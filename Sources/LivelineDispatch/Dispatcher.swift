@@ -316,7 +316,7 @@ public final class Dispatcher: Service, Sendable {
 
         // A remote start's audience becomes `starting` instances first, a page per write, renewing the claim as it goes.
         var leaseRenewedAt = now()
-        while try await store.admitStartAudience(appID: appID, activityID: activityID, limit: configuration.admissionPageSize, at: now()) {
+        while claim.audienceWaiting, try await store.admitStartAudience(appID: appID, activityID: activityID, limit: configuration.admissionPageSize, at: now()) {
             if Task.isShuttingDownGracefully || Task.isCancelled {
                 try await store.releaseClaim(appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: nil)
                 return

@@ -11,6 +11,8 @@ public struct DispatchClaim: Sendable, Hashable {
     public var owner: String
     /// The app's own priority-10 budget, if it has one.
     public var budget: BudgetOverride = BudgetOverride()
+    /// A remote start's audience waits to be admitted (``DispatchStore/admitStartAudience(appID:activityID:limit:at:)``).
+    public var audienceWaiting = false
 }
 
 /// What happened to one push attempt.

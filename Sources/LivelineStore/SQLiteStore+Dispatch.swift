@@ -9,7 +9,10 @@ extension SQLiteStore {
     private static let claimColumns = """
         *, (SELECT bundle_id FROM apps WHERE apps.id = activities.app_id) AS app_bundle_id,
         (SELECT budget_hourly FROM apps WHERE apps.id = activities.app_id) AS app_budget_hourly,
-        (SELECT budget_hourly_frequent FROM apps WHERE apps.id = activities.app_id) AS app_budget_hourly_frequent
+        (SELECT budget_hourly_frequent FROM apps WHERE apps.id = activities.app_id) AS app_budget_hourly_frequent,
+        EXISTS (
+            SELECT 1 FROM start_audiences s WHERE s.app_id = activities.app_id AND s.activity_id = activities.activity_id AND s.admitted = 0
+        ) AS audience_waiting
         """
 
     // The engine's claims, renewals and releases are single statements (``write(_:_:)``), each its own transaction:
@@ -84,7 +87,7 @@ extension SQLiteStore {
     static func claim(from row: StoreRow, owner: String) throws -> DispatchClaim {
         DispatchClaim(
             activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner,
-            budget: Self.claimBudget(row)
+            budget: Self.claimBudget(row), audienceWaiting: (row.column("audience_waiting")?.integer ?? 0) != 0
         )
     }
 
