@@ -24,9 +24,16 @@ enum Durability: Sendable {
 ///
 /// A batch commits with `synchronous = FULL` if any of its writes asked for ``Durability/full``, and with NORMAL when
 /// all are ``Durability/bookkeeping``.
+///
+/// What the API acknowledges goes first: a batch takes every ``Durability/full`` write waiting (in order) and at most
+/// ``bookkeepingPerBatch`` bookkeeping writes, the oldest. The delivery engine queues large bookkeeping writes (a
+/// fan-out's progress, hundreds of instances each) many at a time; an accepted update behind all of them would wait
+/// for every one to run.
 final class SQLiteWriter: Sendable {
     /// The most writes one batch takes: a bound on how long the first of them waits for the last.
     static let batchLimit = 512
+    /// The most bookkeeping writes one batch takes: a bound on how long an acknowledged write waits behind them.
+    static let bookkeepingPerBatch = 4
 
     private let connection: HandleBox
     private let thread: NIOThreadPool
@@ -98,13 +105,30 @@ final class SQLiteWriter: Sendable {
                     queue.draining = false
                     return []
                 }
-                let taken = Array(queue.writes.prefix(Self.batchLimit))
-                queue.writes.removeFirst(taken.count)
-                return taken
+                return Self.takeBatch(from: &queue.writes) { $0.durability }
             }
             guard !batch.isEmpty else { return }
             commit(batch)
         }
+    }
+
+    /// Takes the next batch out of `writes` (each write's durability given by `durability`): every full write (up to ``batchLimit``) and at most ``bookkeepingPerBatch``
+    /// bookkeeping writes, each kind in the order it arrived; the rest stay queued in order.
+    static func takeBatch<W>(from writes: inout [W], durability: (W) -> Durability) -> [W] {
+        var batch: [W] = []
+        var left: [W] = []
+        var bookkeeping = 0
+        for write in writes {
+            let kind = durability(write)
+            if batch.count < batchLimit && (kind == .full || bookkeeping < bookkeepingPerBatch) {
+                batch.append(write)
+                if kind == .bookkeeping { bookkeeping += 1 }
+            } else {
+                left.append(write)
+            }
+        }
+        writes = left
+        return batch
     }
 
     /// Commits `batch` in as few transactions as it takes: one, unless SQLite itself rolls one back, in which case the
