@@ -132,7 +132,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         )
         json["unconfirmed"] = .object([
             "count": .integer(Int64(unconfirmed.count)),
-            "afterSeconds": .number(startConfirmationTimeout),
+            "afterSeconds": .integer(Int64(startConfirmationTimeout.rounded())),
             "instances": .array(unconfirmed.instances.map { instance in
                 .object([
                     "deviceId": .string(instance.deviceID), "platform": .string(instance.platform.rawValue),

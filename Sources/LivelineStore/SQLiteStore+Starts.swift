@@ -9,7 +9,10 @@ extension SQLiteStore {
     private static let admissionChunk = 500
 
     public func startActivity(_ start: ActivityStart, at now: Date) async throws -> AcceptedStart {
-        try await transaction { db in
+        // Counted on a reader, before the write: an audience of every device is a long read, and the one writer (every
+        // accept waits for it) should not hold it. The counts say whom the start reaches as it is accepted.
+        let counts = try await audienceCounts(start)
+        return try await transaction { db in
             let existing = try db.query(
                 "SELECT state, sequence, timestamp_seconds, attributes_type FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(start.appID), .text(start.activityID)]
@@ -36,7 +39,6 @@ extension SQLiteStore {
             } catch {
                 throw Self.storeError(error)
             }
-            let counts = try Self.audienceCounts(start, on: db)
             let nowMillis = Self.millis(now)
             if head != nil {
                 try db.query(
@@ -122,14 +124,14 @@ extension SQLiteStore {
         (instance_state IN ('active', 'starting') OR (start_token IS NOT NULL AND (instance_state IS NULL OR instance_state = 'invalidated')))
         """
 
-    static func audienceCounts(_ start: ActivityStart, on db: SQLiteHandle) throws -> AudienceCounts {
-        let condition = audienceCondition(start.audience)
-        let row = try db.query(
+    func audienceCounts(_ start: ActivityStart) async throws -> AudienceCounts {
+        let condition = Self.audienceCondition(start.audience)
+        let row = try await reader.query(
             """
             SELECT COUNT(*) AS matched,
-                COALESCE(SUM(CASE WHEN \(reached) AND platform = 'ios' THEN 1 ELSE 0 END), 0) AS ios,
-                COALESCE(SUM(CASE WHEN \(reached) AND platform = 'android' THEN 1 ELSE 0 END), 0) AS android
-            FROM (\(audienceRows) AND \(condition.sql))
+                COALESCE(SUM(CASE WHEN \(Self.reached) AND platform = 'ios' THEN 1 ELSE 0 END), 0) AS ios,
+                COALESCE(SUM(CASE WHEN \(Self.reached) AND platform = 'android' THEN 1 ELSE 0 END), 0) AS android
+            FROM (\(Self.audienceRows) AND \(condition.sql))
             """,
             [.text(start.attributesType), .text(start.activityID), .text(start.appID)] + condition.binds
         ).first
