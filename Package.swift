@@ -90,6 +90,8 @@ let package = Package(
             name: "LivelineEmulator",
             dependencies: [
                 "LivelineCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdHTTP2", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -206,6 +208,7 @@ let package = Package(
             name: "LivelineEmulatorTests",
             dependencies: [
                 "LivelineEmulator",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 "LivelineCore",
                 "LivelineTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),
