@@ -100,7 +100,8 @@ public struct RegistrationResult: Sendable, Hashable, Codable {
     }
 }
 
-/// Makes the simulated apps' registration calls to Liveline, after the push that caused them was answered.
+/// Makes the simulated apps' registration calls to Liveline in the background, so the answer to the push that caused
+/// them never waits for them.
 ///
 /// Each call runs in a short task of its own, tracked here, retried a few times with doubling backoff (transport
 /// errors, 429 and 5xx; never another 4xx); ``shutdown()`` cancels and awaits the ones in flight. Failures are logged
