@@ -45,4 +45,17 @@ struct ServeEmulatorRegistrationTests {
                 == LivelineRegistrationTarget(url: "http://liveline.test:8080", publishableKey: "pk_given")
         )
     }
+
+    @Test("liveline emulator: --register-with and --publishable-key come together, with an http(s) URL")
+    func standaloneFlags() throws {
+        try validateRegistration(registerWith: nil, publishableKey: nil)
+        try validateRegistration(registerWith: "http://127.0.0.1:8080", publishableKey: "pk_x")
+        #expect(throws: (any Error).self) { try validateRegistration(registerWith: "http://127.0.0.1:8080", publishableKey: nil) }
+        #expect(throws: (any Error).self) { try validateRegistration(registerWith: nil, publishableKey: "pk_x") }
+        #expect(throws: (any Error).self) { try validateRegistration(registerWith: "127.0.0.1:8080", publishableKey: "pk_x") }
+        #expect(
+            registrationTarget(registerWith: "http://127.0.0.1:8080", publishableKey: "pk_x")
+                == LivelineRegistrationTarget(url: "http://127.0.0.1:8080", publishableKey: "pk_x")
+        )
+    }
 }

@@ -141,7 +141,7 @@ final class LivelineRegistrar: Sendable {
             guard !tasks.closed else { return }
             let id = tasks.next
             tasks.next += 1
-            // A short-lived task per registration (a documented exception to "no unstructured tasks"): tracked in
+            // Unstructured on purpose (a documented exception): a short-lived task per registration, tracked in
             // `running`, removed when done, cancelled and awaited by shutdown().
             tasks.running[id] = Task {
                 let result = await Self.send(request, to: target, policy: policy, clock: clock)
