@@ -90,6 +90,8 @@ let package = Package(
             name: "LivelineEmulator",
             dependencies: [
                 "LivelineCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdHTTP2", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -156,10 +158,13 @@ let package = Package(
         ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
         // `liveline bench`: request building, percentiles, h2load's output, the round's figures; the load generator against a small server.
+        // Also the executable's other pure decisions (where `serve`'s simulated phones register).
         .testTarget(
             name: "LivelineBenchTests",
             dependencies: [
                 "liveline",
+                "LivelineServer",
+                "LivelineEmulator",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -206,6 +211,7 @@ let package = Package(
             name: "LivelineEmulatorTests",
             dependencies: [
                 "LivelineEmulator",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 "LivelineCore",
                 "LivelineTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -36,6 +36,12 @@ public struct LivelineConfiguration: Sendable {
     public var fcmEmulatorPort: Int = 8444
     /// The FCM emulator's inspection API port.
     public var fcmEmulatorControlPort: Int = 8092
+    /// The Liveline base URL the built-in emulators' simulated apps register with (`PUT /v1/devices/…`,
+    /// `PUT /v1/activities/…/instances/…`); `nil`: this server itself in dev mode (with the demo app's publishable
+    /// key), otherwise none. `"none"` turns it off.
+    public var emulatorRegisterWith: String?
+    /// The publishable key the simulated apps register with; `nil`: the demo app's, in dev mode.
+    public var emulatorPublishableKey: String?
     /// Base64 of the 32-byte key that seals provider secrets at rest; generated into
     /// `<dataDirectory>/master.key` when not given.
     public var masterKey: String?
@@ -79,14 +85,20 @@ public struct LivelineConfiguration: Sendable {
             summary: "Development mode: create a demo app on first start and print its keys."),
         Key(name: "liveline.emulator", environment: "LIVELINE_EMULATOR", flag: "--emulator / --no-emulator", defaultValue: "same as dev",
             summary: "Run the built-in APNs and FCM emulators; apps without credentials push to them, never to Apple or Google."),
-        Key(name: "liveline.emulatorPort", environment: "LIVELINE_EMULATOR_PORT", flag: nil, defaultValue: "8443",
+        Key(name: "liveline.emulatorPort", environment: "LIVELINE_EMULATOR_PORT", flag: "--emulator-port", defaultValue: "8443",
             summary: "The built-in emulator's APNs port (HTTP/2 + TLS)."),
-        Key(name: "liveline.emulatorControlPort", environment: "LIVELINE_EMULATOR_CONTROL_PORT", flag: nil, defaultValue: "8091",
+        Key(name: "liveline.emulatorControlPort", environment: "LIVELINE_EMULATOR_CONTROL_PORT", flag: "--emulator-control-port", defaultValue: "8091",
             summary: "The built-in emulator's inspection API port (simulated phones, pushes, faults)."),
-        Key(name: "liveline.fcmEmulatorPort", environment: "LIVELINE_FCM_EMULATOR_PORT", flag: nil, defaultValue: "8444",
+        Key(name: "liveline.fcmEmulatorPort", environment: "LIVELINE_FCM_EMULATOR_PORT", flag: "--fcm-emulator-port", defaultValue: "8444",
             summary: "The built-in FCM emulator's port (HTTPS: OAuth token endpoint and messages:send)."),
-        Key(name: "liveline.fcmEmulatorControlPort", environment: "LIVELINE_FCM_EMULATOR_CONTROL_PORT", flag: nil, defaultValue: "8092",
+        Key(name: "liveline.fcmEmulatorControlPort", environment: "LIVELINE_FCM_EMULATOR_CONTROL_PORT", flag: "--fcm-emulator-control-port", defaultValue: "8092",
             summary: "The built-in FCM emulator's inspection API port (simulated Android phones, messages, faults)."),
+        Key(name: "liveline.emulatorRegisterWith", environment: "LIVELINE_EMULATOR_REGISTER_WITH", flag: "--emulator-register-with",
+            defaultValue: "this server with --dev, else none",
+            summary: "Liveline base URL the built-in emulators' simulated phones register with, as the real app would (PUT /v1/devices/…, PUT /v1/activities/…/instances/…); 'none' turns it off."),
+        Key(name: "liveline.emulatorPublishableKey", environment: "LIVELINE_EMULATOR_PUBLISHABLE_KEY", flag: "--emulator-publishable-key",
+            defaultValue: "the demo app's, with --dev",
+            summary: "The publishable key (pk_…) the simulated phones register with. The demo app's is kept in <data dir>/emulator/register-with.json when --dev creates it."),
         Key(name: "liveline.masterKey", environment: "LIVELINE_MASTER_KEY", flag: nil, defaultValue: "<data dir>/master.key (generated)",
             summary: "Base64 of 32 bytes; seals APNs keys and FCM service accounts at rest (AES-GCM). Keep it out of the database's backups."),
         Key(name: "liveline.staleness.first", environment: "LIVELINE_STALENESS_FIRST", flag: nil, defaultValue: "3600",
@@ -159,6 +171,17 @@ public struct LivelineConfiguration: Sendable {
         )
         fcmEmulatorPort = scoped.int(forKey: "fcmEmulatorPort", default: 8444)
         fcmEmulatorControlPort = scoped.int(forKey: "fcmEmulatorControlPort", default: 8092)
+        emulatorRegisterWith = scoped.string(forKey: "emulatorRegisterWith")
+        emulatorPublishableKey = scoped.string(forKey: "emulatorPublishableKey")
+        if let url = emulatorRegisterWith, url != "none", !(url.hasPrefix("http://") || url.hasPrefix("https://")) {
+            throw ConfigurationError("emulatorRegisterWith must be an http:// or https:// base URL, or 'none'; got '\(url)'.")
+        }
+        for (name, value) in [
+            ("emulatorPort", emulatorPort), ("emulatorControlPort", emulatorControlPort), ("fcmEmulatorPort", fcmEmulatorPort),
+            ("fcmEmulatorControlPort", fcmEmulatorControlPort),
+        ] where !(0...65535).contains(value) {
+            throw ConfigurationError("\(name) must be between 0 and 65535; got \(value).")
+        }
         let defaultStaleness = StalenessPolicy()
         staleness = StalenessPolicy(
             first: Int64(scoped.int(forKey: "staleness.first", default: Int(defaultStaleness.first))),

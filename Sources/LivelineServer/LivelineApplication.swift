@@ -93,11 +93,14 @@ public enum LivelineApplication {
 
     /// In dev mode, creates a demo app when the database has none and prints its keys (once: only
     /// their hashes are stored).
-    public static func prepareDevApp(store: any Store, sealer: CredentialSealer, logger: Logger) async throws {
+    ///
+    /// - Returns: the demo app with its keys when this call created it (the keys exist only now), else `nil`.
+    @discardableResult
+    public static func prepareDevApp(store: any Store, sealer: CredentialSealer, logger: Logger) async throws -> AppAdministration.AppWithKeys? {
         let existing = try await store.apps()
         if let app = existing.first {
             logger.notice("Dev mode: using existing app \(app.id) (\(app.name)); its keys were printed when it was created. Issue new ones with: liveline keys rotate --app \(app.id)")
-            return
+            return nil
         }
         let created = try await AppAdministration(store: store, sealer: sealer).createApp(
             name: "Demo", bundleID: "com.example.liveline.demo", androidPackage: "com.example.liveline.demo"
@@ -113,6 +116,7 @@ public enum LivelineApplication {
             """
         // Unbuffered, so the keys show at once even when stdout is a pipe.
         FileHandle.standardOutput.write(Data(banner.utf8))
+        return created
     }
 }
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Hummingbird
+import LivelineCore
 import LivelineDispatch
 import LivelineEmulator
 import LivelineServer
@@ -18,8 +19,10 @@ func buildApplication(_ configuration: LivelineConfiguration, logger: Logger) as
     logger.info("Database ready", metadata: ["path": "\(store.path)"])
     do {
         let sealer = try CredentialSealer(masterKey: try LivelineApplication.masterKey(configuration))
-        if configuration.dev { try await LivelineApplication.prepareDevApp(store: store, sealer: sealer, logger: logger) }
-        let emulators = configuration.emulator ? try await BuiltInEmulators.start(configuration, logger: logger) : nil
+        let demo = configuration.dev ? try await LivelineApplication.prepareDevApp(store: store, sealer: sealer, logger: logger) : nil
+        let emulators =
+            configuration.emulator
+            ? try await BuiltInEmulators.start(configuration, createdDemoKey: demo?.publishableKey, logger: logger) : nil
         let apns = APNsTransportDirectory(store: store, sealer: sealer, fallback: emulators?.apnsFallback, logger: logger)
         let fcm = FCMTransportDirectory(store: store, sealer: sealer, fallback: emulators?.fcmFallback, logger: logger)
         var dispatch = DispatcherConfiguration()
@@ -63,13 +66,23 @@ struct BuiltInEmulators {
     var fcmFallback: FCMTransportDirectory.Fallback
     var services: [any Service]
 
-    static func start(_ configuration: LivelineConfiguration, logger: Logger) async throws -> BuiltInEmulators {
-        var emulatorConfiguration = APNsEmulatorConfiguration(
-            dataDirectory: (configuration.dataDirectory as NSString).appendingPathComponent("emulator")
-        )
+    /// Starts both emulators. Their simulated phones are kept in `<data dir>/emulator` across restarts, and register
+    /// with Liveline (see ``registrationTarget(_:createdDemoKey:directory:)``).
+    static func start(_ configuration: LivelineConfiguration, createdDemoKey: String?, logger: Logger) async throws -> BuiltInEmulators {
+        let directory = (configuration.dataDirectory as NSString).appendingPathComponent("emulator")
+        let registration = registrationTarget(configuration, createdDemoKey: createdDemoKey, directory: directory)
+        switch registration {
+        case .target(let target):
+            logger.notice("Simulated phones register with Liveline", metadata: ["url": "\(target.url)"])
+        case .off(let why):
+            logger.notice("Simulated phones do not register with Liveline: \(why)")
+        }
+        var emulatorConfiguration = APNsEmulatorConfiguration(dataDirectory: directory)
         emulatorConfiguration.host = "127.0.0.1"
         emulatorConfiguration.apnsPort = configuration.emulatorPort
         emulatorConfiguration.controlPort = configuration.emulatorControlPort
+        emulatorConfiguration.persistsPhones = true
+        emulatorConfiguration.registerWith = registration.resolved
         let emulator = try APNsEmulator(configuration: emulatorConfiguration, logger: logger)
         let ports = try await emulator.start()
         let key = P256.Signing.PrivateKey()
@@ -86,6 +99,8 @@ struct BuiltInEmulators {
         fcmConfiguration.host = "127.0.0.1"
         fcmConfiguration.fcmPort = configuration.fcmEmulatorPort
         fcmConfiguration.controlPort = configuration.fcmEmulatorControlPort
+        fcmConfiguration.persistsPhones = true
+        fcmConfiguration.registerWith = registration.resolved
         let fcmEmulator = try FCMEmulator(configuration: fcmConfiguration, logger: logger)
         let fcmPorts: (fcmPort: Int, controlPort: Int)
         let demoAccount: FCMDemoServiceAccount
@@ -117,5 +132,49 @@ struct BuiltInEmulators {
             fcmFallback: { _ in fcmCredentials },
             services: [emulator, fcmEmulator]
         )
+    }
+}
+
+extension BuiltInEmulators {
+    /// Whether and where the simulated phones register, and why not when they do not.
+    enum Registration: Equatable {
+        case target(LivelineRegistrationTarget)
+        case off(String)
+
+        var resolved: LivelineRegistrationTarget? {
+            if case .target(let target) = self { return target }
+            return nil
+        }
+    }
+
+    /// The demo app's publishable key, kept once `serve --dev` created it: a publishable key ships in every app, so
+    /// keeping it in the data directory gives nothing away, and a restarted server's phones still register.
+    static let savedKeyFileName = "register-with.json"
+
+    /// Where the simulated phones register: `emulatorRegisterWith` (`none` turns it off), by default this server's
+    /// own URL in dev mode; with `emulatorPublishableKey`, else the demo app's key (just created, or kept from the
+    /// start that created it).
+    static func registrationTarget(_ configuration: LivelineConfiguration, createdDemoKey: String?, directory: String) -> Registration {
+        let keyFile = (directory as NSString).appendingPathComponent(savedKeyFileName)
+        if let createdDemoKey {
+            let saved: JSONValue = ["publishableKey": .string(createdDemoKey)]
+            try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try? Data(saved.encoded).write(to: URL(fileURLWithPath: keyFile), options: .atomic)
+        }
+        let url: String
+        switch configuration.emulatorRegisterWith {
+        case "none": return .off("--emulator-register-with none")
+        case .some(let given): url = given
+        case .none:
+            guard configuration.dev else { return .off("not in dev mode and no --emulator-register-with") }
+            let host = ["0.0.0.0", "::", ""].contains(configuration.host) ? "127.0.0.1" : configuration.host
+            url = "http://\(host.contains(":") ? "[\(host)]" : host):\(configuration.port)"
+        }
+        let savedKey = (try? Data(contentsOf: URL(fileURLWithPath: keyFile)))
+            .flatMap { try? JSONValue(parsing: Array($0)) }?.objectValue?["publishableKey"]?.stringValue
+        guard let key = configuration.emulatorPublishableKey ?? createdDemoKey ?? savedKey else {
+            return .off("no publishable key (pass --emulator-publishable-key pk_…)")
+        }
+        return .target(LivelineRegistrationTarget(url: url, publishableKey: key))
     }
 }

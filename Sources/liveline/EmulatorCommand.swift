@@ -32,7 +32,7 @@ struct EmulatorCommand: AsyncParsableCommand {
         @Option(name: .customLong("control-port"), help: "Port of the JSON control API (HTTP/1.1).")
         var controlPort = 8091
 
-        @Option(name: .customLong("data-dir"), help: "Directory for the CA certificate, generated key and emulator.json.")
+        @Option(name: .customLong("data-dir"), help: "Directory for the CA certificate, the generated key and the simulated phones (apns-phones.json).")
         var dataDirectory = "./.liveline/emulator"
 
         @Option(name: .customLong("bundle-id"), help: "A bundle id whose Live Activity topic to allow (repeatable; default com.example.liveline.demo).")
@@ -47,10 +47,20 @@ struct EmulatorCommand: AsyncParsableCommand {
         @Option(name: .customLong("key-file"), help: "A .p8 file whose public key to trust (default: generate one into the data directory once).")
         var keyFile: String?
 
+        @Option(name: .customLong("register-with"), help: "A Liveline base URL (e.g. http://127.0.0.1:8080) the simulated phones' app registers with, as the real app would; needs --publishable-key.")
+        var registerWith: String?
+
+        @Option(name: .customLong("publishable-key"), help: "The app's publishable key (pk_…) for --register-with.")
+        var publishableKey: String?
+
+        @Flag(name: .customLong("persist-phones"), inversion: .prefixedNo, help: "Keep the simulated phones in the data directory across restarts.")
+        var persistPhones = true
+
         @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
         var logLevel = "info"
 
         func validate() throws {
+            try validateRegistration(registerWith: registerWith, publishableKey: publishableKey)
             guard Logger.Level(rawValue: logLevel) != nil else {
                 throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
             }
@@ -76,6 +86,8 @@ struct EmulatorCommand: AsyncParsableCommand {
             configuration.host = host
             configuration.apnsPort = port
             configuration.controlPort = controlPort
+            configuration.persistsPhones = persistPhones
+            configuration.registerWith = registrationTarget(registerWith: registerWith, publishableKey: publishableKey)
             let emulator = try APNsEmulator(configuration: configuration, logger: logger)
             emulator.registerSigningKey(teamID: credentials.teamID, keyID: credentials.keyID, publicKey: credentials.publicKey)
             let bundles = bundleIDs.isEmpty ? ["com.example.liveline.demo"] : bundleIDs
@@ -98,6 +110,8 @@ struct EmulatorCommand: AsyncParsableCommand {
                   liveline apps set-apns --app APP_ID --team-id \(credentials.teamID) --key-id \(credentials.keyID) --key-file \(shellQuoted(credentials.keyFilePath)) --environment sandbox --base-url \(apnsURL) --ca-file \(shellQuoted(emulator.caCertificatePath))
 
                 Add a simulated phone: curl -X POST http://\(urlHost):\(ports.controlPort)/devices -d '{"bundleId":"\(bundles[0])"}'
+                Add an iPhone with push-to-start: curl -X POST http://\(urlHost):\(ports.controlPort)/phones -d '{"bundleId":"\(bundles[0])","attributesTypes":["MatchAttributes"]}'
+                Its app registers with Liveline: \(configuration.registerWith?.url ?? "no (use --register-with URL --publishable-key pk_…)")
 
                 """
             FileHandle.standardOutput.write(Data(banner.utf8))
@@ -137,10 +151,20 @@ struct EmulatorCommand: AsyncParsableCommand {
         @Option(name: .customLong("project-id"), help: "The demo service account's project, for a newly generated account.")
         var projectID = "liveline-demo"
 
+        @Option(name: .customLong("register-with"), help: "A Liveline base URL (e.g. http://127.0.0.1:8080) the simulated phones' app registers with, as the real app would; needs --publishable-key.")
+        var registerWith: String?
+
+        @Option(name: .customLong("publishable-key"), help: "The app's publishable key (pk_…) for --register-with.")
+        var publishableKey: String?
+
+        @Flag(name: .customLong("persist-phones"), inversion: .prefixedNo, help: "Keep the simulated phones in the data directory across restarts.")
+        var persistPhones = true
+
         @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
         var logLevel = "info"
 
         func validate() throws {
+            try validateRegistration(registerWith: registerWith, publishableKey: publishableKey)
             guard Logger.Level(rawValue: logLevel) != nil else {
                 throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
             }
@@ -160,6 +184,8 @@ struct EmulatorCommand: AsyncParsableCommand {
             configuration.fcmPort = port
             configuration.controlPort = controlPort
             configuration.defaultProjectID = projectID
+            configuration.persistsPhones = persistPhones
+            configuration.registerWith = registrationTarget(registerWith: registerWith, publishableKey: publishableKey)
             let emulator = try FCMEmulator(configuration: configuration, logger: logger)
             try await emulator.start()
             let account: FCMDemoServiceAccount
@@ -184,10 +210,30 @@ struct EmulatorCommand: AsyncParsableCommand {
                 Point an app at it: its FCM credentials are the service-account file, with base URL \(baseURL) and the CA file above.
 
                 Add a simulated Android phone: curl -X POST \(controlURL)/devices -d '{"projectId":"\(account.projectID)"}'
+                Its app registers with Liveline: \(configuration.registerWith?.url ?? "no (use --register-with URL --publishable-key pk_…)")
 
                 """
             FileHandle.standardOutput.write(Data(banner.utf8))
             try await emulator.runService()
         }
     }
+}
+
+/// Checks `--register-with` and `--publishable-key`: both or neither, and an http(s) URL.
+func validateRegistration(registerWith: String?, publishableKey: String?) throws {
+    switch (registerWith, publishableKey) {
+    case (nil, nil): return
+    case (nil, _): throw ValidationError("--publishable-key needs --register-with.")
+    case (_, nil): throw ValidationError("--register-with needs --publishable-key (the app's pk_… key).")
+    case (let url?, _):
+        guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
+            throw ValidationError("--register-with must be an http:// or https:// URL, e.g. http://127.0.0.1:8080.")
+        }
+    }
+}
+
+/// The registration target of `--register-with` and `--publishable-key`, when both are given.
+func registrationTarget(registerWith: String?, publishableKey: String?) -> LivelineRegistrationTarget? {
+    guard let registerWith, let publishableKey else { return nil }
+    return LivelineRegistrationTarget(url: registerWith, publishableKey: publishableKey)
 }

@@ -73,11 +73,41 @@ struct Serve: AsyncParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Run the built-in APNs and FCM emulators for apps without credentials (env LIVELINE_EMULATOR; default: on with --dev).")
     var emulator: Bool?
 
+    @Option(name: .customLong("emulator-port"), help: "The built-in APNs emulator's port (env LIVELINE_EMULATOR_PORT; default 8443).")
+    var emulatorPort: Int?
+
+    @Option(name: .customLong("emulator-control-port"), help: "The built-in APNs emulator's control API port (env LIVELINE_EMULATOR_CONTROL_PORT; default 8091).")
+    var emulatorControlPort: Int?
+
+    @Option(name: .customLong("fcm-emulator-port"), help: "The built-in FCM emulator's port (env LIVELINE_FCM_EMULATOR_PORT; default 8444).")
+    var fcmEmulatorPort: Int?
+
+    @Option(name: .customLong("fcm-emulator-control-port"), help: "The built-in FCM emulator's control API port (env LIVELINE_FCM_EMULATOR_CONTROL_PORT; default 8092).")
+    var fcmEmulatorControlPort: Int?
+
+    @Option(name: .customLong("emulator-register-with"), help: "Liveline base URL the emulators' simulated phones register with, or 'none' (env LIVELINE_EMULATOR_REGISTER_WITH; default: this server with --dev).")
+    var emulatorRegisterWith: String?
+
+    @Option(name: .customLong("emulator-publishable-key"), help: "The publishable key the simulated phones register with (env LIVELINE_EMULATOR_PUBLISHABLE_KEY; default: the demo app's with --dev).")
+    var emulatorPublishableKey: String?
+
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (env LIVELINE_LOG_LEVEL).")
     var logLevel: String?
 
     func run() async throws {
         var extra: [String: ConfigValue] = [:]
+        for (key, value) in [
+            ("emulatorPort", emulatorPort), ("emulatorControlPort", emulatorControlPort), ("fcmEmulatorPort", fcmEmulatorPort),
+            ("fcmEmulatorControlPort", fcmEmulatorControlPort),
+        ] {
+            if let value { extra["liveline.\(key)"] = ConfigValue(.int(value), isSecret: false) }
+        }
+        if let emulatorRegisterWith {
+            extra["liveline.emulatorRegisterWith"] = ConfigValue(.string(emulatorRegisterWith), isSecret: false)
+        }
+        if let emulatorPublishableKey {
+            extra["liveline.emulatorPublishableKey"] = ConfigValue(.string(emulatorPublishableKey), isSecret: false)
+        }
         if let host { extra["liveline.host"] = ConfigValue(.string(host), isSecret: false) }
         if let port { extra["liveline.port"] = ConfigValue(.int(port), isSecret: false) }
         if dev { extra["liveline.dev"] = ConfigValue(.bool(true), isSecret: false) }

@@ -19,6 +19,9 @@ import NIOCore
 /// | `POST /keys` `{"teamId","keyId","publicKeyPem"}` | trust a signing key (public key or .p8 PEM) |
 /// | `POST /bundles` `{"bundleId"}` | allow a topic |
 /// | `GET /statistics` | ``EmulatorStatistics`` |
+/// | `POST /phones` `{"attributesTypes": [..], "id"?, "deviceId"?, "userId"?, "tags"?, "bundleId"?, "registerWith"?: {"url", "publishableKey"} or null}` | 201, a simulated iPhone with a push-to-start token per attributes type |
+/// | `GET /phones`, `GET /phones/{id}` | phones with their push-to-start tokens and Live Activities |
+/// | `POST /phones/{id}/push-to-start-tokens/{attributesType}/rotate` | a new token; the old one answers 410 |
 struct APNsControlAPI: Sendable {
     let emulator: APNsEmulator
 
@@ -97,6 +100,53 @@ struct APNsControlAPI: Sendable {
             return try ControlAPI.json(["bundleId": bundleID], status: .created)
         }
         router.get("statistics") { _, _ in try ControlAPI.json(emulator.statistics) }
+        router.get("phones") { _, _ in try ControlAPI.json(["phones": emulator.phones()]) }
+        router.get("phones/:id") { _, context in
+            let id = try context.parameters.require("id")
+            guard let phone = emulator.phone(id: id) else { throw ControlAPIError.phoneNotFound(id) }
+            return try ControlAPI.json(phone)
+        }
+        router.post("phones") { request, _ in
+            let body = try await ControlAPI.readObject(
+                request, allowed: ["id", "deviceId", "userId", "tags", "bundleId", "attributesTypes", "registerWith"]
+            )
+            guard let types = body["attributesTypes"]?.arrayValue, !types.isEmpty else {
+                throw ControlAPIError.badRequest(
+                    "missing_field", "attributesTypes must be a non-empty array of Swift type names.", field: "attributesTypes"
+                )
+            }
+            let attributesTypes = try types.map { value -> String in
+                guard let text = value.stringValue, !text.isEmpty else {
+                    throw ControlAPIError.badRequest("invalid_type", "attributesTypes must hold non-empty strings.", field: "attributesTypes")
+                }
+                return text
+            }
+            let id = try ControlAPI.optionalString(body, "id")
+            let deviceID = try ControlAPI.optionalString(body, "deviceId")
+            let userID = try ControlAPI.optionalString(body, "userId")
+            let tags = try ControlAPI.optionalObject(body, "tags")
+            let bundleID = try ControlAPI.optionalString(body, "bundleId")
+            let registerWith = try ControlAPI.registerWith(body)
+            let phone: SimulatedPhoneDisplay
+            do throws(APNsEmulator.PhoneCreationError) {
+                phone = try emulator.createPhone(
+                    id: id, deviceID: deviceID, userID: userID, tags: tags, bundleID: bundleID, attributesTypes: attributesTypes,
+                    registerWith: registerWith
+                )
+            } catch {
+                throw ControlAPIError(.conflict, "phone_exists", error.description, field: "id")
+            }
+            return try ControlAPI.json(phone, status: .created)
+        }
+        router.post("phones/:id/push-to-start-tokens/:type/rotate") { _, context in
+            let id = try context.parameters.require("id")
+            let type = try context.parameters.require("type")
+            guard emulator.phone(id: id) != nil else { throw ControlAPIError.phoneNotFound(id) }
+            guard let phone = emulator.rotatePushToStartToken(phoneID: id, attributesType: type) else {
+                throw ControlAPIError(.notFound, "attributes_type_not_found", "Phone \(id) has no push-to-start token for \(type).", field: "type")
+            }
+            return try ControlAPI.json(phone)
+        }
         return router
     }
 }

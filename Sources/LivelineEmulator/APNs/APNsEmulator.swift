@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Hummingbird
+import LivelineCore
 import Logging
 import NIOCore
 import NIOHTTP2
@@ -30,6 +31,8 @@ public final class APNsEmulator: Service, Sendable {
     private let sslContext: NIOSSLContext
     private let connections = OpenConnections()
     private let lifecycle = ListenerLifecycle<Running>()
+    private let registrar: LivelineRegistrar
+    private let phoneFile: PhoneFile?
 
     struct Ports: Sendable, Hashable {
         var apns: Int
@@ -49,10 +52,23 @@ public final class APNsEmulator: Service, Sendable {
     public init(configuration: APNsEmulatorConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        self.core = APNsEmulatorCore(
+        let registrar = LivelineRegistrar(logger: logger, clock: configuration.now)
+        let changes = ChangeSignal()
+        let persists = configuration.persistsPhones
+        let changed: @Sendable () -> Void = { if persists { changes.mark() } }
+        self.registrar = registrar
+        let core = APNsEmulatorCore(
             pushHistoryLimit: configuration.pushHistoryLimit, clockSkew: configuration.providerTokenClockSkew,
-            clock: configuration.now
+            registrar: registrar, changed: changed, clock: configuration.now
         )
+        self.core = core
+        if configuration.persistsPhones {
+            let path = (configuration.dataDirectory as NSString).appendingPathComponent(Self.phoneFileName)
+            if let data = try PhoneFile.read(path) { try core.loadPhones(data) }
+            self.phoneFile = PhoneFile(path: path, changes: changes, logger: logger) { try core.encodePhones() }
+        } else {
+            self.phoneFile = nil
+        }
         self.identity = try EmulatorTLSIdentity.loadOrCreate(in: configuration.dataDirectory)
         var tls = TLSConfiguration.makeServerConfiguration(
             certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(identity.serverCertificatePEM.utf8), format: .pem))],
@@ -62,6 +78,9 @@ public final class APNsEmulator: Service, Sendable {
         tls.minimumTLSVersion = .tlsv12
         self.sslContext = try NIOSSLContext(configuration: tls)
     }
+
+    /// The phone file's name in the data directory (with ``APNsEmulatorConfiguration/persistsPhones``).
+    public static let phoneFileName = "apns-phones.json"
 
     /// The PEM text of the CA certificate a client must trust to reach the APNs listener.
     public var caCertificatePEM: String { identity.caCertificatePEM }
@@ -150,7 +169,8 @@ public final class APNsEmulator: Service, Sendable {
             onServerRunning: { channel in controlPort.succeed(channel.localAddress?.port ?? 0) },
             logger: logger
         )
-        let controlGroup = ServiceGroup(configuration: ServiceGroupConfiguration(services: [application], logger: logger))
+        let services: [any Service] = [application] + (phoneFile.map { [$0] } ?? [])
+        let controlGroup = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: logger))
         let logger = self.logger
         // Unstructured on purpose (a documented exception): the control API runs in its own task so that start() can
         // return while it serves — tests and `liveline serve` need the ports before they wire the rest; shutdown() (or
@@ -223,6 +243,7 @@ public final class APNsEmulator: Service, Sendable {
             _ = try? await EventLoopFuture.whenAllComplete(open.map(\.closeFuture), on: loop).get()
             deadline.cancel()
         }
+        await registrar.shutdown()
         await running.controlGroup.triggerGracefulShutdown()
         await running.controlTask.value
     }
@@ -262,6 +283,73 @@ public final class APNsEmulator: Service, Sendable {
     @discardableResult
     public func dismissActivity(token: String) -> Bool {
         core.dismissActivity(token: token.lowercased())
+    }
+
+    // MARK: Simulated iPhones
+
+    /// Why ``createPhone(id:deviceID:userID:tags:bundleID:attributesTypes:registerWith:)`` refused.
+    public enum PhoneCreationError: Error, CustomStringConvertible {
+        /// A phone with this id exists.
+        case phoneExists(String)
+        /// A phone needs at least one attributes type.
+        case noAttributesTypes
+
+        /// A sentence for humans.
+        public var description: String {
+            switch self {
+            case .phoneExists(let id): "A phone with id \(id) exists."
+            case .noAttributesTypes: "A phone needs at least one attributes type."
+            }
+        }
+    }
+
+    /// Creates a simulated iPhone with a push-to-start token (64 hex digits) per attributes type. `deviceID`
+    /// defaults to the phone's id (a random one unless given), `bundleID` to the configuration's default and
+    /// `registerWith` to the configuration's: with one, the app registers the phone with Liveline at once
+    /// (`PUT /v1/devices/{deviceId}`) and each activity a start push begins.
+    @discardableResult
+    public func createPhone(
+        id: String? = nil, deviceID: String? = nil, userID: String? = nil, tags: JSONValue? = nil, bundleID: String? = nil,
+        attributesTypes: [String], registerWith: LivelineRegistrationTarget?? = .none
+    ) throws(PhoneCreationError) -> SimulatedPhoneDisplay {
+        do throws(APNsEmulatorCore.PhoneError) {
+            return try core.createPhone(
+                id: id, deviceID: deviceID, userID: userID, tags: tags, bundleID: bundleID ?? configuration.defaultBundleID,
+                attributesTypes: attributesTypes, registerWith: registerWith ?? configuration.registerWith
+            )
+        } catch {
+            switch error {
+            case .phoneExists(let id): throw .phoneExists(id)
+            case .noAttributesTypes: throw .noAttributesTypes
+            }
+        }
+    }
+
+    /// The phone issues a new push-to-start token for `attributesType` (and registers it, with register-with); the
+    /// old token answers 410 `Unregistered` from now on. `nil` for an unknown phone or type.
+    @discardableResult
+    public func rotatePushToStartToken(phoneID: String, attributesType: String) -> SimulatedPhoneDisplay? {
+        core.rotatePushToStartToken(phoneID: phoneID, attributesType: attributesType)
+    }
+
+    /// One simulated iPhone with its push-to-start tokens and Live Activities, or `nil`.
+    public func phone(id: String) -> SimulatedPhoneDisplay? {
+        core.phone(id: id)
+    }
+
+    /// Every simulated iPhone, in the order they were created.
+    public func phones() -> [SimulatedPhoneDisplay] {
+        core.phones()
+    }
+
+    /// Waits until no registration call to Liveline is in flight.
+    public func waitForRegistrations() async {
+        await registrar.waitUntilIdle()
+    }
+
+    /// Writes the phone file now (with ``APNsEmulatorConfiguration/persistsPhones``; otherwise does nothing).
+    public func savePhones() {
+        phoneFile?.save()
     }
 
     /// Replaces the injected faults.

@@ -22,6 +22,14 @@ public struct APNsEmulatorConfiguration: Sendable {
     /// that rounds its clock from failing at random.
     public var providerTokenClockSkew: TimeInterval = 5
 
+    /// Where simulated iPhones created without their own setting register with Liveline (`nil`: they do not).
+    public var registerWith: LivelineRegistrationTarget?
+    /// Keeps the simulated iPhones and devices in `<dataDirectory>/apns-phones.json`: loaded at creation, written on
+    /// change and at shutdown, so a restarted emulator shows them as they were.
+    public var persistsPhones = false
+    /// The bundle id of a phone created without one.
+    public var defaultBundleID = "com.example.liveline.demo"
+
     /// A configuration with every default and the given data directory.
     public init(dataDirectory: String) {
         self.dataDirectory = dataDirectory

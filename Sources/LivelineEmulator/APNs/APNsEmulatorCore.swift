@@ -46,13 +46,19 @@ final class APNsEmulatorCore: Sendable {
     static let topicSuffix = ".push-type.liveactivity"
     static let maximumCachedTokenChecks = 4096
 
-    struct Device: Sendable {
+    struct Device: Sendable, Codable {
         var bundleID: String
         var sequence: Int
         var unregisteredAt: Date?
         var activity = LiveActivityState()
         /// Times of accepted priority-10 pushes within the last hour.
         var priority10 = RecentTimes()
+        /// For an update token a push-to-start push made: the phone, the Liveline activity id, whether the start
+        /// asked for the token, and the last instance registration.
+        var phoneID: String?
+        var activityID: String?
+        var inputPushTokenRequested: Bool?
+        var lastRegistration: RegistrationResult?
     }
 
     struct State: Sendable {
@@ -62,6 +68,10 @@ final class APNsEmulatorCore: Sendable {
         var bundles: Set<String> = []
         var devices: [String: Device] = [:]
         var nextDeviceSequence = 0
+        /// Simulated iPhones by id, and their push-to-start tokens (current and rotated away).
+        var phones: [String: SimulatedIPhone] = [:]
+        var nextPhoneOrder = 0
+        var pushToStart: [String: PushToStartToken] = [:]
         var tokenChecks: [String: ProviderTokenCheck] = [:]
         var faults = APNsFaults.none
         var history: PushHistory
@@ -71,10 +81,19 @@ final class APNsEmulatorCore: Sendable {
     let clock: @Sendable () -> Date
     let clockSkew: TimeInterval
     let state: Mutex<State>
+    /// Makes the simulated apps' calls to Liveline.
+    let registrar: LivelineRegistrar?
+    /// Called after a phone or a device changed (the emulator saves its phones then).
+    let changed: @Sendable () -> Void
 
-    init(pushHistoryLimit: Int, clockSkew: TimeInterval, clock: @escaping @Sendable () -> Date) {
+    init(
+        pushHistoryLimit: Int, clockSkew: TimeInterval, registrar: LivelineRegistrar? = nil,
+        changed: @escaping @Sendable () -> Void = {}, clock: @escaping @Sendable () -> Date
+    ) {
         self.clock = clock
         self.clockSkew = clockSkew
+        self.registrar = registrar
+        self.changed = changed
         self.state = Mutex(State(history: PushHistory(capacity: pushHistoryLimit)))
     }
 
@@ -98,25 +117,30 @@ final class APNsEmulatorCore: Sendable {
             $0.devices[token] = Device(bundleID: bundleID, sequence: $0.nextDeviceSequence)
             $0.nextDeviceSequence += 1
         }
+        changed()
     }
 
     /// Marks the token unregistered from now on; `false` when no such device exists.
     func expireDevice(token: String) -> Bool {
         let now = clock()
-        return state.withLock {
+        let found = state.withLock {
             guard $0.devices[token] != nil else { return false }
             if $0.devices[token]!.unregisteredAt == nil { $0.devices[token]!.unregisteredAt = now }
             return true
         }
+        if found { changed() }
+        return found
     }
 
     /// The user swipes the activity away; `false` when no such device exists.
     func dismissActivity(token: String) -> Bool {
-        state.withLock {
+        let found = state.withLock {
             guard $0.devices[token] != nil else { return false }
             $0.devices[token]!.activity.dismissedByUser = true
             return true
         }
+        if found { changed() }
+        return found
     }
 
     var faults: APNsFaults {
@@ -212,6 +236,7 @@ final class APNsEmulatorCore: Sendable {
                 tokenCheck: providerToken.flatMap { state.tokenChecks[$0] }, faults: state.faults,
                 topicRegistered: bundleID.map { state.bundles.contains($0) } ?? false,
                 device: state.devices[token].map { ($0.bundleID, $0.unregisteredAt) }
+                    ?? state.pushToStart[token].flatMap { entry in state.phones[entry.phoneID].map { ($0.bundleID, entry.revokedAt) } }
             )
         }
         var status: Int?
@@ -243,11 +268,26 @@ final class APNsEmulatorCore: Sendable {
             payload: String(decoding: request.body, as: UTF8.self), status: status, reason: reason, apnsID: apnsID,
             verdict: nil
         )
-        state.withLock { state in
+        let registration = state.withLock { state -> PendingRegistration? in
+            var registration: PendingRegistration?
             if let accepted, state.devices[token] != nil {
-                let verdict = state.devices[token]!.activity.apply(accepted.decoded, now: now)
+                let verdict: PhoneVerdict
+                if state.devices[token]!.phoneID != nil, case .success(let push) = accepted.decoded, push.event == "start" {
+                    // The phone made this token for an activity a start push began; only a push-to-start token starts one.
+                    verdict = .ignored("start sent to an update token")
+                    state.devices[token]!.activity.ignoredCount += 1
+                    state.devices[token]!.activity.lastIgnoredReason = "start sent to an update token"
+                } else {
+                    verdict = state.devices[token]!.activity.apply(accepted.decoded, now: now)
+                }
                 record.verdict = verdict
                 if accepted.priority10 { state.devices[token]!.priority10.record(now, keepingAfter: now - 3600) }
+                if verdict.isApplied { state.statistics.applied += 1 } else { state.statistics.ignored += 1 }
+            } else if let accepted, let entry = state.pushToStart[token] {
+                let outcome = Self.pushToStart(accepted.decoded, entry: entry, state: &state, now: now)
+                let verdict = outcome.0
+                registration = outcome.1
+                record.verdict = verdict
                 if verdict.isApplied { state.statistics.applied += 1 } else { state.statistics.ignored += 1 }
             }
             state.statistics.totalRequests += 1
@@ -259,7 +299,10 @@ final class APNsEmulatorCore: Sendable {
             }
             if let reason { state.statistics.byReason[reason, default: 0] += 1 }
             state.history.append(record)
+            return registration
         }
+        if accepted != nil { changed() }
+        if let registration { submit(registration) }
         let answer: APNsOutcome.Answer =
             if let status { .respond(status: status, apnsID: apnsID, body: body, retryAfter: retryAfter) } else { .drop }
         return APNsOutcome(
@@ -367,7 +410,7 @@ final class APNsEmulatorCore: Sendable {
 }
 
 /// Times in the order they happened, forgetting those older than a horizon; O(1) amortized.
-struct RecentTimes: Sendable {
+struct RecentTimes: Sendable, Codable {
     private var times: [Date] = []
     private var start = 0
 

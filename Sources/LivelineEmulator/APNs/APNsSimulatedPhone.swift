@@ -4,7 +4,7 @@ import LivelineCore
 /// One Live Activity as a phone holds it, and the rules by which a phone applies an accepted
 /// push to it. Written from ActivityKit's documentation and field reports, not from Liveline's
 /// payload builder: a push APNs accepts (200) but the phone cannot use is ignored silently.
-struct LiveActivityState: Sendable {
+struct LiveActivityState: Sendable, Codable {
     /// ActivityKit keeps an activity active for at most 8 hours…
     static let maximumActiveDuration: TimeInterval = 8 * 3600
     /// …and an ended one on the Lock Screen for at most 4 more.
@@ -122,6 +122,10 @@ struct LiveActivityState: Sendable {
         var alert: JSONValue?
         var attributesType: String?
         var attributes: JSONValue?
+        /// A start's `"input-push-token": 1`: the sender asks for an update token (iOS 18).
+        var inputPushTokenRequested = false
+        /// A start's `attributes.liveline.activityId`: the Liveline activity id the app's attributes type carries.
+        var livelineActivityID: String?
     }
 
     struct Unusable: Error {
@@ -179,6 +183,8 @@ struct LiveActivityState: Sendable {
             guard push.alert != nil else { return .failure(Unusable("start without an aps.alert")) }
             push.attributesType = attributesType
             push.attributes = attributes
+            push.inputPushTokenRequested = aps["input-push-token"].flatMap(number) == 1
+            push.livelineActivityID = attributes.objectValue?["liveline"]?.objectValue?["activityId"]?.stringValue
         }
         return .success(push)
     }

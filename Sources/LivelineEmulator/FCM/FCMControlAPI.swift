@@ -9,7 +9,7 @@ import _CryptoExtras
 /// | route | does |
 /// |---|---|
 /// | `GET /healthz` | `{"status":"ok"}` |
-/// | `POST /devices` `{"projectId"?, "token"?}` | registers a phone; 201 `{"token", "projectId"}` |
+/// | `POST /devices` `{"projectId"?, "token"?, "deviceId"?, "userId"?, "tags"?, "registerWith"?: {"url", "publishableKey"} or null}` | registers a phone; 201 `{"token", "projectId", "deviceId"}` |
 /// | `GET /devices` | every phone with its notifications |
 /// | `GET /devices/{token}` | one phone and its notifications |
 /// | `POST /devices/{token}/unregister` | later messages get 404 `UNREGISTERED` |
@@ -28,15 +28,23 @@ struct FCMControlAPI: Sendable {
         router.add(middleware: ControlErrorMiddleware())
         router.get("healthz") { _, _ in try ControlAPI.json(["status": "ok"] as [String: String]) }
         router.post("devices") { request, _ in
-            let body = try await ControlAPI.readObject(request, allowed: ["projectId", "token"])
+            let body = try await ControlAPI.readObject(
+                request, allowed: ["projectId", "token", "deviceId", "userId", "tags", "registerWith"]
+            )
             let projectID = try Self.optionalString(body, "projectId")
             let token = try Self.optionalString(body, "token")
             if let token, token.contains(where: { $0.isWhitespace || $0 == "/" }) {
                 throw ControlAPIError.badRequest("invalid_token", "token must not contain spaces or slashes.", field: "token")
             }
-            let created = emulator.addDevice(projectID: projectID, token: token)
+            let created = emulator.addDevice(
+                projectID: projectID, token: token, deviceID: try ControlAPI.optionalString(body, "deviceId"),
+                userID: try ControlAPI.optionalString(body, "userId"), tags: try ControlAPI.optionalObject(body, "tags"),
+                registerWith: try ControlAPI.registerWith(body)
+            )
             let device = emulator.device(token: created)
-            return try ControlAPI.json(["token": created, "projectId": device?.projectID ?? ""], status: .created)
+            return try ControlAPI.json(
+                ["token": created, "projectId": device?.projectID ?? "", "deviceId": device?.deviceID ?? created], status: .created
+            )
         }
         router.get("devices") { _, _ in try ControlAPI.json(["devices": emulator.devices()]) }
         router.get("devices/:token") { _, context in

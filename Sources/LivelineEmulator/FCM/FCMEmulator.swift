@@ -32,6 +32,8 @@ public final class FCMEmulator: Service, Sendable {
     private let tlsConfiguration: TLSConfiguration
     private let lifecycle = ListenerLifecycle<Running>()
     private let demo = Mutex<FCMDemoServiceAccount?>(nil)
+    private let registrar: LivelineRegistrar
+    private let phoneFile: PhoneFile?
 
     struct Ports: Sendable, Hashable {
         var fcm: Int
@@ -69,10 +71,24 @@ public final class FCMEmulator: Service, Sendable {
     public init(configuration: FCMEmulatorConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        self.core = FCMEmulatorCore(
+        let registrar = LivelineRegistrar(logger: logger, clock: configuration.now)
+        let changes = ChangeSignal()
+        let persists = configuration.persistsPhones
+        let changed: @Sendable () -> Void = { if persists { changes.mark() } }
+        self.registrar = registrar
+        let core = FCMEmulatorCore(
             messageHistoryLimit: configuration.messageHistoryLimit, accessTokenLifetime: configuration.accessTokenLifetime,
-            assertionClockSkew: configuration.assertionClockSkew, clock: configuration.now
+            assertionClockSkew: configuration.assertionClockSkew, registrar: registrar,
+            changed: changed, clock: configuration.now
         )
+        self.core = core
+        if configuration.persistsPhones {
+            let path = (configuration.dataDirectory as NSString).appendingPathComponent(Self.phoneFileName)
+            if let data = try PhoneFile.read(path) { try core.loadPhones(data) }
+            self.phoneFile = PhoneFile(path: path, changes: changes, logger: logger) { try core.encodePhones() }
+        } else {
+            self.phoneFile = nil
+        }
         self.identity = try EmulatorTLSIdentity.loadOrCreate(in: configuration.dataDirectory)
         var tls = TLSConfiguration.makeServerConfiguration(
             certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(identity.serverCertificatePEM.utf8), format: .pem))],
@@ -162,7 +178,9 @@ public final class FCMEmulator: Service, Sendable {
 
     /// Stops both listeners, letting requests in flight finish. Idempotent.
     public func shutdown() async throws {
+        let registrar = self.registrar
         let stopped = try await lifecycle.stop { running in
+            await registrar.shutdown()
             await running.group.triggerGracefulShutdown()
             await running.task.value
         }
@@ -191,7 +209,8 @@ public final class FCMEmulator: Service, Sendable {
             onServerRunning: { channel in controlPort.succeed(channel.localAddress?.port ?? 0) },
             logger: logger
         )
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [fcm, control], logger: logger))
+        let services: [any Service] = [fcm, control] + (phoneFile.map { [$0] } ?? [])
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: logger))
         let logger = self.logger
         // Unstructured on purpose (a documented exception): the listeners run in their own task so that start() can
         // return while they serve — tests and `liveline serve` need the ports before they wire the rest; shutdown()
@@ -247,11 +266,34 @@ public final class FCMEmulator: Service, Sendable {
 
     /// Registers a simulated Android phone for a project and returns its FCM registration token (a new random one
     /// unless given). Registering a token that exists replaces it with a fresh phone.
+    ///
+    /// `deviceID` (default: the token), `userID` and `tags` are what the app registers with Liveline; with
+    /// `registerWith` (default: the configuration's) it does so at once (`PUT /v1/devices/{deviceId}`) and for each
+    /// activity a `start` message posts (`PUT /v1/activities/{activityId}/instances/{deviceId}`).
     @discardableResult
-    public func addDevice(projectID: String? = nil, token: String? = nil) -> String {
+    public func addDevice(
+        projectID: String? = nil, token: String? = nil, deviceID: String? = nil, userID: String? = nil, tags: JSONValue? = nil,
+        registerWith: LivelineRegistrationTarget?? = .none
+    ) -> String {
         let token = token ?? FCMEmulatorCore.newRegistrationToken()
-        core.addDevice(projectID: projectID ?? configuration.defaultProjectID, token: token)
+        core.addDevice(
+            projectID: projectID ?? configuration.defaultProjectID, token: token, deviceID: deviceID, userID: userID, tags: tags,
+            registerWith: registerWith ?? configuration.registerWith
+        )
         return token
+    }
+
+    /// The phone file's name in the data directory (with ``FCMEmulatorConfiguration/persistsPhones``).
+    public static let phoneFileName = "fcm-phones.json"
+
+    /// Waits until no registration call to Liveline is in flight.
+    public func waitForRegistrations() async {
+        await registrar.waitUntilIdle()
+    }
+
+    /// Writes the phone file now (with ``FCMEmulatorConfiguration/persistsPhones``; otherwise does nothing).
+    public func savePhones() {
+        phoneFile?.save()
     }
 
     /// The app is uninstalled: from now on messages to this token get 404 `UNREGISTERED`. `false` for an unknown token.

@@ -25,6 +25,13 @@ public struct FCMEmulatorConfiguration: Sendable {
     /// time without sleeping.
     public var now: @Sendable () -> Date = { Date() }
 
+    /// Where simulated Android phones registered without their own setting register with Liveline (`nil`: they do
+    /// not).
+    public var registerWith: LivelineRegistrationTarget?
+    /// Keeps the simulated Android phones and their notifications in `<dataDirectory>/fcm-phones.json`: loaded at
+    /// creation, written on change and at shutdown.
+    public var persistsPhones = false
+
     /// A configuration with every default and the given data directory.
     public init(dataDirectory: String) {
         self.dataDirectory = dataDirectory

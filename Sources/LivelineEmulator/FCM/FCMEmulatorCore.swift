@@ -99,10 +99,16 @@ final class FCMEmulatorCore: Sendable {
     /// Data keys FCM reserves.
     static let reservedDataKeys: Set<String> = ["from", "notification", "message_type"]
 
-    struct Device: Sendable {
+    struct Device: Sendable, Codable {
         var projectID: String
         var registeredAt: Date
         var order: Int
+        /// Who the phone is, as its app registers with Liveline.
+        var deviceID: String?
+        var userID: String?
+        var tags: JSONValue?
+        var registerWith: LivelineRegistrationTarget?
+        var lastRegistration: RegistrationResult?
         var unregisteredAt: Date?
         var acceptedCount = 0
         var unusableCount = 0
@@ -124,7 +130,8 @@ final class FCMEmulatorCore: Sendable {
                 token: token, projectID: projectID, registeredAt: registeredAt, unregisteredAt: unregisteredAt,
                 acceptedCount: acceptedCount, unusableCount: unusableCount, lastUnusableReason: lastUnusableReason,
                 highPriorityWithoutNotificationCount: highPriorityWithoutNotificationCount,
-                notifications: notificationOrder.compactMap { notifications[$0]?.display(now: now) }
+                notifications: notificationOrder.compactMap { notifications[$0]?.display(now: now) },
+                deviceID: deviceID ?? token, userID: userID, tags: tags, registerWith: registerWith, lastRegistration: lastRegistration
             )
         }
     }
@@ -151,11 +158,18 @@ final class FCMEmulatorCore: Sendable {
     let accessTokenLifetime: TimeInterval
     let assertionClockSkew: TimeInterval
     let state: Mutex<State>
+    /// Makes the simulated apps' calls to Liveline.
+    let registrar: LivelineRegistrar?
+    /// Called after a phone changed (the emulator saves its phones then).
+    let changed: @Sendable () -> Void
 
     init(
         messageHistoryLimit: Int, accessTokenLifetime: TimeInterval, assertionClockSkew: TimeInterval,
+        registrar: LivelineRegistrar? = nil, changed: @escaping @Sendable () -> Void = {},
         clock: @escaping @Sendable () -> Date
     ) {
+        self.registrar = registrar
+        self.changed = changed
         self.clock = clock
         self.accessTokenLifetime = accessTokenLifetime
         self.assertionClockSkew = assertionClockSkew
@@ -173,33 +187,86 @@ final class FCMEmulatorCore: Sendable {
         state.withLock { $0.accounts[account.clientEmail] = account }
     }
 
-    func addDevice(projectID: String, token: String) {
+    func addDevice(
+        projectID: String, token: String, deviceID: String? = nil, userID: String? = nil, tags: JSONValue? = nil,
+        registerWith: LivelineRegistrationTarget? = nil
+    ) {
         let now = clock()
         state.withLock {
-            $0.devices[token] = Device(projectID: projectID, registeredAt: now, order: $0.nextDeviceOrder)
+            $0.devices[token] = Device(
+                projectID: projectID, registeredAt: now, order: $0.nextDeviceOrder, deviceID: deviceID, userID: userID, tags: tags,
+                registerWith: registerWith
+            )
             $0.nextDeviceOrder += 1
+        }
+        changed()
+        if let registerWith {
+            let request = RegistrationRequest.androidDevice(deviceID: deviceID ?? token, userID: userID, tags: tags, fcmToken: token)
+            submit(request, to: registerWith) { state, result in state.devices[token]?.lastRegistration = result }
+        }
+    }
+
+    /// Hands a registration to the registrar; `record` keeps its outcome.
+    func submit(
+        _ request: RegistrationRequest, to target: LivelineRegistrationTarget,
+        record: @escaping @Sendable (inout State, RegistrationResult) -> Void
+    ) {
+        guard let registrar else { return }
+        registrar.submit(request, to: target) { [weak self] result in
+            guard let self else { return }
+            self.state.withLock { record(&$0, result) }
+            self.changed()
+        }
+    }
+
+    // MARK: Persistence
+
+    /// What the phone file holds: every Android phone with its notifications.
+    struct SavedPhones: Codable {
+        var version = 1
+        var devices: [String: Device]
+        var nextDeviceOrder: Int
+    }
+
+    func encodePhones() throws -> Data {
+        let saved = state.withLock { SavedPhones(devices: $0.devices, nextDeviceOrder: $0.nextDeviceOrder) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return try encoder.encode(saved)
+    }
+
+    /// Replaces the phones with those of a phone file.
+    func loadPhones(_ data: Data) throws {
+        let saved = try JSONDecoder().decode(SavedPhones.self, from: data)
+        state.withLock {
+            $0.devices = saved.devices
+            $0.nextDeviceOrder = saved.nextDeviceOrder
         }
     }
 
     /// Marks the token unregistered from now on; `false` when no such device exists.
     func unregisterDevice(token: String) -> Bool {
         let now = clock()
-        return state.withLock {
+        let found = state.withLock {
             guard $0.devices[token] != nil else { return false }
             if $0.devices[token]!.unregisteredAt == nil { $0.devices[token]!.unregisteredAt = now }
             return true
         }
+        if found { changed() }
+        return found
     }
 
     /// The user swipes the activity's notification away (or blocks it before it shows); `false` when no such device.
     func dismissNotification(token: String, activityID: String) -> Bool {
-        state.withLock {
+        let found = state.withLock {
             guard $0.devices[token] != nil else { return false }
             var notification = $0.devices[token]!.notification(activityID)
             notification.dismissedByUser = true
             $0.devices[token]!.notifications[activityID] = notification
             return true
         }
+        if found { changed() }
+        return found
     }
 
     /// Every issued access token stops working (as after a revocation): later sends get 401.
@@ -343,7 +410,8 @@ final class FCMEmulatorCore: Sendable {
             verdict: nil
         )
         let decoded = accepted.map { AndroidNotificationState.decode($0.data) }
-        state.withLock { state in
+        let registration = state.withLock { state -> (RegistrationRequest, LivelineRegistrationTarget, token: String, activityID: String)? in
+            var registration: (RegistrationRequest, LivelineRegistrationTarget, token: String, activityID: String)?
             if let accepted, let decoded, state.devices[accepted.token] != nil {
                 state.devices[accepted.token]!.acceptedCount += 1
                 let verdict: PhoneVerdict
@@ -352,6 +420,15 @@ final class FCMEmulatorCore: Sendable {
                     var notification = state.devices[accepted.token]!.notification(update.activityID)
                     verdict = notification.apply(update, now: now)
                     state.devices[accepted.token]!.notifications[update.activityID] = notification
+                    // The app posted the notification for a start: it registers the instance, as on iOS.
+                    let device = state.devices[accepted.token]!
+                    if verdict.isApplied, update.event == "start", let target = device.registerWith {
+                        let request = RegistrationRequest.instance(
+                            activityID: update.activityID, deviceID: device.deviceID ?? accepted.token, platform: "android",
+                            pushToken: accepted.token, attributesType: nil
+                        )
+                        registration = (request, target, accepted.token, update.activityID)
+                    }
                 case .failure(let unusable):
                     verdict = .ignored(unusable.message)
                     state.devices[accepted.token]!.unusableCount += 1
@@ -374,6 +451,12 @@ final class FCMEmulatorCore: Sendable {
             if answer.status == 200 { state.statistics.accepted += 1 }
             if let refusal { state.statistics.byErrorCode[refusal.recordedCode, default: 0] += 1 }
             state.history.append(record)
+            return registration
+        }
+        if accepted != nil { changed() }
+        if let registration {
+            let (request, target, token, activityID) = registration
+            submit(request, to: target) { state, result in state.devices[token]?.notifications[activityID]?.lastRegistration = result }
         }
         return answer
     }

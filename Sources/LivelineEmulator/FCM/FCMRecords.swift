@@ -90,8 +90,11 @@ public struct AndroidLiveNotification: Sendable, Hashable, Codable {
     public var lastEvent: String?
     /// Why the last ignored message was ignored.
     public var lastIgnoredReason: String?
+    /// The last `PUT /v1/activities/{activityId}/instances/{deviceId}` outcome, when the start registered.
+    public var lastRegistration: RegistrationResult?
 
     enum CodingKeys: String, CodingKey {
+        case lastRegistration
         case visible, contentState, sequence, timestamp, staleDate, isStale, attributesType, attributes, postedAt, updatedAt,
             ended, endedAt, dismissalDate, dismissedByUser, alertCount, lastAlertTitle, lastAlertBody, appliedCount,
             ignoredCount, lastEvent, lastIgnoredReason
@@ -123,6 +126,7 @@ public struct AndroidLiveNotification: Sendable, Hashable, Codable {
         try container.encode(ignoredCount, forKey: .ignoredCount)
         try container.encode(lastEvent, forKey: .lastEvent)
         try container.encode(lastIgnoredReason, forKey: .lastIgnoredReason)
+        try container.encode(lastRegistration, forKey: .lastRegistration)
     }
 }
 
@@ -148,8 +152,19 @@ public struct SimulatedAndroidDevice: Sendable, Hashable, Codable {
     public var highPriorityWithoutNotificationCount: Int
     /// The notifications, one per activity, in the order they were first seen.
     public var notifications: [AndroidLiveNotification]
+    /// The device id the app registers with Liveline (defaults to the token).
+    public var deviceID: String?
+    /// The user id the app registers, if any.
+    public var userID: String?
+    /// The tags the app registers, if any (a JSON object).
+    public var tags: JSONValue?
+    /// Where the app registers with Liveline, if it does.
+    public var registerWith: LivelineRegistrationTarget?
+    /// The last `PUT /v1/devices/{deviceId}` outcome.
+    public var lastRegistration: RegistrationResult?
 
     enum CodingKeys: String, CodingKey {
+        case deviceID = "deviceId", userID = "userId", tags, registerWith, lastRegistration
         case token, registeredAt, unregisteredAt, acceptedCount, unusableCount, lastUnusableReason,
             highPriorityWithoutNotificationCount, notifications
         case projectID = "projectId"
@@ -167,6 +182,11 @@ public struct SimulatedAndroidDevice: Sendable, Hashable, Codable {
         try container.encode(lastUnusableReason, forKey: .lastUnusableReason)
         try container.encode(highPriorityWithoutNotificationCount, forKey: .highPriorityWithoutNotificationCount)
         try container.encode(notifications, forKey: .notifications)
+        try container.encode(deviceID, forKey: .deviceID)
+        try container.encode(userID, forKey: .userID)
+        try container.encode(tags, forKey: .tags)
+        try container.encode(registerWith, forKey: .registerWith)
+        try container.encode(lastRegistration, forKey: .lastRegistration)
     }
 
     /// The notification for `activityID`, if the phone has seen that activity.

@@ -10,7 +10,7 @@ import LivelineCore
 /// `liveline_content_state` (and on `start`, `liveline_attributes`) JSON objects as text; `liveline_stale_date` and
 /// `liveline_dismissal_date` (`end` only) decimal seconds since 1970; `liveline_alert_title` / `liveline_alert_body`
 /// an optional alert.
-struct AndroidNotificationState: Sendable {
+struct AndroidNotificationState: Sendable, Codable {
     let activityID: String
     var contentState: JSONValue?
     var sequence: Int64?
@@ -31,6 +31,7 @@ struct AndroidNotificationState: Sendable {
     var ignoredCount = 0
     var lastEvent: String?
     var lastIgnoredReason: String?
+    var lastRegistration: RegistrationResult?
 
     init(activityID: String) { self.activityID = activityID }
 
@@ -90,7 +91,8 @@ struct AndroidNotificationState: Sendable {
             attributesType: attributesType, attributes: attributes, postedAt: postedAt, updatedAt: updatedAt, ended: ended,
             endedAt: endedAt, dismissalDate: dismissalDate, dismissedByUser: dismissedByUser, alertCount: alertCount,
             lastAlertTitle: lastAlertTitle, lastAlertBody: lastAlertBody, appliedCount: appliedCount,
-            ignoredCount: ignoredCount, lastEvent: lastEvent, lastIgnoredReason: lastIgnoredReason
+            ignoredCount: ignoredCount, lastEvent: lastEvent, lastIgnoredReason: lastIgnoredReason,
+            lastRegistration: lastRegistration
         )
     }
 

@@ -25,6 +25,10 @@ struct ControlAPIError: Error {
         ControlAPIError(.notFound, "device_not_found", "No device with token \(token).", field: "token")
     }
 
+    static func phoneNotFound(_ id: String) -> ControlAPIError {
+        ControlAPIError(.notFound, "phone_not_found", "No phone with id \(id).", field: "id")
+    }
+
     var json: JSONValue {
         ["error": ["code": .string(code), "message": .string(message), "field": field.map(JSONValue.string) ?? .null]]
     }
@@ -91,6 +95,37 @@ enum ControlAPI {
             throw ControlAPIError.badRequest("invalid_type", "\(field) must be a non-empty string.", field: field)
         }
         return text
+    }
+
+    static func optionalString(_ body: [String: JSONValue], _ field: String) throws -> String? {
+        guard let value = body[field], value != .null else { return nil }
+        guard let text = value.stringValue, !text.isEmpty else {
+            throw ControlAPIError.badRequest("invalid_type", "\(field) must be a non-empty string.", field: field)
+        }
+        return text
+    }
+
+    static func optionalObject(_ body: [String: JSONValue], _ field: String) throws -> JSONValue? {
+        guard let value = body[field], value != .null else { return nil }
+        guard value.objectValue != nil else {
+            throw ControlAPIError.badRequest("invalid_type", "\(field) must be a JSON object.", field: field)
+        }
+        return value
+    }
+
+    /// `registerWith`: absent → the emulator's default (`.none`); `null` → do not register; else `{url, publishableKey}`.
+    static func registerWith(_ body: [String: JSONValue]) throws -> LivelineRegistrationTarget?? {
+        guard let value = body["registerWith"] else { return .none }
+        if value == .null { return .some(nil) }
+        guard let object = value.objectValue, let url = object["url"]?.stringValue,
+            url.hasPrefix("http://") || url.hasPrefix("https://"), let key = object["publishableKey"]?.stringValue, !key.isEmpty
+        else {
+            throw ControlAPIError.badRequest(
+                "invalid_register_with", "registerWith must be null or {\"url\": \"http(s)://…\", \"publishableKey\": \"pk_…\"}.",
+                field: "registerWith"
+            )
+        }
+        return .some(LivelineRegistrationTarget(url: url, publishableKey: key))
     }
 
     static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
