@@ -32,7 +32,8 @@ public struct LifetimePolicy: Sendable, Hashable {
     }
 }
 
-/// Ends activities nobody ended before the platform does, records why every activity ended, and purges old ones.
+/// Ends activities nobody ended before the platform does, records why every activity ended, and purges old ones (and
+/// the requests remembered under idempotency keys, once their 24 hours are over).
 /// Runs as a `Service` inside `liveline serve`; ``sweep()`` is one pass, for tests with an injected clock.
 public final class LifetimeSweeper: Service, Sendable {
     private let store: any LifetimeStore & LifecycleStore
@@ -52,6 +53,8 @@ public final class LifetimeSweeper: Service, Sendable {
         public var instancesEnded = 0
         /// Ended activities deleted after ``LifetimePolicy/retention``.
         public var purged = 0
+        /// Requests remembered under idempotency keys forgotten after ``IdempotencyKey/retention``.
+        public var idempotencyKeysPruned = 0
 
         /// A pass that did nothing.
         public init() {}
@@ -80,6 +83,7 @@ public final class LifetimeSweeper: Service, Sendable {
                         metadata: [
                             "ended.lifetime": "\(sweep.endedForLifetime)", "ended.allInstancesGone": "\(sweep.endedWithAllInstancesGone)",
                             "instances.ended": "\(sweep.instancesEnded)", "purged": "\(sweep.purged)",
+                            "idempotencyKeys.pruned": "\(sweep.idempotencyKeysPruned)",
                         ]
                     )
                 }
@@ -93,7 +97,7 @@ public final class LifetimeSweeper: Service, Sendable {
     }
 
     /// One pass: end activities at the end of their lifetime, mark old instances ended, end activities whose
-    /// instances are all gone, purge long-ended activities.
+    /// instances are all gone, purge long-ended activities, forget idempotency keys past their 24 hours.
     public func sweep() async throws -> Sweep {
         var sweep = Sweep()
         let now = now()
@@ -109,6 +113,7 @@ public final class LifetimeSweeper: Service, Sendable {
             if gone.count < Self.batch { break }
         }
         sweep.purged = try await store.purgeActivities(endedBefore: now.addingTimeInterval(-policy.retention))
+        sweep.idempotencyKeysPruned = try await store.pruneIdempotencyKeys(olderThan: now.addingTimeInterval(-IdempotencyKey.retention))
         if sweep.endedForLifetime + sweep.endedWithAllInstancesGone > 0 { delivery.wake() }
         return sweep
     }

@@ -57,6 +57,18 @@ public struct APIError: Error, Sendable, Hashable {
     static func activityEnded(_ id: String) -> APIError {
         APIError(.conflict, code: "activity_ended", message: "Activity '\(id)' has ended; it takes no further updates.", field: "activityId")
     }
+    static let invalidIdempotencyKey = APIError(
+        .badRequest, code: "invalid_idempotency_key",
+        message: "Idempotency-Key must be sent once, as 1 to \(IdempotencyKey.maximumLength) printable ASCII characters, "
+            + "neither the first nor the last a space.",
+        field: IdempotencyKey.headerName
+    )
+    static let idempotencyKeyReused = APIError(
+        .unprocessableContent, code: "idempotency_key_reused",
+        message: "This Idempotency-Key was used in the last 24 hours with another request (method, path or body); "
+            + "use a new key for a new request.",
+        field: IdempotencyKey.headerName
+    )
     static let bodyTooLarge = APIError(
         .contentTooLarge, code: "body_too_large", message: "The request body is over \(Limits.maximumRequestBodyBytes) bytes."
     )

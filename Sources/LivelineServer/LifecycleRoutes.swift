@@ -71,51 +71,55 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
         let body = try await RequestBody.read(request)
-        try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate", "minUpdateInterval"])
-        if body.members["dismissalDate"] != nil {
-            throw ValidationError(
-                code: "dismissal_date_not_allowed",
-                message: "dismissalDate belongs to ending an activity: POST /v1/activities/{activityId}/end.",
-                field: "dismissalDate"
+        return try await IdempotentPOST.respond(
+            to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
+        ) { claim in
+            try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate", "minUpdateInterval"])
+            if body.members["dismissalDate"] != nil {
+                throw ValidationError(
+                    code: "dismissal_date_not_allowed",
+                    message: "dismissalDate belongs to ending an activity: POST /v1/activities/{activityId}/end.",
+                    field: "dismissalDate"
+                )
+            }
+            let common = try Self.commonFields(body)
+            return try await lifecycle.accept(
+                ActivityUpdate(
+                    appID: caller.appID, activityID: activityID, contentState: try Self.contentState(body, required: true)!,
+                    alert: common.alert, staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
+                    minUpdateInterval: try Self.minUpdateInterval(body)
+                ),
+                idempotency: claim
             )
         }
-        let common = try Self.commonFields(body)
-        let accepted = try await lifecycle.accept(
-            ActivityUpdate(
-                appID: caller.appID, activityID: activityID, contentState: try Self.contentState(body, required: true)!,
-                alert: common.alert, staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
-                minUpdateInterval: try Self.minUpdateInterval(body)
-            )
-        )
-        return Response.json(
-            Representation.accepted(accepted.sequence, warnings: ContentContracts.warnings(accepted.changes)), status: .accepted
-        )
     }
 
     @Sendable func end(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
         let body = try await RequestBody.read(request, allowEmpty: true)
-        try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate"])
-        let contentState = try Self.contentState(body, required: false)
-        let common = try Self.commonFields(body)
-        let accepted = try await lifecycle.end(
-            ActivityEnd(
-                appID: caller.appID, activityID: activityID, contentState: contentState, alert: common.alert,
-                dismissalDate: try body.epochSeconds("dismissalDate"), staleDate: common.staleDate,
-                relevanceScore: common.relevanceScore, priority: common.priority
+        return try await IdempotentPOST.respond(
+            to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
+        ) { claim in
+            try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate"])
+            let contentState = try Self.contentState(body, required: false)
+            let common = try Self.commonFields(body)
+            return try await lifecycle.end(
+                ActivityEnd(
+                    appID: caller.appID, activityID: activityID, contentState: contentState, alert: common.alert,
+                    dismissalDate: try body.epochSeconds("dismissalDate"), staleDate: common.staleDate,
+                    relevanceScore: common.relevanceScore, priority: common.priority
+                ),
+                idempotency: claim
             )
-        )
-        return Response.json(
-            Representation.accepted(accepted.sequence, warnings: ContentContracts.warnings(accepted.changes)), status: .accepted
-        )
+        }
     }
 
     @Sendable func endAndDismiss(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
-        let accepted = try await lifecycle.end(ActivityEnd(appID: caller.appID, activityID: activityID), dismissingNow: true)
-        return Response.json(Representation.accepted(accepted.sequence), status: .accepted)
+        let outcome = try await lifecycle.end(ActivityEnd(appID: caller.appID, activityID: activityID), dismissingNow: true)
+        return IdempotentPOST.answer(outcome, represent: Self.acceptedResponse)
     }
 
     @Sendable func activity(_ request: Request, context: Context) async throws -> Response {
@@ -179,26 +183,31 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let activityID = try Self.pathID("activityId", context)
         let deviceID = try Self.pathID("deviceId", context)
         let body = try await RequestBody.read(request)
-        try body.allowOnly(["type", "enabled"])
-        let report: ActivityLifecycle.InstanceReport
-        switch try body.requiredString("type") {
-        case let type where type == "dismissed" || type == "ended":
-            if body.members["enabled"] != nil {
-                throw APIError.badRequest("unknown_field", "enabled belongs only to the frequentPushes event.", field: "enabled")
+        return try await IdempotentPOST.respond(
+            to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.instanceResponse
+        ) { claim in
+            try body.allowOnly(["type", "enabled"])
+            let report: ActivityLifecycle.InstanceReport
+            switch try body.requiredString("type") {
+            case let type where type == "dismissed" || type == "ended":
+                if body.members["enabled"] != nil {
+                    throw APIError.badRequest("unknown_field", "enabled belongs only to the frequentPushes event.", field: "enabled")
+                }
+                report = type == "dismissed" ? .dismissed : .ended
+            case "frequentPushes":
+                guard let enabled = try body.bool("enabled") else {
+                    throw APIError.badRequest("missing_field", "enabled is required for the frequentPushes event.", field: "enabled")
+                }
+                report = .frequentPushes(enabled: enabled)
+            default:
+                throw ValidationError(
+                    code: "invalid_event_type", message: "type must be 'dismissed', 'ended' or 'frequentPushes'.", field: "type"
+                )
             }
-            report = type == "dismissed" ? .dismissed : .ended
-        case "frequentPushes":
-            guard let enabled = try body.bool("enabled") else {
-                throw APIError.badRequest("missing_field", "enabled is required for the frequentPushes event.", field: "enabled")
-            }
-            report = .frequentPushes(enabled: enabled)
-        default:
-            throw ValidationError(
-                code: "invalid_event_type", message: "type must be 'dismissed', 'ended' or 'frequentPushes'.", field: "type"
+            return try await lifecycle.report(
+                report, appID: caller.appID, activityID: activityID, deviceID: deviceID, idempotency: claim
             )
         }
-        let instance = try await lifecycle.report(report, appID: caller.appID, activityID: activityID, deviceID: deviceID)
-        return Response.json(Representation.instance(instance))
     }
 
     @Sendable func deliveries(_ request: Request, context: Context) async throws -> Response {
@@ -255,6 +264,22 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             throw APIError.activityNotFound(activityID)
         }
         return record
+    }
+
+    // MARK: Responses
+
+    /// An accepted update or end as the API answers it: 202 and the accepted sequence. The first response and the one
+    /// remembered under an idempotency key are this same rendering.
+    @Sendable static func acceptedResponse(_ accepted: ActivityLifecycle.Accepted) -> StoredResponse {
+        StoredResponse(
+            status: Int(HTTPResponse.Status.accepted.code),
+            body: Representation.accepted(accepted.sequence, warnings: ContentContracts.warnings(accepted.changes)).encoded
+        )
+    }
+
+    /// An instance after a reported event, as the API answers it: 200 and the instance.
+    @Sendable static func instanceResponse(_ instance: InstanceRecord) -> StoredResponse {
+        StoredResponse(status: Int(HTTPResponse.Status.ok.code), body: Representation.instance(instance).encoded)
     }
 
     // MARK: Input rules

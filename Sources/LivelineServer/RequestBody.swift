@@ -7,6 +7,8 @@ import NIOCore
 struct RequestBody {
     let members: [String: JSONValue]
     private let prefix: String
+    /// The body's bytes as they arrived (empty for a nested object): what an idempotency key's fingerprint covers.
+    private(set) var bytes = ByteBuffer()
 
     init(members: [String: JSONValue], prefix: String = "") {
         self.members = members
@@ -30,7 +32,9 @@ struct RequestBody {
         guard let members = value.objectValue else {
             throw APIError.badRequest("malformed_json", "The request body must be a JSON object, not \(value.kindName).")
         }
-        return RequestBody(members: members)
+        var body = RequestBody(members: members)
+        body.bytes = buffer
+        return body
     }
 
     func path(_ key: String) -> String { prefix + key }

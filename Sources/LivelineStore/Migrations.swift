@@ -257,5 +257,26 @@ enum SQLiteMigrations {
                 "CREATE INDEX instances_starting ON instances(app_id, activity_id, updated_at) WHERE state = 'starting'",
             ]
         ),
+        Migration(
+            version: 13,
+            name: "idempotency keys",
+            statements: [
+                // One row per accepted request that carried an `Idempotency-Key`, per app: the request's SHA-256 and the
+                // response replayed to its retries. Written in the transaction that accepts the request; pruned by the
+                // lifetime sweeper 24 hours on (by the index on `created_at`).
+                """
+                CREATE TABLE idempotency_keys (
+                    app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                    key TEXT NOT NULL,
+                    request_hash BLOB NOT NULL,
+                    status INTEGER NOT NULL,
+                    body BLOB NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    PRIMARY KEY (app_id, key)
+                ) WITHOUT ROWID
+                """,
+                "CREATE INDEX idempotency_keys_by_age ON idempotency_keys(created_at)",
+            ]
+        ),
     ]
 }

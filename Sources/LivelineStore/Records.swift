@@ -527,6 +527,8 @@ public enum StoreError: Error, Sendable, Hashable {
     case attributesTypeMismatch(existing: String)
     case duplicateApp
     case invalidCursor
+    /// An `Idempotency-Key` already holds another request of the app, accepted within the last 24 hours.
+    case idempotencyKeyReused
     /// The database holds data written by a newer Liveline.
     case schemaTooNew(found: Int, supported: Int)
 }

@@ -252,81 +252,103 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     public func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence {
+        try await transaction { db in try Self.acceptUpdate(update, at: now, on: db) }
+    }
+
+    public func acceptUpdate(
+        _ update: ActivityUpdate, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?
+    ) async throws -> IdempotentOutcome<AcceptedSequence> {
         try await transaction { db in
-            let head = try Self.head(appID: update.appID, activityID: update.activityID, withState: false, on: db)
-            let next: LiveActivityState
-            do throws(NextStateRefusal) {
-                next = try LiveActivityState.update(
-                    activityID: update.activityID, after: head, contentState: update.contentState, staleDate: update.staleDate,
-                    relevanceScore: update.relevanceScore, alert: update.alert, now: now
-                )
-            } catch {
-                throw Self.storeError(error)
-            }
-            let nowMillis = Self.millis(now)
-            if head != nil {
-                try db.query(
-                    """
-                    UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
-                        stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
-                        min_update_interval = COALESCE(?, min_update_interval)
-                    WHERE app_id = ? AND activity_id = ?
-                    """,
-                    [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
-                     Self.json(next.contentState),
-                     Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
-                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
-                     Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
-                )
-            } else {
-                try db.query(
-                    """
-                    INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
-                        alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                    [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue), .integer(Int(next.sequence)),
-                     .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)), Self.json(next.contentState),
-                     Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
-                     Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
-                     Self.real(update.minUpdateInterval)]
-                )
-            }
-            return AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
+            try Self.idempotently(idempotency, appID: update.appID, at: now, on: db) { try Self.acceptUpdate(update, at: now, on: db) }
         }
     }
 
-    public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
-        try await transaction { db in
-            guard let head = try Self.head(appID: end.appID, activityID: end.activityID, withState: true, on: db) else {
-                throw StoreError.activityNotFound
-            }
-            let next: LiveActivityState?
-            do throws(NextStateRefusal) {
-                next = try LiveActivityState.end(
-                    activityID: end.activityID, after: head, contentState: end.contentState, staleDate: end.staleDate,
-                    relevanceScore: end.relevanceScore, alert: end.alert, dismissalDate: end.dismissalDate, now: now
-                )
-            } catch {
-                throw Self.storeError(error)
-            }
-            let nowMillis = Self.millis(now)
-            // Without a final state (an activity that never had one), the end is only the next sequence.
-            let (sequence, timestamp) = next.map { ($0.sequence, $0.timestamp) } ?? head.next(now: now)
+    /// Accepts `update` on the writer, inside its transaction.
+    static func acceptUpdate(_ update: ActivityUpdate, at now: Date, on db: SQLiteHandle) throws -> AcceptedSequence {
+        let head = try Self.head(appID: update.appID, activityID: update.activityID, withState: false, on: db)
+        let next: LiveActivityState
+        do throws(NextStateRefusal) {
+            next = try LiveActivityState.update(
+                activityID: update.activityID, after: head, contentState: update.contentState, staleDate: update.staleDate,
+                relevanceScore: update.relevanceScore, alert: update.alert, now: now
+            )
+        } catch {
+            throw Self.storeError(error)
+        }
+        let nowMillis = Self.millis(now)
+        if head != nil {
             try db.query(
                 """
-                UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
-                    content_state = ?, alert = ?, dismissal_date = ?, stale_date = ?, relevance_score = ?, priority = ?,
-                    updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
+                UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
+                    stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
+                    min_update_interval = COALESCE(?, min_update_interval)
                 WHERE app_id = ? AND activity_id = ?
                 """,
-                [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
-                 .integer(Int(timestamp)), Self.json(next?.contentState), Self.json(next?.alert?.json), Self.integer(next?.dismissalDate),
-                 Self.integer(next?.staleDate), Self.real(next?.relevanceScore), Self.integer(end.priority.map(Int64.init)),
-                 .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
+                [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
+                 Self.json(next.contentState),
+                 Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
+                 Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
+                 Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
             )
-            return AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
+        } else {
+            try db.query(
+                """
+                INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
+                    alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+                [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue), .integer(Int(next.sequence)),
+                 .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)), Self.json(next.contentState),
+                 Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
+                 Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
+                 Self.real(update.minUpdateInterval)]
+            )
         }
+        return AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
+    }
+
+    public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {
+        try await transaction { db in try Self.endActivity(end, at: now, on: db) }
+    }
+
+    public func endActivity(
+        _ end: ActivityEnd, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?
+    ) async throws -> IdempotentOutcome<AcceptedSequence> {
+        try await transaction { db in
+            try Self.idempotently(idempotency, appID: end.appID, at: now, on: db) { try Self.endActivity(end, at: now, on: db) }
+        }
+    }
+
+    /// Ends the activity on the writer, inside its transaction.
+    static func endActivity(_ end: ActivityEnd, at now: Date, on db: SQLiteHandle) throws -> AcceptedSequence {
+        guard let head = try Self.head(appID: end.appID, activityID: end.activityID, withState: true, on: db) else {
+            throw StoreError.activityNotFound
+        }
+        let next: LiveActivityState?
+        do throws(NextStateRefusal) {
+            next = try LiveActivityState.end(
+                activityID: end.activityID, after: head, contentState: end.contentState, staleDate: end.staleDate,
+                relevanceScore: end.relevanceScore, alert: end.alert, dismissalDate: end.dismissalDate, now: now
+            )
+        } catch {
+            throw Self.storeError(error)
+        }
+        let nowMillis = Self.millis(now)
+        // Without a final state (an activity that never had one), the end is only the next sequence.
+        let (sequence, timestamp) = next.map { ($0.sequence, $0.timestamp) } ?? head.next(now: now)
+        try db.query(
+            """
+            UPDATE activities SET state = ?, sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?,
+                content_state = ?, alert = ?, dismissal_date = ?, stale_date = ?, relevance_score = ?, priority = ?,
+                updated_at = ?, ended_at = ?, end_reason = ?, next_dispatch_at = NULL
+            WHERE app_id = ? AND activity_id = ?
+            """,
+            [.text(ActivityState.ended.rawValue), .integer(Int(sequence)), .text(LiveActivityEvent.end.rawValue), .integer(nowMillis),
+             .integer(Int(timestamp)), Self.json(next?.contentState), Self.json(next?.alert?.json), Self.integer(next?.dismissalDate),
+             Self.integer(next?.staleDate), Self.real(next?.relevanceScore), Self.integer(end.priority.map(Int64.init)),
+             .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
+        )
+        return AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
     }
 
     /// Reads, on the writer (inside its transaction), what the activity's next state depends on; `nil` when there is no
@@ -434,39 +456,75 @@ public final class SQLiteStore: Store, DispatchStore {
         appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date
     ) async throws -> InstanceRecord {
         try await transaction { db in
-            guard var instance = try db.query(
-                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
-                [.text(appID), .text(activityID), .text(deviceID)]
-            ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
-            let newState = instance.state.applying(event)
-            guard newState != instance.state else { return instance }
-            instance.state = newState
-            instance.updatedAt = Self.date(Self.millis(now))
-            _ = try db.query(
-                "UPDATE instances SET state = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
-                [.text(newState.rawValue), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
-            )
-            return instance
+            try Self.recordInstanceEvent(appID: appID, activityID: activityID, deviceID: deviceID, event: event, at: now, on: db)
         }
+    }
+
+    public func recordInstanceEvent(
+        appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date,
+        idempotency: IdempotencyClaim<InstanceRecord>?
+    ) async throws -> IdempotentOutcome<InstanceRecord> {
+        try await transaction { db in
+            try Self.idempotently(idempotency, appID: appID, at: now, on: db) {
+                try Self.recordInstanceEvent(appID: appID, activityID: activityID, deviceID: deviceID, event: event, at: now, on: db)
+            }
+        }
+    }
+
+    /// Applies a device-reported event on the writer, inside its transaction.
+    static func recordInstanceEvent(
+        appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date, on db: SQLiteHandle
+    ) throws -> InstanceRecord {
+        guard var instance = try db.query(
+            "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+            [.text(appID), .text(activityID), .text(deviceID)]
+        ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
+        let newState = instance.state.applying(event)
+        guard newState != instance.state else { return instance }
+        instance.state = newState
+        instance.updatedAt = Self.date(Self.millis(now))
+        _ = try db.query(
+            "UPDATE instances SET state = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+            [.text(newState.rawValue), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
+        )
+        return instance
     }
 
     public func setFrequentPushes(
         appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date
     ) async throws -> InstanceRecord {
         try await transaction { db in
-            guard var instance = try db.query(
-                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
-                [.text(appID), .text(activityID), .text(deviceID)]
-            ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
-            guard instance.frequentPushesEnabled != enabled else { return instance }
-            instance.frequentPushesEnabled = enabled
-            instance.updatedAt = Self.date(Self.millis(now))
-            _ = try db.query(
-                "UPDATE instances SET frequent_pushes = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
-                [.integer(enabled ? 1 : 0), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
-            )
-            return instance
+            try Self.setFrequentPushes(appID: appID, activityID: activityID, deviceID: deviceID, enabled: enabled, at: now, on: db)
         }
+    }
+
+    public func setFrequentPushes(
+        appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date,
+        idempotency: IdempotencyClaim<InstanceRecord>?
+    ) async throws -> IdempotentOutcome<InstanceRecord> {
+        try await transaction { db in
+            try Self.idempotently(idempotency, appID: appID, at: now, on: db) {
+                try Self.setFrequentPushes(appID: appID, activityID: activityID, deviceID: deviceID, enabled: enabled, at: now, on: db)
+            }
+        }
+    }
+
+    /// Records the "frequent updates" setting on the writer, inside its transaction.
+    static func setFrequentPushes(
+        appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date, on db: SQLiteHandle
+    ) throws -> InstanceRecord {
+        guard var instance = try db.query(
+            "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+            [.text(appID), .text(activityID), .text(deviceID)]
+        ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
+        guard instance.frequentPushesEnabled != enabled else { return instance }
+        instance.frequentPushesEnabled = enabled
+        instance.updatedAt = Self.date(Self.millis(now))
+        _ = try db.query(
+            "UPDATE instances SET frequent_pushes = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+            [.integer(enabled ? 1 : 0), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
+        )
+        return instance
     }
 
     /// Makes an activity with accepted state pending again, so a newly registered token is caught up.

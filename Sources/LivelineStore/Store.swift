@@ -70,6 +70,33 @@ public protocol LifecycleStore: Sendable {
 
     /// The priority-10 history of the activity's active iOS instances, for its budget report.
     func priority10Usage(appID: String, activityID: String) async throws -> [Priority10Usage]
+
+    // Writes that may carry an idempotency key: each takes the key's decision and remembers an accepted request with
+    // its response in the transaction of the write (``IdempotencyClaim``). Without a claim they are the writes above.
+    // A replay changes nothing; another request under a remembered key throws `idempotencyKeyReused`.
+
+    /// ``acceptUpdate(_:at:)`` under an idempotency key.
+    func acceptUpdate(
+        _ update: ActivityUpdate, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?
+    ) async throws -> IdempotentOutcome<AcceptedSequence>
+    /// ``endActivity(_:at:)`` under an idempotency key.
+    func endActivity(
+        _ end: ActivityEnd, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?
+    ) async throws -> IdempotentOutcome<AcceptedSequence>
+    /// ``recordInstanceEvent(appID:activityID:deviceID:event:at:)`` under an idempotency key.
+    func recordInstanceEvent(
+        appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date,
+        idempotency: IdempotencyClaim<InstanceRecord>?
+    ) async throws -> IdempotentOutcome<InstanceRecord>
+    /// ``setFrequentPushes(appID:activityID:deviceID:enabled:at:)`` under an idempotency key.
+    func setFrequentPushes(
+        appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date,
+        idempotency: IdempotencyClaim<InstanceRecord>?
+    ) async throws -> IdempotentOutcome<InstanceRecord>
+    /// What the app's idempotency key holds, if anything, whatever its age (``IdempotencyRecord/decision(for:now:)``
+    /// applies the retention): read before a keyed request is validated, so a retry is answered even when the request
+    /// would now be refused.
+    func idempotencyRecord(appID: String, key: String) async throws -> IdempotencyRecord?
 }
 
 /// What the lifetime sweeper finds and changes: activities and instances past the platform's limits.
@@ -82,6 +109,8 @@ public protocol LifetimeStore: Sendable {
     func endInstances(registeredBefore cutoff: Date, at now: Date) async throws -> Int
     /// Deletes activities that ended at or before `cutoff`, with their instances and timeline; returns how many.
     func purgeActivities(endedBefore cutoff: Date) async throws -> Int
+    /// Forgets the requests remembered under idempotency keys that were accepted before `cutoff`; returns how many.
+    func pruneIdempotencyKeys(olderThan cutoff: Date) async throws -> Int
 }
 
 /// The content-state contracts of attributes types.

@@ -107,4 +107,22 @@ struct LifetimeSweeperTests {
             #expect(try await store.instances(appID: appID, activityID: "done", cursor: nil, limit: 10).items.isEmpty)
         }
     }
+
+    @Test("requests remembered under idempotency keys are forgotten by the sweep once their 24 hours are over")
+    func prunesIdempotencyKeys() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            let clock = ManualClock(t0)
+            let sweeper = LifetimeSweeper(store: store, now: { clock.now })
+            let claim = IdempotencyClaim<AcceptedSequence>(key: "retry-1", fingerprint: [1]) { _ in StoredResponse(status: 202, body: []) }
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "keyed", contentState: ["n": 1]), at: t0, idempotency: claim)
+
+            clock.set(t0.addingTimeInterval(24 * 3600))
+            #expect(try await sweeper.sweep().idempotencyKeysPruned == 0)
+            #expect(try await store.idempotencyRecord(appID: appID, key: "retry-1") != nil)
+            clock.set(t0.addingTimeInterval(24 * 3600 + 1))
+            #expect(try await sweeper.sweep().idempotencyKeysPruned == 1)
+            #expect(try await store.idempotencyRecord(appID: appID, key: "retry-1") == nil)
+        }
+    }
 }

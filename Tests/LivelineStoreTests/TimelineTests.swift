@@ -92,6 +92,7 @@ struct TimelineTests {
                 "ALTER TABLE activities DROP COLUMN start_alert",
                 "DROP INDEX activities_due",
                 "CREATE INDEX activities_pending ON activities(next_dispatch_at) WHERE dispatched_sequence < sequence",
+                "DROP TABLE idempotency_keys",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])

@@ -43,8 +43,9 @@ struct ActivityLifecycle: Sendable {
     // MARK: Updates and ends
 
     /// Accepts `update`, as the backend posted it, as the activity's next sequence (creating the activity on first
-    /// sight). Its `contentShape` is the lifecycle's to set.
-    func accept(_ update: ActivityUpdate) async throws -> Accepted {
+    /// sight). Its `contentShape` is the lifecycle's to set. Under an idempotency key (`idempotency`), the Store
+    /// remembers the accepted update with its response, or replays the response of the same update accepted before.
+    func accept(_ update: ActivityUpdate, idempotency: IdempotencyClaim<Accepted>? = nil) async throws -> IdempotentOutcome<Accepted> {
         let now = clock.now()
         let current = try await store.activityWithoutInstanceCounts(appID: update.appID, activityID: update.activityID)
         if let current, current.state != .active { throw APIError.activityEnded(update.activityID) }
@@ -64,14 +65,17 @@ struct ActivityLifecycle: Sendable {
         accepting.contentState = next.contentState
         accepting.staleDate = next.staleDate
         accepting.contentShape = checked.shape
-        let accepted = try await Self.storing(update.activityID) { try await store.acceptUpdate(accepting, at: now) }
-        delivery.wake()
-        return Accepted(sequence: accepted, changes: checked.changes)
+        let changes = checked.changes
+        let claim = idempotency?.pullback { (sequence: AcceptedSequence) in Accepted(sequence: sequence, changes: changes) }
+        let outcome = try await Self.storing(update.activityID) { try await store.acceptUpdate(accepting, at: now, idempotency: claim) }
+        return woken(outcome.map { Accepted(sequence: $0, changes: changes) })
     }
 
     /// Ends the activity with a final state (its current one unless `end` gives one), dismissed at `end.dismissalDate`
-    /// (at most four hours ahead), or at once when `dismissingNow`.
-    func end(_ end: ActivityEnd, dismissingNow: Bool = false) async throws -> Accepted {
+    /// (at most four hours ahead), or at once when `dismissingNow`; under an idempotency key as ``accept(_:idempotency:)``.
+    func end(
+        _ end: ActivityEnd, dismissingNow: Bool = false, idempotency: IdempotencyClaim<Accepted>? = nil
+    ) async throws -> IdempotentOutcome<Accepted> {
         let now = clock.now()
         var end = end
         if dismissingNow { end.dismissalDate = APIDate.epochSeconds(now) }
@@ -110,9 +114,11 @@ struct ActivityLifecycle: Sendable {
             )
         }
         try next.validateRenderings(now: now)
-        let accepted = try await Self.storing(end.activityID) { try await store.endActivity(end, at: now) }
-        delivery.wake()
-        return Accepted(sequence: accepted, changes: changes)
+        let ending = end
+        let endChanges = changes
+        let claim = idempotency?.pullback { (sequence: AcceptedSequence) in Accepted(sequence: sequence, changes: endChanges) }
+        let outcome = try await Self.storing(end.activityID) { try await store.endActivity(ending, at: now, idempotency: claim) }
+        return woken(outcome.map { Accepted(sequence: $0, changes: endChanges) })
     }
 
     // MARK: Instances
@@ -132,24 +138,34 @@ struct ActivityLifecycle: Sendable {
         return result
     }
 
-    /// Applies what a phone reports about its instance.
-    func report(_ report: InstanceReport, appID: String, activityID: String, deviceID: String) async throws -> InstanceRecord {
+    /// Applies what a phone reports about its instance; under an idempotency key as ``accept(_:idempotency:)``.
+    func report(
+        _ report: InstanceReport, appID: String, activityID: String, deviceID: String,
+        idempotency: IdempotencyClaim<InstanceRecord>? = nil
+    ) async throws -> IdempotentOutcome<InstanceRecord> {
         let now = clock.now()
         do {
             switch report {
             case .dismissed, .ended:
                 return try await store.recordInstanceEvent(
                     appID: appID, activityID: activityID, deviceID: deviceID,
-                    event: { if case .dismissed = report { .dismissedOnDevice } else { .endedOnDevice } }(), at: now
+                    event: { if case .dismissed = report { .dismissedOnDevice } else { .endedOnDevice } }(), at: now,
+                    idempotency: idempotency
                 )
             case .frequentPushes(let enabled):
                 return try await store.setFrequentPushes(
-                    appID: appID, activityID: activityID, deviceID: deviceID, enabled: enabled, at: now
+                    appID: appID, activityID: activityID, deviceID: deviceID, enabled: enabled, at: now, idempotency: idempotency
                 )
             }
         } catch StoreError.instanceNotFound {
             throw APIError.instanceNotFound(deviceID)
         }
+    }
+
+    /// Wakes the delivery engine after a write it has work from; a replay wrote nothing.
+    private func woken(_ outcome: IdempotentOutcome<Accepted>) -> IdempotentOutcome<Accepted> {
+        if case .performed = outcome { delivery.wake() }
+        return outcome
     }
 
     // MARK: Refusals
