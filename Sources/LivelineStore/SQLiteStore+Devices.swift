@@ -111,9 +111,19 @@ extension SQLiteStore: DeviceStore {
         var sql: String
         var binds: [SQLiteData] = [.text(appID)]
         var remainingTags = filter.tags[...]
-        if let first = remainingTags.popFirst() {
+        if let userID = filter.userID {
+            // A user has few devices: walk them in device-id order and check the tags on each.
+            sql = "SELECT d.* FROM devices AS d INDEXED BY devices_by_user WHERE d.app_id = ? AND d.user_id = ?"
+            binds.append(.text(userID))
+            if let after {
+                sql += " AND d.device_id > ?"
+                binds.append(.text(after))
+            }
+            sql += Self.tagConditions(remainingTags, binds: &binds)
+            sql += " ORDER BY d.device_id"
+        } else if let first = remainingTags.popFirst() {
             // Walk the first tag's index entries in device-id order (CROSS JOIN keeps that table outermost): a rare tag
-            // reads its few devices, not the whole app.
+            // reads its few devices, not the whole app, and the page ends after `limit` of them.
             sql = """
                 SELECT d.* FROM device_tags AS t CROSS JOIN devices AS d ON d.app_id = t.app_id AND d.device_id = t.device_id
                 WHERE t.app_id = ? AND t.key = ? AND t.value = ?
@@ -123,25 +133,17 @@ extension SQLiteStore: DeviceStore {
                 sql += " AND t.device_id > ?"
                 binds.append(.text(after))
             }
+            sql += Self.tagConditions(remainingTags, binds: &binds)
+            sql += " ORDER BY t.device_id"
         } else {
             sql = "SELECT d.* FROM devices AS d WHERE d.app_id = ?"
             if let after {
                 sql += " AND d.device_id > ?"
                 binds.append(.text(after))
             }
+            sql += " ORDER BY d.device_id"
         }
-        for tag in remainingTags {
-            sql += """
-                 AND EXISTS (SELECT 1 FROM device_tags AS o
-                    WHERE o.app_id = d.app_id AND o.key = ? AND o.value = ? AND o.device_id = d.device_id)
-                """
-            binds += [.text(tag.key), .text(tag.value)]
-        }
-        if let userID = filter.userID {
-            sql += " AND d.user_id = ?"
-            binds.append(.text(userID))
-        }
-        sql += " ORDER BY d.device_id LIMIT \(limit + 1)"
+        sql += " LIMIT \(limit + 1)"
         let query = sql
         let bound = binds
         return try await reader.read { db in
@@ -196,6 +198,19 @@ extension SQLiteStore: DeviceStore {
                 binds
             )
         }
+    }
+
+    /// `AND EXISTS` conditions on the device `d` carrying each of `tags`, their values appended to `binds`.
+    static func tagConditions(_ tags: ArraySlice<DeviceTag>, binds: inout [SQLiteData]) -> String {
+        var sql = ""
+        for tag in tags {
+            sql += """
+                 AND EXISTS (SELECT 1 FROM device_tags AS o
+                    WHERE o.app_id = d.app_id AND o.key = ? AND o.value = ? AND o.device_id = d.device_id)
+                """
+            binds += [.text(tag.key), .text(tag.value)]
+        }
+        return sql
     }
 
     // MARK: Rows
