@@ -123,6 +123,8 @@ struct DeviceAPITests {
                 #expect(reply.errorCode == code, "\(body.encodedString)")
                 #expect(reply.errorField == field, "\(body.encodedString)")
             }
+            let badToken = try await api.json(.put, "/v1/devices/phone-1", key: app.publishableKey, ["platform": "ios", "pushToStartTokens": ["A": "xyz"]])
+            #expect(badToken["error"]?.objectValue?["message"]?.stringValue?.contains("pushToStartTokens.A") == true, "the message names the field")
             let badID = try await api.json(.put, "/v1/devices/bad%20id", key: app.publishableKey, ["platform": "ios"])
             #expect(badID.status == .unprocessableContent && badID.errorField == "deviceId")
             // 64 tags of the longest key and value fit.
