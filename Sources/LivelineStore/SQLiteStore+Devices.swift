@@ -13,9 +13,9 @@ extension SQLiteStore: DeviceStore {
         let r = registration
         return try await transaction { db in
             let nowMillis = Self.millis(now)
-            guard var device = try Self.device(appID: r.appID, deviceID: r.deviceID, on: db) else {
+            guard let device = try Self.device(appID: r.appID, deviceID: r.deviceID, on: db) else {
                 if try db.query("SELECT 1 FROM apps WHERE id = ?", [.text(r.appID)]).isEmpty { throw StoreError.appNotFound }
-                let created = Self.newDevice(r, at: Self.date(nowMillis))
+                let created = r.newDevice(at: Self.date(nowMillis))
                 try db.query(
                     """
                     INSERT INTO devices (app_id, device_id, platform, user_id, tags, fcm_token, os_version, locale, created_at, updated_at)
@@ -32,73 +32,34 @@ extension SQLiteStore: DeviceStore {
                 return (created, true)
             }
             guard device.platform == r.platform else { throw StoreError.platformMismatch(registered: device.platform) }
-            var changed = false
-
-            // Push-to-start tokens merge per attributes type.
-            for (attributesType, token) in r.pushToStartTokens.sorted(by: { $0.key < $1.key }) {
-                let index = device.pushToStartTokens.firstIndex { $0.attributesType == attributesType }
-                guard let token else {
-                    guard let index else { continue }
-                    device.pushToStartTokens.remove(at: index)
-                    try db.query(
-                        "DELETE FROM push_to_start_tokens WHERE app_id = ? AND device_id = ? AND attributes_type = ?",
-                        [.text(r.appID), .text(r.deviceID), .text(attributesType)]
-                    )
-                    changed = true
-                    continue
-                }
-                if let index, device.pushToStartTokens[index].token == token, device.pushToStartTokens[index].isUsable { continue }
-                let fresh = PushToStartToken(attributesType: attributesType, token: token, updatedAt: Self.date(nowMillis))
-                if let index { device.pushToStartTokens[index] = fresh } else { device.pushToStartTokens.append(fresh) }
-                try Self.savePushToStartToken(fresh, appID: r.appID, deviceID: r.deviceID, on: db)
-                changed = true
+            let outcome = r.applied(to: device, at: Self.date(nowMillis))
+            let updated = outcome.device
+            for attributesType in outcome.removedPushToStartTypes {
+                try db.query(
+                    "DELETE FROM push_to_start_tokens WHERE app_id = ? AND device_id = ? AND attributes_type = ?",
+                    [.text(r.appID), .text(r.deviceID), .text(attributesType)]
+                )
             }
-            device.pushToStartTokens.sort { $0.attributesType < $1.attributesType }
-
-            if let tags = r.tags, tags != device.tags {
+            for token in outcome.savedPushToStartTokens {
+                try Self.savePushToStartToken(token, appID: r.appID, deviceID: r.deviceID, on: db)
+            }
+            if outcome.tagsChanged {
                 try db.query("DELETE FROM device_tags WHERE app_id = ? AND device_id = ?", [.text(r.appID), .text(r.deviceID)])
-                try Self.insertTags(tags, appID: r.appID, deviceID: r.deviceID, on: db)
-                device.tags = tags
-                changed = true
+                try Self.insertTags(updated.tags, appID: r.appID, deviceID: r.deviceID, on: db)
             }
-
-            switch r.fcmToken {
-            case .keep:
-                break
-            case .set(let token) where token == device.fcmToken && device.fcmTokenDroppedAt == nil:
-                break
-            case .clear where device.fcmToken == nil:
-                break
-            case .set, .clear:
-                device.fcmToken = r.fcmToken.applied(to: device.fcmToken)
-                device.fcmTokenDroppedAt = nil
-                device.fcmTokenDropReason = nil
-                changed = true
+            if outcome.changed {
+                try db.query(
+                    """
+                    UPDATE devices SET user_id = ?, tags = ?, fcm_token = ?, fcm_token_dropped_at = ?, fcm_token_drop_reason = ?,
+                        os_version = ?, locale = ?, updated_at = ?
+                    WHERE app_id = ? AND device_id = ?
+                    """,
+                    [Self.text(updated.userID), Self.tagsJSON(updated.tags), Self.text(updated.fcmToken),
+                     updated.fcmTokenDroppedAt.map { .integer(Self.millis($0)) } ?? .null, Self.text(updated.fcmTokenDropReason),
+                     Self.text(updated.osVersion), Self.text(updated.locale), .integer(nowMillis), .text(r.appID), .text(r.deviceID)]
+                )
             }
-            let fields: [(WritableKeyPath<DeviceRecord, String?>, FieldUpdate<String>)] = [
-                (\.userID, r.userID), (\.osVersion, r.osVersion), (\.locale, r.locale),
-            ]
-            for (field, update) in fields {
-                let value = update.applied(to: device[keyPath: field])
-                if value != device[keyPath: field] {
-                    device[keyPath: field] = value
-                    changed = true
-                }
-            }
-
-            guard changed else { return (device, false) }
-            device.updatedAt = Self.date(nowMillis)
-            try db.query(
-                """
-                UPDATE devices SET user_id = ?, tags = ?, fcm_token = ?, fcm_token_dropped_at = ?, fcm_token_drop_reason = ?,
-                    os_version = ?, locale = ?, updated_at = ?
-                WHERE app_id = ? AND device_id = ?
-                """,
-                [Self.text(device.userID), Self.tagsJSON(device.tags), Self.text(device.fcmToken),
-                 device.fcmTokenDroppedAt.map { .integer(Self.millis($0)) } ?? .null, Self.text(device.fcmTokenDropReason),
-                 Self.text(device.osVersion), Self.text(device.locale), .integer(nowMillis), .text(r.appID), .text(r.deviceID)]
-            )
-            return (device, false)
+            return (updated, false)
         }
     }
 
@@ -214,18 +175,6 @@ extension SQLiteStore: DeviceStore {
     }
 
     // MARK: Rows
-
-    /// A device as a registration creates it: only the tokens it gives, no drops.
-    static func newDevice(_ r: DeviceRegistration, at now: Date) -> DeviceRecord {
-        DeviceRecord(
-            appID: r.appID, deviceID: r.deviceID, platform: r.platform, userID: r.userID.applied(to: nil), tags: r.tags ?? [:],
-            pushToStartTokens: r.pushToStartTokens.compactMap { type, token in
-                token.map { PushToStartToken(attributesType: type, token: $0, updatedAt: now) }
-            }.sorted { $0.attributesType < $1.attributesType },
-            fcmToken: r.fcmToken.applied(to: nil), osVersion: r.osVersion.applied(to: nil), locale: r.locale.applied(to: nil),
-            createdAt: now, updatedAt: now
-        )
-    }
 
     /// One device with its push-to-start tokens, read on `db`.
     static func device(appID: String, deviceID: String, on db: SQLiteHandle) throws -> DeviceRecord? {

@@ -215,6 +215,42 @@ struct DeviceStoreTests {
         }
     }
 
+    @Test("the registration rule: what changes, which token rows to save or remove, and when updatedAt moves")
+    func registrationRule() {
+        let stored = DeviceRecord(
+            appID: "app_test", deviceID: "d1", platform: .ios, userID: "u1", tags: ["team": "red"],
+            pushToStartTokens: [
+                PushToStartToken(attributesType: "A", token: "aa01", updatedAt: t0),
+                PushToStartToken(attributesType: "B", token: "bb01", updatedAt: t0, droppedAt: t0, dropReason: "BadDeviceToken"),
+                PushToStartToken(attributesType: "C", token: "cc01", updatedAt: t0),
+            ],
+            fcmToken: nil, osVersion: "17.2", locale: "en-US", createdAt: t0, updatedAt: t0
+        )
+        let later = t0.addingTimeInterval(60)
+        let same = iPhone("d1", userID: .set("u1"), tags: ["team": "red"], tokens: ["A": "aa01"]).applied(to: stored, at: later)
+        #expect(!same.changed)
+        #expect(same.device == stored, "nothing changed, not even updatedAt")
+
+        let outcome = iPhone("d1", tokens: ["A": "aa02", "B": "bb01", "C": nil, "D": nil]).applied(to: stored, at: later)
+        #expect(outcome.changed && !outcome.deviceRowChanged && !outcome.tagsChanged)
+        #expect(outcome.savedPushToStartTokens == [
+            PushToStartToken(attributesType: "A", token: "aa02", updatedAt: later),
+            PushToStartToken(attributesType: "B", token: "bb01", updatedAt: later),
+        ])
+        #expect(outcome.removedPushToStartTypes == ["C"])
+        #expect(outcome.device.pushToStartTokens.map(\.attributesType) == ["A", "B"])
+        let allUsable = outcome.device.pushToStartTokens.allSatisfy { $0.isUsable }
+        #expect(allUsable, "B registered again is usable again")
+        #expect(outcome.device.updatedAt == later)
+
+        var fields = iPhone("d1", userID: .clear, tags: [:])
+        fields.locale = .set("de-DE")
+        let changed = fields.applied(to: stored, at: later)
+        #expect(changed.deviceRowChanged && changed.tagsChanged)
+        #expect(changed.device.userID == nil && changed.device.tags.isEmpty && changed.device.locale == "de-DE")
+        #expect(changed.device.osVersion == "17.2")
+    }
+
     @Test("migration 11 creates the device tables")
     func migration() async throws {
         try await withTemporaryStore { store, _ in
