@@ -74,13 +74,13 @@ public enum Platform: String, Sendable, Hashable, CaseIterable, Codable {
 /// Push token rules per platform.
 public enum PushToken {
     /// Normalizes and checks a push token: APNs tokens are hexadecimal (returned lowercased);
-    /// FCM registration tokens are printable ASCII without spaces.
+    /// FCM registration tokens are printable ASCII without spaces. Errors name `field`.
     public static func validate(_ token: String, platform: Platform, field: String = "pushToken") throws(ValidationError) -> String {
         let bytes = token.utf8
         guard !bytes.isEmpty, bytes.count <= Limits.maximumPushTokenLength else {
             throw ValidationError(
                 code: "invalid_push_token",
-                message: "pushToken must be 1 to \(Limits.maximumPushTokenLength) characters.",
+                message: "\(field) must be 1 to \(Limits.maximumPushTokenLength) characters.",
                 field: field
             )
         }
@@ -94,7 +94,7 @@ public enum PushToken {
             guard isHex, bytes.count % 2 == 0 else {
                 throw ValidationError(
                     code: "invalid_push_token",
-                    message: "An iOS pushToken must be the hexadecimal form of the ActivityKit token (an even number of 0-9, a-f).",
+                    message: "An iOS \(field) must be the hexadecimal form of the ActivityKit token (an even number of 0-9, a-f).",
                     field: field
                 )
             }
@@ -104,7 +104,7 @@ public enum PushToken {
             guard isPrintable else {
                 throw ValidationError(
                     code: "invalid_push_token",
-                    message: "An Android pushToken must be the FCM registration token: printable ASCII without spaces.",
+                    message: "An Android \(field) must be the FCM registration token: printable ASCII without spaces.",
                     field: field
                 )
             }

@@ -46,13 +46,16 @@ public struct APIError: Error, Sendable, Hashable {
     static let invalidKey = APIError(.unauthorized, code: "invalid_api_key", message: "The API key is not valid.")
     static let secretKeyRequired = APIError(
         .forbidden, code: "secret_key_required",
-        message: "This route needs the app's secret key (sk_…); publishable keys may only register instances and report instance events."
+        message: "This route needs the app's secret key (sk_…); publishable keys may only register devices and instances and report instance events."
     )
     static func activityNotFound(_ id: String) -> APIError {
         APIError(.notFound, code: "activity_not_found", message: "No activity '\(id)' in this app.", field: "activityId")
     }
     static func instanceNotFound(_ id: String) -> APIError {
         APIError(.notFound, code: "instance_not_found", message: "No instance for device '\(id)' on this activity.", field: "deviceId")
+    }
+    static func deviceNotFound(_ id: String) -> APIError {
+        APIError(.notFound, code: "device_not_found", message: "No device '\(id)' in this app.", field: "deviceId")
     }
     static func activityEnded(_ id: String) -> APIError {
         APIError(.conflict, code: "activity_ended", message: "Activity '\(id)' has ended; it takes no further updates.", field: "activityId")

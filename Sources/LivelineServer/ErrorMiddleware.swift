@@ -41,6 +41,12 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             case .duplicateApp: return APIError(.conflict, code: "app_exists", message: "An app with this id exists.")
             case .invalidCursor: return .badRequest("invalid_cursor", "cursor is not one this server issued.", field: "cursor")
             case .idempotencyKeyReused: return .idempotencyKeyReused
+            case .platformMismatch(let registered):
+                return APIError(
+                    .conflict, code: "platform_mismatch",
+                    message: "This device is registered as '\(registered.rawValue)'; a device's platform never changes (another installation needs its own device id).",
+                    field: "platform"
+                )
             case .schemaTooNew: return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")
             }
         case let error as any HTTPResponseError:

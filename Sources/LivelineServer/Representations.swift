@@ -55,6 +55,37 @@ enum Representation {
         ])
     }
 
+    /// A device: its usable push-to-start tokens apart from the ones APNs rejected, which are kept to show why and when.
+    static func device(_ record: DeviceRecord) -> JSONValue {
+        var usable: [String: JSONValue] = [:]
+        var dropped: [String: JSONValue] = [:]
+        for token in record.pushToStartTokens {
+            if let droppedAt = token.droppedAt {
+                dropped[token.attributesType] = .object([
+                    "token": .string(token.token), "reason": optional(token.dropReason), "droppedAt": date(droppedAt),
+                ])
+            } else {
+                usable[token.attributesType] = .object(["token": .string(token.token), "updatedAt": date(token.updatedAt)])
+            }
+        }
+        return .object([
+            "deviceId": .string(record.deviceID),
+            "platform": .string(record.platform.rawValue),
+            "userId": optional(record.userID),
+            "tags": .object(record.tags.mapValues(JSONValue.string)),
+            "pushToStartTokens": .object(usable),
+            "droppedPushToStartTokens": .object(dropped),
+            "fcmToken": optional(record.fcmToken),
+            "fcmTokenDropped": record.fcmTokenDroppedAt.map { droppedAt -> JSONValue in
+                .object(["reason": optional(record.fcmTokenDropReason), "droppedAt": date(droppedAt)])
+            } ?? .null,
+            "osVersion": optional(record.osVersion),
+            "locale": optional(record.locale),
+            "createdAt": date(record.createdAt),
+            "updatedAt": date(record.updatedAt),
+        ])
+    }
+
     static func accepted(_ accepted: AcceptedSequence, warnings: [JSONValue] = []) -> JSONValue {
         var json: [String: JSONValue] = [
             "activityId": .string(accepted.activityID),

@@ -232,6 +232,55 @@ enum SQLiteMigrations {
             ]
         ),
         Migration(
+            version: 11,
+            name: "devices: installations, their tags and push-to-start tokens",
+            statements: [
+                // An installation of the app; `tags` is the JSON object of its string tags as last registered, and
+                // `device_tags` holds the same tags one row each, for targeting by tag. Times in epoch milliseconds.
+                """
+                CREATE TABLE devices (
+                    app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                    device_id TEXT NOT NULL,
+                    platform TEXT NOT NULL,
+                    user_id TEXT,
+                    tags TEXT NOT NULL DEFAULT '{}',
+                    fcm_token TEXT,
+                    fcm_token_dropped_at INTEGER,
+                    fcm_token_drop_reason TEXT,
+                    os_version TEXT,
+                    locale TEXT,
+                    created_at INTEGER NOT NULL,
+                    updated_at INTEGER NOT NULL,
+                    PRIMARY KEY (app_id, device_id)
+                ) WITHOUT ROWID
+                """,
+                "CREATE INDEX devices_by_user ON devices(app_id, user_id, device_id) WHERE user_id IS NOT NULL",
+                """
+                CREATE TABLE device_tags (
+                    app_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    key TEXT NOT NULL,
+                    value TEXT NOT NULL,
+                    PRIMARY KEY (app_id, key, value, device_id)
+                ) WITHOUT ROWID
+                """,
+                "CREATE INDEX device_tags_by_device ON device_tags(app_id, device_id)",
+                // One per device and attributes type; `dropped_at` is set when APNs rejected the token (NULL: usable).
+                """
+                CREATE TABLE push_to_start_tokens (
+                    app_id TEXT NOT NULL,
+                    device_id TEXT NOT NULL,
+                    attributes_type TEXT NOT NULL,
+                    token TEXT NOT NULL,
+                    updated_at INTEGER NOT NULL,
+                    dropped_at INTEGER,
+                    drop_reason TEXT,
+                    PRIMARY KEY (app_id, device_id, attributes_type)
+                ) WITHOUT ROWID
+                """,
+            ]
+        ),
+        Migration(
             version: 12,
             name: "remote starts: their audiences and their alert",
             statements: [

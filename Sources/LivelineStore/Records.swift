@@ -529,6 +529,8 @@ public enum StoreError: Error, Sendable, Hashable {
     case invalidCursor
     /// An `Idempotency-Key` already holds another request of the app, accepted within the last 24 hours.
     case idempotencyKeyReused
+    /// A device registered again with another platform than it was first registered with.
+    case platformMismatch(registered: Platform)
     /// The database holds data written by a newer Liveline.
     case schemaTooNew(found: Int, supported: Int)
 }
@@ -551,5 +553,159 @@ extension ActivityRecord {
             timestamp: timestampSeconds ?? APIDate.epochSeconds(sequenceAt ?? createdAt), contentState: contentState,
             staleDate: staleDate, relevanceScore: relevanceScore, alert: alert, dismissalDate: dismissalDate
         )
+    }
+}
+
+/// How one optional field of a registration changes the stored value: kept when the request leaves the field out,
+/// set when it gives a value, cleared when it gives JSON `null`.
+public enum FieldUpdate<Value: Sendable & Hashable>: Sendable, Hashable {
+    /// The field was absent: the stored value stays.
+    case keep
+    /// The field was given: it replaces the stored value.
+    case set(Value)
+    /// The field was `null`: the stored value is removed.
+    case clear
+
+    /// The value after applying this change to `current`.
+    public func applied(to current: Value?) -> Value? {
+        switch self {
+        case .keep: current
+        case .set(let value): value
+        case .clear: nil
+        }
+    }
+}
+
+/// An installation of the app registering (or refreshing) itself: the audience of remote starts.
+///
+/// Already validated and normalized (iOS tokens lowercased). A device's platform never changes: registering an existing
+/// device id with another platform is refused (``StoreError/platformMismatch``).
+public struct DeviceRegistration: Sendable, Hashable {
+    public var appID: String
+    /// The installation's id, chosen by the SDK.
+    public var deviceID: String
+    public var platform: Platform
+    /// The backend's user id for this installation.
+    public var userID: FieldUpdate<String>
+    /// String tags for targeting; `nil` keeps the stored tags, a dictionary (even empty) replaces them all.
+    public var tags: [String: String]?
+    /// iOS push-to-start tokens by attributes type, merged per type: a token replaces the type's token (and clears a
+    /// drop), `nil` removes the type, types not mentioned are kept.
+    public var pushToStartTokens: [String: String?]
+    /// Android: the FCM registration token; a new value clears a drop.
+    public var fcmToken: FieldUpdate<String>
+    public var osVersion: FieldUpdate<String>
+    public var locale: FieldUpdate<String>
+
+    /// Creates a registration; every field left out keeps what is stored.
+    public init(
+        appID: String, deviceID: String, platform: Platform, userID: FieldUpdate<String> = .keep, tags: [String: String]? = nil,
+        pushToStartTokens: [String: String?] = [:], fcmToken: FieldUpdate<String> = .keep, osVersion: FieldUpdate<String> = .keep,
+        locale: FieldUpdate<String> = .keep
+    ) {
+        self.appID = appID
+        self.deviceID = deviceID
+        self.platform = platform
+        self.userID = userID
+        self.tags = tags
+        self.pushToStartTokens = pushToStartTokens
+        self.fcmToken = fcmToken
+        self.osVersion = osVersion
+        self.locale = locale
+    }
+}
+
+/// An iOS device's push-to-start token for one attributes type (iOS 17.2+): what starts a Live Activity remotely.
+public struct PushToStartToken: Sendable, Hashable {
+    /// The Swift type name of the ActivityAttributes this token starts.
+    public var attributesType: String
+    /// The token, hexadecimal, lowercased.
+    public var token: String
+    /// When the device last registered this token.
+    public var updatedAt: Date
+    /// When APNs rejected the token (410, `BadDeviceToken`); `nil` while it is usable.
+    public var droppedAt: Date?
+    /// APNs's reason for the rejection.
+    public var dropReason: String?
+
+    /// Whether a start may be sent with this token.
+    public var isUsable: Bool { droppedAt == nil }
+
+    public init(attributesType: String, token: String, updatedAt: Date, droppedAt: Date? = nil, dropReason: String? = nil) {
+        self.attributesType = attributesType
+        self.token = token
+        self.updatedAt = updatedAt
+        self.droppedAt = droppedAt
+        self.dropReason = dropReason
+    }
+}
+
+/// An installation of the app as stored.
+public struct DeviceRecord: Sendable, Hashable {
+    public var appID: String
+    public var deviceID: String
+    public var platform: Platform
+    public var userID: String?
+    /// String tags for targeting.
+    public var tags: [String: String]
+    /// iOS: push-to-start tokens, usable and dropped, ordered by attributes type.
+    public var pushToStartTokens: [PushToStartToken]
+    /// Android: the FCM registration token.
+    public var fcmToken: String?
+    /// When FCM answered `UNREGISTERED` for ``fcmToken``; `nil` while it is usable.
+    public var fcmTokenDroppedAt: Date?
+    public var fcmTokenDropReason: String?
+    public var osVersion: String?
+    public var locale: String?
+    public var createdAt: Date
+    public var updatedAt: Date
+
+    public init(
+        appID: String, deviceID: String, platform: Platform, userID: String?, tags: [String: String],
+        pushToStartTokens: [PushToStartToken], fcmToken: String?, fcmTokenDroppedAt: Date? = nil, fcmTokenDropReason: String? = nil,
+        osVersion: String?, locale: String?, createdAt: Date, updatedAt: Date
+    ) {
+        self.appID = appID
+        self.deviceID = deviceID
+        self.platform = platform
+        self.userID = userID
+        self.tags = tags
+        self.pushToStartTokens = pushToStartTokens
+        self.fcmToken = fcmToken
+        self.fcmTokenDroppedAt = fcmTokenDroppedAt
+        self.fcmTokenDropReason = fcmTokenDropReason
+        self.osVersion = osVersion
+        self.locale = locale
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+    }
+
+    /// The push-to-start token for `attributesType`, usable or dropped, if the device registered one.
+    public func pushToStartToken(for attributesType: String) -> PushToStartToken? {
+        pushToStartTokens.first { $0.attributesType == attributesType }
+    }
+}
+
+/// Which devices a listing returns: every condition given must hold.
+public struct DeviceFilter: Sendable, Hashable {
+    /// Only this user's devices.
+    public var userID: String?
+    /// Only devices carrying every one of these tags (key and value).
+    public var tags: [DeviceTag]
+
+    public init(userID: String? = nil, tags: [DeviceTag] = []) {
+        self.userID = userID
+        self.tags = tags
+    }
+}
+
+/// One targeting tag: a key and its value.
+public struct DeviceTag: Sendable, Hashable {
+    public var key: String
+    public var value: String
+
+    public init(key: String, value: String) {
+        self.key = key
+        self.value = value
     }
 }

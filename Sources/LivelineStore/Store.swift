@@ -1,7 +1,7 @@
 import Foundation
 import LivelineCore
 
-/// Where Liveline keeps apps, keys, activities and instances: every role below, with a health check and a close.
+/// Where Liveline keeps apps, keys, devices, activities and instances: every role below, with a health check and a close.
 ///
 /// Shaped by the domain, not by SQL: implementations (SQLite, later PostgreSQL) are
 /// interchangeable and one conformance suite runs on all of them. Every method that changes
@@ -9,8 +9,8 @@ import LivelineCore
 ///
 /// Each caller asks only for the roles it uses: the delivery engine for ``DispatchStore`` and ``TimelineStore``, the
 /// push transports for ``CredentialStore`` and ``AppStore``, the lifetime sweeper for ``LifetimeStore``, the
-/// activity lifecycle for ``LifecycleStore`` and ``SchemaStore``.
-public protocol Store: AppStore, LifecycleStore, LifetimeStore, SchemaStore, DispatchStore, TimelineStore, CredentialStore {
+/// activity lifecycle for ``LifecycleStore`` and ``SchemaStore``, the devices API and remote starts for ``DeviceStore``.
+public protocol Store: AppStore, LifecycleStore, LifetimeStore, SchemaStore, DispatchStore, TimelineStore, CredentialStore, DeviceStore {
     /// Checks that the database answers.
     func ping() async throws
 
@@ -119,4 +119,27 @@ public protocol SchemaStore: Sendable {
     func saveSchema(appID: String, attributesType: String, schema: JSONValue, at now: Date) async throws -> StoredSchema
     /// The schema registered for an attributes type, or `nil`.
     func schema(appID: String, attributesType: String) async throws -> StoredSchema?
+}
+
+/// An app's installations ("devices"): who they belong to, their tags, and the tokens that start Live Activities remotely
+/// (iOS push-to-start tokens per attributes type, Android FCM tokens). Every method is keyed by the app: one app never
+/// sees another's devices, even under the same device id.
+public protocol DeviceStore: Sendable {
+    /// Registers or refreshes a device (idempotent): creates it on first sight, otherwise applies what the registration
+    /// gives and keeps the rest. Push-to-start tokens merge per attributes type, and a token given again clears its drop;
+    /// a new FCM token clears the FCM token's drop. Nothing changes (not even `updatedAt`) when nothing differs.
+    /// Synced to disk before it returns. Throws `platformMismatch` when the device exists with another platform.
+    func putDevice(_ registration: DeviceRegistration, at now: Date) async throws -> (device: DeviceRecord, created: Bool)
+    /// One device with its tokens, usable and dropped, or `nil`.
+    func device(appID: String, deviceID: String) async throws -> DeviceRecord?
+    /// The app's devices that pass `filter`, ordered by device id, after `cursor`. Throws `invalidCursor`.
+    func devices(appID: String, filter: DeviceFilter, cursor: String?, limit: Int) async throws -> Page<DeviceRecord>
+    /// Deletes a device with its tags and push-to-start tokens; `false` when there was none.
+    func deleteDevice(appID: String, deviceID: String) async throws -> Bool
+    /// Marks whichever of the device's tokens equals `token` (a push-to-start token of any attributes type, or the FCM
+    /// token) as dropped, with the push service's `reason`: the engine calls it when APNs answers 410 / `BadDeviceToken`
+    /// or FCM `UNREGISTERED`. The token is kept, to show why and when. A token the device has since replaced is left
+    /// alone, and a drop already recorded keeps its first time. Bookkeeping durability: a lost drop is learnt again on
+    /// the next start.
+    func dropDeviceToken(appID: String, deviceID: String, token: String, reason: String, at now: Date) async throws
 }

@@ -15,6 +15,10 @@ let v1Routes: [(method: HTTPRequest.Method, path: String, body: JSONValue?, publ
     (.get, "/v1/activities/order-1/instances", nil, false),
     (.post, "/v1/activities/order-1/end", ["contentState": ["n": 3]], false),
     (.delete, "/v1/activities/order-2", nil, false),
+    (.put, "/v1/devices/device-1", ["platform": "ios", "pushToStartTokens": ["DeliveryAttributes": .string(iosToken)]], true),
+    (.get, "/v1/devices/device-1", nil, false),
+    (.get, "/v1/devices", nil, false),
+    (.delete, "/v1/devices/device-1", nil, false),
 ]
 
 @Suite("Errors, key scopes and tenant isolation")
@@ -35,7 +39,7 @@ struct ErrorsAndAccessTests {
         }
     }
 
-    @Test("a publishable key may only register instances and report instance events")
+    @Test("a publishable key may only register devices and instances and report instance events")
     func publishableScope() async throws {
         try await withLiveline { api, store in
             let app = try await createApp(store)

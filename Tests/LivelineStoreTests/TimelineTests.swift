@@ -93,6 +93,9 @@ struct TimelineTests {
                 "DROP INDEX activities_due",
                 "CREATE INDEX activities_pending ON activities(next_dispatch_at) WHERE dispatched_sequence < sequence",
                 "DROP TABLE idempotency_keys",
+                "DROP TABLE devices",
+                "DROP TABLE device_tags",
+                "DROP TABLE push_to_start_tokens",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])
