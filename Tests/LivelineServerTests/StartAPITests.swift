@@ -1,0 +1,145 @@
+import Foundation
+import HTTPTypes
+import LivelineCore
+import LivelineServer
+import LivelineStore
+import LivelineTestSupport
+import Testing
+
+/// A valid start's body for `audience`.
+func startBody(_ audience: JSONValue, type: String = "MatchAttributes") -> JSONValue {
+    [
+        "attributesType": .string(type), "attributes": ["home": "Lions", "away": "Tigers"], "contentState": ["home": 0, "away": 0],
+        "alert": ["title": "Kick-off", "body": "Lions – Tigers"], "audience": audience,
+    ]
+}
+
+@Suite("Remote start API")
+struct StartAPITests {
+    @Test("a start for users counts whom it reaches; the devices become starting instances, then active when their apps register")
+    func startForUsers() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            let pushToStart = String(repeating: "ab", count: 32)
+            for (device, body) in [
+                ("iphone-1", ["platform": "ios", "userId": "user-42", "pushToStartTokens": ["MatchAttributes": .string(pushToStart)]] as JSONValue),
+                ("pixel-1", ["platform": "android", "userId": "user-42", "fcmToken": "fcm-token-of-pixel-1"]),
+                ("iphone-2", ["platform": "ios", "userId": "user-42"]),
+                ("iphone-3", ["platform": "ios", "userId": "user-7", "pushToStartTokens": ["MatchAttributes": .string(iosToken)]]),
+            ] {
+                let registered = try await api.json(.put, "/v1/devices/\(device)", key: app.publishableKey, body)
+                #expect(registered.status == .created)
+            }
+            let started = try await api.json(.post, "/v1/activities/match-42/start", key: app.secretKey, startBody(["userIds": ["user-42"]]))
+            #expect(started.status == .accepted)
+            #expect(started["event"] == "start")
+            #expect(started["sequence"] == .integer(1))
+            #expect(started["counts"] == ["ios": 1, "android": 1, "skipped": 1])
+
+            // Admitted by the engine (here by hand: no engine runs in these tests).
+            #expect(try await store.admitStartAudience(appID: app.id, activityID: "match-42", limit: 100, at: testStart) == false)
+            var read = try await api.call(.get, "/v1/activities/match-42", key: app.secretKey)
+            #expect(read["instances"]?.objectValue?["starting"] == .integer(2))
+            #expect(read["attributesType"] == "MatchAttributes")
+            #expect(read["unconfirmed"]?.objectValue?["count"] == .integer(0))
+
+            // The iPhone's app registers the activity's own token.
+            let confirmed = try await api.json(
+                .put, "/v1/activities/match-42/instances/iphone-1", key: app.publishableKey,
+                ["platform": "ios", "pushToken": .string(iosToken), "attributesType": "MatchAttributes"]
+            )
+            #expect(confirmed.status == .ok)
+            #expect(confirmed["state"] == "active")
+            read = try await api.call(.get, "/v1/activities/match-42", key: app.secretKey)
+            #expect(read["instances"]?.objectValue?["starting"] == .integer(1))
+            #expect(read["instances"]?.objectValue?["active"] == .integer(1))
+        }
+    }
+
+    @Test("instances still starting after the confirmation time are listed as unconfirmed, with their device")
+    func unconfirmed() async throws {
+        let clock = TestClock(testStart)
+        try await withLiveline(clock: clock) { api, store in
+            let app = try await createApp(store)
+            _ = try await api.json(
+                .put, "/v1/devices/pixel-1", key: app.publishableKey, ["platform": "android", "fcmToken": "fcm-token-of-pixel-1"]
+            )
+            _ = try await api.json(.post, "/v1/activities/match-1/start", key: app.secretKey, startBody(["all": true]))
+            _ = try await store.admitStartAudience(appID: app.id, activityID: "match-1", limit: 100, at: testStart)
+            clock.advance(by: 121)
+            let read = try await api.call(.get, "/v1/activities/match-1", key: app.secretKey)
+            let unconfirmed = read["unconfirmed"]?.objectValue
+            #expect(unconfirmed?["count"] == .integer(1))
+            #expect(unconfirmed?["afterSeconds"] == .integer(120))
+            let first = unconfirmed?["instances"]?.arrayValue?.first?.objectValue
+            #expect(first?["deviceId"] == "pixel-1")
+            #expect(first?["platform"] == "android")
+        }
+    }
+
+    @Test("refusals: publishable key, missing alert, reserved attribute, bad audiences, ended activity, another attributes type")
+    func refusals() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            let path = "/v1/activities/match-1/start"
+            #expect(try await api.json(.post, path, key: app.publishableKey, startBody(["all": true])).status == .forbidden)
+
+            var noAlert = startBody(["all": true]).objectValue!
+            noAlert["alert"] = nil
+            let missing = try await api.json(.post, path, key: app.secretKey, .object(noAlert))
+            #expect(missing.status == .badRequest)
+            #expect(missing.errorField == "alert")
+
+            var reserved = startBody(["all": true]).objectValue!
+            reserved["attributes"] = ["liveline": ["activityId": "other"]]
+            let reservedReply = try await api.json(.post, path, key: app.secretKey, .object(reserved))
+            #expect(reservedReply.status == .unprocessableContent)
+            #expect(reservedReply.errorCode == "reserved_attribute")
+
+            for (audience, status, field) in [
+                (["all": false] as JSONValue, HTTPResponse.Status.unprocessableContent, "audience.all"),
+                (["deviceIds": []], .unprocessableContent, "audience.deviceIds"),
+                (["deviceIds": ["bad id"]], .unprocessableContent, "audience.deviceIds"),
+                (["userIds": ["u"], "all": true], .unprocessableContent, "audience"),
+                (["everyone": true], .badRequest, "audience.everyone"),
+                (["tags": ["team": 1]], .badRequest, "audience.tags.team"),
+                ("all", .badRequest, "audience"),
+            ] {
+                let reply = try await api.json(.post, path, key: app.secretKey, startBody(audience))
+                #expect(reply.status == status, "\(audience)")
+                #expect(reply.errorField == field, "\(audience)")
+            }
+
+            var withDismissal = startBody(["all": true]).objectValue!
+            withDismissal["dismissalDate"] = 1_795_259_000
+            #expect(try await api.json(.post, path, key: app.secretKey, .object(withDismissal)).errorCode == "dismissal_date_not_allowed")
+
+            #expect(try await api.json(.post, path, key: app.secretKey, startBody(["all": true])).status == .accepted)
+            let otherType = try await api.json(.post, path, key: app.secretKey, startBody(["all": true], type: "OtherAttributes"))
+            #expect(otherType.status == .conflict)
+            #expect(otherType.errorCode == "attributes_type_mismatch")
+            _ = try await api.call(.delete, "/v1/activities/match-1", key: app.secretKey)
+            let ended = try await api.json(.post, path, key: app.secretKey, startBody(["all": true]))
+            #expect(ended.status == .conflict)
+            #expect(ended.errorCode == "activity_ended")
+        }
+    }
+
+    @Test("a start targets only the calling app's devices; another app's activity of the same id is untouched")
+    func tenantIsolation() async throws {
+        try await withLiveline { api, store in
+            let first = try await createApp(store, name: "First")
+            let second = try await createApp(store, name: "Second")
+            _ = try await api.json(
+                .put, "/v1/devices/pixel-1", key: first.publishableKey, ["platform": "android", "fcmToken": "fcm-token-of-pixel-1"]
+            )
+            let fromSecond = try await api.json(
+                .post, "/v1/activities/match-1/start", key: second.secretKey, startBody(["deviceIds": ["pixel-1"]])
+            )
+            #expect(fromSecond["counts"] == ["ios": 0, "android": 0, "skipped": 1])
+            _ = try await store.admitStartAudience(appID: second.id, activityID: "match-1", limit: 100, at: testStart)
+            #expect(try await store.instances(appID: second.id, activityID: "match-1", cursor: nil, limit: 10).items.isEmpty)
+            #expect(try await api.call(.get, "/v1/activities/match-1", key: first.secretKey).status == .notFound)
+        }
+    }
+}

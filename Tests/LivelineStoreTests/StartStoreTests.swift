@@ -1,0 +1,246 @@
+import Foundation
+import LivelineCore
+@testable import LivelineStore
+import LivelineTestSupport
+import SQLiteNIO
+import Testing
+
+/// A device written straight into the devices tables, so these tests exercise the start's own SQL.
+private func device(
+    _ store: SQLiteStore, _ id: String, platform: Platform, user: String? = nil, tags: [String: String] = [:],
+    startTokens: [String: String] = [:], fcm: String? = nil, app: String = "app_test"
+) async throws {
+    let millis = SQLiteStore.millis(t0)
+    _ = try await store.write(
+        "INSERT INTO devices (app_id, device_id, platform, user_id, tags, fcm_token, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [.text(app), .text(id), .text(platform.rawValue), SQLiteStore.text(user),
+         .text(JSONValue.object(tags.mapValues(JSONValue.string)).encodedString), SQLiteStore.text(fcm), .integer(millis), .integer(millis)]
+    )
+    for (key, value) in tags {
+        _ = try await store.write(
+            "INSERT INTO device_tags (app_id, device_id, key, value) VALUES (?, ?, ?, ?)", [.text(app), .text(id), .text(key), .text(value)]
+        )
+    }
+    for (type, token) in startTokens {
+        _ = try await store.write(
+            "INSERT INTO push_to_start_tokens (app_id, device_id, attributes_type, token, updated_at) VALUES (?, ?, ?, ?, ?)",
+            [.text(app), .text(id), .text(type), .text(token), .integer(millis)]
+        )
+    }
+}
+
+private func start(
+    _ audience: StartAudience, activity: String = "match-1", type: String = "MatchAttributes", app: String = "app_test"
+) -> ActivityStart {
+    ActivityStart(
+        appID: app, activityID: activity, attributesType: type, attributes: ["home": "Lions"], contentState: ["minute": 1],
+        alert: LiveActivityAlert(title: "Kick-off", body: "Lions – Tigers"), audience: audience
+    )
+}
+
+/// Four devices: an iPhone with a push-to-start token for the type, one with a token for another type only, an
+/// Android phone with an FCM token and one without.
+private func fourDevices(_ store: SQLiteStore) async throws {
+    try await device(store, "ios-1", platform: .ios, user: "user-1", tags: ["team": "lions", "tier": "gold"], startTokens: ["MatchAttributes": "aa01"])
+    try await device(store, "ios-2", platform: .ios, user: "user-2", tags: ["team": "lions"], startTokens: ["OtherAttributes": "aa02"])
+    try await device(store, "android-1", platform: .android, user: "user-1", tags: ["team": "lions", "tier": "gold"], fcm: "fcm-token-1")
+    try await device(store, "android-2", platform: .android, user: "user-3")
+}
+
+@Suite("SQLite store: remote starts")
+struct StartStoreTests {
+    @Test("a start is one activity row and one audience row, counted: who has a token is reached, the rest skipped")
+    func acceptedAndCounted() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            let accepted = try await store.startActivity(start(.all), at: t0)
+            #expect(accepted.sequence.sequence == 1)
+            #expect(accepted.sequence.event == .start)
+            #expect(accepted.counts == AudienceCounts(ios: 1, android: 1, skipped: 2))
+            // O(1) writes: no instance yet; the engine admits the audience.
+            #expect(try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items.isEmpty)
+            let activity = try #require(try await store.activity(appID: "app_test", activityID: "match-1"))
+            #expect(activity.attributesType == "MatchAttributes")
+            #expect(activity.startAlert == LiveActivityAlert(title: "Kick-off", body: "Lions – Tigers"))
+            #expect(activity.alert == nil)
+            #expect(activity.contentState == ["minute": 1])
+        }
+    }
+
+    @Test("admitted devices become starting instances at the token their start goes to; the activity stays pending until all are")
+    func admission() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.all), at: t0)
+            let claim = try #require(try await store.claimPendingActivity(owner: "w", now: t0, lease: 30))
+            #expect(claim.activity.activityID == "match-1")
+            #expect(try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 1000, at: t0) == false)
+            let instances = try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items
+            #expect(instances.map(\.deviceID) == ["android-1", "ios-1"])
+            #expect(instances.allSatisfy { $0.state == .starting && $0.deliveredSequence == 0 })
+            #expect(instances.map(\.pushToken) == ["fcm-token-1", "aa01"])
+            let pending = try await store.pendingInstances(
+                appID: "app_test", activityID: "match-1", below: 1, platforms: [.ios, .android], after: nil, limit: 10
+            )
+            #expect(pending.count == 2)
+        }
+    }
+
+    @Test("an iPhone gets nothing after its start until it registers its own token; an Android phone keeps receiving")
+    func afterTheStart() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.all), at: t0)
+            _ = try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 1000, at: t0)
+            try await store.recordProgress(
+                DeliveryProgress(
+                    appID: "app_test", activityID: "match-1",
+                    delivered: [PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1), PushedInstance(deviceID: "android-1", token: "fcm-token-1", sequence: 1)]
+                ),
+                at: t0
+            )
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "match-1", contentState: ["minute": 2]), at: t0)
+            var pending = try await store.pendingInstances(
+                appID: "app_test", activityID: "match-1", below: 2, platforms: [.ios, .android], after: nil, limit: 10
+            )
+            #expect(pending.map(\.deviceID) == ["android-1"])
+            // The app on the iPhone registers the activity's update token: active, and caught up at once.
+            let registered = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: "app_test", activityID: "match-1", deviceID: "ios-1", platform: .ios, pushToken: "bb01",
+                    attributesType: "MatchAttributes", attributes: nil, userID: nil
+                ),
+                at: t0
+            )
+            #expect(registered.instance.state == .active)
+            #expect(registered.needsDelivery)
+            // The Android app confirms with the same FCM token.
+            let android = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: "app_test", activityID: "match-1", deviceID: "android-1", platform: .android, pushToken: "fcm-token-1",
+                    attributesType: nil, attributes: nil, userID: nil
+                ),
+                at: t0
+            )
+            #expect(android.instance.state == .active)
+            #expect(android.instance.deliveredSequence == 1)
+            pending = try await store.pendingInstances(
+                appID: "app_test", activityID: "match-1", below: 2, platforms: [.ios, .android], after: nil, limit: 10
+            )
+            #expect(Set(pending.map(\.deviceID)) == ["android-1", "ios-1"])
+        }
+    }
+
+    @Test("audiences by device ids (unknown ones skipped), user ids and tags (all must match)")
+    func audiences() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            let byID = try await store.startActivity(start(.deviceIDs(["ios-1", "ios-2", "nobody"]), activity: "a"), at: t0)
+            #expect(byID.counts == AudienceCounts(ios: 1, android: 0, skipped: 2))
+            let byUser = try await store.startActivity(start(.userIDs(["user-1"]), activity: "b"), at: t0)
+            #expect(byUser.counts == AudienceCounts(ios: 1, android: 1, skipped: 0))
+            let byTags = try await store.startActivity(start(.tags(["team": "lions", "tier": "gold"]), activity: "c"), at: t0)
+            #expect(byTags.counts == AudienceCounts(ios: 1, android: 1, skipped: 0))
+            let oneTag = try await store.startActivity(start(.tags(["team": "lions"]), activity: "d"), at: t0)
+            #expect(oneTag.counts == AudienceCounts(ios: 1, android: 1, skipped: 1))
+            _ = try await store.admitStartAudience(appID: "app_test", activityID: "b", limit: 1000, at: t0)
+            let instances = try await store.instances(appID: "app_test", activityID: "b", cursor: nil, limit: 10).items
+            #expect(instances.map(\.deviceID) == ["android-1", "ios-1"])
+        }
+    }
+
+    @Test("a large audience is admitted a page at a time")
+    func paging() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            for index in 0..<5 {
+                try await device(store, "phone-\(index)", platform: .ios, startTokens: ["MatchAttributes": "cc0\(index)"])
+            }
+            _ = try await store.startActivity(start(.all), at: t0)
+            #expect(try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 2, at: t0))
+            #expect(try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 2, at: t0))
+            #expect(try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 2, at: t0) == false)
+            #expect(try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items.count == 5)
+        }
+    }
+
+    @Test("a claim released before its audience is admitted leaves the activity pending")
+    func releaseWaitsForAdmission() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.all), at: t0)
+            _ = try #require(try await store.claimPendingActivity(owner: "w", now: t0, lease: 30))
+            let done = try await store.releaseClaim(appID: "app_test", activityID: "match-1", owner: "w", platforms: [.ios, .android], retryAt: t0)
+            #expect(!done)
+            #expect(try await store.claimPendingActivity(owner: "w", now: t0, lease: 30) != nil)
+        }
+    }
+
+    @Test("a start on an ended activity, or with another attributes type, is refused; on an active one its audience is added")
+    func refusals() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.deviceIDs(["ios-1"])), at: t0)
+            await #expect(throws: StoreError.attributesTypeMismatch(existing: "MatchAttributes")) {
+                try await store.startActivity(start(.all, type: "OtherAttributes"), at: t0)
+            }
+            let again = try await store.startActivity(start(.userIDs(["user-1"])), at: t0)
+            #expect(again.sequence.sequence == 2)
+            _ = try await store.endActivity(ActivityEnd(appID: "app_test", activityID: "match-1"), at: t0)
+            await #expect(throws: StoreError.activityEnded) { try await store.startActivity(start(.all), at: t0) }
+            // An ended activity starts nowhere: what was not admitted is dropped.
+            #expect(try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 1000, at: t0) == false)
+            #expect(try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items.isEmpty)
+        }
+    }
+
+    @Test("a refused push-to-start token is dropped from its device, with its reason; the next start skips the device")
+    func refusedTokenDropped() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.all), at: t0)
+            _ = try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 1000, at: t0)
+            var progress = DeliveryProgress(
+                appID: "app_test", activityID: "match-1", invalidated: [PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1)]
+            )
+            progress.refusedStartTokens = [(PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1), "Unregistered")]
+            try await store.recordProgress(progress, at: t0)
+            let row = try #require(
+                try await store.write(
+                    "SELECT dropped_at, drop_reason FROM push_to_start_tokens WHERE app_id = 'app_test' AND device_id = 'ios-1'", []
+                ).first
+            )
+            #expect(row.column("drop_reason")?.string == "Unregistered")
+            #expect(row.column("dropped_at")?.integer == SQLiteStore.millis(t0))
+            let instance = try #require(try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items.first { $0.deviceID == "ios-1" })
+            #expect(instance.state == .invalidated)
+            let next = try await store.startActivity(start(.all, activity: "match-2"), at: t0)
+            #expect(next.counts == AudienceCounts(ios: 0, android: 1, skipped: 3))
+        }
+    }
+
+    @Test("instances still starting after the allowed time are listed as unconfirmed, oldest first")
+    func unconfirmed() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.all), at: t0)
+            _ = try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 1000, at: t0)
+            let none = try await store.unconfirmedStarts(appID: "app_test", activityID: "match-1", startedBefore: t0.addingTimeInterval(-120), limit: 10)
+            #expect(none.count == 0)
+            let late = try await store.unconfirmedStarts(appID: "app_test", activityID: "match-1", startedBefore: t0.addingTimeInterval(1), limit: 1)
+            #expect(late.count == 2)
+            #expect(late.instances.count == 1)
+            // Other apps see nothing of it.
+            try await makeApp(store, id: "app_other")
+            #expect(try await store.unconfirmedStarts(appID: "app_other", activityID: "match-1", startedBefore: t0.addingTimeInterval(1), limit: 10).count == 0)
+        }
+    }
+}
