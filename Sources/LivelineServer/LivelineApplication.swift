@@ -32,7 +32,7 @@ public enum LivelineApplication {
             store: store, authenticator: Authenticator(keys: keys), clock: clock, lifecycle: lifecycle, budget: budget,
             startConfirmationTimeout: startConfirmationTimeout
         ).add(to: router)
-        StartRoutes(authenticator: Authenticator(keys: keys), lifecycle: lifecycle).add(to: router)
+        StartRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock, lifecycle: lifecycle).add(to: router)
         SchemaRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock).add(to: router)
         DeviceRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import LivelineCore
 import LivelineStore
@@ -6,7 +7,9 @@ import LivelineStore
 /// `POST /v1/activities/{activityId}/start`: the backend starts an activity remotely for an audience of devices
 /// (push-to-start on iOS 17.2+, a start message on Android).
 struct StartRoutes<Context: RequestContext>: Sendable {
+    let store: any Store
     let authenticator: Authenticator
+    let clock: WallClock
     let lifecycle: ActivityLifecycle
 
     /// The most device or user ids one start may name.
@@ -22,6 +25,26 @@ struct StartRoutes<Context: RequestContext>: Sendable {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try LifecycleRoutes<Context>.pathID("activityId", context)
         let body = try await RequestBody.read(request)
+        return try await IdempotentPOST.respond(
+            to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
+        ) { claim in
+            try await lifecycle.start(try Self.start(body, appID: caller.appID, activityID: activityID), idempotency: claim)
+        }
+    }
+
+    /// A start as the API answers it: 202, the accepted sequence and the counts.
+    @Sendable static func acceptedResponse(_ report: ActivityLifecycle.AcceptedStartReport) -> StoredResponse {
+        var json = Representation.accepted(report.start.sequence, warnings: ContentContracts.warnings(report.changes)).objectValue ?? [:]
+        json["counts"] = .object([
+            "ios": .integer(Int64(report.start.counts.ios)),
+            "android": .integer(Int64(report.start.counts.android)),
+            "skipped": .integer(Int64(report.start.counts.skipped)),
+        ])
+        return StoredResponse(status: Int(HTTPResponse.Status.accepted.code), body: JSONValue.object(json).encoded)
+    }
+
+    /// The start a request's body asks for, validated.
+    static func start(_ body: RequestBody, appID: String, activityID: String) throws -> ActivityStart {
         if body.members["dismissalDate"] != nil {
             throw ValidationError(
                 code: "dismissal_date_not_allowed", message: "dismissalDate belongs to ending an activity, not to starting one.",
@@ -47,20 +70,11 @@ struct StartRoutes<Context: RequestContext>: Sendable {
         guard let alert = common.alert else {
             throw APIError.badRequest("missing_field", "alert is required: Apple starts a Live Activity only with an alert.", field: "alert")
         }
-        let report = try await lifecycle.start(
-            ActivityStart(
-                appID: caller.appID, activityID: activityID, attributesType: attributesType, attributes: attributes,
-                contentState: contentState, alert: alert, staleDate: common.staleDate, relevanceScore: common.relevanceScore,
-                audience: try Self.audience(body.required("audience"))
-            )
+        return ActivityStart(
+            appID: appID, activityID: activityID, attributesType: attributesType, attributes: attributes,
+            contentState: contentState, alert: alert, staleDate: common.staleDate, relevanceScore: common.relevanceScore,
+            audience: try Self.audience(body.required("audience"))
         )
-        var json = Representation.accepted(report.start.sequence, warnings: ContentContracts.warnings(report.changes)).objectValue ?? [:]
-        json["counts"] = .object([
-            "ios": .integer(Int64(report.start.counts.ios)),
-            "android": .integer(Int64(report.start.counts.android)),
-            "skipped": .integer(Int64(report.start.counts.skipped)),
-        ])
-        return Response.json(.object(json), status: .accepted)
     }
 
     /// `{"deviceIds": […]}`, `{"userIds": […]}`, `{"tags": {"k": "v", …}}` or `{"all": true}`: exactly one.

@@ -12,7 +12,22 @@ extension SQLiteStore {
         // Counted on a reader, before the write: an audience of every device is a long read, and the one writer (every
         // accept waits for it) should not hold it. The counts say whom the start reaches as it is accepted.
         let counts = try await audienceCounts(start)
+        return try await transaction { db in try Self.startActivity(start, counts: counts, at: now, on: db) }
+    }
+
+    public func startActivity(
+        _ start: ActivityStart, at now: Date, idempotency: IdempotencyClaim<AcceptedStart>?
+    ) async throws -> IdempotentOutcome<AcceptedStart> {
+        let counts = try await audienceCounts(start)
         return try await transaction { db in
+            try Self.idempotently(idempotency, appID: start.appID, at: now, on: db) {
+                try Self.startActivity(start, counts: counts, at: now, on: db)
+            }
+        }
+    }
+
+    /// Accepts `start` on the writer, inside its transaction.
+    static func startActivity(_ start: ActivityStart, counts: AudienceCounts, at now: Date, on db: SQLiteHandle) throws -> AcceptedStart {
             let existing = try db.query(
                 "SELECT state, sequence, timestamp_seconds, attributes_type FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(start.appID), .text(start.activityID)]
@@ -79,7 +94,6 @@ extension SQLiteStore {
                 sequence: AcceptedSequence(activityID: start.activityID, sequence: next.sequence, event: .start, acceptedAt: Self.date(nowMillis)),
                 counts: counts
             )
-        }
     }
 
     /// The devices of an audience, as a condition on `devices d` with its bound values.

@@ -79,6 +79,10 @@ public protocol LifecycleStore: Sendable {
     func acceptUpdate(
         _ update: ActivityUpdate, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?
     ) async throws -> IdempotentOutcome<AcceptedSequence>
+    /// ``startActivity(_:at:)`` under an idempotency key.
+    func startActivity(
+        _ start: ActivityStart, at now: Date, idempotency: IdempotencyClaim<AcceptedStart>?
+    ) async throws -> IdempotentOutcome<AcceptedStart>
     /// ``endActivity(_:at:)`` under an idempotency key.
     func endActivity(
         _ end: ActivityEnd, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?

@@ -143,3 +143,30 @@ struct StartAPITests {
         }
     }
 }
+
+@Suite("Remote start API: Idempotency-Key")
+struct StartIdempotencyTests {
+    @Test("the same start with the same key is answered with the first response and accepts nothing; another body is refused")
+    func replay() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            let body = startBody(["all": true]).encodedString
+            let key: HTTPFields = [HTTPField.Name("Idempotency-Key")!: "start-match-1"]
+            let first = try await api.call(.post, "/v1/activities/match-1/start", key: app.secretKey, body: body, headers: key)
+            #expect(first.status == .accepted)
+            let again = try await api.call(.post, "/v1/activities/match-1/start", key: app.secretKey, body: body, headers: key)
+            #expect(again.status == .accepted)
+            #expect(again.json == first.json)
+            #expect(again.headers[HTTPField.Name("Idempotent-Replayed")!] == "true")
+            #expect(try await store.activity(appID: app.id, activityID: "match-1")?.sequence == 1)
+
+            let other = try await api.json(.post, "/v1/activities/match-1/start", key: app.secretKey, startBody(["userIds": ["u1"]]))
+            #expect(other.status == .accepted)
+            let reused = try await api.call(
+                .post, "/v1/activities/match-1/start", key: app.secretKey, body: startBody(["userIds": ["u2"]]).encodedString, headers: key
+            )
+            #expect(reused.status == .unprocessableContent)
+            #expect(reused.errorCode == "idempotency_key_reused")
+        }
+    }
+}

@@ -12,7 +12,9 @@ extension ActivityLifecycle {
     /// Starts the activity remotely for `start.audience` (creating the activity on first sight; on an active one, the
     /// audience is added), in the same order as an update: validate, apply Core's rules, render both starts and
     /// refuse one that could not be sent, store (O(1) writes: the engine admits the audience later), wake delivery.
-    func start(_ start: ActivityStart) async throws -> AcceptedStartReport {
+    func start(
+        _ start: ActivityStart, idempotency: IdempotencyClaim<AcceptedStartReport>? = nil
+    ) async throws -> IdempotentOutcome<AcceptedStartReport> {
         let now = clock.now()
         var start = start
         let current = try await store.activityWithoutInstanceCounts(appID: start.appID, activityID: start.activityID)
@@ -41,16 +43,19 @@ extension ActivityLifecycle {
         }
         try next.validateRenderings(now: now)
         try next.validateStartRenderings(attributesType: start.attributesType, attributes: start.attributes, alert: start.alert, now: now)
-        let accepted: AcceptedStart
+        let found = changes
+        let claim = idempotency?.pullback { (accepted: AcceptedStart) in AcceptedStartReport(start: accepted, changes: found) }
+        let outcome: IdempotentOutcome<AcceptedStart>
         do {
-            accepted = try await store.startActivity(start, at: now)
+            outcome = try await store.startActivity(start, at: now, idempotency: claim)
         } catch StoreError.activityEnded {
             throw APIError.activityEnded(start.activityID)
         } catch StoreError.attributesTypeMismatch(let existing) {
             throw Self.attributesTypeMismatch(start.activityID, existing: existing)
         }
-        delivery.wake()
-        return AcceptedStartReport(start: accepted, changes: changes)
+        // A replay accepted nothing: there is nothing new to deliver.
+        if case .performed = outcome { delivery.wake() }
+        return outcome.map { AcceptedStartReport(start: $0, changes: found) }
     }
 
     /// Remotely started instances whose phones have not confirmed them (registered their own token) within `allowed`.
