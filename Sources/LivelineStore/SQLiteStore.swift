@@ -222,9 +222,10 @@ public final class SQLiteStore: Store, DispatchStore {
             }
             let newUserID = r.userID ?? instance.userID
             let tokenChanged = instance.pushToken != r.pushToken
+            let wasStarting = instance.state == .starting
             // A new token, or the phone confirming a remotely started instance (an Android phone registers the FCM token
             // its start went to).
-            let newState = tokenChanged || instance.state == .starting ? instance.state.applying(.tokenRegistered) : instance.state
+            let newState = tokenChanged || wasStarting ? instance.state.applying(.tokenRegistered) : instance.state
             guard tokenChanged || instance.platform != r.platform || instance.userID != newUserID || newState != instance.state else {
                 return RegistrationResult(change: .unchanged, instance: instance)
             }
@@ -233,8 +234,9 @@ public final class SQLiteStore: Store, DispatchStore {
             instance.userID = newUserID
             instance.state = newState
             instance.updatedAt = Self.date(nowMillis)
-            if tokenChanged {
-                // A new token has received nothing yet: it gets the latest state at once.
+            if tokenChanged && !wasStarting {
+                // A new token has received nothing yet: it gets the latest state at once. (A remotely started iPhone's
+                // new token belongs to the activity its start created, which shows what the start carried.)
                 instance.deliveredSequence = 0
             }
             _ = try db.query(
@@ -245,7 +247,8 @@ public final class SQLiteStore: Store, DispatchStore {
                 [.text(r.platform.rawValue), .text(r.pushToken), Self.text(newUserID), .text(newState.rawValue),
                  .integer(Int(instance.deliveredSequence)), .integer(nowMillis), .text(r.appID), .text(r.activityID), .text(r.deviceID)]
             )
-            let needsDelivery = hasState && tokenChanged && newState.receivesPushes
+            let behind = instance.deliveredSequence < Int64(activity?.column("sequence")?.integer ?? 0)
+            let needsDelivery = (tokenChanged || wasStarting) && newState.receivesPushes && behind
             if needsDelivery { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
             return RegistrationResult(change: .updated, instance: instance, needsDelivery: needsDelivery)
         }

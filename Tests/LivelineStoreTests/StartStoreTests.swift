@@ -134,6 +134,30 @@ struct StartStoreTests {
         }
     }
 
+    @Test("an iPhone confirming with the token of the activity its start created is not sent the state it shows again")
+    func confirmedWithoutRepeat() async throws {
+        try await withTemporaryStore { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.all), at: t0)
+            _ = try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 1000, at: t0)
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "match-1", delivered: [PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1)]),
+                at: t0
+            )
+            let registered = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: "app_test", activityID: "match-1", deviceID: "ios-1", platform: .ios, pushToken: "bb01",
+                    attributesType: "MatchAttributes", attributes: nil, userID: nil
+                ),
+                at: t0
+            )
+            #expect(registered.instance.state == .active)
+            #expect(registered.instance.deliveredSequence == 1)
+            #expect(!registered.needsDelivery)
+        }
+    }
+
     @Test("audiences by device ids (unknown ones skipped), user ids and tags (all must match)")
     func audiences() async throws {
         try await withTemporaryStore { store, _ in
