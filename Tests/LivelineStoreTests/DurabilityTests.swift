@@ -121,15 +121,15 @@ private final class Flag: Sendable {
 /// Which writes a batch takes, without a database.
 @Suite("The writer's batches")
 struct WriterBatchTests {
-    @Test("every full write waiting goes in the next batch, with at most a few bookkeeping writes, the oldest")
+    @Test("every full write waiting goes in the next batch, alone; bookkeeping writes follow a few at a time, oldest first")
     func fullWritesFirst() {
         var queue: [(Int, Durability)] = (0..<10).map { ($0, .bookkeeping) } + [(10, .full)] + [(11, .bookkeeping), (12, .full)]
         let first = SQLiteWriter.takeBatch(from: &queue) { $0.1 }
-        #expect(first.map(\.0) == [0, 1, 2, 3, 10, 12])
-        #expect(queue.map(\.0) == [4, 5, 6, 7, 8, 9, 11])
+        #expect(first.map(\.0) == [10, 12])
+        #expect(queue.map(\.0) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11])
         let second = SQLiteWriter.takeBatch(from: &queue) { $0.1 }
-        #expect(second.map(\.0) == [4, 5, 6, 7])
-        #expect(queue.map(\.0) == [8, 9, 11])
+        #expect(second.map(\.0) == [0, 1, 2, 3])
+        #expect(queue.map(\.0) == [4, 5, 6, 7, 8, 9, 11])
     }
 
     @Test("a batch never takes more than the limit, full writes included")

@@ -25,10 +25,10 @@ enum Durability: Sendable {
 /// A batch commits with `synchronous = FULL` if any of its writes asked for ``Durability/full``, and with NORMAL when
 /// all are ``Durability/bookkeeping``.
 ///
-/// What the API acknowledges goes first: a batch takes every ``Durability/full`` write waiting (in order) and at most
-/// ``bookkeepingPerBatch`` bookkeeping writes, the oldest. The delivery engine queues large bookkeeping writes (a
-/// fan-out's progress, hundreds of instances each) many at a time; an accepted update behind all of them would wait
-/// for every one to run.
+/// What the API acknowledges goes first: while any ``Durability/full`` write waits, a batch takes the full writes (in
+/// order) and nothing else; otherwise it takes at most ``bookkeepingPerBatch`` bookkeeping writes, the oldest. The
+/// delivery engine queues large bookkeeping writes (a fan-out's progress, hundreds of instances each) many at a time;
+/// an accepted update sharing a transaction with them, or queued behind all of them, would wait for every one to run.
 final class SQLiteWriter: Sendable {
     /// The most writes one batch takes: a bound on how long the first of them waits for the last.
     static let batchLimit = 512
@@ -112,20 +112,17 @@ final class SQLiteWriter: Sendable {
         }
     }
 
-    /// Takes the next batch out of `writes` (each write's durability given by `durability`): every full write (up to ``batchLimit``) and at most ``bookkeepingPerBatch``
-    /// bookkeeping writes, each kind in the order it arrived; the rest stay queued in order.
+    /// Takes the next batch out of `writes` (each write's durability given by `durability`): the full writes (up to
+    /// ``batchLimit``) if there are any, else at most ``bookkeepingPerBatch`` bookkeeping writes; each in the order it
+    /// arrived, and the rest stay queued in order.
     static func takeBatch<W>(from writes: inout [W], durability: (W) -> Durability) -> [W] {
+        let anyFull = writes.contains { durability($0) == .full }
         var batch: [W] = []
         var left: [W] = []
-        var bookkeeping = 0
         for write in writes {
             let kind = durability(write)
-            if batch.count < batchLimit && (kind == .full || bookkeeping < bookkeepingPerBatch) {
-                batch.append(write)
-                if kind == .bookkeeping { bookkeeping += 1 }
-            } else {
-                left.append(write)
-            }
+            let fits = anyFull ? kind == .full && batch.count < batchLimit : batch.count < bookkeepingPerBatch
+            if fits { batch.append(write) } else { left.append(write) }
         }
         writes = left
         return batch
