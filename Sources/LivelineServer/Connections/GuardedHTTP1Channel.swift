@@ -36,7 +36,11 @@ struct GuardedHTTP1Channel: ServerChildChannel {
     }
 
     func handle(value: Value, logger: Logger) async {
-        await http1.handle(value: value, logger: logger)
+        // The connection's requests are handled on its own event loop, not in the cooperative pool the delivery
+        // engine fills during a fan-out (``EventLoopTaskExecutor``).
+        await withTaskExecutorPreference(EventLoopTaskExecutor(value.channel.eventLoop)) {
+            await http1.handle(value: value, logger: logger)
+        }
     }
 }
 
