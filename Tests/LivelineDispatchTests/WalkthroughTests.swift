@@ -1,0 +1,199 @@
+import AsyncHTTPClient
+import Foundation
+import LivelineCore
+import LivelineTestSupport
+import NIOCore
+import NIOHTTP1
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The README's walkthrough, as a new user runs it: the real `liveline serve --dev` (SQLite file, built-in emulators
+/// whose simulated apps register with it), driven over HTTP only.
+@Suite("The README walkthrough against a real serve --dev", .tags(.slow), .unlessSkippingSlowTests)
+struct WalkthroughTests {
+    /// A running `liveline serve --dev` and the ports it was given.
+    struct Server {
+        var process: Process
+        var output: URL
+        var api: String
+        var apnsControl: String
+        var fcmControl: String
+
+        static func start(root: URL, ports: [Int]) throws -> Server {
+            let process = Process()
+            process.executableURL = livelineExecutable()
+            process.arguments = [
+                "serve", "--dev", "--data-dir", root.appendingPathComponent("data").path, "--port", "\(ports[0])",
+                "--emulator-port", "\(ports[1])", "--emulator-control-port", "\(ports[2])",
+                "--fcm-emulator-port", "\(ports[3])", "--fcm-emulator-control-port", "\(ports[4])",
+            ]
+            let output = root.appendingPathComponent("serve-\(UUID().uuidString).log")
+            _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+            let handle = try FileHandle(forWritingTo: output)
+            process.standardOutput = handle
+            process.standardError = handle
+            try process.run()
+            return Server(
+                process: process, output: output, api: "http://127.0.0.1:\(ports[0])", apnsControl: "http://127.0.0.1:\(ports[2])",
+                fcmControl: "http://127.0.0.1:\(ports[4])"
+            )
+        }
+
+        /// The value of `export NAME=value` in what the server printed, once it has.
+        func exported(_ name: String) -> String? {
+            guard let text = try? String(contentsOf: output, encoding: .utf8) else { return nil }
+            for line in text.split(separator: "\n") {
+                let trimmed = line.trimmingCharacters(in: .whitespaces)
+                if trimmed.hasPrefix("export \(name)=") { return String(trimmed.dropFirst("export \(name)=".count)) }
+            }
+            return nil
+        }
+
+        func stop() {
+            guard process.isRunning else { return }
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+        }
+    }
+
+    struct Reply {
+        var status: UInt
+        var json: JSONValue
+        var replayed: Bool
+    }
+
+    static func call(
+        _ client: HTTPClient, _ method: HTTPMethod, _ url: String, key: String? = nil, body: JSONValue? = nil,
+        headers extra: [(String, String)] = []
+    ) async throws -> Reply {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        if let key { request.headers.add(name: "authorization", value: "Bearer \(key)") }
+        for (name, value) in extra { request.headers.add(name: name, value: value) }
+        if let body {
+            request.headers.add(name: "content-type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: body.encoded))
+        }
+        let response = try await client.execute(request, timeout: .seconds(10))
+        let bytes = try await response.body.collect(upTo: 4 << 20)
+        let json = bytes.readableBytes == 0 ? JSONValue.null : (try? JSONValue(parsing: bytes.readableBytesView)) ?? .null
+        return Reply(status: response.status.code, json: json, replayed: response.headers.first(name: "idempotent-replayed") == "true")
+    }
+
+    @Test("register phones → start for a user → the phones show it, starting then active → update → end; a repeated start sends nothing; phones survive a restart")
+    func walkthrough() async throws {
+        guard FileManager.default.isExecutableFile(atPath: livelineExecutable().path) else {
+            Issue.record("Build the executable first (swift build --build-tests), or set LIVELINE_BINARY")
+            return
+        }
+        let root = uniqueTemporaryURL(prefix: "liveline-walkthrough")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let ports = (0..<5).map { _ in freePort() }
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        var server = try Server.start(root: root, ports: ports)
+        do {
+            #expect(try await waitFor(timeout: .seconds(60)) { server.exported("LIVELINE_PUBLISHABLE_KEY") != nil })
+            let secret = try #require(server.exported("LIVELINE_SECRET_KEY"))
+            #expect(try await waitFor(timeout: .seconds(30)) {
+                let api = try? await Self.call(client, .GET, server.api + "/healthz")
+                let fcm = try? await Self.call(client, .GET, server.fcmControl + "/healthz")
+                return api?.status == 200 && fcm?.status == 200
+            })
+
+            // 1. Two simulated iPhones with a push-to-start token, one Android phone; their apps register themselves.
+            for device in ["iphone-1", "iphone-2"] {
+                let phone = try await Self.call(
+                    client, .POST, server.apnsControl + "/phones",
+                    body: ["deviceId": .string(device), "userId": "user-42", "attributesTypes": ["MatchAttributes"]]
+                )
+                #expect(phone.status == 201)
+            }
+            #expect(try await Self.call(client, .POST, server.fcmControl + "/devices", body: ["deviceId": "pixel-1", "userId": "user-42"]).status == 201)
+            #expect(try await waitFor {
+                try await Self.call(client, .GET, server.api + "/v1/devices?userId=user-42", key: secret).json.objectValue?["data"]?.arrayValue?.count == 3
+            })
+
+            // A push-to-start token rotates: the phone's app registers the new one; the start goes to it, not the old one.
+            let before = try await Self.call(client, .GET, server.apnsControl + "/phones").json.objectValue?["phones"]?.arrayValue ?? []
+            let rotating = try #require(before.first { $0.objectValue?["deviceId"] == "iphone-2" }?.objectValue)
+            let oldToken = try #require(rotating["pushToStartTokens"]?.objectValue?["MatchAttributes"]?.stringValue)
+            let phoneID = try #require(rotating["id"]?.stringValue)
+            #expect(try await Self.call(client, .POST, server.apnsControl + "/phones/\(phoneID)/push-to-start-tokens/MatchAttributes/rotate").status == 200)
+            #expect(try await waitFor {
+                let device = try await Self.call(client, .GET, server.api + "/v1/devices/iphone-2", key: secret).json.objectValue
+                let token = device?["pushToStartTokens"]?.objectValue?["MatchAttributes"]?.objectValue?["token"]?.stringValue
+                return token != nil && token != oldToken
+            })
+
+            // 2. The backend starts match-42 for the user, with an idempotency key; the same request again sends nothing.
+            let start: JSONValue = [
+                "attributesType": "MatchAttributes", "attributes": ["home": "Lions", "away": "Tigers"],
+                "contentState": ["home": 0, "away": 0, "minute": 1], "alert": ["title": "Kick-off", "body": "Lions – Tigers has started"],
+                "audience": ["userIds": ["user-42"]],
+            ]
+            let started = try await Self.call(
+                client, .POST, server.api + "/v1/activities/match-42/start", key: secret, body: start, headers: [("Idempotency-Key", "start-42")]
+            )
+            #expect(started.status == 202)
+            #expect(started.json.objectValue?["counts"] == ["ios": 2, "android": 1, "skipped": 0])
+            let again = try await Self.call(
+                client, .POST, server.api + "/v1/activities/match-42/start", key: secret, body: start, headers: [("Idempotency-Key", "start-42")]
+            )
+            #expect(again.status == 202 && again.replayed)
+            #expect(again.json == started.json)
+
+            // 3. Each phone shows it and its app registered the activity's token: every instance is active.
+            #expect(try await waitFor {
+                let activity = try await Self.call(client, .GET, server.api + "/v1/activities/match-42", key: secret).json.objectValue
+                return activity?["instances"]?.objectValue?["active"] == .integer(3)
+            })
+            let phones = try await Self.call(client, .GET, server.apnsControl + "/phones").json.objectValue?["phones"]?.arrayValue ?? []
+            #expect(phones.count == 2)
+            for phone in phones {
+                let activities = phone.objectValue?["activities"]?.arrayValue ?? []
+                #expect(activities.count == 1)
+                #expect(activities.first?.objectValue?["state"]?.objectValue?["contentState"] == ["home": 0, "away": 0, "minute": 1])
+                // Exactly one start reached each push-to-start token, whatever the repeated POST.
+                let startToken = phone.objectValue?["pushToStartTokens"]?.objectValue?["MatchAttributes"]?.stringValue ?? ""
+                let pushes = try await Self.call(client, .GET, server.apnsControl + "/pushes?token=\(startToken)").json
+                #expect(pushes.objectValue?["pushes"]?.arrayValue?.count == 1, "\(pushes)")
+            }
+
+            let oldPushes = try await Self.call(client, .GET, server.apnsControl + "/pushes?token=\(oldToken)").json
+            #expect(oldPushes.objectValue?["pushes"]?.arrayValue?.isEmpty == true, "\(oldPushes)")
+
+            // 4. Update, then end: all three phones follow.
+            #expect(try await Self.call(
+                client, .POST, server.api + "/v1/activities/match-42/updates", key: secret, body: ["contentState": ["home": 1, "away": 0, "minute": 23]]
+            ).status == 202)
+            #expect(try await Self.call(
+                client, .POST, server.api + "/v1/activities/match-42/end", key: secret, body: ["contentState": ["home": 2, "away": 1, "minute": 90]]
+            ).status == 202)
+            #expect(try await waitFor {
+                let phones = try await Self.call(client, .GET, server.apnsControl + "/phones").json.objectValue?["phones"]?.arrayValue ?? []
+                let iphonesEnded = phones.allSatisfy { phone in
+                    phone.objectValue?["activities"]?.arrayValue?.first?.objectValue?["state"]?.objectValue?["ended"] == true
+                }
+                let android = try await Self.call(client, .GET, server.fcmControl + "/devices").json.objectValue?["devices"]?.arrayValue?.first
+                let notification = android?.objectValue?["notifications"]?.arrayValue?.first?.objectValue
+                return iphonesEnded && notification?["ended"] == true && notification?["contentState"] == ["home": 2, "away": 1, "minute": 90]
+            })
+
+            // Stop it, start it again: the simulated phones are still there.
+            server.stop()
+            server = try Server.start(root: root, ports: ports)
+            #expect(try await waitFor(timeout: .seconds(60)) {
+                let phones = try? await Self.call(client, .GET, server.apnsControl + "/phones").json.objectValue?["phones"]?.arrayValue
+                return phones?.count == 2
+            })
+        } catch {
+            Issue.record("\(error)\n\((try? String(contentsOf: server.output, encoding: .utf8)) ?? "")")
+        }
+        server.stop()
+        try await client.shutdown()
+    }
+}
