@@ -59,6 +59,9 @@ public struct LivelineConfiguration: Sendable {
     /// Seconds a remotely started instance may stay `starting` (its phone has not registered the activity's own token)
     /// before its activity lists it as unconfirmed.
     public var startConfirmationTimeout: TimeInterval = 120
+    /// The scheduling niceness (0 – 19) of the threads the delivery engine runs on, so the HTTP API is served first on
+    /// a busy machine; 0 runs the engine at the API's priority.
+    public var engineNiceness: Int = 10
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -127,6 +130,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "Seconds a keep-alive connection may stay open with no request in flight and nothing arriving."),
         Key(name: "liveline.connections.maximum", environment: "LIVELINE_CONNECTIONS_MAXIMUM", flag: nil, defaultValue: "10000",
             summary: "Connections open at once; beyond it new ones wait in the listen backlog until one closes (keep it under the open-file limit)."),
+        Key(name: "liveline.engine.niceness", environment: "LIVELINE_ENGINE_NICENESS", flag: nil, defaultValue: "10",
+            summary: "Scheduling niceness (0-19) of the delivery engine's threads (Linux): during a fan-out the API and the Store's writer are served first. 0 turns it off."),
         Key(name: "liveline.starts.confirmationTimeout", environment: "LIVELINE_STARTS_CONFIRMATION_TIMEOUT", flag: nil, defaultValue: "120",
             summary: "Seconds a remotely started instance may stay 'starting' (its phone has not registered the activity's token) before GET /v1/activities/{id} lists it as unconfirmed."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
@@ -222,6 +227,10 @@ public struct LivelineConfiguration: Sendable {
             headerTimeout: .seconds(Int64(headerTimeout)), bodyTimeout: .seconds(Int64(bodyTimeout)), idleTimeout: .seconds(Int64(idleTimeout)),
             maximumConnections: maximumConnections
         )
+        engineNiceness = scoped.int(forKey: "engine.niceness", default: 10)
+        guard (0...19).contains(engineNiceness) else {
+            throw ConfigurationError("engine.niceness must be between 0 and 19; got \(engineNiceness).")
+        }
         let confirmation = scoped.int(forKey: "starts.confirmationTimeout", default: 120)
         guard (1...86_400).contains(confirmation) else {
             throw ConfigurationError("starts.confirmationTimeout must be between 1 and 86400 seconds; got \(confirmation).")

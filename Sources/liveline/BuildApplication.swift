@@ -39,7 +39,8 @@ func buildApplication(_ configuration: LivelineConfiguration, logger: Logger) as
         }
         return LivelineApplication.makeApplication(
             configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: dispatcher,
-            services: [closing] + (emulators?.services ?? []) + [dispatcher, sweeper]
+            services: [closing] + (emulators?.services ?? [])
+                + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper]
         )
     } catch {
         try? await store.close()
