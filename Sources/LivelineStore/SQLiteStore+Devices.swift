@@ -142,23 +142,35 @@ extension SQLiteStore: DeviceStore {
     }
 
     public func dropDeviceToken(appID: String, deviceID: String, token: String, reason: String, at now: Date) async throws {
-        try await transaction(durability: .bookkeeping) { db in
-            let binds: [SQLiteData] = [.integer(Self.millis(now)), .text(reason), .text(appID), .text(deviceID), .text(token)]
-            try db.query(
+        try await transaction(
+            statements: Self.dropDeviceTokenStatements(appID: appID, deviceID: deviceID, token: token, reason: reason, at: now),
+            durability: .bookkeeping
+        )
+    }
+
+    /// The statements that drop whichever of a device's tokens (push-to-start for any type, or FCM) equals `token`; a
+    /// token rotated since is left alone, and a first drop's time and reason are kept. Also run by the engine, inside
+    /// its progress transaction, for the tokens a start was refused at.
+    static func dropDeviceTokenStatements(
+        appID: String, deviceID: String, token: String, reason: String, at now: Date
+    ) -> [(sql: String, binds: [SQLiteData])] {
+        let binds: [SQLiteData] = [.integer(Self.millis(now)), .text(reason), .text(appID), .text(deviceID), .text(token)]
+        return [
+            (
                 """
                 UPDATE push_to_start_tokens SET dropped_at = ?, drop_reason = ?
                 WHERE app_id = ? AND device_id = ? AND token = ? AND dropped_at IS NULL
                 """,
                 binds
-            )
-            try db.query(
+            ),
+            (
                 """
                 UPDATE devices SET fcm_token_dropped_at = ?, fcm_token_drop_reason = ?
                 WHERE app_id = ? AND device_id = ? AND fcm_token = ? AND fcm_token_dropped_at IS NULL
                 """,
                 binds
-            )
-        }
+            ),
+        ]
     }
 
     /// `AND EXISTS` conditions on the device `d` carrying each of `tags`, their values appended to `binds`.

@@ -175,24 +175,9 @@ extension SQLiteStore {
             }
         }
         for (refused, reason) in progress.refusedStartTokens {
-            // Whichever of the device's tokens the start went to; a token rotated since is left alone.
-            let binds: [SQLiteData] = [
-                .integer(nowMillis), .text(reason), .text(progress.appID), .text(refused.deviceID), .text(refused.token),
-            ]
-            statements.append((
-                """
-                UPDATE push_to_start_tokens SET dropped_at = ?, drop_reason = ?
-                WHERE app_id = ? AND device_id = ? AND token = ? AND dropped_at IS NULL
-                """,
-                binds
-            ))
-            statements.append((
-                """
-                UPDATE devices SET fcm_token_dropped_at = ?, fcm_token_drop_reason = ?
-                WHERE app_id = ? AND device_id = ? AND fcm_token = ? AND fcm_token_dropped_at IS NULL
-                """,
-                binds
-            ))
+            statements += Self.dropDeviceTokenStatements(
+                appID: progress.appID, deviceID: refused.deviceID, token: refused.token, reason: reason, at: now
+            )
         }
         if progress.budgetWarnings > 0 {
             statements.append((

@@ -104,15 +104,13 @@ extension SQLiteStore {
         case .userIDs(let ids):
             ("d.user_id IN (SELECT value FROM json_each(?))", [.text(JSONValue.array(ids.map(JSONValue.string)).encodedString)])
         case .tags(let tags):
-            (
-                tags.isEmpty
-                    ? "1"
-                    : Array(
-                        repeating: "EXISTS (SELECT 1 FROM device_tags t WHERE t.app_id = d.app_id AND t.key = ? AND t.value = ? AND t.device_id = d.device_id)",
-                        count: tags.count
-                    ).joined(separator: " AND "),
-                tags.sorted { $0.key < $1.key }.flatMap { [SQLiteData.text($0.key), .text($0.value)] }
-            )
+            {
+                var binds: [SQLiteData] = []
+                let conditions = tagConditions(
+                    ArraySlice(tags.sorted { $0.key < $1.key }.map { DeviceTag(key: $0.key, value: $0.value) }), binds: &binds
+                )
+                return ("1" + conditions, binds)
+            }()
         case .all:
             ("1", [])
         }
