@@ -12,8 +12,8 @@ struct StartRoutes<Context: RequestContext>: Sendable {
     let clock: WallClock
     let lifecycle: ActivityLifecycle
 
-    /// The most device or user ids one start may name.
-    static var maximumAudienceIDs: Int { 10_000 }
+    /// The most device or user ids one start may name (a larger audience is a tag or `all`; the body stays within 64 KB).
+    static var maximumAudienceIDs: Int { 1_000 }
     /// The most tags one start may require.
     static var maximumAudienceTags: Int { 64 }
 
@@ -28,7 +28,7 @@ struct StartRoutes<Context: RequestContext>: Sendable {
         return try await IdempotentPOST.respond(
             to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
         ) { claim in
-            try await lifecycle.start(try Self.start(body, appID: caller.appID, activityID: activityID), idempotency: claim)
+            try await lifecycle.start(try Self.activityStart(from: body, appID: caller.appID, activityID: activityID), idempotency: claim)
         }
     }
 
@@ -44,7 +44,7 @@ struct StartRoutes<Context: RequestContext>: Sendable {
     }
 
     /// The start a request's body asks for, validated.
-    static func start(_ body: RequestBody, appID: String, activityID: String) throws -> ActivityStart {
+    static func activityStart(from body: RequestBody, appID: String, activityID: String) throws -> ActivityStart {
         if body.members["dismissalDate"] != nil {
             throw ValidationError(
                 code: "dismissal_date_not_allowed", message: "dismissalDate belongs to ending an activity, not to starting one.",
