@@ -28,72 +28,72 @@ extension SQLiteStore {
 
     /// Accepts `start` on the writer, inside its transaction.
     static func startActivity(_ start: ActivityStart, counts: AudienceCounts, at now: Date, on db: SQLiteHandle) throws -> AcceptedStart {
-            let existing = try db.query(
-                "SELECT state, sequence, timestamp_seconds, attributes_type FROM activities WHERE app_id = ? AND activity_id = ?",
-                [.text(start.appID), .text(start.activityID)]
-            ).first
-            let head = try existing.map { row in
-                ActivityHead(
-                    state: ActivityState(rawValue: try row.string("state")) ?? .ended, sequence: Int64(row.column("sequence")?.integer ?? 0),
-                    timestamp: row.column("timestamp_seconds")?.integer.map(Int64.init), contentState: nil, staleDate: nil,
-                    relevanceScore: nil
-                )
-            }
-            if let type = existing?.column("attributes_type")?.string, type != start.attributesType {
-                if head?.state == .ended { throw StoreError.activityEnded }
-                throw StoreError.attributesTypeMismatch(existing: type)
-            }
-            // The state the phones get: a start to the devices admitted, an update (without the start's alert) to those
-            // already watching.
-            let next: LiveActivityState
-            do throws(NextStateRefusal) {
-                next = try LiveActivityState.update(
-                    activityID: start.activityID, after: head, contentState: start.contentState, staleDate: start.staleDate,
-                    relevanceScore: start.relevanceScore, alert: nil, now: now
-                )
-            } catch {
-                throw Self.storeError(error)
-            }
-            let nowMillis = Self.millis(now)
-            if head != nil {
-                try db.query(
-                    """
-                    UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = NULL,
-                        stale_date = ?, relevance_score = ?, priority = NULL, updated_at = ?, content_shape = COALESCE(?, content_shape),
-                        attributes_type = ?, attributes = ?, start_alert = ?
-                    WHERE app_id = ? AND activity_id = ?
-                    """,
-                    [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
-                     Self.json(next.contentState), Self.integer(next.staleDate), Self.real(next.relevanceScore), .integer(nowMillis),
-                     Self.shape(start.contentShape), .text(start.attributesType), Self.json(start.attributes), Self.json(start.alert.json),
-                     .text(start.appID), .text(start.activityID)]
-                )
-            } else {
-                try db.query(
-                    """
-                    INSERT INTO activities (app_id, activity_id, attributes_type, attributes, state, sequence, event, sequence_at,
-                        timestamp_seconds, content_state, stale_date, relevance_score, created_at, updated_at, content_shape, start_alert)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                    [.text(start.appID), .text(start.activityID), .text(start.attributesType), Self.json(start.attributes),
-                     .text(ActivityState.active.rawValue), .integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis),
-                     .integer(Int(next.timestamp)), Self.json(next.contentState), Self.integer(next.staleDate),
-                     Self.real(next.relevanceScore), .integer(nowMillis), .integer(nowMillis), Self.shape(start.contentShape),
-                     Self.json(start.alert.json)]
-                )
-            }
+        let existing = try db.query(
+            "SELECT state, sequence, timestamp_seconds, attributes_type FROM activities WHERE app_id = ? AND activity_id = ?",
+            [.text(start.appID), .text(start.activityID)]
+        ).first
+        let head = try existing.map { row in
+            ActivityHead(
+                state: ActivityState(rawValue: try row.string("state")) ?? .ended, sequence: Int64(row.column("sequence")?.integer ?? 0),
+                timestamp: row.column("timestamp_seconds")?.integer.map(Int64.init), contentState: nil, staleDate: nil,
+                relevanceScore: nil
+            )
+        }
+        if let type = existing?.column("attributes_type")?.string, type != start.attributesType {
+            if head?.state == .ended { throw StoreError.activityEnded }
+            throw StoreError.attributesTypeMismatch(existing: type)
+        }
+        // The state the phones get: a start to the devices admitted, an update (without the start's alert) to those
+        // already watching.
+        let next: LiveActivityState
+        do throws(NextStateRefusal) {
+            next = try LiveActivityState.update(
+                activityID: start.activityID, after: head, contentState: start.contentState, staleDate: start.staleDate,
+                relevanceScore: start.relevanceScore, alert: nil, now: now
+            )
+        } catch {
+            throw Self.storeError(error)
+        }
+        let nowMillis = Self.millis(now)
+        if head != nil {
             try db.query(
                 """
-                INSERT INTO start_audiences (app_id, activity_id, sequence, attributes_type, audience, created_at)
-                VALUES (?, ?, ?, ?, ?, ?)
+                UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = NULL,
+                    stale_date = ?, relevance_score = ?, priority = NULL, updated_at = ?, content_shape = COALESCE(?, content_shape),
+                    attributes_type = ?, attributes = ?, start_alert = ?
+                WHERE app_id = ? AND activity_id = ?
                 """,
-                [.text(start.appID), .text(start.activityID), .integer(Int(next.sequence)), .text(start.attributesType),
-                 Self.json(start.audience.json), .integer(nowMillis)]
+                [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
+                 Self.json(next.contentState), Self.integer(next.staleDate), Self.real(next.relevanceScore), .integer(nowMillis),
+                 Self.shape(start.contentShape), .text(start.attributesType), Self.json(start.attributes), Self.json(start.alert.json),
+                 .text(start.appID), .text(start.activityID)]
             )
-            return AcceptedStart(
-                sequence: AcceptedSequence(activityID: start.activityID, sequence: next.sequence, event: .start, acceptedAt: Self.date(nowMillis)),
-                counts: counts
+        } else {
+            try db.query(
+                """
+                INSERT INTO activities (app_id, activity_id, attributes_type, attributes, state, sequence, event, sequence_at,
+                    timestamp_seconds, content_state, stale_date, relevance_score, created_at, updated_at, content_shape, start_alert)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+                [.text(start.appID), .text(start.activityID), .text(start.attributesType), Self.json(start.attributes),
+                 .text(ActivityState.active.rawValue), .integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis),
+                 .integer(Int(next.timestamp)), Self.json(next.contentState), Self.integer(next.staleDate),
+                 Self.real(next.relevanceScore), .integer(nowMillis), .integer(nowMillis), Self.shape(start.contentShape),
+                 Self.json(start.alert.json)]
             )
+        }
+        try db.query(
+            """
+            INSERT INTO start_audiences (app_id, activity_id, sequence, attributes_type, audience, created_at)
+            VALUES (?, ?, ?, ?, ?, ?)
+            """,
+            [.text(start.appID), .text(start.activityID), .integer(Int(next.sequence)), .text(start.attributesType),
+             Self.json(start.audience.json), .integer(nowMillis)]
+        )
+        return AcceptedStart(
+            sequence: AcceptedSequence(activityID: start.activityID, sequence: next.sequence, event: .start, acceptedAt: Self.date(nowMillis)),
+            counts: counts
+        )
     }
 
     /// The devices of an audience, as a condition on `devices d` with its bound values.
