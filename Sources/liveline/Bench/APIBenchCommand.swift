@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Logging
 import NIOCore
 import NIOPosix
 
@@ -19,6 +20,10 @@ extension Bench {
                 engine works through the activities they made pending, --after-seconds of updates to yet other \
                 activities go out at 100 a second, each due on time, and their latency is printed: whether the API \
                 answers promptly while the engine catches up.
+
+                With --watched, the updates go instead to the activities the registrations made (update i to the ith \
+                activity; at most one update each), so every update is fanned out: the server's APNs client is pointed \
+                at an nginx sink (as `bench fanout` does), and the bench also reports when the sink had every push.
                 """
         )
 
@@ -28,11 +33,16 @@ extension Bench {
         @Option(help: "HTTP/1.1 keep-alive connections.") var connections = 64
         @Option(name: .customLong("after-seconds"), help: "Seconds of paced updates (100 a second) right after the burst.")
         var afterSeconds = 5
+        @Flag(help: "Post the updates to the registered activities, so each is pushed to its instances (through an nginx sink).")
+        var watched = false
         @OptionGroup var server: Bench.ServerOptions
 
         func validate() throws {
             guard registrations >= 0, updates >= 0, afterSeconds >= 0 else { throw ValidationError("--registrations, --updates and --after-seconds must not be negative.") }
             guard perActivity >= 1, connections >= 1 else { throw ValidationError("--per-activity and --connections must be positive.") }
+            if watched, updates > (registrations + perActivity - 1) / perActivity {
+                throw ValidationError("--watched posts at most one update to each registered activity: --updates must not exceed registrations / per-activity.")
+            }
         }
 
         func run() async throws {
@@ -44,8 +54,23 @@ extension Bench {
             // One event loop (thread) for all the load, so it takes little of the machine from the server.
             let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
 
+            guard watched else {
+                return try await measure(root: root, eventLoop: eventLoop, sink: nil)
+            }
+            try await Bench.withSink(.nginx, root: root, logger: Logger(label: "liveline.bench")) { target in
+                try await measure(root: root, eventLoop: eventLoop, sink: target)
+            }
+        }
+
+        /// Registrations, the burst of updates and the paced updates after it; with `sink`, the app pushes to it.
+        private func measure(root: URL, eventLoop: any EventLoop, sink target: Bench.Target?) async throws {
             try await Bench.withServer(server, directory: root.appendingPathComponent("server")) { server in
-                let app = try await server.createApp(name: "Bench", bundleID: "com.example.bench")
+                let app = try await server.createApp(name: "Bench", bundleID: target?.bundleID ?? "com.example.bench")
+                if let target {
+                    try await server.setAPNs(
+                        appID: app.id, baseURL: target.sink.baseURL, caCertificatePEM: target.sink.caCertificatePEM, signingKey: target.key
+                    )
+                }
                 let load = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: connections, eventLoop: eventLoop)
                 print("liveline bench api: \(connections) HTTP/1.1 keep-alive connections, server pid \(server.pid)")
 
@@ -66,16 +91,34 @@ extension Bench {
                 printCPU("a registration", requests: registrations, server: server.cpuSeconds() - cpu, own: Bench.processCPUSeconds() - ownCPU)
 
                 let secret = "Bearer \(app.secretKey)"
+                let watched = self.watched
+                let pushesBefore = try await target?.sink.received() ?? 0
+                let burstStarted = ContinuousClock.now
                 cpu = server.cpuSeconds()
                 ownCPU = Bench.processCPUSeconds()
                 let accepted = try await load.run(count: updates) { index in
                     LoadRequest(
-                        method: .POST, uri: BenchRequests.updatePath(activityID: "update-\(index)"), authorization: secret,
-                        body: BenchRequests.updateBody(score: "\(index)-0", minute: index % 90)
+                        method: .POST,
+                        uri: BenchRequests.updatePath(
+                            activityID: watched ? BenchRequests.activityID(forInstance: index * perActivity, perActivity: perActivity) : "update-\(index)"
+                        ),
+                        authorization: secret, body: BenchRequests.updateBody(score: "\(index)-0", minute: index % 90)
                     )
                 }
-                print("  updates (distinct activities)    \(Bench.describe(accepted, count: updates))")
+                print("  updates (\(watched ? "watched" : "distinct") activities)    \(Bench.describe(accepted, count: updates))")
                 printCPU("an update", requests: updates, server: server.cpuSeconds() - cpu, own: Bench.processCPUSeconds() - ownCPU)
+                // Counting the sink's pushes in the background, while the paced updates go out.
+                let expected = updates * perActivity
+                let delivered: Task<Duration?, any Error>? = target.map { target in
+                    Task {
+                        let deadline = ContinuousClock.now + .seconds(600)
+                        while try await target.sink.received() - pushesBefore < expected {
+                            guard ContinuousClock.now < deadline else { return nil }
+                            try await Task.sleep(for: .milliseconds(20))
+                        }
+                        return ContinuousClock.now - burstStarted
+                    }
+                }
 
                 if afterSeconds > 0 {
                     let paced = load.startPaced(perSecond: 100) { index in
@@ -87,6 +130,13 @@ extension Bench {
                     try await Task.sleep(for: .seconds(afterSeconds))
                     let after = try await paced.stop()
                     print("  right after the updates, 100 /s  \(Bench.describe(after, count: after.latencies.count))")
+                }
+                if let delivered {
+                    if let took = try await delivered.value {
+                        print("  every push at the sink           \(BenchRequests.grouped(expected)) pushes, \(String(format: "%.2f", took.seconds)) s after the burst began")
+                    } else {
+                        print("  every push at the sink           not within 10 minutes")
+                    }
                 }
                 await load.close()
             }
