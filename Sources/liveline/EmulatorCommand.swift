@@ -47,20 +47,12 @@ struct EmulatorCommand: AsyncParsableCommand {
         @Option(name: .customLong("key-file"), help: "A .p8 file whose public key to trust (default: generate one into the data directory once).")
         var keyFile: String?
 
-        @Option(name: .customLong("register-with"), help: "A Liveline base URL (e.g. http://127.0.0.1:8080) the simulated phones' app registers with, as the real app would; needs --publishable-key.")
-        var registerWith: String?
-
-        @Option(name: .customLong("publishable-key"), help: "The app's publishable key (pk_…) for --register-with.")
-        var publishableKey: String?
-
-        @Flag(name: .customLong("persist-phones"), inversion: .prefixedNo, help: "Keep the simulated phones in the data directory across restarts.")
-        var persistPhones = true
+        @OptionGroup var phones: PhoneOptions
 
         @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
         var logLevel = "info"
 
         func validate() throws {
-            try validateRegistration(registerWith: registerWith, publishableKey: publishableKey)
             guard Logger.Level(rawValue: logLevel) != nil else {
                 throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
             }
@@ -86,8 +78,8 @@ struct EmulatorCommand: AsyncParsableCommand {
             configuration.host = host
             configuration.apnsPort = port
             configuration.controlPort = controlPort
-            configuration.persistsPhones = persistPhones
-            configuration.registerWith = registrationTarget(registerWith: registerWith, publishableKey: publishableKey)
+            configuration.persistsPhones = phones.persistPhones
+            configuration.registerWith = phones.target
             let emulator = try APNsEmulator(configuration: configuration, logger: logger)
             emulator.registerSigningKey(teamID: credentials.teamID, keyID: credentials.keyID, publicKey: credentials.publicKey)
             let bundles = bundleIDs.isEmpty ? ["com.example.liveline.demo"] : bundleIDs
@@ -151,20 +143,12 @@ struct EmulatorCommand: AsyncParsableCommand {
         @Option(name: .customLong("project-id"), help: "The demo service account's project, for a newly generated account.")
         var projectID = "liveline-demo"
 
-        @Option(name: .customLong("register-with"), help: "A Liveline base URL (e.g. http://127.0.0.1:8080) the simulated phones' app registers with, as the real app would; needs --publishable-key.")
-        var registerWith: String?
-
-        @Option(name: .customLong("publishable-key"), help: "The app's publishable key (pk_…) for --register-with.")
-        var publishableKey: String?
-
-        @Flag(name: .customLong("persist-phones"), inversion: .prefixedNo, help: "Keep the simulated phones in the data directory across restarts.")
-        var persistPhones = true
+        @OptionGroup var phones: PhoneOptions
 
         @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
         var logLevel = "info"
 
         func validate() throws {
-            try validateRegistration(registerWith: registerWith, publishableKey: publishableKey)
             guard Logger.Level(rawValue: logLevel) != nil else {
                 throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
             }
@@ -184,8 +168,8 @@ struct EmulatorCommand: AsyncParsableCommand {
             configuration.fcmPort = port
             configuration.controlPort = controlPort
             configuration.defaultProjectID = projectID
-            configuration.persistsPhones = persistPhones
-            configuration.registerWith = registrationTarget(registerWith: registerWith, publishableKey: publishableKey)
+            configuration.persistsPhones = phones.persistPhones
+            configuration.registerWith = phones.target
             let emulator = try FCMEmulator(configuration: configuration, logger: logger)
             try await emulator.start()
             let account: FCMDemoServiceAccount
@@ -216,6 +200,27 @@ struct EmulatorCommand: AsyncParsableCommand {
             FileHandle.standardOutput.write(Data(banner.utf8))
             try await emulator.runService()
         }
+    }
+}
+
+/// What both emulators' simulated phones take: where their app registers, and whether they are kept across restarts.
+struct PhoneOptions: ParsableArguments {
+    @Option(name: .customLong("register-with"), help: "A Liveline base URL (e.g. http://127.0.0.1:8080) the simulated phones' app registers with, as the real app would; needs --publishable-key.")
+    var registerWith: String?
+
+    @Option(name: .customLong("publishable-key"), help: "The app's publishable key (pk_…) for --register-with.")
+    var publishableKey: String?
+
+    @Flag(name: .customLong("persist-phones"), inversion: .prefixedNo, help: "Keep the simulated phones in the data directory across restarts.")
+    var persistPhones = true
+
+    func validate() throws {
+        try validateRegistration(registerWith: registerWith, publishableKey: publishableKey)
+    }
+
+    /// The target of `--register-with` and `--publishable-key`, when both are given.
+    var target: LivelineRegistrationTarget? {
+        registrationTarget(registerWith: registerWith, publishableKey: publishableKey)
     }
 }
 

@@ -82,13 +82,10 @@ public final class FCMEmulator: Service, Sendable {
             changed: changed, clock: configuration.now
         )
         self.core = core
-        if configuration.persistsPhones {
-            let path = (configuration.dataDirectory as NSString).appendingPathComponent(Self.phoneFileName)
-            if let data = try PhoneFile.read(path) { try core.loadPhones(data) }
-            self.phoneFile = PhoneFile(path: path, changes: changes, logger: logger) { try core.encodePhones() }
-        } else {
-            self.phoneFile = nil
-        }
+        self.phoneFile = try PhoneFile.open(
+            fileName: Self.phoneFileName, in: configuration.dataDirectory, persists: configuration.persistsPhones, changes: changes,
+            logger: logger, load: core.loadPhones, encode: { try core.encodePhones() }
+        )
         self.identity = try EmulatorTLSIdentity.loadOrCreate(in: configuration.dataDirectory)
         var tls = TLSConfiguration.makeServerConfiguration(
             certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(identity.serverCertificatePEM.utf8), format: .pem))],

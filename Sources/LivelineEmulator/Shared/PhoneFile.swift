@@ -39,6 +39,17 @@ final class PhoneFile: Service, Sendable {
         }
     }
 
+    /// The phone file `fileName` in `directory`, its phones already handed to `load`, or `nil` when phones are not kept.
+    static func open(
+        fileName: String, in directory: String, persists: Bool, changes: ChangeSignal, logger: Logger,
+        load: (Data) throws -> Void, encode: @escaping @Sendable () throws -> Data
+    ) throws -> PhoneFile? {
+        guard persists else { return nil }
+        let path = (directory as NSString).appendingPathComponent(fileName)
+        if let data = try read(path) { try load(data) }
+        return PhoneFile(path: path, changes: changes, logger: logger, encode: encode)
+    }
+
     /// The file's contents, or `nil` when there is no file yet.
     static func read(_ path: String) throws -> Data? {
         guard FileManager.default.fileExists(atPath: path) else { return nil }
