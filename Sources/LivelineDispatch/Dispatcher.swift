@@ -255,37 +255,37 @@ public final class Dispatcher: Service, Sendable {
     private func render(_ claim: DispatchClaim, for platform: Platform, transport: any PushTransport) -> Rendition? {
         guard let state = claim.activity.currentState else { return nil }
         let at = now()
-        var start: Rendition.Start?
-        if state.event != .end, let attributesType = claim.activity.attributesType, let attributes = claim.activity.attributes,
-            let alert = claim.activity.startAlert
-        {
-            switch platform {
-            case .ios:
-                start = Rendition.Start(
-                    payload: ByteBuffer(bytes: state.apnsStartPayload(attributesType: attributesType, attributes: attributes, alert: alert).encoded()),
-                    fcmMessage: nil
-                )
-            case .android:
-                start = Rendition.Start(
-                    payload: ByteBuffer(),
-                    fcmMessage: state.fcmStartMessage(attributesType: attributesType, attributes: attributes, alert: alert, now: at).encoded()
-                )
-            }
+        // The start as well, for instances started remotely — not once the activity has ended: it starts nowhere then.
+        let activity = claim.activity
+        var startParts: (type: String, attributes: JSONValue, alert: LiveActivityAlert)?
+        if state.event != .end, let type = activity.attributesType, let attributes = activity.attributes, let alert = activity.startAlert {
+            startParts = (type, attributes, alert)
         }
         switch platform {
         case .ios:
             var buffer = ByteBufferAllocator().buffer(capacity: 512)
             buffer.writeBytes(state.apnsPayload.encoded())
             return Rendition(
-                sequence: state.sequence, event: state.event, hasAlert: state.alert != nil, requestedPriority: claim.activity.priority,
+                sequence: state.sequence, event: state.event, hasAlert: state.alert != nil, requestedPriority: activity.priority,
                 payload: buffer, fcmMessage: nil, topic: claim.bundleID + ".push-type.liveactivity",
-                expiration: state.apnsExpiration(now: at), transport: transport, start: start
+                expiration: state.apnsExpiration(now: at), transport: transport,
+                start: startParts.map { start in
+                    Rendition.Start(
+                        payload: ByteBuffer(bytes: state.apnsStartPayload(attributesType: start.type, attributes: start.attributes, alert: start.alert).encoded()),
+                        fcmMessage: nil
+                    )
+                }
             )
         case .android:
             return Rendition(
-                sequence: state.sequence, event: state.event, hasAlert: state.alert != nil, requestedPriority: claim.activity.priority,
+                sequence: state.sequence, event: state.event, hasAlert: state.alert != nil, requestedPriority: activity.priority,
                 payload: ByteBuffer(), fcmMessage: state.fcmMessage(now: at).encoded(), topic: "", expiration: nil, transport: transport,
-                start: start
+                start: startParts.map { start in
+                    Rendition.Start(
+                        payload: ByteBuffer(),
+                        fcmMessage: state.fcmStartMessage(attributesType: start.type, attributes: start.attributes, alert: start.alert, now: at).encoded()
+                    )
+                }
             )
         }
     }
@@ -358,31 +358,20 @@ public final class Dispatcher: Service, Sendable {
                     var sent: [InstanceRecord] = []
                     var cancelled: [InstanceResult] = []
                     for instance in instances {
+                        let event: LiveActivityEvent
+                        let pushPriority: Int
+                        let payload: ByteBuffer
                         switch InstanceSend.decide(
                             state: instance.state, platform: instance.platform, deliveredSequence: instance.deliveredSequence,
                             event: rendition.event, hasStart: rendition.start != nil
                         ) {
                         case .state:
-                            pushes.append(
-                                OutgoingPush(
-                                    appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: instance.platform,
-                                    token: instance.pushToken, topic: rendition.topic, sequence: rendition.sequence, event: rendition.event,
-                                    priority: priority(of: rendition, for: instance, budget: budget),
-                                    expiration: rendition.expiration, payload: rendition.body(for: instance.pushToken)
-                                )
-                            )
-                            sent.append(instance)
+                            (event, payload) = (rendition.event, rendition.body(for: instance.pushToken))
+                            pushPriority = priority(of: rendition, for: instance, budget: budget)
                         case .start:
                             // A start lights the screen with its alert: priority 10, outside the update budget (push-to-start
                             // has its own).
-                            pushes.append(
-                                OutgoingPush(
-                                    appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: instance.platform,
-                                    token: instance.pushToken, topic: rendition.topic, sequence: rendition.sequence, event: .start,
-                                    priority: 10, expiration: rendition.expiration, payload: rendition.startBody(for: instance.pushToken)!
-                                )
-                            )
-                            sent.append(instance)
+                            (event, pushPriority, payload) = (.start, 10, rendition.startBody(for: instance.pushToken)!)
                         case .nothing:
                             cancelled.append(
                                 InstanceResult(
@@ -390,7 +379,16 @@ public final class Dispatcher: Service, Sendable {
                                     attempts: []
                                 )
                             )
+                            continue
                         }
+                        pushes.append(
+                            OutgoingPush(
+                                appID: appID, activityID: activityID, deviceID: instance.deviceID, platform: instance.platform,
+                                token: instance.pushToken, topic: rendition.topic, sequence: rendition.sequence, event: event,
+                                priority: pushPriority, expiration: rendition.expiration, payload: payload
+                            )
+                        )
+                        sent.append(instance)
                     }
                     group.addTask { [pushes, sent, cancelled] in
                         let results = pushes.isEmpty ? [] : await self.push(pushes, instances: sent, transport: rendition.transport)

@@ -14,8 +14,8 @@ struct StartRoutes<Context: RequestContext>: Sendable {
 
     /// The most device or user ids one start may name (a larger audience is a tag or `all`; the body stays within 64 KB).
     static var maximumAudienceIDs: Int { 1_000 }
-    /// The most tags one start may require.
-    static var maximumAudienceTags: Int { 64 }
+    /// The most tags one start may require: no device carries more.
+    static var maximumAudienceTags: Int { DeviceRoutes<Context>.maximumTags }
 
     func add(to router: Router<Context>) {
         router.group("v1").post("activities/:activityId/start", use: start)
