@@ -99,10 +99,17 @@ public struct LiveActivityState: Sendable, Hashable {
     /// The `{"aps": {...}}` payload that starts this state's Live Activity on an iPhone (push-to-start, iOS 17.2+): the
     /// `start` event with the attributes type and attributes, the start's alert (Apple requires one), and
     /// `input-push-token: 1` so the phone hands the app an update token for the new activity.
-    public func apnsStartPayload(attributesType: String, attributes: JSONValue, alert: LiveActivityAlert) -> APNsLiveActivityPayload {
+    ///
+    /// With `channelID` (a broadcast activity, to an iPhone on iOS 18 or later) the start carries
+    /// `input-push-channel` instead: the new activity subscribes to the channel and takes its broadcasts, with no token
+    /// of its own.
+    public func apnsStartPayload(
+        attributesType: String, attributes: JSONValue, alert: LiveActivityAlert, channelID: String? = nil
+    ) -> APNsLiveActivityPayload {
         APNsLiveActivityPayload(
             event: .start, timestamp: timestamp, contentState: contentState, staleDate: staleDate, relevanceScore: relevanceScore,
-            alert: alert, attributesType: attributesType, attributes: startAttributes(attributes), inputPushToken: true
+            alert: alert, attributesType: attributesType, attributes: startAttributes(attributes), inputPushToken: channelID == nil,
+            inputPushChannel: channelID
         )
     }
 
@@ -126,8 +133,13 @@ public struct LiveActivityState: Sendable, Hashable {
 
     /// Checks that both renderings are ones the push services and the phones accept (sizes, dates, shapes), so the
     /// caller hears of a problem when the state is accepted rather than never.
-    public func validateRenderings(now: Date) throws(ValidationError) {
-        try apnsPayload.validate()
+    ///
+    /// A broadcast activity's APNs payload may be as large as a broadcast (5,120 bytes); an iPhone of it that keeps its
+    /// own token is refused one above 4,096 by APNs, and the timeline shows it.
+    public func validateRenderings(now: Date, delivery: ActivityDelivery = .token) throws(ValidationError) {
+        try apnsPayload.validate(
+            maximumBytes: delivery == .broadcast ? Limits.maximumBroadcastPayloadBytes : Limits.maximumAPNsPayloadBytes
+        )
         try fcmMessage(now: now).validate()
     }
 }

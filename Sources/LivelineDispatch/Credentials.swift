@@ -17,13 +17,16 @@ public struct APNsCredentials: Sendable {
     public var environment: APNsEnvironmentName
     /// Overrides the environment's host, e.g. `https://127.0.0.1:8443` for the local emulator.
     public var baseURL: String?
-    /// A PEM CA certificate to trust for `baseURL`.
+    /// A PEM CA certificate to trust for `baseURL` (and `channelManagementBaseURL`).
     public var caCertificatePEM: String?
+    /// Overrides the environment's channel management host (`api-manage-broadcast…`), e.g. the local emulator's.
+    public var channelManagementBaseURL: String?
 
     public init(
         teamID: String, keyID: String, privateKeyPEM: String, environment: APNsEnvironmentName, baseURL: String? = nil,
-        caCertificatePEM: String? = nil
+        caCertificatePEM: String? = nil, channelManagementBaseURL: String? = nil
     ) {
+        self.channelManagementBaseURL = channelManagementBaseURL
         self.teamID = teamID
         self.keyID = keyID
         self.privateKeyPEM = privateKeyPEM
@@ -54,6 +57,13 @@ public struct APNsCredentials: Sendable {
                 throw ValidationError(code: "invalid_base_url", message: "baseUrl must be an https:// URL.", field: "baseUrl")
             }
         }
+        if let channelManagementBaseURL {
+            guard let url = URL(string: channelManagementBaseURL), url.scheme == "https", url.host != nil else {
+                throw ValidationError(
+                    code: "invalid_base_url", message: "channelManagementBaseUrl must be an https:// URL.", field: "channelManagementBaseUrl"
+                )
+            }
+        }
     }
 
     /// The non-secret settings, as stored and shown.
@@ -61,6 +71,7 @@ public struct APNsCredentials: Sendable {
         [
             "teamId": .string(teamID), "keyId": .string(keyID), "environment": .string(environment.rawValue),
             "baseUrl": baseURL.map(JSONValue.string) ?? .null, "caCertificate": caCertificatePEM.map(JSONValue.string) ?? .null,
+            "channelManagementBaseUrl": channelManagementBaseURL.map(JSONValue.string) ?? .null,
         ]
     }
 
@@ -81,7 +92,8 @@ public struct APNsCredentials: Sendable {
         let secret = try sealer.open(stored.sealedSecret, appID: stored.appID, provider: .apns)
         self.init(
             teamID: teamID, keyID: keyID, privateKeyPEM: String(decoding: secret, as: UTF8.self), environment: environment,
-            baseURL: settings["baseUrl"]?.stringValue, caCertificatePEM: settings["caCertificate"]?.stringValue
+            baseURL: settings["baseUrl"]?.stringValue, caCertificatePEM: settings["caCertificate"]?.stringValue,
+            channelManagementBaseURL: settings["channelManagementBaseUrl"]?.stringValue
         )
     }
 }

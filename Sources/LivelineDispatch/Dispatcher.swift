@@ -53,18 +53,18 @@ public struct DispatcherConfiguration: Sendable {
 /// each (coalescing anything older), records progress in batches, retries what may succeed later
 /// and invalidates what never will. Runs as a `Service` inside `liveline serve`.
 public final class Dispatcher: Service, Sendable {
-    private let store: any DispatchStore & TimelineStore
-    private let transports: any PushTransportDirectory
-    private let configuration: DispatcherConfiguration
-    private let logger: Logger
-    private let now: @Sendable () -> Date
-    private let random: @Sendable () -> Double
+    let store: any DispatchStore & TimelineStore & BroadcastStore
+    let transports: any PushTransportDirectory
+    let configuration: DispatcherConfiguration
+    let logger: Logger
+    let now: @Sendable () -> Date
+    let random: @Sendable () -> Double
     private let owner: String
     private let wakeSignal = WakeSignal()
 
     /// Creates the engine.
     public init(
-        store: any DispatchStore & TimelineStore, transports: any PushTransportDirectory, configuration: DispatcherConfiguration = .init(),
+        store: any DispatchStore & TimelineStore & BroadcastStore, transports: any PushTransportDirectory, configuration: DispatcherConfiguration = .init(),
         logger: Logger = Logger(label: "liveline.dispatch"), now: @escaping @Sendable () -> Date = { Date() },
         random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
     ) {
@@ -210,6 +210,9 @@ public final class Dispatcher: Service, Sendable {
         struct Start: Sendable {
             var payload: ByteBuffer
             var fcmMessage: FCMEncodedMessage?
+            /// iOS, a broadcast activity: the start that subscribes an iPhone on iOS 18 or later to the channel
+            /// (`input-push-channel`) instead of asking for a token.
+            var channelPayload: ByteBuffer?
         }
 
         /// What goes on the wire for one token.
@@ -217,9 +220,12 @@ public final class Dispatcher: Service, Sendable {
             Self.body(payload, fcmMessage, for: token)
         }
 
-        /// What goes on the wire for one token when it is sent the start.
-        func startBody(for token: String) -> ByteBuffer? {
-            start.map { Self.body($0.payload, $0.fcmMessage, for: token) }
+        /// What goes on the wire for one token when it is sent the start (into the channel, for an instance admitted as
+        /// the channel's subscriber).
+        func startBody(for token: String, subscribing channelID: String?) -> ByteBuffer? {
+            guard let start else { return nil }
+            if channelID != nil, let channelPayload = start.channelPayload { return channelPayload }
+            return Self.body(start.payload, start.fcmMessage, for: token)
         }
 
         private static func body(_ payload: ByteBuffer, _ fcmMessage: FCMEncodedMessage?, for token: String) -> ByteBuffer {
@@ -270,9 +276,17 @@ public final class Dispatcher: Service, Sendable {
                 payload: buffer, fcmMessage: nil, topic: claim.bundleID + ".push-type.liveactivity",
                 expiration: state.apnsExpiration(now: at), transport: transport,
                 start: startParts.map { start in
-                    Rendition.Start(
+                    let channelID = activity.channel.flatMap { $0.status == .active ? $0.id : nil }
+                    return Rendition.Start(
                         payload: ByteBuffer(bytes: state.apnsStartPayload(attributesType: start.type, attributes: start.attributes, alert: start.alert).encoded()),
-                        fcmMessage: nil
+                        fcmMessage: nil,
+                        channelPayload: channelID.map { channelID in
+                            ByteBuffer(
+                                bytes: state.apnsStartPayload(
+                                    attributesType: start.type, attributes: start.attributes, alert: start.alert, channelID: channelID
+                                ).encoded()
+                            )
+                        }
                     )
                 }
             )
@@ -328,6 +342,14 @@ public final class Dispatcher: Service, Sendable {
             }
         }
 
+        // A broadcast activity's state goes to its channel first: one request for every subscribed iPhone.
+        var broadcastDue: Date?
+        if configuration.platforms.contains(.ios), let channel = activity.channel, channel.status == .active,
+            activity.broadcastSequence < activity.sequence
+        {
+            broadcastDue = await publish(claim, on: channel)
+        }
+
         var machine = FanOut(
             platforms: configuration.platforms,
             limits: FanOutLimits(
@@ -371,7 +393,7 @@ public final class Dispatcher: Service, Sendable {
                         case .start:
                             // A start lights the screen with its alert: priority 10, outside the update budget (push-to-start
                             // has its own).
-                            (event, pushPriority, payload) = (.start, 10, rendition.startBody(for: instance.pushToken)!)
+                            (event, pushPriority, payload) = (.start, 10, rendition.startBody(for: instance.pushToken, subscribing: instance.channelID)!)
                         case .nothing:
                             cancelled.append(
                                 InstanceResult(
@@ -420,8 +442,10 @@ public final class Dispatcher: Service, Sendable {
         case .afterStoreRetryDelay: retryAt = now().addingTimeInterval(1)
         case .unscheduled: retryAt = nil
         }
+        // An unsettled broadcast keeps the activity pending: it is looked at again when it falls due, never at once.
+        let due = [retryAt, broadcastDue].compactMap { $0 }.min()
         try await store.releaseClaim(
-            appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: retryAt
+            appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: due
         )
     }
 

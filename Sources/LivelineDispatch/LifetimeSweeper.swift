@@ -36,7 +36,8 @@ public struct LifetimePolicy: Sendable, Hashable {
 /// the requests remembered under idempotency keys, once their 24 hours are over).
 /// Runs as a `Service` inside `liveline serve`; ``sweep()`` is one pass, for tests with an injected clock.
 public final class LifetimeSweeper: Service, Sendable {
-    private let store: any LifetimeStore & LifecycleStore
+    private let store: any LifetimeStore & LifecycleStore & BroadcastStore
+    private let channels: (any BroadcastChannelManagement)?
     private let policy: LifetimePolicy
     private let now: @Sendable () -> Date
     private let logger: Logger
@@ -55,17 +56,22 @@ public final class LifetimeSweeper: Service, Sendable {
         public var purged = 0
         /// Requests remembered under idempotency keys forgotten after ``IdempotencyKey/retention``.
         public var idempotencyKeysPruned = 0
+        /// Broadcast channels of ended activities deleted at APNs once the activity left every screen.
+        public var channelsDeleted = 0
 
         /// A pass that did nothing.
         public init() {}
     }
 
-    /// Creates the sweeper; `delivery` is woken after it ends activities, for their `end` pushes.
+    /// Creates the sweeper; `delivery` is woken after it ends activities, for their `end` pushes; `channels` deletes
+    /// the broadcast channels of ended activities at APNs.
     public init(
-        store: any LifetimeStore & LifecycleStore, policy: LifetimePolicy = LifetimePolicy(), now: @escaping @Sendable () -> Date = { Date() },
-        logger: Logger = Logger(label: "liveline.lifetime"), delivery: any DeliveryWaking = NoDeliveryEngine()
+        store: any LifetimeStore & LifecycleStore & BroadcastStore, policy: LifetimePolicy = LifetimePolicy(),
+        now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "liveline.lifetime"),
+        delivery: any DeliveryWaking = NoDeliveryEngine(), channels: (any BroadcastChannelManagement)? = nil
     ) {
         self.store = store
+        self.channels = channels
         self.policy = policy
         self.now = now
         self.logger = logger
@@ -83,7 +89,7 @@ public final class LifetimeSweeper: Service, Sendable {
                         metadata: [
                             "ended.lifetime": "\(sweep.endedForLifetime)", "ended.allInstancesGone": "\(sweep.endedWithAllInstancesGone)",
                             "instances.ended": "\(sweep.instancesEnded)", "purged": "\(sweep.purged)",
-                            "idempotencyKeys.pruned": "\(sweep.idempotencyKeysPruned)",
+                            "idempotencyKeys.pruned": "\(sweep.idempotencyKeysPruned)", "channels.deleted": "\(sweep.channelsDeleted)",
                         ]
                     )
                 }
@@ -97,7 +103,8 @@ public final class LifetimeSweeper: Service, Sendable {
     }
 
     /// One pass: end activities at the end of their lifetime, mark old instances ended, end activities whose
-    /// instances are all gone, purge long-ended activities, forget idempotency keys past their 24 hours.
+    /// instances are all gone, delete the channels of ended broadcast activities, purge long-ended activities, forget
+    /// idempotency keys past their 24 hours.
     public func sweep() async throws -> Sweep {
         var sweep = Sweep()
         let now = now()
@@ -112,10 +119,32 @@ public final class LifetimeSweeper: Service, Sendable {
             for key in gone where try await end(key, reason: .allInstancesGone, at: now) { sweep.endedWithAllInstancesGone += 1 }
             if gone.count < Self.batch { break }
         }
+        sweep.channelsDeleted = try await deleteChannels(at: now)
         sweep.purged = try await store.purgeActivities(endedBefore: now.addingTimeInterval(-policy.retention))
         sweep.idempotencyKeysPruned = try await store.pruneIdempotencyKeys(olderThan: now.addingTimeInterval(-IdempotencyKey.retention))
         if sweep.endedForLifetime + sweep.endedWithAllInstancesGone > 0 { delivery.wake() }
         return sweep
+    }
+
+    /// Deletes at APNs the channels of ended activities that have left every screen, keeping the app under Apple's
+    /// channel limit; a channel APNs cannot delete now is tried again at the next sweep.
+    private func deleteChannels(at now: Date) async throws -> Int {
+        guard let channels else { return 0 }
+        var deleted = 0
+        for channel in try await store.channelsToDelete(now: now, limit: Self.batch) {
+            do {
+                try await channels.deleteChannel(appID: channel.appID, channelID: channel.channelID)
+            } catch {
+                logger.warning(
+                    "Deleting a broadcast channel failed; the next sweep tries again",
+                    metadata: ["app": "\(channel.appID)", "activity": "\(channel.activityID)", "error": "\(error)"]
+                )
+                continue
+            }
+            try await store.markChannelDeleted(appID: channel.appID, activityID: channel.activityID, channelID: channel.channelID, at: now)
+            deleted += 1
+        }
+        return deleted
     }
 
     /// Ends one activity with its last state; false when it had already ended (a race with the caller).

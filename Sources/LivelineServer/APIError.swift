@@ -76,3 +76,39 @@ public struct APIError: Error, Sendable, Hashable {
         .contentTooLarge, code: "body_too_large", message: "The request body is over \(Limits.maximumRequestBodyBytes) bytes."
     )
 }
+
+// MARK: Broadcast channels
+
+extension APIError {
+    static func deliveryMismatch(existing: ActivityDelivery) -> APIError {
+        APIError(
+            .conflict, code: "delivery_mismatch",
+            message: "This activity is delivered by \(existing.rawValue); delivery is chosen by the start or first update that creates it.",
+            field: "delivery"
+        )
+    }
+    static func storagePolicyMismatch(existing: ChannelStoragePolicy) -> APIError {
+        APIError(
+            .conflict, code: "storage_policy_mismatch",
+            message: "The activity's channel stores '\(existing.rawValue)'; APNs fixes a channel's storage policy when it is created.",
+            field: "messageStoragePolicy"
+        )
+    }
+    static func channelLimitReached(maximum: Int) -> APIError {
+        APIError(
+            .conflict, code: "channel_limit_reached",
+            message: "The app holds \(maximum) broadcast channels, as many as APNs allows; end broadcast activities (their channels are deleted once they leave the screens) or use token delivery.",
+            field: "delivery"
+        )
+    }
+    static let channelMismatch = APIError(
+        .conflict, code: "channel_mismatch", message: "channelId is not this activity's broadcast channel (GET /v1/activities/{activityId}/channel).",
+        field: "channelId"
+    )
+    static func notBroadcast(_ activityID: String) -> APIError {
+        APIError(
+            .notFound, code: "channel_not_found",
+            message: "Activity '\(activityID)' has no broadcast channel: it is delivered to each phone's token.", field: "activityId"
+        )
+    }
+}

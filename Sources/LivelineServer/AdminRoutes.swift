@@ -18,6 +18,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         admin.put("apps/:appId/credentials/apns", use: setAPNs)
         admin.put("apps/:appId/credentials/fcm", use: setFCM)
         admin.put("apps/:appId/budget", use: setBudget)
+        admin.put("apps/:appId/broadcast", use: setBroadcastDefaults)
         admin.get("apps/:appId/credentials", use: credentials)
     }
 
@@ -61,7 +62,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         try authorize(request)
         guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
         let body = try await RequestBody.read(request)
-        try body.allowOnly(["teamId", "keyId", "privateKey", "environment", "baseUrl", "caCertificate"])
+        try body.allowOnly(["teamId", "keyId", "privateKey", "environment", "baseUrl", "channelManagementBaseUrl", "caCertificate"])
         let environmentName = try body.requiredString("environment")
         guard let environment = APNsEnvironmentName(rawValue: environmentName) else {
             throw ValidationError(code: "invalid_environment", message: "environment must be 'sandbox' or 'production'.", field: "environment")
@@ -71,7 +72,8 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
             APNsCredentials(
                 teamID: try body.requiredString("teamId"), keyID: try body.requiredString("keyId"),
                 privateKeyPEM: try body.requiredString("privateKey"), environment: environment,
-                baseURL: try body.string("baseUrl"), caCertificatePEM: try body.string("caCertificate")
+                baseURL: try body.string("baseUrl"), caCertificatePEM: try body.string("caCertificate"),
+                channelManagementBaseURL: try body.string("channelManagementBaseUrl")
             )
         )
         return Response.json(Representation.credentials(stored))
@@ -124,6 +126,33 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
             )
         }
         let app = try await administration.setBudget(appID: appID, budget)
+        return Response.json(Representation.app(app))
+    }
+
+    /// The app's broadcast defaults: how its activities are delivered when a start or first update does not say, and
+    /// what their channels store; `null` (or absent) falls back to the server's configuration.
+    @Sendable func setBroadcastDefaults(_ request: Request, context: Context) async throws -> Response {
+        try authorize(request)
+        guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
+        let body = try await RequestBody.read(request)
+        try body.allowOnly(["defaultDelivery", "messageStoragePolicy"])
+        var defaults = BroadcastDefaults()
+        if let name = try body.string("defaultDelivery") {
+            guard let delivery = ActivityDelivery(rawValue: name) else {
+                throw ValidationError(code: "invalid_delivery", message: "defaultDelivery must be 'token', 'broadcast' or null.", field: "defaultDelivery")
+            }
+            defaults.delivery = delivery
+        }
+        if let name = try body.string("messageStoragePolicy") {
+            guard let policy = ChannelStoragePolicy(rawValue: name) else {
+                throw ValidationError(
+                    code: "invalid_storage_policy", message: "messageStoragePolicy must be 'mostRecent', 'none' or null.",
+                    field: "messageStoragePolicy"
+                )
+            }
+            defaults.storagePolicy = policy
+        }
+        let app = try await administration.setBroadcastDefaults(appID: appID, defaults)
         return Response.json(Representation.app(app))
     }
 

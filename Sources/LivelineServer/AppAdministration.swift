@@ -49,6 +49,13 @@ public struct AppAdministration: Sendable {
         return app
     }
 
+    /// Sets (or clears, with `nil` parts) the app's broadcast defaults; returns the app.
+    public func setBroadcastDefaults(appID: String, _ defaults: BroadcastDefaults) async throws -> AppRecord {
+        try await store.setBroadcastDefaults(appID: appID, defaults)
+        guard let app = try await store.app(id: appID) else { throw StoreError.appNotFound }
+        return app
+    }
+
     /// The app's credentials as shown to operators: settings and health, never the secret.
     public func credentials(appID: String) async throws -> [StoredCredentials] {
         guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }

@@ -62,6 +62,8 @@ public struct LivelineConfiguration: Sendable {
     /// The scheduling niceness (0 – 19) of the threads the delivery engine runs on, so the HTTP API is served first on
     /// a busy machine; 0 runs the engine at the API's priority.
     public var engineNiceness: Int = 10
+    /// The defaults of iOS 18 broadcast channels (an app's own come first).
+    public var broadcast: BroadcastSettings = BroadcastSettings()
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -134,6 +136,13 @@ public struct LivelineConfiguration: Sendable {
             summary: "Scheduling niceness (0-19) of the delivery engine's threads (Linux): during a fan-out the API and the Store's writer are served first. 0 turns it off."),
         Key(name: "liveline.starts.confirmationTimeout", environment: "LIVELINE_STARTS_CONFIRMATION_TIMEOUT", flag: nil, defaultValue: "120",
             summary: "Seconds a remotely started instance may stay 'starting' (its phone has not registered the activity's token) before GET /v1/activities/{id} lists it as unconfirmed."),
+        Key(name: "liveline.broadcast.defaultDelivery", environment: "LIVELINE_BROADCAST_DEFAULT_DELIVERY", flag: nil, defaultValue: "token",
+            summary: "How activities are delivered when neither the request nor the app says: 'token' or 'broadcast' (iOS 18 channels)."),
+        Key(name: "liveline.broadcast.messageStoragePolicy", environment: "LIVELINE_BROADCAST_MESSAGE_STORAGE_POLICY", flag: nil,
+            defaultValue: "mostRecent",
+            summary: "What new broadcast channels store when neither the request nor the app says: 'mostRecent' (Apple's policy 1) or 'none' (0)."),
+        Key(name: "liveline.broadcast.maximumChannels", environment: "LIVELINE_BROADCAST_MAXIMUM_CHANNELS", flag: nil, defaultValue: "10000",
+            summary: "The most broadcast channels an app holds at once (Apple allows 10,000 per app and environment)."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
             summary: "trace, debug, info, notice, warning, error or critical."),
     ]
@@ -236,6 +245,21 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("starts.confirmationTimeout must be between 1 and 86400 seconds; got \(confirmation).")
         }
         startConfirmationTimeout = TimeInterval(confirmation)
+        let deliveryName = scoped.string(forKey: "broadcast.defaultDelivery", default: ActivityDelivery.token.rawValue)
+        guard let defaultDelivery = ActivityDelivery(rawValue: deliveryName) else {
+            throw ConfigurationError("broadcast.defaultDelivery must be 'token' or 'broadcast'; got '\(deliveryName)'.")
+        }
+        let policyName = scoped.string(forKey: "broadcast.messageStoragePolicy", default: ChannelStoragePolicy.mostRecent.rawValue)
+        guard let storagePolicy = ChannelStoragePolicy(rawValue: policyName) else {
+            throw ConfigurationError("broadcast.messageStoragePolicy must be 'mostRecent' or 'none'; got '\(policyName)'.")
+        }
+        let maximumChannels = scoped.int(forKey: "broadcast.maximumChannels", default: Limits.maximumChannelsPerApp)
+        guard (1...Limits.maximumChannelsPerApp).contains(maximumChannels) else {
+            throw ConfigurationError("broadcast.maximumChannels must be between 1 and \(Limits.maximumChannelsPerApp); got \(maximumChannels).")
+        }
+        broadcast.defaultDelivery = defaultDelivery
+        broadcast.storagePolicy = storagePolicy
+        broadcast.maximumChannels = maximumChannels
         let level = scoped.string(forKey: "logLevel", default: "info")
         guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {
             throw ConfigurationError("logLevel must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'.")

@@ -47,6 +47,9 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                     message: "This device is registered as '\(registered.rawValue)'; a device's platform never changes (another installation needs its own device id).",
                     field: "platform"
                 )
+            case .deliveryMismatch(let existing): return .deliveryMismatch(existing: existing)
+            case .channelLimitReached(let maximum): return .channelLimitReached(maximum: maximum)
+            case .channelMismatch: return .channelMismatch
             case .schemaTooNew: return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")
             }
         case let error as any HTTPResponseError:

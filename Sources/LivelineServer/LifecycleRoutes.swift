@@ -32,6 +32,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         v1.get("activities/:activityId/instances", use: instances)
         v1.post("activities/:activityId/instances/:deviceId/events", use: instanceEvent)
         v1.get("activities/:activityId/deliveries", use: deliveries)
+        v1.get("activities/:activityId/channel", use: channel)
         v1.get("app", use: app)
     }
 
@@ -42,12 +43,31 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let activityID = try Self.pathID("activityId", context)
         let deviceID = try Self.pathID("deviceId", context)
         let body = try await RequestBody.read(request)
-        try body.allowOnly(["platform", "pushToken", "attributesType", "attributes", "userId"])
+        try body.allowOnly(["platform", "pushToken", "channelId", "attributesType", "attributes", "userId"])
         let platformName = try body.requiredString("platform")
         guard let platform = Platform(rawValue: platformName) else {
             throw ValidationError(code: "invalid_platform", message: "platform must be 'ios' or 'android'.", field: "platform")
         }
-        let pushToken = try PushToken.validate(try body.requiredString("pushToken"), platform: platform)
+        // An iPhone that subscribed the activity to its broadcast channel registers the channel instead of a token.
+        let channelID = try body.string("channelId")
+        let pushToken: String
+        if let channelID {
+            guard platform == .ios else {
+                throw ValidationError(code: "channel_not_allowed", message: "Only an iPhone subscribes to a broadcast channel.", field: "channelId")
+            }
+            guard body.members["pushToken"] == nil else {
+                throw ValidationError(
+                    code: "token_and_channel", message: "Give pushToken or channelId, not both: a Live Activity has one or the other.",
+                    field: "channelId"
+                )
+            }
+            guard !channelID.isEmpty, channelID.utf8.count <= 256 else {
+                throw ValidationError(code: "invalid_channel_id", message: "channelId must be 1 to 256 characters.", field: "channelId")
+            }
+            pushToken = ""
+        } else {
+            pushToken = try PushToken.validate(try body.requiredString("pushToken"), platform: platform)
+        }
         let attributesType = try body.string("attributesType")
         if let attributesType { try Self.validateAttributesType(attributesType) }
         var attributes: JSONValue?
@@ -61,7 +81,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let result = try await lifecycle.register(
             InstanceRegistration(
                 appID: caller.appID, activityID: activityID, deviceID: deviceID, platform: platform, pushToken: pushToken,
-                attributesType: attributesType, attributes: attributes, userID: userID
+                attributesType: attributesType, attributes: attributes, userID: userID, channelID: channelID
             )
         )
         return Response.json(Representation.instance(result.instance), status: result.change == .created ? .created : .ok)
@@ -74,7 +94,10 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         return try await IdempotentPOST.respond(
             to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
         ) { claim in
-            try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate", "minUpdateInterval"])
+            try body.allowOnly([
+                "contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate", "minUpdateInterval", "delivery",
+                "messageStoragePolicy",
+            ])
             if body.members["dismissalDate"] != nil {
                 throw ValidationError(
                     code: "dismissal_date_not_allowed",
@@ -89,7 +112,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
                     alert: common.alert, staleDate: common.staleDate, relevanceScore: common.relevanceScore, priority: common.priority,
                     minUpdateInterval: try Self.minUpdateInterval(body)
                 ),
-                idempotency: claim
+                delivery: try Self.deliveryRequest(body), idempotency: claim
             )
         }
     }
@@ -120,6 +143,40 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let activityID = try Self.pathID("activityId", context)
         let outcome = try await lifecycle.end(ActivityEnd(appID: caller.appID, activityID: activityID), dismissingNow: true)
         return IdempotentPOST.answer(outcome, represent: Self.acceptedResponse)
+    }
+
+    /// The activity's broadcast channel, for the app to subscribe its Live Activity (`pushType: .channel(id)`): the
+    /// publishable key may read it.
+    @Sendable func channel(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .publishableOrSecret)
+        let activityID = try Self.pathID("activityId", context)
+        let channel = try await lifecycle.channel(appID: caller.appID, activityID: activityID)
+        return Response.json(
+            .object([
+                "activityId": .string(activityID), "channelId": .string(channel.id),
+                "messageStoragePolicy": .string(channel.storagePolicy.rawValue), "status": .string(channel.status.rawValue),
+            ])
+        )
+    }
+
+    /// The delivery a start or update body asks for (`delivery`, `messageStoragePolicy`).
+    static func deliveryRequest(_ body: RequestBody) throws -> DeliveryRequest {
+        var request = DeliveryRequest()
+        if let delivery = try body.string("delivery") {
+            guard let value = ActivityDelivery(rawValue: delivery) else {
+                throw ValidationError(code: "invalid_delivery", message: "delivery must be 'token' or 'broadcast'.", field: "delivery")
+            }
+            request.delivery = value
+        }
+        if let policy = try body.string("messageStoragePolicy") {
+            guard let value = ChannelStoragePolicy(rawValue: policy) else {
+                throw ValidationError(
+                    code: "invalid_storage_policy", message: "messageStoragePolicy must be 'mostRecent' or 'none'.", field: "messageStoragePolicy"
+                )
+            }
+            request.storagePolicy = value
+        }
+        return request
     }
 
     @Sendable func activity(_ request: Request, context: Context) async throws -> Response {

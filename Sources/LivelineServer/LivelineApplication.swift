@@ -19,7 +19,8 @@ public enum LivelineApplication {
     public static func makeRouter(
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
         staleness: StalenessPolicy = StalenessPolicy(), budget: PriorityBudget = PriorityBudget(),
-        delivery: any DeliveryWaking = NoDeliveryEngine(), startConfirmationTimeout: TimeInterval = 120
+        delivery: any DeliveryWaking = NoDeliveryEngine(), startConfirmationTimeout: TimeInterval = 120,
+        channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings()
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let keys = APIKeyCache(store: store)
@@ -27,7 +28,9 @@ public enum LivelineApplication {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
-        let lifecycle = ActivityLifecycle(store: store, clock: clock, staleness: staleness, delivery: delivery)
+        let lifecycle = ActivityLifecycle(
+            store: store, clock: clock, staleness: staleness, delivery: delivery, channels: channels, broadcast: broadcast
+        )
         LifecycleRoutes(
             store: store, authenticator: Authenticator(keys: keys), clock: clock, lifecycle: lifecycle, budget: budget,
             startConfirmationTimeout: startConfirmationTimeout
@@ -47,13 +50,15 @@ public enum LivelineApplication {
     /// header block and body and for keep-alive idleness, and a cap on open connections.
     public static func makeApplication(
         configuration: LivelineConfiguration, store: any Store, clock: WallClock = .system, logger: Logger,
-        sealer: CredentialSealer? = nil, delivery: any DeliveryWaking = NoDeliveryEngine(), services: [any Service] = [],
+        sealer: CredentialSealer? = nil, delivery: any DeliveryWaking = NoDeliveryEngine(),
+        channels: (any BroadcastChannelManagement)? = nil, services: [any Service] = [],
         onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
             router: makeRouter(
                 store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, staleness: configuration.staleness,
-                budget: configuration.budget, delivery: delivery, startConfirmationTimeout: configuration.startConfirmationTimeout
+                budget: configuration.budget, delivery: delivery, startConfirmationTimeout: configuration.startConfirmationTimeout,
+                channels: channels, broadcast: configuration.broadcast
             ),
             server: .guardedHTTP1(limits: configuration.connections, logger: logger),
             configuration: ApplicationConfiguration(

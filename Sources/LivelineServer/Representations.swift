@@ -17,7 +17,9 @@ enum Representation {
             total += count
         }
         counts["total"] = .integer(Int64(total))
-        return .object([
+        var channel = JSONValue.null
+        if let stored = record.channel { channel = channelDetails(stored, broadcastSequence: record.broadcastSequence) }
+        let json: [String: JSONValue] = [
             "activityId": .string(record.activityID),
             "state": .string(record.state.rawValue),
             "attributesType": optional(record.attributesType),
@@ -37,6 +39,23 @@ enum Representation {
             "endedAt": date(record.endedAt),
             "endReason": optional(record.endReason?.rawValue),
             "minUpdateInterval": record.minUpdateInterval.flatMap { $0 > 0 ? JSONValue.number($0) : nil } ?? .null,
+            "delivery": .string(record.delivery.rawValue),
+            "channelId": optional(record.channel?.id),
+            "channel": channel,
+        ]
+        return .object(json)
+    }
+
+    /// A broadcast activity's channel: Apple's id, what it stores, where it stands, and the sequence its last broadcast
+    /// carried (or gave up on).
+    static func channelDetails(_ channel: BroadcastChannel, broadcastSequence: Int64) -> JSONValue {
+        .object([
+            "channelId": .string(channel.id),
+            "messageStoragePolicy": .string(channel.storagePolicy.rawValue),
+            "status": .string(channel.status.rawValue),
+            "broadcastSequence": .integer(broadcastSequence),
+            "createdAt": date(channel.createdAt),
+            "deletedAt": date(channel.deletedAt),
         ])
     }
 
@@ -50,6 +69,7 @@ enum Representation {
             "state": .string(record.state.rawValue),
             "frequentPushesEnabled": record.frequentPushesEnabled.map(JSONValue.bool) ?? .null,
             "deliveredSequence": .integer(record.deliveredSequence),
+            "channelId": optional(record.channelID),
             "createdAt": date(record.createdAt),
             "updatedAt": date(record.updatedAt),
         ])
@@ -108,6 +128,10 @@ enum Representation {
                 "hourly": app.budget.hourly.map { .integer(Int64($0)) } ?? .null,
                 "hourlyWithFrequentPushes": app.budget.hourlyWithFrequentPushes.map { .integer(Int64($0)) } ?? .null,
             ]),
+            "broadcast": .object([
+                "defaultDelivery": optional(app.broadcastDefaults.delivery?.rawValue),
+                "messageStoragePolicy": optional(app.broadcastDefaults.storagePolicy?.rawValue),
+            ]),
         ])
     }
 
@@ -125,6 +149,7 @@ enum Representation {
             "latencyMs": record.latencyMilliseconds.map(JSONValue.number) ?? .null,
             "attempt": .integer(Int64(record.attempt)),
             "attemptedAt": date(record.attemptedAt),
+            "channelId": optional(record.channelID),
         ])
     }
 

@@ -28,7 +28,10 @@ struct StartRoutes<Context: RequestContext>: Sendable {
         return try await IdempotentPOST.respond(
             to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
         ) { claim in
-            try await lifecycle.start(try Self.activityStart(from: body, appID: caller.appID, activityID: activityID), idempotency: claim)
+            try await lifecycle.start(
+                try Self.activityStart(from: body, appID: caller.appID, activityID: activityID),
+                delivery: try LifecycleRoutes<Context>.deliveryRequest(body), idempotency: claim
+            )
         }
     }
 
@@ -51,7 +54,10 @@ struct StartRoutes<Context: RequestContext>: Sendable {
                 field: "dismissalDate"
             )
         }
-        try body.allowOnly(["attributesType", "attributes", "contentState", "alert", "staleDate", "relevanceScore", "audience"])
+        try body.allowOnly([
+            "attributesType", "attributes", "contentState", "alert", "staleDate", "relevanceScore", "audience", "delivery",
+            "messageStoragePolicy",
+        ])
         let attributesType = try body.requiredString("attributesType")
         try LifecycleRoutes<Context>.validateAttributesType(attributesType)
         let attributes = try body.required("attributes")

@@ -49,12 +49,16 @@ public struct DeliveryRecord: Sendable, Hashable {
     /// 1 for the first attempt.
     public var attempt: Int
     public var attemptedAt: Date
+    /// A broadcast's channel: the attempt went to every subscriber of it (``deviceID`` is empty, and ``providerID``
+    /// is the `apns-request-id`).
+    public var channelID: String?
 
     public init(
         id: Int64 = 0, appID: String, activityID: String, deviceID: String, platform: Platform, sequence: Int64,
         event: LiveActivityEvent, priority: Int, status: DeliveryStatus, providerID: String?, reason: String?,
-        latencyMilliseconds: Double?, attempt: Int, attemptedAt: Date
+        latencyMilliseconds: Double?, attempt: Int, attemptedAt: Date, channelID: String? = nil
     ) {
+        self.channelID = channelID
         self.id = id
         self.appID = appID
         self.activityID = activityID

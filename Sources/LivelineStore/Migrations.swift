@@ -327,5 +327,35 @@ enum SQLiteMigrations {
                 "CREATE INDEX idempotency_keys_by_age ON idempotency_keys(created_at)",
             ]
         ),
+        Migration(
+            version: 14,
+            name: "broadcast channels",
+            statements: [
+                // How the activity's iPhones are reached ('token' or 'broadcast'), and its APNs channel: id, storage policy
+                // (0 or 1, Apple's numbers), status ('active', 'unregistered', 'deleted'), and the sequence its last
+                // broadcast carried (or gave up on).
+                "ALTER TABLE activities ADD COLUMN delivery TEXT NOT NULL DEFAULT 'token'",
+                "ALTER TABLE activities ADD COLUMN channel_id TEXT",
+                "ALTER TABLE activities ADD COLUMN channel_storage_policy INTEGER",
+                "ALTER TABLE activities ADD COLUMN channel_status TEXT",
+                "ALTER TABLE activities ADD COLUMN channel_created_at INTEGER",
+                "ALTER TABLE activities ADD COLUMN channel_deleted_at INTEGER",
+                "ALTER TABLE activities ADD COLUMN broadcast_sequence INTEGER NOT NULL DEFAULT 0",
+                // The channels an app holds at APNs (Apple allows 10,000 per app and environment), counted per app; and
+                // the ended ones the sweeper deletes.
+                "CREATE INDEX activities_live_channels ON activities(app_id) WHERE channel_id IS NOT NULL AND channel_deleted_at IS NULL",
+                """
+                CREATE INDEX activities_channels_to_delete ON activities(ended_at)
+                WHERE state = 'ended' AND channel_id IS NOT NULL AND channel_deleted_at IS NULL
+                """,
+                // The app's defaults for activities that do not say: delivery ('token' or 'broadcast') and the storage
+                // policy of their channels (0 or 1).
+                "ALTER TABLE apps ADD COLUMN default_delivery TEXT",
+                "ALTER TABLE apps ADD COLUMN default_channel_storage_policy INTEGER",
+                // An instance that takes the activity's broadcasts (an iPhone subscribed to the channel) instead of pushes
+                // to a token of its own.
+                "ALTER TABLE instances ADD COLUMN channel_id TEXT",
+            ]
+        ),
     ]
 }

@@ -15,15 +15,34 @@ public struct AppRecord: Sendable, Hashable {
     public var createdAt: Date
     /// The app's own priority-10 budget, overriding the server's; `nil` parts use the server's.
     public var budget: BudgetOverride = BudgetOverride()
+    /// The app's defaults for activities that do not choose their delivery; `nil` parts use the server's.
+    public var broadcastDefaults = BroadcastDefaults()
 
     /// Creates an app record.
-    public init(id: String, name: String, bundleID: String, androidPackage: String?, createdAt: Date, budget: BudgetOverride = BudgetOverride()) {
+    public init(
+        id: String, name: String, bundleID: String, androidPackage: String?, createdAt: Date, budget: BudgetOverride = BudgetOverride(),
+        broadcastDefaults: BroadcastDefaults = BroadcastDefaults()
+    ) {
+        self.broadcastDefaults = broadcastDefaults
         self.budget = budget
         self.id = id
         self.name = name
         self.bundleID = bundleID
         self.androidPackage = androidPackage
         self.createdAt = createdAt
+    }
+}
+
+/// An app's defaults for broadcast delivery; `nil` parts fall back to the server's configuration.
+public struct BroadcastDefaults: Sendable, Hashable {
+    /// How activities that do not say are delivered.
+    public var delivery: ActivityDelivery?
+    /// What the channels of its broadcast activities store, unless the activity says.
+    public var storagePolicy: ChannelStoragePolicy?
+
+    public init(delivery: ActivityDelivery? = nil, storagePolicy: ChannelStoragePolicy? = nil) {
+        self.delivery = delivery
+        self.storagePolicy = storagePolicy
     }
 }
 
@@ -92,12 +111,16 @@ public struct InstanceRegistration: Sendable, Hashable {
     public var attributes: JSONValue?
     /// The backend's user id for this device, if the app sends one.
     public var userID: String?
+    /// The broadcast channel the phone subscribed the activity to (`pushType: .channel(id)`), instead of a token
+    /// (``pushToken`` is then empty).
+    public var channelID: String?
 
     /// Creates a registration.
     public init(
         appID: String, activityID: String, deviceID: String, platform: Platform, pushToken: String,
-        attributesType: String?, attributes: JSONValue?, userID: String?
+        attributesType: String?, attributes: JSONValue?, userID: String?, channelID: String? = nil
     ) {
+        self.channelID = channelID
         self.appID = appID
         self.activityID = activityID
         self.deviceID = deviceID
@@ -413,6 +436,12 @@ public struct ActivityRecord: Sendable, Hashable {
     /// The alert of the latest remote start: what a start push carries (a start needs one; the updates sent to
     /// instances already watching carry their own).
     public var startAlert: LiveActivityAlert?
+    /// How its iPhones are reached: a token each, or (iOS 18) its broadcast channel plus the tokens of the rest.
+    public var delivery: ActivityDelivery = .token
+    /// Its APNs broadcast channel, once created (broadcast activities only).
+    public var channel: BroadcastChannel?
+    /// The sequence its last broadcast carried, or gave up on (0 before the first).
+    public var broadcastSequence: Int64 = 0
 
     public init(
         appID: String, activityID: String, attributesType: String?, attributes: JSONValue?, state: ActivityState,
@@ -421,8 +450,12 @@ public struct ActivityRecord: Sendable, Hashable {
         alert: LiveActivityAlert?, staleDate: Int64?, relevanceScore: Double?, priority: Int?,
         dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int],
         endReason: EndReason? = nil, minUpdateInterval: Double? = nil, lastSentSequence: Int64? = nil, lastSentAt: Date? = nil,
-        budgetWarnedAt: Date? = nil, contentShape: JSONShape? = nil, startAlert: LiveActivityAlert? = nil
+        budgetWarnedAt: Date? = nil, contentShape: JSONShape? = nil, startAlert: LiveActivityAlert? = nil,
+        delivery: ActivityDelivery = .token, channel: BroadcastChannel? = nil, broadcastSequence: Int64 = 0
     ) {
+        self.delivery = delivery
+        self.channel = channel
+        self.broadcastSequence = broadcastSequence
         self.startAlert = startAlert
         self.budgetWarnedAt = budgetWarnedAt
         self.contentShape = contentShape
@@ -470,12 +503,17 @@ public struct InstanceRecord: Sendable, Hashable {
     public var updatedAt: Date
     /// When (seconds since 1970) the instance received priority-10 pushes in the last hour or so.
     public var priority10Sent: [Int64]
+    /// The broadcast channel the instance subscribed to (an iPhone on iOS 18 or later): it takes the activity's
+    /// broadcasts, not pushes to a token of its own (``pushToken`` is empty, or its push-to-start token until its start
+    /// went out).
+    public var channelID: String?
 
     public init(
         appID: String, activityID: String, deviceID: String, platform: Platform, pushToken: String, userID: String?,
         state: InstanceState, frequentPushesEnabled: Bool?, deliveredSequence: Int64, createdAt: Date, updatedAt: Date,
-        priority10Sent: [Int64] = []
+        priority10Sent: [Int64] = [], channelID: String? = nil
     ) {
+        self.channelID = channelID
         self.priority10Sent = priority10Sent
         self.appID = appID
         self.activityID = activityID
@@ -531,6 +569,12 @@ public enum StoreError: Error, Sendable, Hashable {
     case idempotencyKeyReused
     /// A device registered again with another platform than it was first registered with.
     case platformMismatch(registered: Platform)
+    /// The activity is reached another way (`delivery` is set by the start or first update that created it).
+    case deliveryMismatch(existing: ActivityDelivery)
+    /// The app holds as many broadcast channels as it may.
+    case channelLimitReached(maximum: Int)
+    /// The instance names a channel the activity does not have.
+    case channelMismatch
     /// The database holds data written by a newer Liveline.
     case schemaTooNew(found: Int, supported: Int)
 }
@@ -707,5 +751,25 @@ public struct DeviceTag: Sendable, Hashable {
     public init(key: String, value: String) {
         self.key = key
         self.value = value
+    }
+}
+
+/// An activity's APNs broadcast channel.
+public struct BroadcastChannel: Sendable, Hashable {
+    /// Apple's channel id (base64).
+    public var id: String
+    public var storagePolicy: ChannelStoragePolicy
+    public var status: ChannelStatus
+    public var createdAt: Date
+    /// When it was deleted at APNs.
+    public var deletedAt: Date?
+
+    /// Creates a channel record.
+    public init(id: String, storagePolicy: ChannelStoragePolicy, status: ChannelStatus = .active, createdAt: Date, deletedAt: Date? = nil) {
+        self.id = id
+        self.storagePolicy = storagePolicy
+        self.status = status
+        self.createdAt = createdAt
+        self.deletedAt = deletedAt
     }
 }

@@ -36,8 +36,12 @@ extension SQLiteStore {
     /// The instances the engine sends to, as SQL on a row of `instances` (columns prefixed with `prefix`): active ones,
     /// and remotely started ones not yet confirmed — an Android phone at its FCM token, an iPhone only until its start
     /// went out (its push-to-start token takes nothing but a start; it is caught up once it registers its own token).
+    ///
+    /// An instance subscribed to the activity's broadcast channel takes its broadcasts instead (its start, when it was
+    /// started remotely, still goes to its push-to-start token).
     static func deliverable(_ prefix: String) -> String {
-        "(\(prefix)state = 'active' OR (\(prefix)state = 'starting' AND (\(prefix)platform = 'android' OR \(prefix)delivered_sequence = 0)))"
+        "((\(prefix)state = 'active' AND \(prefix)channel_id IS NULL)"
+            + " OR (\(prefix)state = 'starting' AND (\(prefix)platform = 'android' OR \(prefix)delivered_sequence = 0)))"
     }
 
     static let deliverableInstance = deliverable("")
@@ -208,6 +212,9 @@ extension SQLiteStore {
                       AND i.platform IN (\(placeholders))
                 ) OR EXISTS (
                     SELECT 1 FROM start_audiences s WHERE s.app_id = ? AND s.activity_id = ? AND s.admitted = 0
+                ) OR EXISTS (
+                    SELECT 1 FROM activities b WHERE b.app_id = ? AND b.activity_id = ? AND b.channel_status = 'active'
+                      AND b.broadcast_sequence < b.sequence AND 'ios' IN (\(placeholders))
                 ) AS behind
             ) AS pass
             WHERE activities.app_id = ? AND activities.activity_id = ? AND activities.claim_owner = ?
@@ -215,7 +222,9 @@ extension SQLiteStore {
             """,
             [retryAt.map { .integer(Self.millis($0)) } ?? .null, .text(appID), .text(activityID)]
                 + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
-                + [.text(appID), .text(activityID), .text(appID), .text(activityID), .text(owner)]
+                + [.text(appID), .text(activityID), .text(appID), .text(activityID)]
+                + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
+                + [.text(appID), .text(activityID), .text(owner)]
         ).first?.column("done")?.integer
         return done == 1
     }

@@ -10,11 +10,12 @@ extension SQLiteStore {
         ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
     }
 
+    /// A broadcast activity is never among them: phones subscribed to its channel need not register with Liveline.
     public func activitiesWithAllInstancesGone(limit: Int) async throws -> [ActivityKey] {
         try await reader.query(
             """
             SELECT a.app_id, a.activity_id FROM activities a
-            WHERE a.state = 'active'
+            WHERE a.state = 'active' AND a.delivery = 'token'
               AND EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id)
               AND NOT EXISTS (
                   SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id AND i.state IN ('active', 'starting')
@@ -38,32 +39,33 @@ extension SQLiteStore {
         }
     }
 
+    /// An activity whose broadcast channel is still held at APNs is kept until the sweeper has deleted it.
     public func purgeActivities(endedBefore cutoff: Date) async throws -> Int {
         try await transaction { db in
             let cutoffMillis = Self.millis(cutoff)
             _ = try db.query(
                 """
                 DELETE FROM delivery_segments WHERE (app_id, activity_id) IN
-                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
+                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ? AND (channel_id IS NULL OR channel_deleted_at IS NOT NULL))
                 """,
                 [.integer(cutoffMillis)]
             )
             _ = try db.query(
                 """
                 DELETE FROM start_audiences WHERE (app_id, activity_id) IN
-                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
+                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ? AND (channel_id IS NULL OR channel_deleted_at IS NOT NULL))
                 """,
                 [.integer(cutoffMillis)]
             )
             _ = try db.query(
                 """
                 DELETE FROM instances WHERE (app_id, activity_id) IN
-                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
+                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ? AND (channel_id IS NULL OR channel_deleted_at IS NOT NULL))
                 """,
                 [.integer(cutoffMillis)]
             )
             let purged = try db.query(
-                "DELETE FROM activities WHERE state = 'ended' AND ended_at <= ? RETURNING activity_id", [.integer(cutoffMillis)]
+                "DELETE FROM activities WHERE state = 'ended' AND ended_at <= ? AND (channel_id IS NULL OR channel_deleted_at IS NOT NULL) RETURNING activity_id", [.integer(cutoffMillis)]
             )
             return purged.count
         }

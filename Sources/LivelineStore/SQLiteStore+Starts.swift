@@ -120,7 +120,7 @@ extension SQLiteStore {
     /// attributes type on iOS, the FCM token on Android; NULL when there is none or it was refused) and their instance of
     /// the activity, if any. The caller appends the rest of the WHERE clause and binds `attributes type, activity id, app id`.
     private static let audienceRows = """
-        SELECT d.device_id, d.platform, d.user_id,
+        SELECT d.device_id, d.platform, d.user_id, d.os_version,
             CASE WHEN d.platform = 'ios' THEN p.token WHEN d.fcm_token_dropped_at IS NULL THEN d.fcm_token END AS start_token,
             i.state AS instance_state
         FROM devices d
@@ -158,10 +158,11 @@ extension SQLiteStore {
     public func admitStartAudience(appID: String, activityID: String, limit: Int, at now: Date) async throws -> Bool {
         try await transaction(durability: .bookkeeping) { db in
             // Admission is bookkeeping: lost in a crash, the same page is admitted again (an instance already there stays).
-            let ended = try db.query(
-                "SELECT 1 FROM activities WHERE app_id = ? AND activity_id = ? AND state = 'ended'", [.text(appID), .text(activityID)]
-            )
-            if !ended.isEmpty {
+            let activity = try db.query(
+                "SELECT state, channel_id, channel_status FROM activities WHERE app_id = ? AND activity_id = ?",
+                [.text(appID), .text(activityID)]
+            ).first
+            if activity?.column("state")?.string == ActivityState.ended.rawValue {
                 // An ended activity starts nowhere.
                 _ = try db.query(
                     "UPDATE start_audiences SET admitted = 1 WHERE app_id = ? AND activity_id = ? AND admitted = 0",
@@ -189,30 +190,39 @@ extension SQLiteStore {
                 [.text(attributesType), .text(activityID), .text(appID)] + condition.binds + (after.map { [.text($0)] } ?? [])
             )
             let nowMillis = Self.millis(now)
-            var admitted: [(deviceID: String, platform: String, userID: String?, token: String)] = []
+            // A broadcast activity's iPhones on iOS 18 or later are started into its channel (`input-push-channel`).
+            let channelID = activity?.column("channel_status")?.string == ChannelStatus.active.rawValue
+                ? activity?.column("channel_id")?.string : nil
+            var admitted: [(deviceID: String, platform: String, userID: String?, token: String, channelID: String?)] = []
             for device in devices {
                 guard let token = device.column("start_token")?.string else { continue }
                 let state = device.column("instance_state")?.string
                 guard state == nil || state == InstanceState.invalidated.rawValue else { continue }
-                admitted.append((try device.string("device_id"), try device.string("platform"), device.column("user_id")?.string, token))
+                let platform = try device.string("platform")
+                let subscribes = platform == Platform.ios.rawValue
+                    && BroadcastSupport.supportsChannels(osVersion: device.column("os_version")?.string)
+                admitted.append(
+                    (try device.string("device_id"), platform, device.column("user_id")?.string, token, subscribes ? channelID : nil)
+                )
             }
             for chunk in admitted.chunked(into: Self.admissionChunk) {
                 var binds: [SQLiteData] = []
-                binds.reserveCapacity(chunk.count * 10)
+                binds.reserveCapacity(chunk.count * 11)
                 for device in chunk {
                     binds += [
                         .text(appID), .text(activityID), .text(device.deviceID), .text(device.platform), .text(device.token),
                         Self.text(device.userID), .text(InstanceState.starting.rawValue), .integer(nowMillis), .integer(nowMillis),
-                        device.platform == Platform.ios.rawValue ? .text(Priority10Times.encode([])) : .null,
+                        device.platform == Platform.ios.rawValue ? .text(Priority10Times.encode([])) : .null, Self.text(device.channelID),
                     ]
                 }
                 _ = try db.query(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
-                        priority10_sent)
-                    VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ","))
+                        priority10_sent, channel_id)
+                    VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ","))
                     ON CONFLICT (app_id, activity_id, device_id) DO UPDATE SET
-                        state = excluded.state, push_token = excluded.push_token, delivered_sequence = 0, updated_at = excluded.updated_at
+                        state = excluded.state, push_token = excluded.push_token, delivered_sequence = 0, updated_at = excluded.updated_at,
+                        channel_id = excluded.channel_id
                     WHERE instances.state = 'invalidated'
                     """,
                     binds

@@ -37,7 +37,7 @@ extension SQLiteStore {
     }
 
     /// One attempt as a JSON array: device, platform, sequence, event, priority, status, provider id, reason, latency,
-    /// attempt number, when (milliseconds since 1970).
+    /// attempt number, when (milliseconds since 1970), and a broadcast's channel id (only for a broadcast).
     private static func append(_ attempt: DeliveryRecord, to json: inout [UInt8]) {
         func string(_ value: String?) {
             if let value { JSONValue.appendString(value, to: &json) } else { json.append(contentsOf: "null".utf8) }
@@ -56,6 +56,10 @@ extension SQLiteStore {
         (attempt.latencyMilliseconds.map(JSONValue.number) ?? .null).append(to: &json); comma()
         integer(attempt.attempt); comma()
         integer(millis(attempt.attemptedAt))
+        if let channelID = attempt.channelID {
+            comma()
+            string(channelID)
+        }
         json.append(UInt8(ascii: "]"))
     }
 
@@ -65,7 +69,7 @@ extension SQLiteStore {
         let firstIndex = Int64(row.column("first_index")?.integer ?? 0)
         guard let values = try row.json("attempts")?.arrayValue else { throw CorruptRow(column: "attempts") }
         return try values.enumerated().map { offset, value in
-            guard let fields = value.arrayValue, fields.count == 11 else { throw CorruptRow(column: "attempts") }
+            guard let fields = value.arrayValue, fields.count == 11 || fields.count == 12 else { throw CorruptRow(column: "attempts") }
             func string(_ index: Int) -> String? {
                 if case .string(let text) = fields[index] { return text }
                 return nil
@@ -91,7 +95,8 @@ extension SQLiteStore {
                 deviceID: deviceID, platform: string(1).flatMap(Platform.init(rawValue:)) ?? .ios, sequence: sequence,
                 event: LiveActivityEvent(rawValue: event), priority: integer(4).map { Int($0) } ?? 10,
                 status: DeliveryStatus(rawValue: status) ?? .rejected, providerID: string(6), reason: string(7),
-                latencyMilliseconds: latency, attempt: integer(9).map { Int($0) } ?? 1, attemptedAt: date(Int(attemptedAt))
+                latencyMilliseconds: latency, attempt: integer(9).map { Int($0) } ?? 1, attemptedAt: date(Int(attemptedAt)),
+                channelID: fields.count == 12 ? string(11) : nil
             )
         }
     }

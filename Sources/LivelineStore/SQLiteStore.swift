@@ -171,9 +171,11 @@ public final class SQLiteStore: Store, DispatchStore {
         return try await transaction { db in
             let nowMillis = Self.millis(now)
             let activity = try db.query(
-                "SELECT state, attributes_type, sequence FROM activities WHERE app_id = ? AND activity_id = ?",
+                "SELECT state, attributes_type, sequence, channel_id FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(r.appID), .text(r.activityID)]
             ).first
+            // A phone subscribed to a channel names the activity's own.
+            if let channelID = r.channelID, activity?.column("channel_id")?.string != channelID { throw StoreError.channelMismatch }
             if let activity {
                 if try activity.string("state") == ActivityState.ended.rawValue { throw StoreError.activityEnded }
                 if activity.column("attributes_type")?.string == nil, r.attributesType != nil {
@@ -203,25 +205,29 @@ public final class SQLiteStore: Store, DispatchStore {
                 _ = try db.query(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
-                        priority10_sent)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        priority10_sent, channel_id)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [.text(r.appID), .text(r.activityID), .text(r.deviceID), .text(r.platform.rawValue), .text(r.pushToken),
                      Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis),
                      // An iPhone's room for its first priority-10 times, so recording them rewrites the row in place.
-                     r.platform == .ios ? .text(Priority10Times.encode([])) : .null]
+                     r.platform == .ios ? .text(Priority10Times.encode([])) : .null, Self.text(r.channelID)]
                 )
-                // A newcomer to an activity with accepted state is caught up; a new activity has none yet.
-                if hasState { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
+                // A newcomer to an activity with accepted state is caught up (a channel subscriber by the channel); a new
+                // activity has none yet.
+                let catchUp = hasState && r.channelID == nil
+                if catchUp { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
                 let created = InstanceRecord(
                     appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
                     userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
-                    createdAt: Self.date(nowMillis), updatedAt: Self.date(nowMillis)
+                    createdAt: Self.date(nowMillis), updatedAt: Self.date(nowMillis), channelID: r.channelID
                 )
-                return RegistrationResult(change: .created, instance: created, needsDelivery: hasState)
+                return RegistrationResult(change: .created, instance: created, needsDelivery: catchUp)
             }
             let newUserID = r.userID ?? instance.userID
-            let tokenChanged = instance.pushToken != r.pushToken
+            // A subscription to the channel counts as a token of its own: it replaces the token (or the push-to-start
+            // token of a remote start), and a token replaces it.
+            let tokenChanged = instance.pushToken != r.pushToken || instance.channelID != r.channelID
             let wasStarting = instance.state == .starting
             // A new token, or the phone confirming a remotely started instance (an Android phone registers the FCM token
             // its start went to).
@@ -231,6 +237,7 @@ public final class SQLiteStore: Store, DispatchStore {
             }
             instance.platform = r.platform
             instance.pushToken = r.pushToken
+            instance.channelID = r.channelID
             instance.userID = newUserID
             instance.state = newState
             instance.updatedAt = Self.date(nowMillis)
@@ -241,14 +248,16 @@ public final class SQLiteStore: Store, DispatchStore {
             }
             _ = try db.query(
                 """
-                UPDATE instances SET platform = ?, push_token = ?, user_id = ?, state = ?, delivered_sequence = ?, updated_at = ?
+                UPDATE instances SET platform = ?, push_token = ?, user_id = ?, state = ?, delivered_sequence = ?, updated_at = ?,
+                    channel_id = ?
                 WHERE app_id = ? AND activity_id = ? AND device_id = ?
                 """,
                 [.text(r.platform.rawValue), .text(r.pushToken), Self.text(newUserID), .text(newState.rawValue),
-                 .integer(Int(instance.deliveredSequence)), .integer(nowMillis), .text(r.appID), .text(r.activityID), .text(r.deviceID)]
+                 .integer(Int(instance.deliveredSequence)), .integer(nowMillis), Self.text(r.channelID),
+                 .text(r.appID), .text(r.activityID), .text(r.deviceID)]
             )
             let behind = instance.deliveredSequence < Int64(activity?.column("sequence")?.integer ?? 0)
-            let needsDelivery = (tokenChanged || wasStarting) && newState.receivesPushes && behind
+            let needsDelivery = (tokenChanged || wasStarting) && newState.receivesPushes && behind && r.channelID == nil
             if needsDelivery { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
             return RegistrationResult(change: .updated, instance: instance, needsDelivery: needsDelivery)
         }
@@ -568,6 +577,10 @@ public final class SQLiteStore: Store, DispatchStore {
             androidPackage: row.column("android_package")?.string, createdAt: try row.date("created_at"),
             budget: BudgetOverride(
                 hourly: row.column("budget_hourly")?.integer, hourlyWithFrequentPushes: row.column("budget_hourly_frequent")?.integer
+            ),
+            broadcastDefaults: BroadcastDefaults(
+                delivery: row.column("default_delivery")?.string.flatMap(ActivityDelivery.init(rawValue:)),
+                storagePolicy: row.column("default_channel_storage_policy")?.integer.map { $0 == 0 ? .none : .mostRecent }
             )
         )
     }
@@ -600,7 +613,22 @@ public final class SQLiteStore: Store, DispatchStore {
             lastSentAt: row.column("last_sent_at")?.integer.map(date),
             budgetWarnedAt: row.column("budget_warned_at")?.integer.map(date),
             contentShape: try row.json("content_shape")?.objectValue.map { JSONShape(kinds: $0.compactMapValues(\.stringValue)) },
-            startAlert: try row.json("start_alert").flatMap(alert(from:))
+            startAlert: try row.json("start_alert").flatMap(alert(from:)),
+            delivery: row.column("delivery")?.string.flatMap(ActivityDelivery.init(rawValue:)) ?? .token,
+            channel: channel(from: row),
+            broadcastSequence: Int64(row.column("broadcast_sequence")?.integer ?? 0)
+        )
+    }
+
+    /// The channel columns of an `activities` row.
+    static func channel(from row: StoreRow) -> BroadcastChannel? {
+        guard let id = row.column("channel_id")?.string else { return nil }
+        return BroadcastChannel(
+            id: id,
+            storagePolicy: row.column("channel_storage_policy")?.integer == 0 ? .none : .mostRecent,
+            status: row.column("channel_status")?.string.flatMap(ChannelStatus.init(rawValue:)) ?? .active,
+            createdAt: row.column("channel_created_at")?.integer.map(date) ?? Date(timeIntervalSince1970: 0),
+            deletedAt: row.column("channel_deleted_at")?.integer.map(date)
         )
     }
 
@@ -623,7 +651,8 @@ public final class SQLiteStore: Store, DispatchStore {
             deliveredSequence: Int64(row.column("delivered_sequence")?.integer ?? 0),
             createdAt: try row.date("created_at"),
             updatedAt: try row.date("updated_at"),
-            priority10Sent: Priority10Times.decode(row.column("priority10_sent")?.string)
+            priority10Sent: Priority10Times.decode(row.column("priority10_sent")?.string),
+            channelID: row.column("channel_id")?.string
         )
     }
 }

@@ -10,7 +10,9 @@ import LivelineCore
 /// Each caller asks only for the roles it uses: the delivery engine for ``DispatchStore`` and ``TimelineStore``, the
 /// push transports for ``CredentialStore`` and ``AppStore``, the lifetime sweeper for ``LifetimeStore``, the
 /// activity lifecycle for ``LifecycleStore`` and ``SchemaStore``, the devices API and remote starts for ``DeviceStore``.
-public protocol Store: AppStore, LifecycleStore, LifetimeStore, SchemaStore, DispatchStore, TimelineStore, CredentialStore, DeviceStore {
+public protocol Store: AppStore, LifecycleStore, LifetimeStore, SchemaStore, DispatchStore, TimelineStore, CredentialStore, DeviceStore,
+    BroadcastStore
+{
     /// Checks that the database answers.
     func ping() async throws
 

@@ -96,6 +96,18 @@ struct TimelineTests {
                 "DROP TABLE devices",
                 "DROP TABLE device_tags",
                 "DROP TABLE push_to_start_tokens",
+                "DROP INDEX activities_live_channels",
+                "DROP INDEX activities_channels_to_delete",
+                "ALTER TABLE activities DROP COLUMN delivery",
+                "ALTER TABLE activities DROP COLUMN channel_id",
+                "ALTER TABLE activities DROP COLUMN channel_storage_policy",
+                "ALTER TABLE activities DROP COLUMN channel_status",
+                "ALTER TABLE activities DROP COLUMN channel_created_at",
+                "ALTER TABLE activities DROP COLUMN channel_deleted_at",
+                "ALTER TABLE activities DROP COLUMN broadcast_sequence",
+                "ALTER TABLE instances DROP COLUMN channel_id",
+                "ALTER TABLE apps DROP COLUMN default_delivery",
+                "ALTER TABLE apps DROP COLUMN default_channel_storage_policy",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])

@@ -13,7 +13,8 @@ extension ActivityLifecycle {
     /// audience is added), in the same order as an update: validate, apply Core's rules, render both starts and
     /// refuse one that could not be sent, store (O(1) writes: the engine admits the audience later), wake delivery.
     func start(
-        _ start: ActivityStart, idempotency: IdempotencyClaim<AcceptedStartReport>? = nil
+        _ start: ActivityStart, delivery requested: DeliveryRequest = DeliveryRequest(),
+        idempotency: IdempotencyClaim<AcceptedStartReport>? = nil
     ) async throws -> IdempotentOutcome<AcceptedStartReport> {
         let now = clock.now()
         var start = start
@@ -22,6 +23,7 @@ extension ActivityLifecycle {
         if let type = current?.attributesType, type != start.attributesType {
             throw Self.attributesTypeMismatch(start.activityID, existing: type)
         }
+        let plan = try await deliveryPlan(requested, appID: start.appID, current: current)
         var changes: [JSONShape.Change] = []
         if let schema = try await contracts.schema(appID: start.appID, attributesType: start.attributesType) {
             start.contentState = try schema.conform(contentState: start.contentState)
@@ -41,8 +43,9 @@ extension ActivityLifecycle {
         } catch {
             throw APIError.activityEnded(start.activityID)
         }
-        try next.validateRenderings(now: now)
+        try next.validateRenderings(now: now, delivery: plan.delivery)
         try next.validateStartRenderings(attributesType: start.attributesType, attributes: start.attributes, alert: start.alert, now: now)
+        try await prepareDelivery(plan, appID: start.appID, activityID: start.activityID)
         let found = changes
         let claim = idempotency?.pullback { (accepted: AcceptedStart) in AcceptedStartReport(start: accepted, changes: found) }
         let outcome: IdempotentOutcome<AcceptedStart>

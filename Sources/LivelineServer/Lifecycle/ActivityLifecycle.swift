@@ -19,12 +19,16 @@ import LivelineStore
 /// 5. **wake delivery** (``DeliveryWaking``): the engine claims the activity and fans it out
 ///    (``Dispatcher``, ``FanOutStateMachine``).
 struct ActivityLifecycle: Sendable {
-    let store: any LifecycleStore & SchemaStore
+    let store: any LifecycleStore & SchemaStore & BroadcastStore & AppStore
     let clock: WallClock
     /// Default stale dates for states given without one.
     let staleness: StalenessPolicy
     /// Woken after each commit that leaves work for the delivery engine.
     let delivery: any DeliveryWaking
+    /// Creates broadcast activities' channels at APNs (`nil`: this server offers token delivery only).
+    var channels: (any BroadcastChannelManagement)?
+    /// The server's broadcast defaults.
+    var broadcast = BroadcastSettings()
     var contracts: ContentContracts { ContentContracts(store: store) }
 
     /// An accepted update or end: its sequence, and the fields whose type changed (schema-less drift warnings).
@@ -45,10 +49,13 @@ struct ActivityLifecycle: Sendable {
     /// Accepts `update`, as the backend posted it, as the activity's next sequence (creating the activity on first
     /// sight). Its `contentShape` is the lifecycle's to set. Under an idempotency key (`idempotency`), the Store
     /// remembers the accepted update with its response, or replays the response of the same update accepted before.
-    func accept(_ update: ActivityUpdate, idempotency: IdempotencyClaim<Accepted>? = nil) async throws -> IdempotentOutcome<Accepted> {
+    func accept(
+        _ update: ActivityUpdate, delivery requested: DeliveryRequest = DeliveryRequest(), idempotency: IdempotencyClaim<Accepted>? = nil
+    ) async throws -> IdempotentOutcome<Accepted> {
         let now = clock.now()
         let current = try await store.activityWithoutInstanceCounts(appID: update.appID, activityID: update.activityID)
         if let current, current.state != .active { throw APIError.activityEnded(update.activityID) }
+        let plan = try await deliveryPlan(requested, appID: update.appID, current: current)
         let checked = try await contracts.check(update.contentState, appID: update.appID, activity: current, remember: true)
         let staleDate = update.staleDate ?? staleness.staleDate(now: now, previous: current?.sequenceAt)
         let next: LiveActivityState
@@ -60,7 +67,8 @@ struct ActivityLifecycle: Sendable {
         } catch {
             throw Self.apiError(error, activityID: update.activityID)
         }
-        try next.validateRenderings(now: now)
+        try next.validateRenderings(now: now, delivery: plan.delivery)
+        try await prepareDelivery(plan, appID: update.appID, activityID: update.activityID)
         var accepting = update
         accepting.contentState = next.contentState
         accepting.staleDate = next.staleDate
@@ -113,12 +121,22 @@ struct ActivityLifecycle: Sendable {
                 field: "contentState"
             )
         }
-        try next.validateRenderings(now: now)
+        try next.validateRenderings(now: now, delivery: current.delivery)
         let ending = end
         let endChanges = changes
         let claim = idempotency?.pullback { (sequence: AcceptedSequence) in Accepted(sequence: sequence, changes: endChanges) }
         let outcome = try await Self.storing(end.activityID) { try await store.endActivity(ending, at: now, idempotency: claim) }
         return woken(outcome.map { Accepted(sequence: $0, changes: endChanges) })
+    }
+
+    /// The delivery a start or update leaves the activity with (``DeliveryPlan``), under the app's and the server's
+    /// defaults.
+    func deliveryPlan(_ requested: DeliveryRequest, appID: String, current: ActivityRecord?) async throws -> DeliveryPlan {
+        var defaults = BroadcastDefaults()
+        if (current?.sequence ?? 0) == 0, current?.channel == nil, requested.delivery == nil || requested.storagePolicy == nil {
+            defaults = try await store.app(id: appID)?.broadcastDefaults ?? BroadcastDefaults()
+        }
+        return try DeliveryPlan.plan(requested, current: current, app: defaults, server: broadcast)
     }
 
     // MARK: Instances
@@ -185,6 +203,8 @@ struct ActivityLifecycle: Sendable {
             throw APIError.activityEnded(activityID)
         } catch StoreError.activityNotFound {
             throw APIError.activityNotFound(activityID)
+        } catch StoreError.channelMismatch {
+            throw APIError.channelMismatch
         }
     }
 }
