@@ -19,6 +19,7 @@ struct Reply {
     subscript(_ key: String) -> JSONValue? { json.objectValue?[key] }
 
     var errorCode: String? { json.objectValue?["error"]?.objectValue?["code"]?.stringValue }
+    var message: String? { json.objectValue?["error"]?.objectValue?["message"]?.stringValue }
     var errorField: String? { json.objectValue?["error"]?.objectValue?["field"]?.stringValue }
 }
 
@@ -72,11 +73,14 @@ extension TestClock {
 /// Runs `body` against a Liveline router on a real SQLite file.
 func withLiveline<T: Sendable>(
     directory: TemporaryDirectory? = nil, clock: TestClock = TestClock(testStart), adminToken: String? = nil,
+    channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings(),
     _ body: @Sendable (API, any Store) async throws -> T
 ) async throws -> T {
     let directory = try directory ?? TemporaryDirectory()
     let store = try await SQLiteStore.open(path: directory.databasePath)
-    let router = LivelineApplication.makeRouter(store: store, clock: clock.wallClock, adminToken: adminToken)
+    let router = LivelineApplication.makeRouter(
+        store: store, clock: clock.wallClock, adminToken: adminToken, channels: channels, broadcast: broadcast
+    )
     let app = Application(router: router)
     do {
         let result = try await app.test(.router) { client in try await body(API(client: client), store) }

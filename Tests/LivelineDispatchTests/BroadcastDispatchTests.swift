@@ -1,0 +1,268 @@
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineStore
+import LivelineTestSupport
+import NIOCore
+import Testing
+
+/// A push service that also takes broadcasts, at the edge of a unit test: token pushes go to a ``ScriptedTransport``;
+/// broadcasts are recorded and answered from a script.
+final class ScriptedBroadcasts: PushTransport, BroadcastTransport, PushTransportDirectory, @unchecked Sendable {
+    let tokens = ScriptedTransport()
+    private let lock = NSLock()
+    private var sent: [OutgoingBroadcast] = []
+    private var script: [BroadcastOutcome] = []
+
+    var broadcasts: [OutgoingBroadcast] { lock.withLock { sent } }
+    /// The next broadcast outcomes, in order; afterwards broadcasts are delivered.
+    func answer(with outcomes: [BroadcastOutcome]) { lock.withLock { script = outcomes } }
+
+    func broadcast(_ broadcast: OutgoingBroadcast) async -> BroadcastOutcome {
+        lock.withLock {
+            sent.append(broadcast)
+            if !script.isEmpty { return script.removeFirst() }
+            return .delivered(requestID: "request-\(sent.count)")
+        }
+    }
+
+    func send(_ push: OutgoingPush) async -> PushOutcome { await tokens.send(push) }
+    func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? { self }
+    func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
+        await tokens.credentialsHealth(appID: appID, platform: platform, healthy: healthy, reason: reason)
+    }
+}
+
+private func whileDispatching<T>(_ store: SQLiteStore, _ transport: ScriptedBroadcasts, _ body: () async throws -> T) async throws -> T {
+    let dispatcher = Dispatcher(store: store, transports: transport, configuration: fastConfiguration())
+    let task = Task { try await dispatcher.run() }
+    defer { task.cancel() }
+    let result = try await body()
+    task.cancel()
+    _ = await task.result
+    return result
+}
+
+/// A broadcast activity with `subscribers` iPhones registered on its channel and `tokens` iPhones with tokens of their own.
+private func broadcastActivity(
+    _ store: SQLiteStore, _ activity: String, policy: ChannelStoragePolicy = .mostRecent, subscribers: Int, tokens: Range<Int>
+) async throws -> String {
+    let channelID = "Y2hhbm5lbC1\(activity)"
+    _ = try await store.assignChannel(
+        appID: appID, activityID: activity, channelID: channelID, storagePolicy: policy, maximumChannels: 10, at: Date()
+    )
+    for index in 0..<subscribers {
+        _ = try await store.registerInstance(
+            InstanceRegistration(
+                appID: appID, activityID: activity, deviceID: "subscriber-\(index)", platform: .ios, pushToken: "", attributesType: "A",
+                attributes: [:], userID: nil, channelID: channelID
+            ),
+            at: Date()
+        )
+    }
+    try await register(store, activity: activity, devices: tokens)
+    return channelID
+}
+
+@Suite("Broadcast delivery")
+struct BroadcastDispatchTests {
+    @Test("one update to a broadcast activity is one broadcast for every subscriber, plus a push to each token of its own")
+    func hybrid() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            let channelID = try await broadcastActivity(store, "match-1", subscribers: 50, tokens: 0..<20)
+            let transport = ScriptedBroadcasts()
+            try await whileDispatching(store, transport) {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match-1", contentState: ["home": 1]), at: Date())
+                #expect(try await eventually { transport.broadcasts.count == 1 && transport.tokens.pushes.count == 20 })
+                #expect(try await eventually { (try await store.activity(appID: appID, activityID: "match-1"))?.broadcastSequence == 1 })
+                _ = try await store.endActivity(ActivityEnd(appID: appID, activityID: "match-1", contentState: ["home": 2]), at: Date())
+                #expect(try await eventually { transport.broadcasts.count == 2 && transport.tokens.pushes.count == 40 })
+            }
+            let broadcasts = transport.broadcasts
+            #expect(broadcasts.map(\.channelID) == [channelID, channelID])
+            #expect(broadcasts.map(\.event) == [.update, .end])
+            #expect(broadcasts.map(\.bundleID) == ["com.example.d", "com.example.d"])
+            // The payload is the same aps the tokens get.
+            let first = try #require(broadcasts.first)
+            let payload = String(buffer: first.payload)
+            #expect(payload.contains("\"event\":\"update\""))
+            #expect(payload == String(buffer: try #require(transport.tokens.pushes.first?.payload)))
+            // No token push went to a subscriber.
+            #expect(transport.tokens.pushes.allSatisfy { $0.deviceID.hasPrefix("device-") })
+            let timeline = try await store.deliveries(appID: appID, activityID: "match-1", cursor: nil, limit: 100).items
+            let entries = timeline.filter { $0.channelID != nil }
+            #expect(entries.count == 2)
+            #expect(entries.allSatisfy { $0.channelID == channelID && $0.status == .delivered && $0.deviceID.isEmpty })
+            #expect(Set(entries.compactMap(\.providerID)) == ["request-1", "request-2"])
+        }
+    }
+
+    @Test("a channel that stores nothing is published with apns-expiration 0")
+    func noStorage() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            _ = try await broadcastActivity(store, "match-2", policy: .none, subscribers: 1, tokens: 0..<0)
+            let transport = ScriptedBroadcasts()
+            try await whileDispatching(store, transport) {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match-2", contentState: ["home": 1]), at: Date())
+                #expect(try await eventually { transport.broadcasts.count == 1 })
+            }
+            #expect(transport.broadcasts.first?.expiration == 0)
+        }
+    }
+
+    @Test("a broadcast APNs cannot take now is retried; ChannelNotRegistered stops broadcasts and shows on the channel")
+    func retriesAndChannelGone() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            let channelID = try await broadcastActivity(store, "match-3", subscribers: 1, tokens: 0..<2)
+            let transport = ScriptedBroadcasts()
+            transport.answer(with: [
+                .retryable(reason: "ServiceUnavailable", retryAfter: nil, requestID: "r-1"),
+                .delivered(requestID: "r-2"),
+                .channelNotRegistered(reason: "ChannelNotRegistered", requestID: "r-3"),
+            ])
+            try await whileDispatching(store, transport) {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match-3", contentState: ["home": 1]), at: Date())
+                #expect(try await eventually { (try await store.activity(appID: appID, activityID: "match-3"))?.broadcastSequence == 1 })
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match-3", contentState: ["home": 2]), at: Date())
+                #expect(try await eventually { (try await store.activity(appID: appID, activityID: "match-3"))?.channel?.status == .unregistered })
+                // Token instances still get the latest state; the channel gets nothing more.
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match-3", contentState: ["home": 3]), at: Date())
+                #expect(try await eventually { transport.tokens.pushes.filter { $0.sequence == 3 }.count == 2 })
+            }
+            #expect(transport.broadcasts.count == 3)
+            let statuses = try await store.deliveries(appID: appID, activityID: "match-3", cursor: nil, limit: 100).items
+                .filter { $0.channelID == channelID }.sorted { $0.id < $1.id }.map(\.status)
+            #expect(statuses == [.retrying, .delivered, .rejected])
+            // Nothing is left pending: the subscriber's state is the channel's business, not a token's.
+            #expect(try await eventually {
+                let activity = try await store.activity(appID: appID, activityID: "match-3")
+                return activity?.dispatchedSequence == activity?.sequence
+            })
+        }
+    }
+}
+
+/// Channel deletions at the edge of a unit test; the first `failures` deletions fail.
+private final class DeletingChannels: BroadcastChannelManagement, @unchecked Sendable {
+    private let lock = NSLock()
+    private var deleted: [String] = []
+    private var failures: Int
+
+    init(failures: Int = 0) { self.failures = failures }
+    var deletions: [String] { lock.withLock { deleted } }
+
+    func createChannel(appID: String, storagePolicy: ChannelStoragePolicy) async throws(ChannelManagementError) -> String {
+        throw ChannelManagementError(.refused, "not in this test")
+    }
+
+    func deleteChannel(appID: String, channelID: String) async throws(ChannelManagementError) {
+        let fails: Bool = lock.withLock {
+            if failures > 0 {
+                failures -= 1
+                return true
+            }
+            deleted.append(channelID)
+            return false
+        }
+        if fails { throw ChannelManagementError(.unavailable, "HTTP 503") }
+    }
+}
+
+@Suite("Broadcast channels' end")
+struct BroadcastChannelSweepTests {
+    @Test("the sweeper deletes an ended activity's channel once it left the screens, retries a failed delete, and purges only then")
+    func deleteAfterDismissal() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            let start = Date(timeIntervalSince1970: 1_800_000_000)
+            let channelID = "Y2hhbm5lbC1tYXRjaA=="
+            _ = try await store.assignChannel(
+                appID: appID, activityID: "match", channelID: channelID, storagePolicy: .mostRecent, maximumChannels: 10, at: start
+            )
+            #expect(try await store.liveChannelCount(appID: appID) == 1)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["home": 1]), at: start)
+            _ = try await store.endActivity(
+                ActivityEnd(appID: appID, activityID: "match", dismissalDate: Int64(start.timeIntervalSince1970) + 600), at: start
+            )
+            let channels = DeletingChannels(failures: 1)
+            let clock = LockedDate(start)
+            let sweeper = LifetimeSweeper(
+                store: store, policy: LifetimePolicy(retention: 3600), now: { clock.value }, channels: channels
+            )
+            // Still on screen until its dismissal date: kept.
+            clock.value = start.addingTimeInterval(300)
+            #expect(try await sweeper.sweep().channelsDeleted == 0)
+            // Past it: the first delete fails (APNs busy), the next sweep deletes it.
+            clock.value = start.addingTimeInterval(700)
+            #expect(try await sweeper.sweep().channelsDeleted == 0)
+            // Past the retention the activity stays while its channel is held at APNs…
+            clock.value = start.addingTimeInterval(4000)
+            let sweep = try await sweeper.sweep()
+            #expect(sweep.channelsDeleted == 1)
+            #expect(channels.deletions == [channelID])
+            #expect(try await store.liveChannelCount(appID: appID) == 0)
+            // …and once deleted, it is purged (in the same pass, after the delete).
+            #expect(sweep.purged == 1)
+            #expect(try await store.activity(appID: appID, activityID: "match") == nil)
+        }
+    }
+
+    @Test("an activity with a channel APNs would not delete is not purged")
+    func keptWhileHeld() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            let start = Date(timeIntervalSince1970: 1_800_000_000)
+            _ = try await store.assignChannel(
+                appID: appID, activityID: "match", channelID: "aGVsZA==", storagePolicy: .none, maximumChannels: 10, at: start
+            )
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["home": 1]), at: start)
+            _ = try await store.endActivity(ActivityEnd(appID: appID, activityID: "match"), at: start)
+            #expect(try await store.purgeActivities(endedBefore: start.addingTimeInterval(60)) == 0)
+            let record = try #require(try await store.activity(appID: appID, activityID: "match"))
+            #expect(record.channel?.status == .active)
+            // Four hours after the end it has surely left the screens.
+            #expect(try await store.channelsToDelete(now: start.addingTimeInterval(3600), limit: 10).isEmpty)
+            #expect(try await store.channelsToDelete(now: start.addingTimeInterval(4 * 3600 + 1), limit: 10).map(\.channelID) == ["aGVsZA=="])
+        }
+    }
+
+    @Test("the Store refuses a channel for an activity that already has a state by tokens, and keeps the first of two")
+    func assignment() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "order", contentState: ["step": 1]), at: Date())
+            await #expect(throws: StoreError.deliveryMismatch(existing: .token)) {
+                _ = try await store.assignChannel(
+                    appID: appID, activityID: "order", channelID: "eA==", storagePolicy: .none, maximumChannels: 10, at: Date()
+                )
+            }
+            let first = try await store.assignChannel(
+                appID: appID, activityID: "match", channelID: "Zmlyc3Q=", storagePolicy: .none, maximumChannels: 10, at: Date()
+            )
+            let second = try await store.assignChannel(
+                appID: appID, activityID: "match", channelID: "c2Vjb25k", storagePolicy: .mostRecent, maximumChannels: 10, at: Date()
+            )
+            #expect(first.id == "Zmlyc3Q=")
+            #expect(second.id == "Zmlyc3Q=")
+            await #expect(throws: StoreError.channelLimitReached(maximum: 1)) {
+                _ = try await store.assignChannel(
+                    appID: appID, activityID: "other", channelID: "b3RoZXI=", storagePolicy: .none, maximumChannels: 1, at: Date()
+                )
+            }
+        }
+    }
+}
+
+/// A date the test moves.
+private final class LockedDate: @unchecked Sendable {
+    private let lock = NSLock()
+    private var date: Date
+    init(_ date: Date) { self.date = date }
+    var value: Date {
+        get { lock.withLock { date } }
+        set { lock.withLock { date = newValue } }
+    }
+}
