@@ -32,6 +32,8 @@ public struct LivelineConfiguration: Sendable {
     public var emulatorPort: Int
     /// The emulator's inspection API port.
     public var emulatorControlPort: Int
+    /// The emulator's APNs channel management port (HTTP/2 + TLS; iOS 18 broadcast channels).
+    public var emulatorChannelsPort: Int = 8445
     /// The FCM emulator's port (HTTPS: OAuth token endpoint and messages:send).
     public var fcmEmulatorPort: Int = 8444
     /// The FCM emulator's inspection API port.
@@ -94,6 +96,9 @@ public struct LivelineConfiguration: Sendable {
             summary: "The built-in emulator's APNs port (HTTP/2 + TLS)."),
         Key(name: "liveline.emulatorControlPort", environment: "LIVELINE_EMULATOR_CONTROL_PORT", flag: "--emulator-control-port", defaultValue: "8091",
             summary: "The built-in emulator's inspection API port (simulated phones, pushes, faults)."),
+        Key(name: "liveline.emulatorChannelsPort", environment: "LIVELINE_EMULATOR_CHANNELS_PORT", flag: "--emulator-channels-port",
+            defaultValue: "8445",
+            summary: "The built-in emulator's APNs channel management port (HTTP/2 + TLS), standing in for api-manage-broadcast (iOS 18 broadcast channels)."),
         Key(name: "liveline.fcmEmulatorPort", environment: "LIVELINE_FCM_EMULATOR_PORT", flag: "--fcm-emulator-port", defaultValue: "8444",
             summary: "The built-in FCM emulator's port (HTTPS: OAuth token endpoint and messages:send)."),
         Key(name: "liveline.fcmEmulatorControlPort", environment: "LIVELINE_FCM_EMULATOR_CONTROL_PORT", flag: "--fcm-emulator-control-port", defaultValue: "8092",
@@ -183,6 +188,7 @@ public struct LivelineConfiguration: Sendable {
             emulatorPort: scoped.int(forKey: "emulatorPort", default: 8443),
             emulatorControlPort: scoped.int(forKey: "emulatorControlPort", default: 8091)
         )
+        emulatorChannelsPort = scoped.int(forKey: "emulatorChannelsPort", default: 8445)
         fcmEmulatorPort = scoped.int(forKey: "fcmEmulatorPort", default: 8444)
         fcmEmulatorControlPort = scoped.int(forKey: "fcmEmulatorControlPort", default: 8092)
         emulatorRegisterWith = scoped.string(forKey: "emulatorRegisterWith")
@@ -192,7 +198,7 @@ public struct LivelineConfiguration: Sendable {
         }
         for (name, value) in [
             ("emulatorPort", emulatorPort), ("emulatorControlPort", emulatorControlPort), ("fcmEmulatorPort", fcmEmulatorPort),
-            ("fcmEmulatorControlPort", fcmEmulatorControlPort),
+            ("fcmEmulatorControlPort", fcmEmulatorControlPort), ("emulatorChannelsPort", emulatorChannelsPort),
         ] where !(0...65535).contains(value) {
             throw ConfigurationError("\(name) must be between 0 and 65535; got \(value).")
         }

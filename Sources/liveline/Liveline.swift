@@ -79,6 +79,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("emulator-control-port"), help: "The built-in APNs emulator's control API port (env LIVELINE_EMULATOR_CONTROL_PORT; default 8091).")
     var emulatorControlPort: Int?
 
+    @Option(name: .customLong("emulator-channels-port"), help: "The built-in APNs emulator's channel management port, for iOS 18 broadcast channels (env LIVELINE_EMULATOR_CHANNELS_PORT; default 8445).")
+    var emulatorChannelsPort: Int?
+
     @Option(name: .customLong("fcm-emulator-port"), help: "The built-in FCM emulator's port (env LIVELINE_FCM_EMULATOR_PORT; default 8444).")
     var fcmEmulatorPort: Int?
 
@@ -98,7 +101,7 @@ struct Serve: AsyncParsableCommand {
         var extra: [String: ConfigValue] = [:]
         for (key, value) in [
             ("emulatorPort", emulatorPort), ("emulatorControlPort", emulatorControlPort), ("fcmEmulatorPort", fcmEmulatorPort),
-            ("fcmEmulatorControlPort", fcmEmulatorControlPort),
+            ("fcmEmulatorControlPort", fcmEmulatorControlPort), ("emulatorChannelsPort", emulatorChannelsPort),
         ] {
             if let value { extra["liveline.\(key)"] = ConfigValue(.int(value), isSecret: false) }
         }
