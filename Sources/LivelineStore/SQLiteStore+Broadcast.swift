@@ -17,7 +17,8 @@ public protocol BroadcastStore: Sendable {
     ) async throws -> BroadcastChannel
 
     /// Records one broadcast attempt in the timeline; `settled` moves the activity's broadcast sequence to the attempt's
-    /// (sent, or given up for good), `channelGone` marks the channel unregistered.
+    /// (sent, or given up for good), `channelGone` marks the channel unregistered. A delivered end ends the instances
+    /// subscribed to the channel.
     func recordBroadcast(_ attempt: DeliveryRecord, settled: Bool, channelGone: Bool, at now: Date) async throws
 
     /// Sets the app's broadcast defaults (`nil` parts fall back to the server's).
@@ -103,6 +104,17 @@ extension SQLiteStore: BroadcastStore {
             statements.append((
                 "UPDATE activities SET broadcast_sequence = MAX(broadcast_sequence, ?) WHERE app_id = ? AND activity_id = ?",
                 [.integer(Int(attempt.sequence)), .text(attempt.appID), .text(attempt.activityID)]
+            ))
+        }
+        if settled, attempt.status == .delivered, attempt.event == .end, let channelID = attempt.channelID {
+            // The end reached the channel: its subscribers' Live Activities have ended, as a token's does when its end is
+            // delivered.
+            statements.append((
+                """
+                UPDATE instances SET state = 'ended', updated_at = ?
+                WHERE app_id = ? AND activity_id = ? AND channel_id = ? AND state = 'active'
+                """,
+                [.integer(Self.millis(now)), .text(attempt.appID), .text(attempt.activityID), .text(channelID)]
             ))
         }
         if channelGone {

@@ -95,6 +95,10 @@ struct BroadcastDispatchTests {
             #expect(entries.count == 2)
             #expect(entries.allSatisfy { $0.channelID == channelID && $0.status == .delivered && $0.deviceID.isEmpty })
             #expect(Set(entries.compactMap(\.providerID)) == ["request-1", "request-2"])
+            // The delivered end ended the subscribers' instances, as the tokens' ends ended theirs.
+            let counts = try #require(try await store.activity(appID: appID, activityID: "match-1")).instanceCounts
+            #expect(counts[.ended] == 70)
+            #expect(counts[.active] == nil)
         }
     }
 
