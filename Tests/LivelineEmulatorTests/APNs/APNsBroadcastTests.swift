@@ -418,6 +418,16 @@ struct APNsBroadcastTests {
             #expect(subscribers.json?.objectValue?["subscribers"]?.arrayValue?.count == 2)
             let unknown = try await controlRequest(port: fixture.controlPort, "GET", "/channels/bm9uZQ%3D%3D")
             #expect(unknown.status == 404 && unknown.errorCode == "channel_not_found")
+
+            // Base64 ids may hold "/" and "+": percent-encoded in the path, they still name the channel.
+            let slashed = "ab/+cd/+ef8="
+            fixture.emulator.core.state.withLock {
+                $0.channels[slashed] = BroadcastChannel(
+                    id: slashed, bundleID: fixture.bundleID, storagePolicy: 0, createdAt: fixture.clock.now, order: 99
+                )
+            }
+            let encoded = try await controlRequest(port: fixture.controlPort, "GET", "/channels/\(Self.pathEncoded(slashed))")
+            #expect(encoded.status == 200 && encoded.json?.objectValue?["channelId"] == .string(slashed))
         }
     }
 
