@@ -32,6 +32,9 @@ struct EmulatorCommand: AsyncParsableCommand {
         @Option(name: .customLong("control-port"), help: "Port of the JSON control API (HTTP/1.1).")
         var controlPort = 8091
 
+        @Option(name: .customLong("channels-port"), help: "Port of the broadcast channel management listener (HTTP/2 over TLS, like api-manage-broadcast.push.apple.com).")
+        var channelsPort = 8445
+
         @Option(name: .customLong("data-dir"), help: "Directory for the CA certificate, the generated key and the simulated phones (apns-phones.json).")
         var dataDirectory = "./.liveline/emulator"
 
@@ -56,7 +59,8 @@ struct EmulatorCommand: AsyncParsableCommand {
             guard Logger.Level(rawValue: logLevel) != nil else {
                 throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
             }
-            for (name, value) in [("--port", port), ("--control-port", controlPort)] where !(0...65535).contains(value) {
+            for (name, value) in [("--port", port), ("--control-port", controlPort), ("--channels-port", channelsPort)]
+            where !(0...65535).contains(value) {
                 throw ValidationError("\(name) must be a port number from 0 to 65535.")
             }
         }
@@ -78,6 +82,7 @@ struct EmulatorCommand: AsyncParsableCommand {
             configuration.host = host
             configuration.apnsPort = port
             configuration.controlPort = controlPort
+            configuration.channelsPort = channelsPort
             configuration.persistsPhones = phones.persistPhones
             configuration.registerWith = phones.target
             let emulator = try APNsEmulator(configuration: configuration, logger: logger)
@@ -91,6 +96,7 @@ struct EmulatorCommand: AsyncParsableCommand {
             let banner = """
                 Liveline APNs emulator
                   APNs:         \(apnsURL)
+                  channels:     https://\(urlHost):\(emulator.boundChannelsPort ?? channelsPort)  (broadcast channel management)
                   CA file:      \(emulator.caCertificatePath)
                   control API:  http://\(urlHost):\(ports.controlPort)
                   team id:      \(credentials.teamID)

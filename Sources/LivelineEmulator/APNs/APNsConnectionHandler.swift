@@ -24,7 +24,16 @@ final class APNsConnectionHandler: ChannelInboundHandler {
         case sent
     }
 
+    /// Which of the emulator's HTTP/2 listeners the connection came to.
+    enum Listener: Sendable {
+        /// Apple's push endpoint: `/3/device/<token>` and `/4/broadcasts/apps/<bundle id>`.
+        case push
+        /// Apple's channel management endpoint: `/1/apps/<bundle id>/channels` and `/all-channels`.
+        case channelManagement
+    }
+
     private let core: APNsEmulatorCore
+    private let listener: Listener
     private let logger: Logger
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: PendingStream] = [:]
@@ -38,8 +47,9 @@ final class APNsConnectionHandler: ChannelInboundHandler {
     private var needsFlush = false
     private var inRead = false
 
-    init(core: APNsEmulatorCore, logger: Logger) {
+    init(core: APNsEmulatorCore, listener: Listener = .push, logger: Logger) {
         self.core = core
+        self.listener = listener
         self.logger = logger
     }
 
@@ -138,10 +148,12 @@ final class APNsConnectionHandler: ChannelInboundHandler {
 
     private func serve(streamID: HTTP2StreamID, _ pending: PendingStream) {
         requestCount += 1
-        let outcome = core.handle(
-            APNsRequest(headers: pending.headers, body: pending.body, bodyLength: pending.bodyLength),
-            connection: &tokenState
-        )
+        let request = APNsRequest(headers: pending.headers, body: pending.body, bodyLength: pending.bodyLength)
+        let outcome =
+            switch listener {
+            case .push: core.handle(request, connection: &tokenState)
+            case .channelManagement: core.handleChannelManagement(request, connection: &tokenState)
+            }
         if streamID > highestServedStreamID { highestServedStreamID = streamID }
         if case .none = goAway, let limit = outcome.goAwayAfterRequests, requestCount >= limit {
             // Requests complete out of stream order, so the GOAWAY names the highest stream served;
@@ -168,10 +180,9 @@ final class APNsConnectionHandler: ChannelInboundHandler {
         case .drop:
             context.close(promise: nil)
             return
-        case .respond(let status, let apnsID, let body, let retryAfter):
-            var head = HTTP2Frame.FramePayload.Headers(
-                headers: [":status": String(status), "apns-id": apnsID], endStream: body == nil
-            )
+        case .respond(let status, let headers, let body, let retryAfter):
+            var head = HTTP2Frame.FramePayload.Headers(headers: [":status": String(status)], endStream: body == nil)
+            for header in headers { head.headers.add(name: header.name, value: header.value) }
             if let retryAfter { head.headers.add(name: "retry-after", value: String(retryAfter)) }
             if let body {
                 head.headers.add(name: "content-type", value: "application/json; charset=utf-8")

@@ -9,7 +9,7 @@ import NIOCore
 /// | route | does |
 /// |---|---|
 /// | `GET /healthz` | `{"status":"ok"}` |
-/// | `GET /pushes?token=&limit=` | received requests, newest last (`limit` default 100) |
+/// | `GET /pushes?token=&channelId=&limit=` | received requests, newest last (`limit` default 100); each has `kind` (`token` or `broadcast`) and `channelId` |
 /// | `GET /devices` | every device with its display |
 /// | `GET /devices/{token}` | one device's display |
 /// | `POST /devices` `{"bundleId", "token"?}` | 201 `{"token"}` |
@@ -19,9 +19,15 @@ import NIOCore
 /// | `POST /keys` `{"teamId","keyId","publicKeyPem"}` | trust a signing key (public key or .p8 PEM) |
 /// | `POST /bundles` `{"bundleId"}` | allow a topic |
 /// | `GET /statistics` | ``EmulatorStatistics`` |
-/// | `POST /phones` `{"attributesTypes": [..], "id"?, "deviceId"?, "userId"?, "tags"?, "bundleId"?, "registerWith"?: {"url", "publishableKey"} or null}` | 201, a simulated iPhone with a push-to-start token per attributes type |
+/// | `POST /phones` `{"attributesTypes": [..], "id"?, "deviceId"?, "userId"?, "tags"?, "bundleId"?, "osVersion"? (default "18.0"), "registerWith"?: {"url", "publishableKey"} or null}` | 201, a simulated iPhone with a push-to-start token per attributes type |
 /// | `GET /phones`, `GET /phones/{id}` | phones with their push-to-start tokens and Live Activities |
 /// | `POST /phones/{id}/push-to-start-tokens/{attributesType}/rotate` | a new token; the old one answers 410 |
+/// | `GET /channels` | `{"channels": [{"channelId", "bundleId", "storagePolicy", "createdAt", "subscribers", "broadcasts"}]}`, deleted channels excluded |
+/// | `GET /channels/{channelId}` | the same object plus `"subscribersByTimestamp": {"<timestamp>" or "none": n}`, `"ended"`, `"stale"` |
+/// | `POST /channels/{channelId}/subscribers` `{"count": N, "attributesType"?}` | 201 `{"channelId", "created", "subscribers"}`: N anonymous iOS 18 Live Activities subscribed (memory only; N ≤ 200,000 a call) |
+/// | `GET /channels/{channelId}/subscribers?limit=` | the first subscribers' displays (`limit` default 100) |
+///
+/// Channel ids are base64 and may hold `/` and `+`: percent-encode them in the path (`%2F`, `%2B`).
 struct APNsControlAPI: Sendable {
     let emulator: APNsEmulator
 
@@ -32,7 +38,14 @@ struct APNsControlAPI: Sendable {
         router.get("pushes") { request, _ in
             let limit = try ControlAPI.limit(request)
             let token = request.uri.queryParameters.get("token").flatMap { $0.isEmpty ? nil : $0 }
-            return try ControlAPI.json(["pushes": emulator.pushes(token: token, limit: limit)])
+            let channelID = request.uri.queryParameters.get("channelId").flatMap { $0.isEmpty ? nil : $0 }
+            let pushes =
+                if let channelID {
+                    emulator.core.pushes(channelID: channelID, limit: limit)
+                } else {
+                    emulator.pushes(token: token, limit: limit)
+                }
+            return try ControlAPI.json(["pushes": pushes])
         }
         router.get("devices") { _, _ in try ControlAPI.json(["devices": emulator.devices()]) }
         router.get("devices/:token") { _, context in
@@ -108,7 +121,7 @@ struct APNsControlAPI: Sendable {
         }
         router.post("phones") { request, _ in
             let body = try await ControlAPI.readObject(
-                request, allowed: ["id", "deviceId", "userId", "tags", "bundleId", "attributesTypes", "registerWith"]
+                request, allowed: ["id", "deviceId", "userId", "tags", "bundleId", "attributesTypes", "registerWith", "osVersion"]
             )
             guard let types = body["attributesTypes"]?.arrayValue, !types.isEmpty else {
                 throw ControlAPIError.badRequest(
@@ -127,11 +140,15 @@ struct APNsControlAPI: Sendable {
             let tags = try ControlAPI.optionalObject(body, "tags")
             let bundleID = try ControlAPI.optionalString(body, "bundleId")
             let registerWith = try ControlAPI.registerWith(body)
+            let osVersion = try ControlAPI.optionalString(body, "osVersion") ?? "18.0"
+            guard SimulatedIPhone.majorVersion(osVersion) > 0 else {
+                throw ControlAPIError.badRequest("invalid_value", "osVersion must be an iOS version such as \"18.0\".", field: "osVersion")
+            }
             let phone: SimulatedPhoneDisplay
             do throws(APNsEmulator.PhoneCreationError) {
                 phone = try emulator.createPhone(
                     id: id, deviceID: deviceID, userID: userID, tags: tags, bundleID: bundleID, attributesTypes: attributesTypes,
-                    registerWith: registerWith
+                    registerWith: registerWith, osVersion: osVersion
                 )
             } catch {
                 throw ControlAPIError(.conflict, "phone_exists", error.description, field: "id")
@@ -147,6 +164,47 @@ struct APNsControlAPI: Sendable {
             }
             return try ControlAPI.json(phone)
         }
+        router.get("channels") { _, _ in try ControlAPI.json(["channels": emulator.channels()]) }
+        router.get("channels/:channelId") { _, context in
+            let id = try Self.channelID(context)
+            guard let detail = emulator.channel(id: id) else { throw Self.channelNotFound(id) }
+            return try ControlAPI.json(detail)
+        }
+        router.get("channels/:channelId/subscribers") { request, context in
+            let id = try Self.channelID(context)
+            let limit = try ControlAPI.limit(request)
+            guard let subscribers = emulator.channelSubscribers(id: id, limit: limit) else { throw Self.channelNotFound(id) }
+            return try ControlAPI.json(["subscribers": subscribers])
+        }
+        router.post("channels/:channelId/subscribers") { request, context in
+            let id = try Self.channelID(context)
+            let body = try await ControlAPI.readObject(request, allowed: ["count", "attributesType"])
+            guard case .integer(let count) = body["count"] ?? .null, count >= 1,
+                count <= Int64(APNsEmulatorCore.maximumSubscribersPerCall)
+            else {
+                throw ControlAPIError.badRequest(
+                    "invalid_value", "count must be an integer from 1 to \(APNsEmulatorCore.maximumSubscribersPerCall).", field: "count"
+                )
+            }
+            let attributesType = try ControlAPI.optionalString(body, "attributesType")
+            guard let added = emulator.addSubscribers(channelID: id, count: Int(count), attributesType: attributesType) else {
+                throw Self.channelNotFound(id)
+            }
+            return try ControlAPI.json(
+                ["channelId": .string(id), "created": .integer(Int64(added.created)), "subscribers": .integer(Int64(added.total))] as JSONValue,
+                status: .created
+            )
+        }
         return router
+    }
+
+    /// The path's channel id, percent-decoded (base64 holds `/` and `+`).
+    static func channelID(_ context: BasicRequestContext) throws -> String {
+        let raw = try context.parameters.require("channelId")
+        return raw.removingPercentEncoding ?? raw
+    }
+
+    static func channelNotFound(_ id: String) -> ControlAPIError {
+        ControlAPIError(.notFound, "channel_not_found", "No live broadcast channel with id \(id).", field: "channelId")
     }
 }

@@ -12,7 +12,8 @@ import Synchronization
 
 /// A local stand-in for Apple Push Notification service, for Live Activity pushes.
 ///
-/// It speaks APNs' protocol (HTTP/2 over TLS, `POST /3/device/<token>`, ES256 provider tokens)
+/// It speaks APNs' protocol (HTTP/2 over TLS, `POST /3/device/<token>`, ES256 provider tokens, iOS 18 broadcasts
+/// `POST /4/broadcasts/apps/<bundle id>`, and on a second listener channel management `/1/apps/<bundle id>/channels`)
 /// and answers as Apple documents, with Apple's statuses and reasons. Behind it sit simulated
 /// phones — one per registered push token — that apply accepted pushes the way iOS does and
 /// silently ignore those it cannot use. A JSON control API (HTTP/1.1) registers keys, bundle ids
@@ -37,11 +38,13 @@ public final class APNsEmulator: Service, Sendable {
     struct Ports: Sendable, Hashable {
         var apns: Int
         var control: Int
+        var channels: Int
     }
 
     private struct Running: Sendable {
         var ports: Ports
         var apnsChannel: any Channel
+        var channelsChannel: any Channel
         var controlGroup: ServiceGroup
         var controlTask: Task<Void, Never>
     }
@@ -59,7 +62,8 @@ public final class APNsEmulator: Service, Sendable {
         self.registrar = registrar
         let core = APNsEmulatorCore(
             pushHistoryLimit: configuration.pushHistoryLimit, clockSkew: configuration.providerTokenClockSkew,
-            registrar: registrar, changed: changed, clock: configuration.now
+            registrar: registrar, changed: changed, maximumChannelsPerApp: configuration.maximumChannelsPerApp,
+            clock: configuration.now
         )
         self.core = core
         self.phoneFile = try PhoneFile.open(
@@ -92,6 +96,11 @@ public final class APNsEmulator: Service, Sendable {
         lifecycle.running.map { ($0.ports.apns, $0.ports.control) }
     }
 
+    /// The channel management listener's bound port while the emulator runs (set once started).
+    public var boundChannelsPort: Int? {
+        lifecycle.running.map(\.ports.channels)
+    }
+
     // MARK: Lifecycle
 
     /// Errors from starting the emulator.
@@ -110,7 +119,7 @@ public final class APNsEmulator: Service, Sendable {
         }
     }
 
-    /// Starts both listeners (idempotent) and returns the bound ports; for in-process use and tests.
+    /// Starts the listeners (APNs, channel management, control API; idempotent) and returns the bound ports; for in-process use and tests.
     @discardableResult
     public func start() async throws -> (apnsPort: Int, controlPort: Int) {
         let (running, started): (Running, Bool)
@@ -122,7 +131,11 @@ public final class APNsEmulator: Service, Sendable {
         if started {
             logger.info(
                 "APNs emulator listening",
-                metadata: ["apns": "https://\(configuration.host):\(running.ports.apns)", "control": "http://\(configuration.host):\(running.ports.control)"]
+                metadata: [
+                    "apns": "https://\(configuration.host):\(running.ports.apns)",
+                    "channels": "https://\(configuration.host):\(running.ports.channels)",
+                    "control": "http://\(configuration.host):\(running.ports.control)",
+                ]
             )
         }
         return (running.ports.apns, running.ports.control)
@@ -154,8 +167,16 @@ public final class APNsEmulator: Service, Sendable {
     }
 
     private func listen() async throws -> Running {
-        let apnsChannel = try await bindAPNs()
+        let apnsChannel = try await bindHTTP2(port: configuration.apnsPort, listener: .push)
         let apnsPort = apnsChannel.localAddress?.port ?? 0
+        let channelsChannel: any Channel
+        do {
+            channelsChannel = try await bindHTTP2(port: configuration.channelsPort, listener: .channelManagement)
+        } catch {
+            try? await apnsChannel.close()
+            throw error
+        }
+        let channelsPort = channelsChannel.localAddress?.port ?? 0
         let controlPort = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Int.self)
         let application = Application(
             router: APNsControlAPI(emulator: self).makeRouter(),
@@ -185,17 +206,20 @@ public final class APNsEmulator: Service, Sendable {
         do {
             let port = try await controlPort.futureResult.get()
             return Running(
-                ports: Ports(apns: apnsPort, control: port), apnsChannel: apnsChannel, controlGroup: controlGroup,
-                controlTask: controlTask
+                ports: Ports(apns: apnsPort, control: port, channels: channelsPort), apnsChannel: apnsChannel,
+                channelsChannel: channelsChannel, controlGroup: controlGroup, controlTask: controlTask
             )
         } catch {
             try? await apnsChannel.close()
+            try? await channelsChannel.close()
             await controlTask.value
             throw error
         }
     }
 
-    private func bindAPNs() async throws -> any Channel {
+    /// Binds one HTTP/2-over-TLS listener (same CA and identity for both): Apple's push endpoint or its channel
+    /// management endpoint.
+    private func bindHTTP2(port: Int, listener: APNsConnectionHandler.Listener) async throws -> any Channel {
         let core = self.core
         let sslContext = self.sslContext
         let logger = self.logger
@@ -213,16 +237,17 @@ public final class APNsEmulator: Service, Sendable {
                     let pipeline = channel.pipeline.syncOperations
                     try pipeline.addHandler(NIOSSLServerHandler(context: sslContext))
                     try pipeline.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings))
-                    try pipeline.addHandler(APNsConnectionHandler(core: core, logger: logger))
+                    try pipeline.addHandler(APNsConnectionHandler(core: core, listener: listener, logger: logger))
                     connections.add(channel)
                 }
             }
-            .bind(host: configuration.host, port: configuration.apnsPort)
+            .bind(host: configuration.host, port: port)
             .get()
     }
 
     private func stop(_ running: Running) async {
         try? await running.apnsChannel.close()
+        try? await running.channelsChannel.close()
         let open = connections.closeAll()
         for channel in open {
             channel.eventLoop.execute {
@@ -284,7 +309,7 @@ public final class APNsEmulator: Service, Sendable {
 
     // MARK: Simulated iPhones
 
-    /// Why ``createPhone(id:deviceID:userID:tags:bundleID:attributesTypes:registerWith:)`` refused.
+    /// Why ``createPhone(id:deviceID:userID:tags:bundleID:attributesTypes:registerWith:osVersion:)`` refused.
     public enum PhoneCreationError: Error, CustomStringConvertible {
         /// A phone with this id exists.
         case phoneExists(String)
@@ -303,16 +328,18 @@ public final class APNsEmulator: Service, Sendable {
     /// Creates a simulated iPhone with a push-to-start token (64 hex digits) per attributes type. `deviceID`
     /// defaults to the phone's id (a random one unless given), `bundleID` to the configuration's default and
     /// `registerWith` to the configuration's: with one, the app registers the phone with Liveline at once
-    /// (`PUT /v1/devices/{deviceId}`) and each activity a start push begins.
+    /// (`PUT /v1/devices/{deviceId}`, with `osVersion`) and each activity a start push begins. `osVersion` is the
+    /// iOS version (default `"18.0"`): from 18 on, a start push's `input-push-channel` subscribes the new activity
+    /// to that broadcast channel; an older phone ignores the key.
     @discardableResult
     public func createPhone(
         id: String? = nil, deviceID: String? = nil, userID: String? = nil, tags: JSONValue? = nil, bundleID: String? = nil,
-        attributesTypes: [String], registerWith: LivelineRegistrationTarget?? = .none
+        attributesTypes: [String], registerWith: LivelineRegistrationTarget?? = .none, osVersion: String = "18.0"
     ) throws(PhoneCreationError) -> SimulatedPhoneDisplay {
         do throws(APNsEmulatorCore.PhoneError) {
             return try core.createPhone(
                 id: id, deviceID: deviceID, userID: userID, tags: tags, bundleID: bundleID ?? configuration.defaultBundleID,
-                attributesTypes: attributesTypes, registerWith: registerWith ?? configuration.registerWith
+                attributesTypes: attributesTypes, registerWith: registerWith ?? configuration.registerWith, osVersion: osVersion
             )
         } catch {
             switch error {
@@ -374,6 +401,38 @@ public final class APNsEmulator: Service, Sendable {
 
     /// Counts over every request answered so far.
     public var statistics: EmulatorStatistics { core.statistics }
+
+    // MARK: Broadcast channels
+
+    /// Creates a broadcast channel for `bundleID` (registering the bundle id), as `POST /1/apps/{bundleID}/channels`
+    /// would but without a request; returns its base64 id. `storagePolicy` is 0 (no message stored) or 1.
+    @discardableResult
+    public func createChannel(bundleID: String, storagePolicy: Int = 0) -> String {
+        core.createChannel(bundleID: bundleID, storagePolicy: storagePolicy == 1 ? 1 : 0)
+    }
+
+    /// Subscribes `count` anonymous iOS 18 Live Activities, started locally with `pushType: .channel(channelID)`, to
+    /// the channel. They live in memory only (never in the phone file). Returns `(created, total subscribers)`, or
+    /// `nil` when no live channel has this id.
+    @discardableResult
+    public func addSubscribers(channelID: String, count: Int, attributesType: String? = nil) -> (created: Int, total: Int)? {
+        core.addSubscribers(channelID: channelID, count: max(0, count), attributesType: attributesType)
+    }
+
+    /// Every live (not deleted) broadcast channel, in creation order.
+    public func channels() -> [BroadcastChannelSummary] {
+        core.channelSummaries()
+    }
+
+    /// One live channel with its subscribers grouped by the `timestamp` they show, or `nil`.
+    public func channel(id: String) -> BroadcastChannelDetail? {
+        core.channelDetail(id: id)
+    }
+
+    /// The first `limit` subscribers' displays (iPhones' channel activities first), or `nil` for no live channel.
+    public func channelSubscribers(id: String, limit: Int = 100) -> [DisplayedActivity]? {
+        core.channelSubscribers(id: id, limit: max(0, limit))
+    }
 
     static func randomToken() -> String {
         var generator = SystemRandomNumberGenerator()

@@ -6,6 +6,12 @@ public struct APNsEmulatorConfiguration: Sendable {
     public var host: String = "127.0.0.1"
     /// The APNs listener's port (HTTP/2 over TLS, Apple's protocol); `0` picks a free port.
     public var apnsPort: Int = 0
+    /// The channel management listener's port (HTTP/2 over TLS, like the APNs listener; Apple's
+    /// `api-manage-broadcast(.sandbox).push.apple.com`); `0` picks a free port.
+    public var channelsPort: Int = 0
+    /// How many live (not deleted) broadcast channels one bundle id may have; creating one more is answered
+    /// 400 `CannotCreateChannelConfig`. Apple allows 10,000 per app and environment.
+    public var maximumChannelsPerApp: Int = 10_000
     /// The control and inspection API's port (HTTP/1.1, JSON); `0` picks a free port.
     public var controlPort: Int = 0
     /// The directory for the emulator's files. The CA certificate that clients must trust is

@@ -25,7 +25,7 @@ extension APNsEmulatorCore {
     /// when `registerWith` is given.
     func createPhone(
         id: String?, deviceID: String?, userID: String?, tags: JSONValue?, bundleID: String, attributesTypes: [String],
-        registerWith: LivelineRegistrationTarget?
+        registerWith: LivelineRegistrationTarget?, osVersion: String = SimulatedIPhone.defaultOSVersion
     ) throws(PhoneError) -> SimulatedPhoneDisplay {
         guard !attributesTypes.isEmpty else { throw .noAttributesTypes }
         let id = id ?? "iphone-" + String(APNsEmulator.randomToken().prefix(12))
@@ -40,7 +40,7 @@ extension APNsEmulatorCore {
             }
             let phone = SimulatedIPhone(
                 id: id, deviceID: deviceID ?? id, userID: userID, tags: tags, bundleID: bundleID, order: state.nextPhoneOrder,
-                pushToStartTokens: tokens, registerWith: registerWith
+                pushToStartTokens: tokens, registerWith: registerWith, osVersion: osVersion
             )
             state.nextPhoneOrder += 1
             state.bundles.insert(bundleID)
@@ -97,14 +97,14 @@ extension APNsEmulatorCore {
             return PhoneLiveActivity(
                 updateToken: token, activityID: device.activityID, attributesType: device.activity.attributesType ?? "",
                 inputPushTokenRequested: device.inputPushTokenRequested ?? false, lastRegistration: device.lastRegistration,
-                state: display(token: token, device: device, now: now)
+                state: display(token: token, device: device, now: now), channelID: device.channelID
             )
         }
         return SimulatedPhoneDisplay(
             id: phone.id, deviceID: phone.deviceID, userID: phone.userID, tags: phone.tags, bundleID: phone.bundleID,
             pushToStartTokens: phone.pushToStartTokens, activities: activities, registerWith: phone.registerWith,
             lastRegistration: phone.lastRegistration, ignoredStartCount: phone.ignoredStartCount,
-            lastIgnoredStartReason: phone.lastIgnoredStartReason
+            lastIgnoredStartReason: phone.lastIgnoredStartReason, osVersion: phone.version
         )
     }
 
@@ -129,26 +129,36 @@ extension APNsEmulatorCore {
             return (.ignored(why), nil)
         case .start:
             guard case .success(let push) = decoded else { return (.ignored("unreadable"), nil) }
-            let updateToken = APNsEmulator.randomToken()
+            // iOS 18 subscribes the activity to the channel the start names; an older phone ignores the key.
+            let channelID = phone.supportsBroadcastChannels ? push.inputPushChannel : nil
+            // A channel activity gets an update token only when the start asks for one; otherwise it is kept under a
+            // local key no token push can reach. Without a channel the phone issues one either way, as iOS 17.2 did.
+            let issuesToken = channelID == nil || push.inputPushTokenRequested
+            let updateToken = issuesToken ? APNsEmulator.randomToken() : "channel-" + String(APNsEmulator.randomToken().prefix(32))
             var device = Device(bundleID: phone.bundleID, sequence: state.nextDeviceSequence)
             state.nextDeviceSequence += 1
             device.phoneID = phone.id
             device.activityID = push.livelineActivityID
             device.inputPushTokenRequested = push.inputPushTokenRequested
+            device.channelID = channelID
             let verdict = device.activity.apply(.success(push), now: now)
             state.devices[updateToken] = device
             phone.activityTokens.append(updateToken)
             state.phones[phone.id] = phone
             var registration: PendingRegistration?
             if let target = phone.registerWith, let activityID = push.livelineActivityID {
-                registration = PendingRegistration(
-                    target: target,
-                    request: .instance(
-                        activityID: activityID, deviceID: phone.deviceID, platform: "ios", pushToken: updateToken,
-                        attributesType: entry.attributesType
-                    ),
-                    subject: .activity(updateToken)
-                )
+                let request: RegistrationRequest =
+                    if let channelID, !issuesToken {
+                        .channelInstance(
+                            activityID: activityID, deviceID: phone.deviceID, channelID: channelID, attributesType: entry.attributesType
+                        )
+                    } else {
+                        .instance(
+                            activityID: activityID, deviceID: phone.deviceID, platform: "ios", pushToken: updateToken,
+                            attributesType: entry.attributesType
+                        )
+                    }
+                registration = PendingRegistration(target: target, request: request, subject: .activity(updateToken))
             }
             return (verdict, registration)
         }
@@ -172,6 +182,9 @@ extension APNsEmulatorCore {
     // MARK: Persistence
 
     /// What the phone file holds: every phone and device with what it shows, and every push-to-start token.
+    ///
+    /// Broadcast channels (id, bundle id, policy, deleted or not) are kept too, and the iPhones' channel activities
+    /// with them (they are devices). The control API's anonymous subscribers are not: they live in memory only.
     struct SavedPhones: Codable {
         var version = 1
         var phones: [String: SimulatedIPhone]
@@ -179,13 +192,16 @@ extension APNsEmulatorCore {
         var devices: [String: Device]
         var nextDeviceSequence: Int
         var nextPhoneOrder: Int
+        /// Absent in files written before channels existed.
+        var channels: [String: BroadcastChannel]?
+        var nextChannelOrder: Int?
     }
 
     func encodePhones() throws -> Data {
         let saved = state.withLock {
             SavedPhones(
                 phones: $0.phones, pushToStart: $0.pushToStart, devices: $0.devices, nextDeviceSequence: $0.nextDeviceSequence,
-                nextPhoneOrder: $0.nextPhoneOrder
+                nextPhoneOrder: $0.nextPhoneOrder, channels: $0.channels, nextChannelOrder: $0.nextChannelOrder
             )
         }
         let encoder = JSONEncoder()
@@ -202,6 +218,9 @@ extension APNsEmulatorCore {
             state.devices = saved.devices
             state.nextDeviceSequence = saved.nextDeviceSequence
             state.nextPhoneOrder = saved.nextPhoneOrder
+            state.channels = saved.channels ?? [:]
+            state.nextChannelOrder = saved.nextChannelOrder ?? state.channels.count
+            for channel in state.channels.values { state.bundles.insert(channel.bundleID) }
             for device in saved.devices.values { state.bundles.insert(device.bundleID) }
             for phone in saved.phones.values { state.bundles.insert(phone.bundleID) }
         }

@@ -21,7 +21,8 @@ struct ConnectionTokenState: Sendable {
 /// How to answer a request.
 struct APNsOutcome: Sendable {
     enum Answer: Sendable, Hashable {
-        case respond(status: Int, apnsID: String, body: [UInt8]?, retryAfter: Int?)
+        /// Answer with `status`, the response headers (`apns-id`, or `apns-request-id` and others), a JSON body.
+        case respond(status: Int, headers: [ReceivedPush.Header], body: [UInt8]?, retryAfter: Int?)
         case drop
     }
     var answer: Answer
@@ -37,6 +38,8 @@ struct APNsOutcome: Sendable {
 final class APNsEmulatorCore: Sendable {
     /// The largest payload APNs accepts for a token push.
     static let maximumPayloadBytes = 4096
+    /// The most anonymous subscribers one control-API call adds.
+    static let maximumSubscribersPerCall = 200_000
     /// Bodies are kept (for the history) up to this size; longer ones are only counted.
     static let keptBodyBytes = 64 * 1024
     /// A provider token older than this is refused as `ExpiredProviderToken`.
@@ -59,6 +62,9 @@ final class APNsEmulatorCore: Sendable {
         var activityID: String?
         var inputPushTokenRequested: Bool?
         var lastRegistration: RegistrationResult?
+        /// For a Live Activity a start push subscribed to a broadcast channel (`input-push-channel`, iOS 18): the
+        /// channel id. Such a device applies the channel's broadcasts.
+        var channelID: String?
     }
 
     struct State: Sendable {
@@ -74,6 +80,11 @@ final class APNsEmulatorCore: Sendable {
         var pushToStart: [String: PushToStartToken] = [:]
         var tokenChecks: [String: ProviderTokenCheck] = [:]
         var faults = APNsFaults.none
+        /// Broadcast channels by id, deleted ones included (flagged).
+        var channels: [String: BroadcastChannel] = [:]
+        var nextChannelOrder = 0
+        /// A broadcast held back by the `reorderBroadcasts` fault, per channel: applied after the next one.
+        var heldBroadcasts: [String: HeldBroadcast] = [:]
         var history: PushHistory
         var statistics = EmulatorStatistics()
     }
@@ -85,12 +96,19 @@ final class APNsEmulatorCore: Sendable {
     let registrar: LivelineRegistrar?
     /// Called after a phone or a device changed (the emulator saves its phones then).
     let changed: @Sendable () -> Void
+    /// How many live (not deleted) channels one bundle id may have.
+    let maximumChannelsPerApp: Int
+    /// The anonymous Live Activities the control API subscribed, per channel id (memory only; never persisted).
+    /// Kept apart from ``state`` so a broadcast applied to many of them does not hold the registry lock.
+    let audiences = Mutex<[String: [LiveActivityState]]>([:])
 
     init(
         pushHistoryLimit: Int, clockSkew: TimeInterval, registrar: LivelineRegistrar? = nil,
-        changed: @escaping @Sendable () -> Void = {}, clock: @escaping @Sendable () -> Date
+        changed: @escaping @Sendable () -> Void = {}, maximumChannelsPerApp: Int = 10_000,
+        clock: @escaping @Sendable () -> Date
     ) {
         self.clock = clock
+        self.maximumChannelsPerApp = maximumChannelsPerApp
         self.clockSkew = clockSkew
         self.registrar = registrar
         self.changed = changed
@@ -150,6 +168,11 @@ final class APNsEmulatorCore: Sendable {
 
     func pushes(token: String?, limit: Int) -> [ReceivedPush] {
         state.withLock { $0.history.newest(limit: limit) { token == nil || $0.token == token } }
+    }
+
+    /// The newest `limit` broadcasts on `channelID`, newest last.
+    func pushes(channelID: String, limit: Int) -> [ReceivedPush] {
+        state.withLock { $0.history.newest(limit: limit) { $0.channelID == channelID } }
     }
 
     func display(token: String) -> DisplayedActivity? {
@@ -227,6 +250,9 @@ final class APNsEmulatorCore: Sendable {
     func handle(_ request: APNsRequest, connection: inout ConnectionTokenState) -> APNsOutcome {
         let now = clock()
         let headers = RequestHeaders(request.headers)
+        if let bundleID = BroadcastRules.bundleID(path: headers.path) {
+            return handleBroadcast(request, headers: headers, bundleID: bundleID, now: now, connection: &connection)
+        }
         let apnsID = headers.validAPNsID ?? Self.newAPNsID()
         let token = headers.deviceToken ?? ""
         let providerToken = headers.bearerToken
@@ -304,7 +330,9 @@ final class APNsEmulatorCore: Sendable {
         if accepted != nil { changed() }
         if let registration { submit(registration) }
         let answer: APNsOutcome.Answer =
-            if let status { .respond(status: status, apnsID: apnsID, body: body, retryAfter: retryAfter) } else { .drop }
+            if let status {
+                .respond(status: status, headers: [ReceivedPush.Header(name: "apns-id", value: apnsID)], body: body, retryAfter: retryAfter)
+            } else { .drop }
         return APNsOutcome(
             answer: answer, delayMilliseconds: faultsApplied ? snapshot.faults.delayMilliseconds : 0,
             goAwayAfterRequests: faultsApplied ? snapshot.faults.goAwayAfterRequests : nil
@@ -347,12 +375,12 @@ final class APNsEmulatorCore: Sendable {
         return (LiveActivityState.decode(request.body), headers.priority != "5")
     }
 
-    private static func happens(_ rate: Double) -> Bool {
+    static func happens(_ rate: Double) -> Bool {
         rate > 0 && Double.random(in: 0..<1) < rate
     }
 
     /// Checks `authorization: bearer <provider token>` and the connection's token history.
-    private func authenticate(
+    func authenticate(
         _ headers: RequestHeaders, cached: ProviderTokenCheck?, now: Date, connection: inout ConnectionTokenState
     ) throws(Rejection) {
         guard headers.authorizationCount > 0 else { throw Rejection(403, "MissingProviderToken") }

@@ -19,6 +19,9 @@ public struct APNsFaults: Sendable, Codable, Hashable {
     public var goAwayAfterRequests: Int?
     /// The share of requests whose TCP connection is closed instead of answered.
     public var dropConnectionRate: Double
+    /// Broadcasts arrive out of order, as APNs may reorder a channel's notifications: every other accepted
+    /// broadcast is held back and applied to the subscribers right after the next one on its channel.
+    public var reorderBroadcasts: Bool
 
     /// No faults: every request is answered on its merits, at once.
     public static let none = APNsFaults()
@@ -31,8 +34,10 @@ public struct APNsFaults: Sendable, Codable, Hashable {
         retryAfterSeconds: Int? = nil,
         delayMilliseconds: Int = 0,
         goAwayAfterRequests: Int? = nil,
-        dropConnectionRate: Double = 0
+        dropConnectionRate: Double = 0,
+        reorderBroadcasts: Bool = false
     ) {
+        self.reorderBroadcasts = reorderBroadcasts
         self.internalErrorRate = internalErrorRate
         self.unavailableRate = unavailableRate
         self.tooManyRequestsRate = tooManyRequestsRate
@@ -44,7 +49,7 @@ public struct APNsFaults: Sendable, Codable, Hashable {
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case internalErrorRate, unavailableRate, tooManyRequestsRate, retryAfterSeconds, delayMilliseconds,
-            goAwayAfterRequests, dropConnectionRate
+            goAwayAfterRequests, dropConnectionRate, reorderBroadcasts
     }
 
     /// Decodes faults; a missing member means "no fault" of that kind.
@@ -57,7 +62,8 @@ public struct APNsFaults: Sendable, Codable, Hashable {
             retryAfterSeconds: try container.decodeIfPresent(Int.self, forKey: .retryAfterSeconds),
             delayMilliseconds: try container.decodeIfPresent(Int.self, forKey: .delayMilliseconds) ?? 0,
             goAwayAfterRequests: try container.decodeIfPresent(Int.self, forKey: .goAwayAfterRequests),
-            dropConnectionRate: try container.decodeIfPresent(Double.self, forKey: .dropConnectionRate) ?? 0
+            dropConnectionRate: try container.decodeIfPresent(Double.self, forKey: .dropConnectionRate) ?? 0,
+            reorderBroadcasts: try container.decodeIfPresent(Bool.self, forKey: .reorderBroadcasts) ?? false
         )
     }
 
@@ -71,6 +77,7 @@ public struct APNsFaults: Sendable, Codable, Hashable {
         try container.encode(delayMilliseconds, forKey: .delayMilliseconds)
         try container.encode(goAwayAfterRequests, forKey: .goAwayAfterRequests)
         try container.encode(dropConnectionRate, forKey: .dropConnectionRate)
+        try container.encode(reorderBroadcasts, forKey: .reorderBroadcasts)
     }
 
     /// The first member out of range, as `(field, message)`, or `nil` when all are valid.

@@ -23,10 +23,25 @@ struct SimulatedIPhone: Sendable, Codable {
     /// Push-to-start pushes the phone ignored, and the last reason.
     var ignoredStartCount = 0
     var lastIgnoredStartReason: String?
+    /// The iOS version, e.g. `"18.0"` (`nil` in phone files written before it was kept: `"18.0"`).
+    var osVersion: String?
+
+    /// The iOS version the phone runs.
+    var version: String { osVersion ?? Self.defaultOSVersion }
+
+    static let defaultOSVersion = "18.0"
+
+    /// Whether the phone runs iOS 18 or later, and so subscribes Live Activities to broadcast channels.
+    var supportsBroadcastChannels: Bool { Self.majorVersion(version) >= 18 }
+
+    /// The major version of `"18.0"`, `"17.2.1"` or `"18"`; 0 when unreadable.
+    static func majorVersion(_ version: String) -> Int {
+        Int(version.split(separator: ".", maxSplits: 1).first ?? "") ?? 0
+    }
 
     /// The `PUT /v1/devices/{deviceId}` the app makes with the phone as it is now.
     var deviceRegistration: RegistrationRequest {
-        .iosDevice(deviceID: deviceID, userID: userID, tags: tags, pushToStartTokens: pushToStartTokens)
+        .iosDevice(deviceID: deviceID, userID: userID, tags: tags, pushToStartTokens: pushToStartTokens, osVersion: version)
     }
 }
 
@@ -99,10 +114,12 @@ public struct SimulatedPhoneDisplay: Sendable, Hashable, Codable {
     public var ignoredStartCount: Int
     /// Why the last one was ignored.
     public var lastIgnoredStartReason: String?
+    /// The iOS version the phone runs, e.g. `"18.0"`.
+    public var osVersion: String
 
     enum CodingKeys: String, CodingKey {
         case id, userID = "userId", deviceID = "deviceId", tags, bundleID = "bundleId", pushToStartTokens, activities,
-            registerWith, lastRegistration, ignoredStartCount, lastIgnoredStartReason
+            registerWith, lastRegistration, ignoredStartCount, lastIgnoredStartReason, osVersion
     }
 
     /// Encodes every member, absent ones as `null`.
@@ -119,12 +136,15 @@ public struct SimulatedPhoneDisplay: Sendable, Hashable, Codable {
         try container.encode(lastRegistration, forKey: .lastRegistration)
         try container.encode(ignoredStartCount, forKey: .ignoredStartCount)
         try container.encode(lastIgnoredStartReason, forKey: .lastIgnoredStartReason)
+        try container.encode(osVersion, forKey: .osVersion)
     }
 }
 
 /// A Live Activity a push-to-start push started on a simulated iPhone.
 public struct PhoneLiveActivity: Sendable, Hashable, Codable {
-    /// The update token the phone issued for the activity (also a device under `GET /devices/{token}`).
+    /// The update token the phone issued for the activity (also a device under `GET /devices/{token}`). A channel
+    /// activity started without `"input-push-token": 1` has no update token: this is then a local key
+    /// (`channel-…`, not hex, so no token push can reach it).
     public var updateToken: String
     /// The Liveline activity id from `attributes.liveline.activityId`, if the attributes carried one.
     public var activityID: String?
@@ -137,9 +157,12 @@ public struct PhoneLiveActivity: Sendable, Hashable, Codable {
     public var lastRegistration: RegistrationResult?
     /// What the phone shows for it.
     public var state: DisplayedActivity
+    /// The broadcast channel the activity is subscribed to (`"input-push-channel"`, iOS 18), if any.
+    public var channelID: String?
 
     enum CodingKeys: String, CodingKey {
         case updateToken, activityID = "activityId", attributesType, inputPushTokenRequested, lastRegistration, state
+        case channelID = "channelId"
     }
 
     /// Encodes every member, absent ones as `null`.
@@ -151,5 +174,6 @@ public struct PhoneLiveActivity: Sendable, Hashable, Codable {
         try container.encode(inputPushTokenRequested, forKey: .inputPushTokenRequested)
         try container.encode(lastRegistration, forKey: .lastRegistration)
         try container.encode(state, forKey: .state)
+        try container.encode(channelID, forKey: .channelID)
     }
 }

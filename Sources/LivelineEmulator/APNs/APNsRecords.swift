@@ -71,14 +71,26 @@ public struct ReceivedPush: Sendable, Hashable, Codable {
     public var reason: String?
     /// The `apns-id` answered.
     public var apnsID: String
-    /// For an accepted push (200), what the simulated phone did with it.
+    /// For an accepted push (200), what the simulated phone did with it. For an accepted broadcast: `applied` when
+    /// at least one subscriber applied it, else `ignored: <the last subscriber's reason>` (or `no subscribers`).
     public var verdict: PhoneVerdict?
+    /// `"token"` for a push to a device token (`/3/device/…`), `"broadcast"` for a broadcast on a channel
+    /// (`/4/broadcasts/apps/…`).
+    public var kind: String
+    /// A broadcast's `apns-channel-id`; `nil` for a token push.
+    public var channelID: String?
+    /// For an accepted broadcast: how many subscribers applied it, and how many ignored it.
+    public var subscribersApplied: Int?
+    /// For an accepted broadcast: how many subscribers ignored it.
+    public var subscribersIgnored: Int?
 
-    /// Creates a record.
+    /// Creates a record of a token push (or, with `kind: "broadcast"` and `channelID`, of a broadcast).
     public init(
         receivedAt: Date, token: String, headers: [Header], payload: String, status: Int?, reason: String?,
-        apnsID: String, verdict: PhoneVerdict?
+        apnsID: String, verdict: PhoneVerdict?, kind: String = "token", channelID: String? = nil
     ) {
+        self.kind = kind
+        self.channelID = channelID
         self.receivedAt = receivedAt
         self.token = token
         self.headers = headers
@@ -95,8 +107,26 @@ public struct ReceivedPush: Sendable, Hashable, Codable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case receivedAt, token, headers, payload, status, reason, verdict
+        case receivedAt, token, headers, payload, status, reason, verdict, kind, subscribersApplied, subscribersIgnored
         case apnsID = "apnsId"
+        case channelID = "channelId"
+    }
+
+    /// Decodes a record; `kind` defaults to `"token"`.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        receivedAt = try container.decode(Date.self, forKey: .receivedAt)
+        token = try container.decode(String.self, forKey: .token)
+        headers = try container.decode([Header].self, forKey: .headers)
+        payload = try container.decode(String.self, forKey: .payload)
+        status = try container.decodeIfPresent(Int.self, forKey: .status)
+        reason = try container.decodeIfPresent(String.self, forKey: .reason)
+        apnsID = try container.decode(String.self, forKey: .apnsID)
+        verdict = try container.decodeIfPresent(PhoneVerdict.self, forKey: .verdict)
+        kind = try container.decodeIfPresent(String.self, forKey: .kind) ?? "token"
+        channelID = try container.decodeIfPresent(String.self, forKey: .channelID)
+        subscribersApplied = try container.decodeIfPresent(Int.self, forKey: .subscribersApplied)
+        subscribersIgnored = try container.decodeIfPresent(Int.self, forKey: .subscribersIgnored)
     }
 
     /// Encodes every member, absent ones as `null`, so the JSON shape never changes.
@@ -110,6 +140,10 @@ public struct ReceivedPush: Sendable, Hashable, Codable {
         try container.encode(reason, forKey: .reason)
         try container.encode(apnsID, forKey: .apnsID)
         try container.encode(verdict, forKey: .verdict)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(channelID, forKey: .channelID)
+        try container.encode(subscribersApplied, forKey: .subscribersApplied)
+        try container.encode(subscribersIgnored, forKey: .subscribersIgnored)
     }
 }
 
@@ -213,6 +247,16 @@ public struct EmulatorStatistics: Sendable, Hashable, Codable {
     public var byStatus: [Int: Int] = [:]
     /// Error answers by `reason`.
     public var byReason: [String: Int] = [:]
+    /// Accepted broadcasts (`POST /4/broadcasts/apps/…` answered 200); also counted in ``accepted``.
+    public var broadcasts: Int = 0
+    /// Subscribers that applied an accepted broadcast (one broadcast counts once per subscriber).
+    public var broadcastApplied: Int = 0
+    /// Subscribers that ignored an accepted broadcast.
+    public var broadcastIgnored: Int = 0
+    /// Requests on the channel management listener (not counted in ``totalRequests``).
+    public var channelManagementRequests: Int = 0
+    /// Channel management error answers by `reason`.
+    public var channelManagementByReason: [String: Int] = [:]
 
     /// Empty counts.
     public init() {}

@@ -10,6 +10,11 @@ struct RequestHeaders {
     var expiration: String?
     var apnsID: String?
     var collapseID: String?
+    /// `apns-channel-id` (broadcasts and channel management).
+    var channelID: String?
+    /// `apns-request-id` (broadcasts and channel management).
+    var requestID: String?
+    var requestIDRepeated = false
     /// Whether some `apns-*` header came more than once.
     var hasDuplicateAPNsHeader = false
     var apnsIDRepeated = false
@@ -35,6 +40,10 @@ struct RequestHeaders {
                 if apnsID != nil { apnsIDRepeated = true }
                 Self.keep(header.value, in: &apnsID, duplicate: &hasDuplicateAPNsHeader)
             case "apns-collapse-id": Self.keep(header.value, in: &collapseID, duplicate: &hasDuplicateAPNsHeader)
+            case "apns-channel-id": Self.keep(header.value, in: &channelID, duplicate: &hasDuplicateAPNsHeader)
+            case "apns-request-id":
+                if requestID != nil { requestIDRepeated = true }
+                Self.keep(header.value, in: &requestID, duplicate: &hasDuplicateAPNsHeader)
             default:
                 if header.name.hasPrefix("apns-") {
                     if otherAPNsNames.contains(header.name) { hasDuplicateAPNsHeader = true }
@@ -66,6 +75,12 @@ struct RequestHeaders {
     var validAPNsID: String? {
         guard !apnsIDRepeated, let apnsID, Self.isUUID(apnsID) else { return nil }
         return apnsID
+    }
+
+    /// The request's `apns-request-id` when present once and a UUID, to echo back.
+    var validRequestID: String? {
+        guard !requestIDRepeated, let requestID, Self.isUUID(requestID) else { return nil }
+        return requestID
     }
 
     /// The bundle id of a well-formed Live Activity topic (`<bundle id>.push-type.liveactivity`).

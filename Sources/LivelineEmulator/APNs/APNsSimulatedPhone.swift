@@ -126,6 +126,8 @@ struct LiveActivityState: Sendable, Codable {
         var inputPushTokenRequested = false
         /// A start's `attributes.liveline.activityId`: the Liveline activity id the app's attributes type carries.
         var livelineActivityID: String?
+        /// A start's `"input-push-channel": "<channel id>"` (iOS 18): the activity subscribes to that broadcast channel.
+        var inputPushChannel: String?
     }
 
     struct Unusable: Error {
@@ -185,6 +187,7 @@ struct LiveActivityState: Sendable, Codable {
             push.attributes = attributes
             push.inputPushTokenRequested = aps["input-push-token"].flatMap(number) == 1
             push.livelineActivityID = attributes.objectValue?["liveline"]?.objectValue?["activityId"]?.stringValue
+            if let channel = aps["input-push-channel"]?.stringValue, !channel.isEmpty { push.inputPushChannel = channel }
         }
         return .success(push)
     }

@@ -34,13 +34,15 @@ public struct RegistrationRequest: Sendable, Hashable {
         self.body = body
     }
 
-    /// `PUT /v1/devices/{deviceId}` for an iPhone: its user, tags and push-to-start token per attributes type.
+    /// `PUT /v1/devices/{deviceId}` for an iPhone: its user, tags, push-to-start token per attributes type and iOS
+    /// version (`"osVersion"`, when given).
     public static func iosDevice(
-        deviceID: String, userID: String?, tags: JSONValue?, pushToStartTokens: [String: String]
+        deviceID: String, userID: String?, tags: JSONValue?, pushToStartTokens: [String: String], osVersion: String? = nil
     ) -> RegistrationRequest {
         var body: [String: JSONValue] = [
             "platform": "ios", "pushToStartTokens": .object(pushToStartTokens.mapValues(JSONValue.string)),
         ]
+        if let osVersion { body["osVersion"] = .string(osVersion) }
         if let userID { body["userId"] = .string(userID) }
         if let tags { body["tags"] = tags }
         return RegistrationRequest(path: "/v1/devices/\(pathSegment(deviceID))", body: .object(body))
@@ -60,6 +62,18 @@ public struct RegistrationRequest: Sendable, Hashable {
         activityID: String, deviceID: String, platform: String, pushToken: String, attributesType: String?
     ) -> RegistrationRequest {
         var body: [String: JSONValue] = ["platform": .string(platform), "pushToken": .string(pushToken)]
+        if let attributesType { body["attributesType"] = .string(attributesType) }
+        return RegistrationRequest(
+            path: "/v1/activities/\(pathSegment(activityID))/instances/\(pathSegment(deviceID))", body: .object(body)
+        )
+    }
+
+    /// `PUT /v1/activities/{activityId}/instances/{deviceId}` for an iPhone whose activity is subscribed to a
+    /// broadcast channel (iOS 18) and has no update token: `{"platform": "ios", "channelId", "attributesType"}`.
+    public static func channelInstance(
+        activityID: String, deviceID: String, channelID: String, attributesType: String?
+    ) -> RegistrationRequest {
+        var body: [String: JSONValue] = ["platform": "ios", "channelId": .string(channelID)]
         if let attributesType { body["attributesType"] = .string(attributesType) }
         return RegistrationRequest(
             path: "/v1/activities/\(pathSegment(activityID))/instances/\(pathSegment(deviceID))", body: .object(body)

@@ -24,6 +24,13 @@ struct RegistrationTests {
         )
         #expect(instance.path == "/v1/activities/match-42/instances/device-1")
         #expect(instance.body == ["platform": "ios", "pushToken": "cd", "attributesType": "MatchAttributes"])
+        let channel = RegistrationRequest.channelInstance(
+            activityID: "match-42", deviceID: "device-1", channelID: "c29tZUNoYW5uZWw=", attributesType: "MatchAttributes"
+        )
+        #expect(channel.path == "/v1/activities/match-42/instances/device-1")
+        #expect(channel.body == ["platform": "ios", "channelId": "c29tZUNoYW5uZWw=", "attributesType": "MatchAttributes"])
+        let ios18 = RegistrationRequest.iosDevice(deviceID: "d", userID: nil, tags: nil, pushToStartTokens: [:], osVersion: "18.1")
+        #expect(ios18.body == ["platform": "ios", "pushToStartTokens": .object([:]), "osVersion": "18.1"])
     }
 
     @Test("An iPhone registers at creation, after a rotation and when a start push creates an activity")
@@ -43,7 +50,7 @@ struct RegistrationTests {
                             method: "PUT", path: "/v1/devices/device-1", authorization: "Bearer pk_test_emulator",
                             body: [
                                 "platform": "ios", "userId": "user-7", "tags": ["team": "arsenal"],
-                                "pushToStartTokens": ["MatchAttributes": .string(token)],
+                                "pushToStartTokens": ["MatchAttributes": .string(token)], "osVersion": "18.0",
                             ]
                         )
                     ])

@@ -93,13 +93,15 @@ struct EmulatorFixture: Sendable {
 
 /// Runs `body` with a started emulator, and shuts it down afterwards.
 func withEmulator(
-    historyLimit: Int = 10_000, _ body: (EmulatorFixture) async throws -> Void
+    historyLimit: Int = 10_000, configure: (inout APNsEmulatorConfiguration) -> Void = { _ in },
+    _ body: (EmulatorFixture) async throws -> Void
 ) async throws {
     let directory = uniqueTemporaryURL(prefix: "liveline-emulator").path
     let clock = TestClock()
     var configuration = APNsEmulatorConfiguration(dataDirectory: directory)
     configuration.now = { clock.now }
     configuration.pushHistoryLimit = historyLimit
+    configure(&configuration)
     var logger = Logger(label: "emulator-tests")
     logger.logLevel = .warning
     let emulator = try APNsEmulator(configuration: configuration, logger: logger)
