@@ -82,6 +82,7 @@ struct BuiltInEmulators {
         emulatorConfiguration.host = "127.0.0.1"
         emulatorConfiguration.apnsPort = configuration.emulatorPort
         emulatorConfiguration.controlPort = configuration.emulatorControlPort
+        emulatorConfiguration.channelsPort = configuration.emulatorChannelsPort
         emulatorConfiguration.persistsPhones = true
         emulatorConfiguration.registerWith = registration.resolved
         let emulator = try APNsEmulator(configuration: emulatorConfiguration, logger: logger)
@@ -90,11 +91,15 @@ struct BuiltInEmulators {
         let teamID = "EMULATED01", keyID = "EMULATED01"
         emulator.registerSigningKey(teamID: teamID, keyID: keyID, publicKey: key.publicKey)
         let baseURL = "https://127.0.0.1:\(ports.apnsPort)"
+        let channelsURL = emulator.boundChannelsPort.map { "https://127.0.0.1:\($0)" }
         let caPEM = emulator.caCertificatePEM
         let keyPEM = key.pemRepresentation
         logger.notice(
             "Built-in APNs emulator running: apps without APNs credentials push to it, not to Apple",
-            metadata: ["apns": "\(baseURL)", "phones": "http://127.0.0.1:\(ports.controlPort)/devices", "ca": "\(emulator.caCertificatePath)"]
+            metadata: [
+                "apns": "\(baseURL)", "channels": "\(channelsURL ?? "none")", "phones": "http://127.0.0.1:\(ports.controlPort)/devices",
+                "ca": "\(emulator.caCertificatePath)",
+            ]
         )
         var fcmConfiguration = FCMEmulatorConfiguration(dataDirectory: emulatorConfiguration.dataDirectory)
         fcmConfiguration.host = "127.0.0.1"
@@ -127,7 +132,8 @@ struct BuiltInEmulators {
             apnsFallback: { _, bundleID in
                 emulator.registerBundleID(bundleID)
                 return APNsCredentials(
-                    teamID: teamID, keyID: keyID, privateKeyPEM: keyPEM, environment: .sandbox, baseURL: baseURL, caCertificatePEM: caPEM
+                    teamID: teamID, keyID: keyID, privateKeyPEM: keyPEM, environment: .sandbox, baseURL: baseURL, caCertificatePEM: caPEM,
+                    channelManagementBaseURL: channelsURL
                 )
             },
             fcmFallback: { _ in fcmCredentials },

@@ -29,6 +29,7 @@ struct WalkthroughTests {
                 "serve", "--dev", "--data-dir", root.appendingPathComponent("data").path, "--port", "\(ports[0])",
                 "--emulator-port", "\(ports[1])", "--emulator-control-port", "\(ports[2])",
                 "--fcm-emulator-port", "\(ports[3])", "--fcm-emulator-control-port", "\(ports[4])",
+                "--emulator-channels-port", "\(ports[5])",
             ]
             let output = root.appendingPathComponent("serve-\(UUID().uuidString).log")
             _ = FileManager.default.createFile(atPath: output.path, contents: nil)
@@ -92,7 +93,7 @@ struct WalkthroughTests {
         let root = uniqueTemporaryURL(prefix: "liveline-walkthrough")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
-        let ports = (0..<5).map { _ in freePort() }
+        let ports = (0..<6).map { _ in freePort() }
         let client = HTTPClient(eventLoopGroupProvider: .singleton)
         var server = try Server.start(root: root, ports: ports)
         do {
