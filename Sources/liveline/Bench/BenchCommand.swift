@@ -9,7 +9,7 @@ import Logging
 
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self, API.self, Client.self]
+        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self, API.self, Broadcast.self, Client.self]
     )
 
     /// Where a benchmark's pushes go.

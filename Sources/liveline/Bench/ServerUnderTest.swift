@@ -86,12 +86,17 @@ final class ServerUnderTest: Sendable {
 
     /// Points the app's APNs credentials at `baseURL` (trusting `caCertificatePEM`), signing with `signingKey` as team
     /// BENCHTEAM1, key BENCHKEY01 (the emulator trusts that key; nginx checks no JWT).
-    func setAPNs(appID: String, baseURL: String, caCertificatePEM: String, signingKey key: P256.Signing.PrivateKey) async throws {
+    /// `channelManagementBaseURL` is the channel management host, for broadcast activities.
+    func setAPNs(
+        appID: String, baseURL: String, caCertificatePEM: String, signingKey key: P256.Signing.PrivateKey,
+        channelManagementBaseURL: String? = nil
+    ) async throws {
         _ = try await admin(
             .PUT, "/admin/v1/apps/\(appID)/credentials/apns",
             [
                 "teamId": "BENCHTEAM1", "keyId": "BENCHKEY01", "privateKey": .string(key.pemRepresentation), "environment": "sandbox",
                 "baseUrl": .string(baseURL), "caCertificate": .string(caCertificatePEM),
+                "channelManagementBaseUrl": channelManagementBaseURL.map(JSONValue.string) ?? .null,
             ]
         )
     }
