@@ -186,6 +186,28 @@ public final class APNsClient: Sendable {
         }
     }
 
+    /// Sends a request other than a device push (a broadcast, a channel management request) and returns APNs'
+    /// answer with the request, whose `body` and `channelID` hold what the response carried.
+    func send(_ head: APNsRequestHead) async throws -> (response: APNsResponse, request: PendingRequest) {
+        guard !isShutDown.load(ordering: .relaxed) else {
+            throw APNsTransportError("The APNs client has been shut down.")
+        }
+        let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
+        let request = PendingRequest(other: head, deadline: .now() + requestTimeout)
+        let response = try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { continuation in
+                slot.eventLoop.execute {
+                    slot.enqueue(request, continuation: continuation)
+                }
+            }
+        } onCancel: {
+            slot.eventLoop.execute {
+                slot.cancel(request)
+            }
+        }
+        return (response, request)
+    }
+
     /// Sends many notifications at once and returns each one's outcome, in order: APNs' answer, or the error a single
     /// ``send(_:)-(APNsNotification)`` would have thrown (``APNsTransportError``, ``APNsInvalidNotificationError``,
     /// `CancellationError`).
@@ -336,6 +358,9 @@ final class PendingRequest: @unchecked Sendable {
     }
 
     let notification: APNsNotification
+    /// A request other than a device push (a broadcast, a channel management request); `nil` for a device push,
+    /// whose request is built from ``notification`` alone.
+    let other: APNsRequestHead?
     let path: String
     let apnsIDString: String
     let priorityString: String
@@ -360,15 +385,43 @@ final class PendingRequest: @unchecked Sendable {
     var echoedAPNsID: String?
     var apnsUniqueID: String?
     var retryAfter: Duration?
+    var requestID: String?
+    var channelID: String?
     var body: ByteBuffer?
 
     init(notification: APNsNotification, deadline: NIODeadline, completion: Completion = .none) {
         self.notification = notification
+        self.other = nil
         self.completion = completion
         self.path = "/3/device/" + notification.deviceToken
         self.apnsIDString = notification.apnsID.lowercasedString
         self.priorityString = String(notification.priority)
         self.deadline = deadline
+    }
+
+    /// A request other than a device push, written as `head` says.
+    init(other head: APNsRequestHead, deadline: NIODeadline) {
+        self.notification = Self.placeholderNotification
+        self.other = head
+        self.completion = .none
+        self.path = head.path
+        self.apnsIDString = ""
+        self.priorityString = ""
+        self.deadline = deadline
+    }
+
+    /// Stands in for the notification of a request that is not a device push; never written.
+    private static let placeholderNotification = APNsNotification(
+        deviceToken: "",
+        topic: "",
+        priority: 0,
+        apnsID: UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+        payload: ByteBuffer()
+    )
+
+    /// The most of a response body kept: error bodies are tiny JSON objects, but a channel list can be long.
+    var maximumBodyBytes: Int {
+        other == nil ? 16 * 1024 : 4 * 1024 * 1024
     }
 
     /// Completes the request once; later calls are ignored.
@@ -395,6 +448,8 @@ final class PendingRequest: @unchecked Sendable {
         echoedAPNsID = nil
         apnsUniqueID = nil
         retryAfter = nil
+        requestID = nil
+        channelID = nil
         body = nil
     }
 }

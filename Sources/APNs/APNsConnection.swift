@@ -21,9 +21,6 @@ final class APNsConnection: ChannelInboundHandler {
     typealias OutboundOut = HTTP2Frame
     typealias StateMachine = APNsConnectionStateMachine<PendingRequest>
 
-    /// The most of an error body kept; APNs' bodies are tiny JSON objects.
-    static let maximumBodyBytes = 16 * 1024
-
     let slot: ConnectionSlot
     let name: String
     var channelFuture: EventLoopFuture<any Channel>?
@@ -215,10 +212,15 @@ final class APNsConnection: ChannelInboundHandler {
             perform(write.then)
             return
         }
-        let notification = request.notification
         let token = shared.tokens.currentIssued()
         request.tokenUsed = token.token
         request.streamID = streamID
+        if let head = request.other {
+            send(head, streamID: streamID, authorization: token.authorization, context: context)
+            perform(write.then)
+            return
+        }
+        let notification = request.notification
 
         let hasBody = notification.payload.readableBytes > 0
         // HPACK: values that repeat (authorization, topic, ...) go into the dynamic table; per-request values
@@ -252,6 +254,37 @@ final class APNsConnection: ChannelInboundHandler {
         perform(write.then)
     }
 
+    /// Writes a request other than a device push (a broadcast, a channel management request).
+    private func send(
+        _ head: APNsRequestHead,
+        streamID: HTTP2StreamID,
+        authorization: String,
+        context: ChannelHandlerContext
+    ) {
+        let body = head.body.flatMap { $0.readableBytes > 0 ? $0 : nil }
+        var block = HTTP2Frame.FramePayload.Headers(headers: [:], endStream: body == nil)
+        block.headers.reserveCapacity(6 + head.headers.count)
+        block.headers.add(name: ":method", value: head.method)
+        block.headers.add(name: ":scheme", value: "https")
+        block.headers.add(name: ":path", value: head.path)
+        block.headers.add(name: ":authority", value: shared.authority)
+        block.headers.add(name: "authorization", value: authorization)
+        for (name, value) in head.headers {
+            block.headers.add(name: name, value: value, indexing: name == "apns-request-id" ? .nonIndexable : .indexable)
+        }
+        if body != nil {
+            block.headers.add(name: "content-type", value: "application/json")
+        }
+        context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(block))), promise: nil)
+        if let body {
+            context.write(
+                wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))),
+                promise: nil
+            )
+        }
+        markNeedsFlush()
+    }
+
     private func write(_ frame: HTTP2Frame) {
         context?.write(wrapOutboundOut(frame), promise: nil)
     }
@@ -281,6 +314,10 @@ final class APNsConnection: ChannelInboundHandler {
                     request.apnsUniqueID = value
                 case "retry-after":
                     request.retryAfter = Int64(value.trimmingCharacters(in: .whitespaces)).map { .seconds($0) }
+                case "apns-request-id":
+                    request.requestID = value
+                case "apns-channel-id":
+                    request.channelID = value
                 default:
                     break
                 }
@@ -302,10 +339,19 @@ final class APNsConnection: ChannelInboundHandler {
 
     private func receiveData(streamID: HTTP2StreamID, _ payload: HTTP2Frame.FramePayload.Data) {
         guard let request = state.request(on: streamID) else { return }
+        if request.other != nil, !payload.endStream, case .byteBuffer(let buffer) = payload.data {
+            // A channel list can be longer than the stream's initial window: give back what was read so the server
+            // can send the rest. (Device push answers are tiny and end in their first frame.)
+            let consumed = buffer.readableBytes + (payload.paddingBytes ?? 0)
+            if consumed > 0 {
+                write(HTTP2Frame(streamID: streamID, payload: .windowUpdate(windowSizeIncrement: consumed)))
+                markNeedsFlush()
+            }
+        }
         if case .byteBuffer(var buffer) = payload.data, buffer.readableBytes > 0 {
             if request.body == nil {
                 request.body = buffer
-            } else if request.body!.readableBytes < Self.maximumBodyBytes {
+            } else if request.body!.readableBytes < request.maximumBodyBytes {
                 request.body!.writeBuffer(&buffer)
             }
         }
@@ -325,9 +371,10 @@ final class APNsConnection: ChannelInboundHandler {
             status: status,
             apnsID: request.echoedAPNsID,
             apnsUniqueID: request.apnsUniqueID,
-            retryAfter: request.retryAfter
+            retryAfter: request.retryAfter,
+            requestID: request.requestID
         )
-        if status != 200, let body = request.body {
+        if !(200..<300).contains(status), let body = request.body {
             let parsed = ErrorBody(body)
             response.reason = parsed.reason.map(APNsErrorReason.init(rawValue:))
             response.tokenInvalidSince = parsed.timestampMilliseconds.map { Date(timeIntervalSince1970: $0 / 1000) }

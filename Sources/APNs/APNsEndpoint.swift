@@ -24,6 +24,16 @@ public struct APNsEndpoint: Sendable, Hashable {
     public static let production = APNsEndpoint(host: "api.push.apple.com", port: 443)
     /// Apple's development environment, `api.sandbox.push.apple.com:443`.
     public static let sandbox = APNsEndpoint(host: "api.sandbox.push.apple.com", port: 443)
+    /// Apple's production channel management host for broadcast channels, `api-manage-broadcast.push.apple.com:2196`
+    /// ("Sending channel management requests to APNs"). Use it with ``APNsChannelManager``.
+    public static let channelManagementProduction = APNsEndpoint(host: "api-manage-broadcast.push.apple.com", port: 2196)
+    /// Apple's development channel management host for broadcast channels,
+    /// `api-manage-broadcast.sandbox.push.apple.com:2195` ("Sending channel management requests to APNs"). Use it
+    /// with ``APNsChannelManager``.
+    public static let channelManagementSandbox = APNsEndpoint(
+        host: "api-manage-broadcast.sandbox.push.apple.com",
+        port: 2195
+    )
 
     /// Creates an endpoint from its parts.
     public init(host: String, port: Int, trustedCAPEM: String? = nil) {

@@ -95,6 +95,33 @@ public struct APNsErrorReason: RawRepresentable, Hashable, Sendable, CustomStrin
     /// 503: the APNs server is shutting down.
     public static let shutdown = APNsErrorReason(rawValue: "Shutdown")
 
+    // MARK: Broadcast and channel management (iOS 18)
+
+    /// 400: broadcast push notifications are not enabled for the app (its key, or the app in the developer
+    /// account, lacks the broadcast capability).
+    public static let featureNotEnabled = APNsErrorReason(rawValue: "FeatureNotEnabled")
+    /// 400: the `apns-channel-id` header is missing but required.
+    public static let missingChannelId = APNsErrorReason(rawValue: "MissingChannelId")
+    /// 400: the `apns-channel-id` value is not a valid channel ID.
+    public static let badChannelId = APNsErrorReason(rawValue: "BadChannelId")
+    /// 400: the channel does not exist (never created, deleted, or of the other environment).
+    public static let channelNotRegistered = APNsErrorReason(rawValue: "ChannelNotRegistered")
+    /// 400: the channel could not be created, for example because the app already has the most channels allowed
+    /// (10,000 per environment).
+    public static let cannotCreateChannelConfig = APNsErrorReason(rawValue: "CannotCreateChannelConfig")
+    /// 400: the `apns-push-type` header is missing but required.
+    public static let missingPushType = APNsErrorReason(rawValue: "MissingPushType")
+    /// 403: the topic (bundle ID) does not match the one the provider token or certificate is for.
+    public static let topicMismatch = APNsErrorReason(rawValue: "TopicMismatch")
+
+    /// The reasons Apple documents for broadcast pushes and channel management that are not in
+    /// ``allDocumented``; they also use `BadExpirationDate`, `BadPriority`, `InvalidPushType`, the provider token
+    /// reasons and the 404, 405, 413, 429, 500 and 503 reasons.
+    public static let allDocumentedForBroadcast: [APNsErrorReason] = [
+        .featureNotEnabled, .missingChannelId, .badChannelId, .channelNotRegistered, .cannotCreateChannelConfig,
+        .missingPushType, .topicMismatch,
+    ]
+
     /// Every reason Apple documents for token-based pushes, each with a static constant above.
     public static let allDocumented: [APNsErrorReason] = [
         .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
@@ -114,7 +141,8 @@ public struct APNsErrorReason: RawRepresentable, Hashable, Sendable, CustomStrin
             return .invalidToken
         case .badCollapseId, .badExpirationDate, .badMessageId, .badPriority, .badTopic, .duplicateHeaders,
             .invalidPushType, .missingDeviceToken, .missingTopic, .payloadEmpty, .topicDisallowed, .forbidden,
-            .badPath, .methodNotAllowed, .payloadTooLarge:
+            .badPath, .methodNotAllowed, .payloadTooLarge, .featureNotEnabled, .missingChannelId, .badChannelId,
+            .channelNotRegistered, .cannotCreateChannelConfig, .missingPushType, .topicMismatch:
             return .terminal
         case .expiredProviderToken, .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken,
             .badCertificate, .badCertificateEnvironment, .badEnvironmentKeyInToken:
@@ -146,7 +174,8 @@ public enum APNsErrorDisposition: Sendable, Hashable {
     /// `DeviceTokenNotForTopic`, `Unregistered`, `ExpiredToken`. Drop or invalidate the token; never retry.
     case invalidToken
     /// The request can never succeed as sent (`PayloadTooLarge`, `BadTopic`, `BadPriority`, `Forbidden`,
-    /// `TopicDisallowed`, ...). Never retry.
+    /// `TopicDisallowed`, ...), including every broadcast and channel error (`FeatureNotEnabled`, `BadChannelId`,
+    /// `ChannelNotRegistered`, `CannotCreateChannelConfig`, `TopicMismatch`, ...). Never retry.
     case terminal
     /// The provider credentials are wrong, expired or for the other environment (`ExpiredProviderToken`,
     /// `InvalidProviderToken`, `MissingProviderToken`, `UnrelatedKeyIdInToken`, `BadCertificate`,

@@ -56,6 +56,9 @@ public struct APNsResponse: Sendable, Hashable {
     public var tokenInvalidSince: Date?
     /// The `retry-after` header (seconds), if present.
     public var retryAfter: Duration?
+    /// The `apns-request-id` header, if present: APNs answers broadcast and channel management requests with the
+    /// `apns-request-id` the request carried (or one it made up when the request had none).
+    public var requestID: String?
 
     /// Creates a response value (the client builds these; fakes in tests may too).
     public init(
@@ -64,7 +67,8 @@ public struct APNsResponse: Sendable, Hashable {
         apnsUniqueID: String? = nil,
         reason: APNsErrorReason? = nil,
         tokenInvalidSince: Date? = nil,
-        retryAfter: Duration? = nil
+        retryAfter: Duration? = nil,
+        requestID: String? = nil
     ) {
         self.status = status
         self.apnsID = apnsID
@@ -72,6 +76,7 @@ public struct APNsResponse: Sendable, Hashable {
         self.reason = reason
         self.tokenInvalidSince = tokenInvalidSince
         self.retryAfter = retryAfter
+        self.requestID = requestID
     }
 
     /// Whether APNs accepted the notification (status 200).
