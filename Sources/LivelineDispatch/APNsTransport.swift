@@ -96,7 +96,10 @@ public struct APNsPushTransport: PushTransport {
 
 /// Builds and keeps one ``APNsClient`` per app from its stored (sealed) credentials; an app without
 /// credentials uses `fallback` (the local emulator) when there is one.
-public actor APNsTransportDirectory: PushTransportDirectory {
+///
+/// It also manages the apps' broadcast channels (``BroadcastChannelManagement``), through one ``APNsChannelManager`` per
+/// app on Apple's channel management host for the app's environment (or the credentials' `channelManagementBaseURL`).
+public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelManagement {
     /// Credentials for an app that has none stored: the built-in emulator's, or nil.
     public typealias Fallback = @Sendable (_ appID: String, _ bundleID: String) async throws -> APNsCredentials?
 
@@ -107,6 +110,7 @@ public actor APNsTransportDirectory: PushTransportDirectory {
     private let now: @Sendable () -> Date
     private let logger: Logger
     private var clients: [String: (version: Date?, client: APNsClient)] = [:]
+    private var channelManagers: [String: (version: Date?, manager: APNsChannelManager, bundleID: String)] = [:]
     private var warned: Set<String> = []
 
     /// Creates the directory.
@@ -122,25 +126,26 @@ public actor APNsTransportDirectory: PushTransportDirectory {
         self.logger = logger
     }
 
+    /// The app's APNs credentials: its own (with their version), else the emulator's, else nil.
+    private func credentials(appID: String) async throws -> (credentials: APNsCredentials, version: Date?)? {
+        let stored = try await store.credentials(appID: appID, provider: .apns)
+        if let stored { return (try APNsCredentials(stored, sealer: sealer), stored.updatedAt) }
+        guard let fallback, let app = try await store.app(id: appID), let emulated = try await fallback(appID, app.bundleID) else { return nil }
+        if !warned.contains(appID) {
+            warned.insert(appID)
+            logger.warning(
+                "App has no APNs credentials: its pushes go to the built-in APNs emulator, not to Apple",
+                metadata: ["app": "\(appID)", "emulator": "\(emulated.baseURL ?? "")"]
+            )
+        }
+        return (emulated, nil)
+    }
+
     public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
         guard platform == .ios else { return nil }
         let stored = try await store.credentials(appID: appID, provider: .apns)
         if let cached = clients[appID], cached.version == stored?.updatedAt { return APNsPushTransport(client: cached.client) }
-        let credentials: APNsCredentials
-        if let stored {
-            credentials = try APNsCredentials(stored, sealer: sealer)
-        } else if let fallback, let app = try await store.app(id: appID), let emulated = try await fallback(appID, app.bundleID) {
-            if !warned.contains(appID) {
-                warned.insert(appID)
-                logger.warning(
-                    "App has no APNs credentials: its pushes go to the built-in APNs emulator, not to Apple",
-                    metadata: ["app": "\(appID)", "emulator": "\(emulated.baseURL ?? "")"]
-                )
-            }
-            credentials = emulated
-        } else {
-            return nil
-        }
+        guard let credentials = try await credentials(appID: appID)?.credentials else { return nil }
         let endpoint: APNsEndpoint
         if let baseURL = credentials.baseURL {
             endpoint = try APNsEndpoint(baseURL: baseURL, trustedCAPEM: credentials.caCertificatePEM)
@@ -170,9 +175,71 @@ public actor APNsTransportDirectory: PushTransportDirectory {
         }
     }
 
+    // MARK: Broadcast channels
+
+    public func createChannel(appID: String, storagePolicy: ChannelStoragePolicy) async throws(ChannelManagementError) -> String {
+        let (manager, bundleID) = try await channelManager(appID: appID)
+        do {
+            let policy = APNsMessageStoragePolicy(rawValue: storagePolicy.apnsValue) ?? .mostRecentMessageStored
+            return try await manager.createChannel(bundleID: bundleID, storagePolicy: policy).channelID
+        } catch let error as APNsChannelManagementError {
+            throw error.managementError
+        } catch let error as APNsInvalidNotificationError {
+            throw ChannelManagementError(.refused, error.description)
+        } catch {
+            throw ChannelManagementError(.unavailable, "\(error)")
+        }
+    }
+
+    public func deleteChannel(appID: String, channelID: String) async throws(ChannelManagementError) {
+        let (manager, bundleID) = try await channelManager(appID: appID)
+        do {
+            try await manager.deleteChannel(bundleID: bundleID, channelID: channelID)
+        } catch let error as APNsChannelManagementError where error.reason == .channelNotRegistered || error.status == 404 {
+            // Already gone at APNs: deleted.
+        } catch let error as APNsChannelManagementError {
+            throw error.managementError
+        } catch let error as APNsInvalidNotificationError {
+            throw ChannelManagementError(.refused, error.description)
+        } catch {
+            throw ChannelManagementError(.unavailable, "\(error)")
+        }
+    }
+
+    /// The app's channel manager and bundle id, built from its credentials and kept while they are unchanged.
+    private func channelManager(appID: String) async throws(ChannelManagementError) -> (APNsChannelManager, String) {
+        do {
+            let stored = try await store.credentials(appID: appID, provider: .apns)
+            if let cached = channelManagers[appID], cached.version == stored?.updatedAt { return (cached.manager, cached.bundleID) }
+            guard let app = try await store.app(id: appID), let (credentials, version) = try await credentials(appID: appID) else {
+                throw ChannelManagementError(.noCredentials, "the app has no APNs credentials")
+            }
+            let endpoint: APNsEndpoint
+            if let baseURL = credentials.channelManagementBaseURL {
+                endpoint = try APNsEndpoint(baseURL: baseURL, trustedCAPEM: credentials.caCertificatePEM)
+            } else {
+                endpoint = credentials.environment == .production ? .channelManagementProduction : .channelManagementSandbox
+            }
+            let signingKey = try APNsSigningKey(teamID: credentials.teamID, keyID: credentials.keyID, p8PEM: credentials.privateKeyPEM)
+            let manager = try APNsChannelManager(
+                tokens: APNsProviderTokens(signingKey: signingKey, now: now), endpoint: endpoint, logger: logger
+            )
+            let previous = channelManagers[appID]?.manager
+            channelManagers[appID] = (version, manager, app.bundleID)
+            await previous?.shutdown()
+            return (manager, app.bundleID)
+        } catch let error as ChannelManagementError {
+            throw error
+        } catch {
+            throw ChannelManagementError(.noCredentials, "the app's APNs credentials cannot be used: \(error)")
+        }
+    }
+
     /// Closes every client's connections.
     public func shutdown() async {
         for (_, entry) in clients { await entry.client.shutdown() }
         clients.removeAll()
+        for (_, entry) in channelManagers { await entry.manager.shutdown() }
+        channelManagers.removeAll()
     }
 }

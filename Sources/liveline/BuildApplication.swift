@@ -31,14 +31,14 @@ func buildApplication(_ configuration: LivelineConfiguration, logger: Logger) as
         let dispatcher = Dispatcher(
             store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
         )
-        let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, delivery: dispatcher)
+        let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, delivery: dispatcher, channels: apns)
         let closing = ClosingService {
             await apns.shutdown()
             await fcm.shutdown()
             try await store.close()
         }
         return LivelineApplication.makeApplication(
-            configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: dispatcher,
+            configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: dispatcher, channels: apns,
             services: [closing] + (emulators?.services ?? [])
                 + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper]
         )
