@@ -15,6 +15,8 @@ struct EmulatedPhones {
     let apns: APNsEmulator
     let fcm: FCMEmulator
     let transports: PlatformTransports
+    /// The APNs directory, which also manages the app's broadcast channels (at the emulator's channel listener).
+    let channels: APNsTransportDirectory
     let clock: SharedClock
     let appID: String
     let bundleID: String
@@ -88,7 +90,8 @@ func withEmulatedPhones<T>(_ body: (EmulatedPhones) async throws -> T) async thr
     let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
     let apnsCredentials = APNsCredentials(
         teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: key.pemRepresentation, environment: .sandbox,
-        baseURL: "https://127.0.0.1:\(apnsPorts.apnsPort)", caCertificatePEM: apns.caCertificatePEM
+        baseURL: "https://127.0.0.1:\(apnsPorts.apnsPort)", caCertificatePEM: apns.caCertificatePEM,
+        channelManagementBaseURL: apns.boundChannelsPort.map { "https://127.0.0.1:\($0)" }
     )
     try await store.saveCredentials(try apnsCredentials.stored(appID: appID, sealer: sealer, at: clock.now))
     let fcmCredentials = FCMCredentials(serviceAccountJSON: account.json, baseURL: fcm.baseURL, caCertificatePEM: fcm.caCertificatePEM)
@@ -97,7 +100,8 @@ func withEmulatedPhones<T>(_ body: (EmulatedPhones) async throws -> T) async thr
     let apnsDirectory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: 2, now: { [clock] in clock.now })
     let fcmDirectory = FCMTransportDirectory(store: store, sealer: sealer, now: { [clock] in clock.now })
     let environment = EmulatedPhones(
-        store: store, apns: apns, fcm: fcm, transports: PlatformTransports(ios: apnsDirectory, android: fcmDirectory), clock: clock,
+        store: store, apns: apns, fcm: fcm, transports: PlatformTransports(ios: apnsDirectory, android: fcmDirectory),
+        channels: apnsDirectory, clock: clock,
         appID: appID, bundleID: bundleID, projectID: account.projectID
     )
     func shutdown() async {
