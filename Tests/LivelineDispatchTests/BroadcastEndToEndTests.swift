@@ -2,7 +2,7 @@ import Foundation
 import LivelineCore
 import LivelineDispatch
 import LivelineEmulator
-import LivelineStore
+@testable import LivelineStore
 import LivelineTestSupport
 import Testing
 
@@ -121,6 +121,40 @@ struct BroadcastEndToEndTests {
             #expect(entries.count == 1)
             #expect(entries.first?.status == .rejected)
             #expect(entries.first?.reason == "ChannelNotRegistered")
+        }
+    }
+
+    @Test("a remote start of a broadcast activity starts an iOS 18 phone into the channel and an iOS 17 phone with a token")
+    func remoteStartIntoChannel() async throws {
+        try await withEmulatedPhones { env in
+            let newer = try env.apns.createPhone(id: "phone-18", attributesTypes: ["MatchAttributes"], registerWith: .some(nil), osVersion: "18.2")
+            let older = try env.apns.createPhone(id: "phone-17", attributesTypes: ["MatchAttributes"], registerWith: .some(nil), osVersion: "17.5")
+            for (phone, version) in [(newer, "18.2"), (older, "17.5")] {
+                try await env.addDevice(phone.deviceID, platform: .ios, startToken: ("MatchAttributes", phone.pushToStartTokens["MatchAttributes"]!))
+                _ = try await env.store.write("UPDATE devices SET os_version = ? WHERE device_id = ?", [.text(version), .text(phone.deviceID)])
+            }
+            let channelID = try await env.broadcastActivity("match-5")
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.start("match-5", for: .all, ["home": 0, "away": 0])
+                dispatcher.wake()
+                #expect(try await waitFor { env.apns.phone(id: "phone-18")?.activities.first?.channelID == channelID })
+                #expect(try await waitFor { env.apns.phone(id: "phone-17")?.activities.first?.inputPushTokenRequested == true })
+                // The iOS 18 phone's start carried input-push-channel and no input-push-token.
+                let start = try #require(env.apns.pushes(token: newer.pushToStartTokens["MatchAttributes"]).first)
+                let aps = try #require(try JSONValue(parsing: start.payload.utf8).objectValue?["aps"]?.objectValue)
+                #expect(aps["input-push-channel"] == .string(channelID))
+                #expect(aps["input-push-token"] == nil)
+                #expect(env.apns.phone(id: "phone-17")?.activities.first?.channelID == nil)
+
+                // An update reaches the iOS 18 phone by the channel's one broadcast.
+                _ = try await env.update("match-5", ["home": 1, "away": 0])
+                dispatcher.wake()
+                #expect(try await waitFor {
+                    env.apns.phone(id: "phone-18")?.activities.first?.state.contentState == ["home": 1, "away": 0]
+                })
+                #expect(env.apns.statistics.broadcasts >= 1)
+            }
         }
     }
 
