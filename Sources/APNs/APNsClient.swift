@@ -19,6 +19,9 @@ import Synchronization
 /// Connections are opened lazily by the first ``send(_:)`` on them and reused for hours. Call ``shutdown()`` when
 /// done.
 ///
+/// Broadcast pushes (``send(_:)-(APNsBroadcast)``) go over the same connections as device pushes; channel
+/// management has its own host and connections (``APNsChannelManager``).
+///
 /// Each request carries `authorization: bearer <jwt>` from ``tokens``, `apns-push-type`, `apns-topic`,
 /// `apns-priority`, `apns-expiration` (if set), `apns-id` (lowercase) and `content-type: application/json`, on
 /// `POST /3/device/<token>`. After a 403 `ExpiredProviderToken` or `InvalidProviderToken` the client forces a new
