@@ -127,8 +127,8 @@ struct BroadcastEndToEndTests {
     @Test("a remote start of a broadcast activity starts an iOS 18 phone into the channel and an iOS 17 phone with a token")
     func remoteStartIntoChannel() async throws {
         try await withEmulatedPhones { env in
-            let newer = try env.apns.createPhone(id: "phone-18", attributesTypes: ["MatchAttributes"], registerWith: .some(nil), osVersion: "18.2")
-            let older = try env.apns.createPhone(id: "phone-17", attributesTypes: ["MatchAttributes"], registerWith: .some(nil), osVersion: "17.5")
+            let newer = try env.apns.createPhone(id: "phone-18", bundleID: env.bundleID, attributesTypes: ["MatchAttributes"], registerWith: .some(nil), osVersion: "18.2")
+            let older = try env.apns.createPhone(id: "phone-17", bundleID: env.bundleID, attributesTypes: ["MatchAttributes"], registerWith: .some(nil), osVersion: "17.5")
             for (phone, version) in [(newer, "18.2"), (older, "17.5")] {
                 try await env.addDevice(phone.deviceID, platform: .ios, startToken: ("MatchAttributes", phone.pushToStartTokens["MatchAttributes"]!))
                 _ = try await env.store.write("UPDATE devices SET os_version = ? WHERE device_id = ?", [.text(version), .text(phone.deviceID)])
