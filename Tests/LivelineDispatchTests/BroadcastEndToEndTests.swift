@@ -197,8 +197,8 @@ struct BroadcastEndToEndTests {
             try await running(second) { () async throws in
                 second.wake()
                 #expect(try await waitFor(timeout: .seconds(60)) { env.everySubscriberMovedOn(channelID, from: ["none"]) })
+                #expect(try await waitFor { try await env.store.activity(appID: env.appID, activityID: "match-4")?.broadcastSequence == 1 })
             }
-            #expect(try await env.store.activity(appID: env.appID, activityID: "match-4")?.broadcastSequence == 1)
         }
     }
 }
