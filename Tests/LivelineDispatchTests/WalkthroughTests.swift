@@ -197,4 +197,97 @@ struct WalkthroughTests {
         server.stop()
         try await client.shutdown()
     }
+
+    @Test("broadcast: an iOS 18 phone starts into the channel and registers it, an iOS 17 phone keeps a token, 1,000 more subscribers; one update is one broadcast")
+    func broadcast() async throws {
+        guard FileManager.default.isExecutableFile(atPath: livelineExecutable().path) else {
+            Issue.record("Build the executable first (swift build --build-tests), or set LIVELINE_BINARY")
+            return
+        }
+        let root = uniqueTemporaryURL(prefix: "liveline-walkthrough-broadcast")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let ports = (0..<6).map { _ in freePort() }
+        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        let server = try Server.start(root: root, ports: ports)
+        do {
+            #expect(try await waitFor(timeout: .seconds(60)) { server.exported("LIVELINE_PUBLISHABLE_KEY") != nil })
+            let secret = try #require(server.exported("LIVELINE_SECRET_KEY"))
+            let publishable = try #require(server.exported("LIVELINE_PUBLISHABLE_KEY"))
+            #expect(try await waitFor(timeout: .seconds(30)) { (try? await Self.call(client, .GET, server.api + "/healthz"))?.status == 200 })
+            for (device, version) in [("iphone-18", "18.1"), ("iphone-17", "17.5")] {
+                let phone = try await Self.call(
+                    client, .POST, server.apnsControl + "/phones",
+                    body: ["deviceId": .string(device), "userId": "fan-1", "attributesTypes": ["MatchAttributes"], "osVersion": .string(version)]
+                )
+                #expect(phone.status == 201)
+            }
+            #expect(try await waitFor {
+                try await Self.call(client, .GET, server.api + "/v1/devices?userId=fan-1", key: secret).json.objectValue?["data"]?.arrayValue?.count == 2
+            })
+
+            let start: JSONValue = [
+                "attributesType": "MatchAttributes", "attributes": ["home": "Lions", "away": "Tigers"],
+                "contentState": ["home": 0, "away": 0], "alert": ["title": "Kick-off", "body": "Lions – Tigers"],
+                "audience": ["userIds": ["fan-1"]], "delivery": "broadcast",
+            ]
+            #expect(try await Self.call(client, .POST, server.api + "/v1/activities/final/start", key: secret, body: start).status == 202)
+            let channel = try await Self.call(client, .GET, server.api + "/v1/activities/final/channel", key: publishable)
+            #expect(channel.status == 200)
+            let channelID = try #require(channel.json.objectValue?["channelId"]?.stringValue)
+            // Both phones start it and their apps register: the iOS 18 one its channel, the iOS 17 one its token.
+            #expect(try await waitFor {
+                let activity = try await Self.call(client, .GET, server.api + "/v1/activities/final", key: secret).json.objectValue
+                return activity?["instances"]?.objectValue?["active"] == 2
+            })
+            let instances = try await Self.call(client, .GET, server.api + "/v1/activities/final/instances", key: secret).json
+            let byDevice = Dictionary(
+                uniqueKeysWithValues: (instances.objectValue?["data"]?.arrayValue ?? []).compactMap { item -> (String, JSONValue)? in
+                    item.objectValue?["deviceId"]?.stringValue.map { ($0, item) }
+                }
+            )
+            #expect(byDevice["iphone-18"]?.objectValue?["channelId"] == .string(channelID))
+            #expect(byDevice["iphone-17"]?.objectValue?["channelId"] == .null)
+
+            let encoded = channelID.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? channelID
+            #expect(try await Self.call(client, .POST, server.apnsControl + "/channels/\(encoded)/subscribers", body: ["count": 1000]).status == 201)
+            // The start's pushes settle first (an iPhone that registers its token before the engine recorded its start
+            // is caught up once more, and ignores it): the request count stops moving.
+            var before = try await Self.call(client, .GET, server.apnsControl + "/statistics").json.objectValue
+            while true {
+                try await Task.sleep(for: .milliseconds(500))
+                let now = try await Self.call(client, .GET, server.apnsControl + "/statistics").json.objectValue
+                if now?["totalRequests"] == before?["totalRequests"] { break }
+                before = now
+            }
+            #expect(try await Self.call(
+                client, .POST, server.api + "/v1/activities/final/updates", key: secret, body: ["contentState": ["home": 1, "away": 0]]
+            ).status == 202)
+            #expect(try await waitFor {
+                let detail = try await Self.call(client, .GET, server.apnsControl + "/channels/\(encoded)").json.objectValue
+                let shown = detail?["subscribersByTimestamp"]?.objectValue ?? [:]
+                return detail?["subscribers"] == 1001 && shown.count == 1 && shown["none"] == nil
+            })
+            #expect(try await waitFor {
+                let phones = try await Self.call(client, .GET, server.apnsControl + "/phones").json.objectValue?["phones"]?.arrayValue ?? []
+                return phones.allSatisfy { phone in
+                    phone.objectValue?["activities"]?.arrayValue?.first?.objectValue?["state"]?.objectValue?["contentState"] == ["home": 1, "away": 0]
+                }
+            })
+            let after = try await Self.call(client, .GET, server.apnsControl + "/statistics").json.objectValue
+            // One broadcast for the 1,001 subscribers, one push for the iOS 17 phone's token.
+            func count(_ stats: [String: JSONValue]?, _ key: String) -> Int64 {
+                if case .integer(let value) = stats?[key] { return value }
+                return -1
+            }
+            #expect(count(after, "broadcasts") == count(before, "broadcasts") + 1)
+            #expect(count(after, "totalRequests") == count(before, "totalRequests") + 2)
+            let timeline = try await Self.call(client, .GET, server.api + "/v1/activities/final/deliveries", key: secret).json
+            #expect((timeline.objectValue?["data"]?.arrayValue ?? []).contains { $0.objectValue?["channelId"] == .string(channelID) })
+        } catch {
+            Issue.record("\(error)\n\((try? String(contentsOf: server.output, encoding: .utf8)) ?? "")")
+        }
+        server.stop()
+        try await client.shutdown()
+    }
 }
