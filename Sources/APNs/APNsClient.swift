@@ -174,8 +174,12 @@ public final class APNsClient: Sendable {
         guard !isShutDown.load(ordering: .relaxed) else {
             throw APNsTransportError("The APNs client has been shut down.")
         }
+        return try await perform(PendingRequest(notification: notification, deadline: .now() + requestTimeout))
+    }
+
+    /// Hands one request to the next connection slot and waits for its answer; cancelling the task resets the stream.
+    private func perform(_ request: PendingRequest) async throws -> APNsResponse {
         let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
-        let request = PendingRequest(notification: notification, deadline: .now() + requestTimeout)
         return try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { continuation in
                 slot.eventLoop.execute {
@@ -195,20 +199,8 @@ public final class APNsClient: Sendable {
         guard !isShutDown.load(ordering: .relaxed) else {
             throw APNsTransportError("The APNs client has been shut down.")
         }
-        let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
         let request = PendingRequest(other: head, deadline: .now() + requestTimeout)
-        let response = try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { continuation in
-                slot.eventLoop.execute {
-                    slot.enqueue(request, continuation: continuation)
-                }
-            }
-        } onCancel: {
-            slot.eventLoop.execute {
-                slot.cancel(request)
-            }
-        }
-        return (response, request)
+        return (try await perform(request), request)
     }
 
     /// Sends many notifications at once and returns each one's outcome, in order: APNs' answer, or the error a single

@@ -146,15 +146,9 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         let stored = try await store.credentials(appID: appID, provider: .apns)
         if let cached = clients[appID], cached.version == stored?.updatedAt { return APNsPushTransport(client: cached.client) }
         guard let credentials = try await credentials(appID: appID)?.credentials else { return nil }
-        let endpoint: APNsEndpoint
-        if let baseURL = credentials.baseURL {
-            endpoint = try APNsEndpoint(baseURL: baseURL, trustedCAPEM: credentials.caCertificatePEM)
-        } else {
-            endpoint = credentials.environment == .production ? .production : .sandbox
-        }
-        let signingKey = try APNsSigningKey(teamID: credentials.teamID, keyID: credentials.keyID, p8PEM: credentials.privateKeyPEM)
         let client = try APNsClient(
-            endpoint: endpoint, tokens: APNsProviderTokens(signingKey: signingKey, now: now), connections: connections, logger: logger
+            endpoint: try credentials.endpoint(channelManagement: false), tokens: try credentials.providerTokens(now: now),
+            connections: connections, logger: logger
         )
         let previous = clients[appID]?.client
         clients[appID] = (stored?.updatedAt, client)
@@ -214,15 +208,8 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
             guard let app = try await store.app(id: appID), let (credentials, version) = try await credentials(appID: appID) else {
                 throw ChannelManagementError(.noCredentials, "the app has no APNs credentials")
             }
-            let endpoint: APNsEndpoint
-            if let baseURL = credentials.channelManagementBaseURL {
-                endpoint = try APNsEndpoint(baseURL: baseURL, trustedCAPEM: credentials.caCertificatePEM)
-            } else {
-                endpoint = credentials.environment == .production ? .channelManagementProduction : .channelManagementSandbox
-            }
-            let signingKey = try APNsSigningKey(teamID: credentials.teamID, keyID: credentials.keyID, p8PEM: credentials.privateKeyPEM)
             let manager = try APNsChannelManager(
-                tokens: APNsProviderTokens(signingKey: signingKey, now: now), endpoint: endpoint, logger: logger
+                tokens: try credentials.providerTokens(now: now), endpoint: try credentials.endpoint(channelManagement: true), logger: logger
             )
             let previous = channelManagers[appID]?.manager
             channelManagers[appID] = (version, manager, app.bundleID)
@@ -241,5 +228,26 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         clients.removeAll()
         for (_, entry) in channelManagers { await entry.manager.shutdown() }
         channelManagers.removeAll()
+    }
+}
+
+extension APNsCredentials {
+    /// Where the app's requests go: the push host (or `baseURL`), or the channel management host (or
+    /// `channelManagementBaseURL`), for its environment.
+    func endpoint(channelManagement: Bool) throws -> APNsEndpoint {
+        if let baseURL = channelManagement ? channelManagementBaseURL : baseURL {
+            return try APNsEndpoint(baseURL: baseURL, trustedCAPEM: caCertificatePEM)
+        }
+        switch (environment, channelManagement) {
+        case (.production, false): return .production
+        case (.sandbox, false): return .sandbox
+        case (.production, true): return .channelManagementProduction
+        case (.sandbox, true): return .channelManagementSandbox
+        }
+    }
+
+    /// Provider tokens signed with the app's key.
+    func providerTokens(now: @escaping @Sendable () -> Date) throws -> APNsProviderTokens {
+        APNsProviderTokens(signingKey: try APNsSigningKey(teamID: teamID, keyID: keyID, p8PEM: privateKeyPEM), now: now)
     }
 }
