@@ -624,6 +624,7 @@ public final class Dispatcher: Service, Sendable {
                     progress.budgetWarnings += 1
                 }
             }
+            let last = result.attempts.last
             switch result.final {
             case .delivered:
                 progress.delivered.append(pushed)
@@ -631,8 +632,26 @@ public final class Dispatcher: Service, Sendable {
             case .rejected:
                 // Refused for good: this sequence is done for the instance; a newer one is tried afresh.
                 progress.delivered.append(pushed)
+                progress.events.append(
+                    NewEvent(
+                        .deliveryFailed, appID: appID, activityID: activityID, deviceID: result.instance.deviceID,
+                        data: [
+                            "platform": .string(result.instance.platform.rawValue), "sequence": .integer(result.sequence),
+                            "event": .string(result.event.rawValue), "reason": last?.reason.map(JSONValue.string) ?? .null,
+                        ]
+                    )
+                )
             case .invalidated:
                 progress.invalidated.append(pushed)
+                progress.events.append(
+                    NewEvent(
+                        .instanceInvalidated, appID: appID, activityID: activityID, deviceID: result.instance.deviceID,
+                        data: [
+                            "platform": .string(result.instance.platform.rawValue), "reason": last?.reason.map(JSONValue.string) ?? .null,
+                            "at": .string(APIDate.iso8601(last?.attemptedAt ?? now())),
+                        ]
+                    )
+                )
                 if result.event == .start {
                     // The device's push-to-start (or FCM) token was refused: it is dropped from the device.
                     progress.refusedStartTokens.append((pushed, result.attempts.last?.reason ?? "refused"))
@@ -644,6 +663,11 @@ public final class Dispatcher: Service, Sendable {
             case .exhausted, .credentials:
                 break
             }
+        }
+        if progress.budgetWarnings > 0 {
+            progress.events.append(
+                NewEvent(.budgetWarning, appID: appID, activityID: activityID, data: ["instances": .integer(Int64(progress.budgetWarnings))])
+            )
         }
         return progress
     }

@@ -19,6 +19,11 @@ public struct LifetimePolicy: Sendable, Hashable {
     public var retention: TimeInterval
     /// How often the sweeper looks.
     public var interval: Duration
+    /// A remotely started instance still `starting` this long after its start is reported once
+    /// (`instance.start_unconfirmed`).
+    public var startConfirmationTimeout: TimeInterval = 120
+    /// Lifecycle events are kept in the feed this long.
+    public var eventRetention: TimeInterval = 7 * 24 * 3600
 
     /// The defaults: end at 7 h 45 min, instances ended at 12 h, ended activities kept 7 days, a sweep a minute.
     public init(
@@ -36,7 +41,7 @@ public struct LifetimePolicy: Sendable, Hashable {
 /// the requests remembered under idempotency keys, once their 24 hours are over).
 /// Runs as a `Service` inside `liveline serve`; ``sweep()`` is one pass, for tests with an injected clock.
 public final class LifetimeSweeper: Service, Sendable {
-    private let store: any LifetimeStore & LifecycleStore & BroadcastStore
+    private let store: any LifetimeStore & LifecycleStore & BroadcastStore & EventStore
     private let channels: (any BroadcastChannelManagement)?
     private let policy: LifetimePolicy
     private let now: @Sendable () -> Date
@@ -58,6 +63,10 @@ public final class LifetimeSweeper: Service, Sendable {
         public var idempotencyKeysPruned = 0
         /// Broadcast channels of ended activities deleted at APNs once the activity left every screen.
         public var channelsDeleted = 0
+        /// Remote starts reported unconfirmed (`instance.start_unconfirmed`).
+        public var startsUnconfirmed = 0
+        /// Events forgotten after ``LifetimePolicy/eventRetention``.
+        public var eventsPruned = 0
 
         /// A pass that did nothing.
         public init() {}
@@ -66,7 +75,7 @@ public final class LifetimeSweeper: Service, Sendable {
     /// Creates the sweeper; `delivery` is woken after it ends activities, for their `end` pushes; `channels` deletes
     /// the broadcast channels of ended activities at APNs.
     public init(
-        store: any LifetimeStore & LifecycleStore & BroadcastStore, policy: LifetimePolicy = LifetimePolicy(),
+        store: any LifetimeStore & LifecycleStore & BroadcastStore & EventStore, policy: LifetimePolicy = LifetimePolicy(),
         now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "liveline.lifetime"),
         delivery: any DeliveryWaking = NoDeliveryEngine(), channels: (any BroadcastChannelManagement)? = nil
     ) {
@@ -90,6 +99,7 @@ public final class LifetimeSweeper: Service, Sendable {
                             "ended.lifetime": "\(sweep.endedForLifetime)", "ended.allInstancesGone": "\(sweep.endedWithAllInstancesGone)",
                             "instances.ended": "\(sweep.instancesEnded)", "purged": "\(sweep.purged)",
                             "idempotencyKeys.pruned": "\(sweep.idempotencyKeysPruned)", "channels.deleted": "\(sweep.channelsDeleted)",
+                            "starts.unconfirmed": "\(sweep.startsUnconfirmed)", "events.pruned": "\(sweep.eventsPruned)",
                         ]
                     )
                 }
@@ -104,7 +114,7 @@ public final class LifetimeSweeper: Service, Sendable {
 
     /// One pass: end activities at the end of their lifetime, mark old instances ended, end activities whose
     /// instances are all gone, delete the channels of ended broadcast activities, purge long-ended activities, forget
-    /// idempotency keys past their 24 hours.
+    /// idempotency keys past their 24 hours, report remote starts still unconfirmed, forget events past their retention.
     public func sweep() async throws -> Sweep {
         var sweep = Sweep()
         let now = now()
@@ -122,6 +132,10 @@ public final class LifetimeSweeper: Service, Sendable {
         sweep.channelsDeleted = try await deleteChannels(at: now)
         sweep.purged = try await store.purgeActivities(endedBefore: now.addingTimeInterval(-policy.retention))
         sweep.idempotencyKeysPruned = try await store.pruneIdempotencyKeys(olderThan: now.addingTimeInterval(-IdempotencyKey.retention))
+        sweep.startsUnconfirmed = try await store.reportUnconfirmedStarts(
+            startedBefore: now.addingTimeInterval(-policy.startConfirmationTimeout), at: now
+        )
+        sweep.eventsPruned = try await store.pruneEvents(olderThan: now.addingTimeInterval(-policy.eventRetention))
         if sweep.endedForLifetime + sweep.endedWithAllInstancesGone > 0 { delivery.wake() }
         return sweep
     }

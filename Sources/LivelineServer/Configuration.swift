@@ -141,6 +141,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "Scheduling niceness (0-19) of the delivery engine's threads (Linux): during a fan-out the API and the Store's writer are served first. 0 turns it off."),
         Key(name: "liveline.starts.confirmationTimeout", environment: "LIVELINE_STARTS_CONFIRMATION_TIMEOUT", flag: nil, defaultValue: "120",
             summary: "Seconds a remotely started instance may stay 'starting' (its phone has not registered the activity's token) before GET /v1/activities/{id} lists it as unconfirmed."),
+        Key(name: "liveline.events.retention", environment: "LIVELINE_EVENTS_RETENTION", flag: nil, defaultValue: "604800",
+            summary: "Seconds lifecycle events stay in the event feed (GET /v1/events)."),
         Key(name: "liveline.broadcast.defaultDelivery", environment: "LIVELINE_BROADCAST_DEFAULT_DELIVERY", flag: nil, defaultValue: "token",
             summary: "How activities are delivered when neither the request nor the app says: 'token' or 'broadcast' (iOS 18 channels)."),
         Key(name: "liveline.broadcast.messageStoragePolicy", environment: "LIVELINE_BROADCAST_MESSAGE_STORAGE_POLICY", flag: nil,
@@ -251,6 +253,12 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("starts.confirmationTimeout must be between 1 and 86400 seconds; got \(confirmation).")
         }
         startConfirmationTimeout = TimeInterval(confirmation)
+        lifetime.startConfirmationTimeout = startConfirmationTimeout
+        let eventRetention = scoped.int(forKey: "events.retention", default: Int(LifetimePolicy().eventRetention))
+        guard (60...(366 * 24 * 3600)).contains(eventRetention) else {
+            throw ConfigurationError("events.retention must be between 60 seconds and a year; got \(eventRetention).")
+        }
+        lifetime.eventRetention = TimeInterval(eventRetention)
         let deliveryName = scoped.string(forKey: "broadcast.defaultDelivery", default: ActivityDelivery.token.rawValue)
         guard let defaultDelivery = ActivityDelivery(rawValue: deliveryName) else {
             throw ConfigurationError("broadcast.defaultDelivery must be 'token' or 'broadcast'; got '\(deliveryName)'.")

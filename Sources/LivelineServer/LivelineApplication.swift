@@ -38,6 +38,7 @@ public enum LivelineApplication {
         StartRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock, lifecycle: lifecycle).add(to: router)
         SchemaRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock).add(to: router)
         DeviceRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock).add(to: router)
+        EventRoutes(store: store, authenticator: Authenticator(keys: keys)).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
         // Last, so that it wraps only the not-found responder: a known path with another method is 405.
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes))

@@ -109,6 +109,9 @@ public struct DeliveryProgress: Sendable {
     /// Devices' push-to-start or FCM tokens the push service refused when a start went to them, with its reason: they
     /// are dropped from the device (kept with the reason and time, no longer used for starts).
     public var refusedStartTokens: [(instance: PushedInstance, reason: String)] = []
+    /// Lifecycle events the batch causes (`instance.invalidated`, `delivery.failed`, `budget.warning`), recorded in
+    /// its transaction.
+    public var events: [NewEvent] = []
 
     public init(
         appID: String, activityID: String, delivered: [PushedInstance] = [], invalidated: [PushedInstance] = [],

@@ -357,5 +357,29 @@ enum SQLiteMigrations {
                 "ALTER TABLE instances ADD COLUMN channel_id TEXT",
             ]
         ),
+        Migration(
+            version: 15,
+            name: "lifecycle events",
+            statements: [
+                // The outbox of lifecycle events: each written in the transaction of the change that causes it. `id` is
+                // the feed's position.
+                """
+                CREATE TABLE events (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    event_id TEXT NOT NULL UNIQUE,
+                    app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                    type TEXT NOT NULL,
+                    activity_id TEXT,
+                    device_id TEXT,
+                    data TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                )
+                """,
+                "CREATE INDEX events_by_app ON events(app_id, id)",
+                "CREATE INDEX events_by_age ON events(created_at)",
+                // When a remote start still unconfirmed was reported (`instance.start_unconfirmed`, once).
+                "ALTER TABLE instances ADD COLUMN unconfirmed_reported_at INTEGER",
+            ]
+        ),
     ]
 }

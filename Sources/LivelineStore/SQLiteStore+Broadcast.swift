@@ -117,6 +117,19 @@ extension SQLiteStore: BroadcastStore {
                 [.integer(Self.millis(now)), .text(attempt.appID), .text(attempt.activityID), .text(channelID)]
             ))
         }
+        if attempt.status == .rejected {
+            statements.append(Self.eventStatement(
+                NewEvent(
+                    .deliveryFailed, appID: attempt.appID, activityID: attempt.activityID,
+                    data: [
+                        "platform": "ios", "channelId": attempt.channelID.map(JSONValue.string) ?? .null,
+                        "sequence": .integer(attempt.sequence), "event": .string(attempt.event.rawValue),
+                        "reason": attempt.reason.map(JSONValue.string) ?? .null,
+                    ]
+                ),
+                at: now
+            ))
+        }
         if channelGone {
             statements.append((
                 "UPDATE activities SET channel_status = ? WHERE app_id = ? AND activity_id = ? AND channel_id = ?",

@@ -190,6 +190,7 @@ extension SQLiteStore {
             ))
         }
         statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
+        statements += progress.events.map { Self.eventStatement($0, at: now) }
         // Progress is bookkeeping: if a power cut loses it, those instances are sent their state again.
         try await transaction(statements: statements, durability: .bookkeeping)
     }
@@ -268,10 +269,20 @@ extension SQLiteStore {
 
     public func setCredentialsHealth(appID: String, provider: CredentialProvider, healthy: Bool, reason: String?, at now: Date) async throws {
         try await transaction { db in
+            let was = try db.query(
+                "SELECT healthy FROM app_credentials WHERE app_id = ? AND provider = ?", [.text(appID), .text(provider.rawValue)]
+            ).first?.column("healthy")?.integer
             _ = try db.query(
                 "UPDATE app_credentials SET healthy = ?, health_reason = ?, updated_at = ? WHERE app_id = ? AND provider = ?",
                 [.integer(healthy ? 1 : 0), Self.text(reason), .integer(Self.millis(now)), .text(appID), .text(provider.rawValue)]
             )
+            // Told once, when they turn unhealthy.
+            if !healthy, let was, was != 0 {
+                try Self.record(
+                    NewEvent(.credentialsUnhealthy, appID: appID, data: ["provider": .string(provider.rawValue), "reason": reason.map(JSONValue.string) ?? .null]),
+                    at: now, on: db
+                )
+            }
         }
     }
 }

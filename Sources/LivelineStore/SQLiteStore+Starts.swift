@@ -90,6 +90,17 @@ extension SQLiteStore {
             [.text(start.appID), .text(start.activityID), .integer(Int(next.sequence)), .text(start.attributesType),
              Self.json(start.audience.json), .integer(nowMillis)]
         )
+        try record(
+            NewEvent(
+                (head?.sequence ?? 0) == 0 ? .activityStarted : .activityUpdated, appID: start.appID, activityID: start.activityID,
+                data: [
+                    "sequence": .integer(next.sequence), "via": "start", "attributesType": .string(start.attributesType),
+                    "audience": start.audience.json,
+                    "counts": ["ios": .integer(Int64(counts.ios)), "android": .integer(Int64(counts.android)), "skipped": .integer(Int64(counts.skipped))],
+                ]
+            ),
+            at: now, on: db
+        )
         return AcceptedStart(
             sequence: AcceptedSequence(activityID: start.activityID, sequence: next.sequence, event: .start, acceptedAt: Self.date(nowMillis)),
             counts: counts

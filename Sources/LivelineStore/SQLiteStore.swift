@@ -217,6 +217,13 @@ public final class SQLiteStore: Store, DispatchStore {
                 // activity has none yet.
                 let catchUp = hasState && r.channelID == nil
                 if catchUp { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
+                try Self.record(
+                    NewEvent(
+                        .instanceRegistered, appID: r.appID, activityID: r.activityID, deviceID: r.deviceID,
+                        data: Self.registrationData(r, confirmedStart: false)
+                    ),
+                    at: now, on: db
+                )
                 let created = InstanceRecord(
                     appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
                     userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
@@ -259,6 +266,16 @@ public final class SQLiteStore: Store, DispatchStore {
             let behind = instance.deliveredSequence < Int64(activity?.column("sequence")?.integer ?? 0)
             let needsDelivery = (tokenChanged || wasStarting) && newState.receivesPushes && behind && r.channelID == nil
             if needsDelivery { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
+            // A remote start confirmed is the phone's first registration; a new token on a watching instance, a rotation.
+            if wasStarting || tokenChanged {
+                try Self.record(
+                    NewEvent(
+                        wasStarting ? .instanceRegistered : .instanceTokenRotated, appID: r.appID, activityID: r.activityID,
+                        deviceID: r.deviceID, data: Self.registrationData(r, confirmedStart: wasStarting)
+                    ),
+                    at: now, on: db
+                )
+            }
             return RegistrationResult(change: .updated, instance: instance, needsDelivery: needsDelivery)
         }
     }
@@ -316,6 +333,13 @@ public final class SQLiteStore: Store, DispatchStore {
                  Self.real(update.minUpdateInterval)]
             )
         }
+        try record(
+            NewEvent(
+                (head?.sequence ?? 0) == 0 ? .activityStarted : .activityUpdated, appID: update.appID, activityID: update.activityID,
+                data: ["sequence": .integer(next.sequence), "via": "update"]
+            ),
+            at: now, on: db
+        )
         return AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
     }
 
@@ -360,6 +384,13 @@ public final class SQLiteStore: Store, DispatchStore {
              Self.integer(next?.staleDate), Self.real(next?.relevanceScore), Self.integer(end.priority.map(Int64.init)),
              .integer(nowMillis), .integer(nowMillis), .text(end.reason.rawValue), .text(end.appID), .text(end.activityID)]
         )
+        try record(
+            NewEvent(
+                .activityEnded, appID: end.appID, activityID: end.activityID,
+                data: ["sequence": .integer(sequence), "endReason": .string(end.reason.rawValue)]
+            ),
+            at: now, on: db
+        )
         return AcceptedSequence(activityID: end.activityID, sequence: sequence, event: .end, acceptedAt: Self.date(nowMillis))
     }
 
@@ -384,6 +415,14 @@ public final class SQLiteStore: Store, DispatchStore {
             staleDate: row.column("stale_date")?.integer.map(Int64.init),
             relevanceScore: row.column("relevance_score")?.double
         )
+    }
+
+    /// The `data` of an `instance.registered` or `instance.token_rotated` event.
+    static func registrationData(_ registration: InstanceRegistration, confirmedStart: Bool) -> JSONValue {
+        var data: [String: JSONValue] = ["platform": .string(registration.platform.rawValue)]
+        if let channelID = registration.channelID { data["channelId"] = .string(channelID) }
+        if confirmedStart { data["confirmedStart"] = true }
+        return .object(data)
     }
 
     /// A refusal of Core's next-state rules as the Store's error.
@@ -499,6 +538,18 @@ public final class SQLiteStore: Store, DispatchStore {
             "UPDATE instances SET state = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
             [.text(newState.rawValue), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
         )
+        switch event {
+        case .dismissedOnDevice, .endedOnDevice:
+            try record(
+                NewEvent(
+                    event == .dismissedOnDevice ? .instanceDismissed : .instanceEnded, appID: appID, activityID: activityID, deviceID: deviceID,
+                    data: ["platform": .string(instance.platform.rawValue), "reportedBy": "phone"]
+                ),
+                at: now, on: db
+            )
+        case .tokenRegistered, .tokenInvalidated, .endDelivered:
+            break
+        }
         return instance
     }
 

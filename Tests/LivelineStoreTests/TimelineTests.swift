@@ -108,6 +108,8 @@ struct TimelineTests {
                 "ALTER TABLE instances DROP COLUMN channel_id",
                 "ALTER TABLE apps DROP COLUMN default_delivery",
                 "ALTER TABLE apps DROP COLUMN default_channel_storage_policy",
+                "DROP TABLE events",
+                "ALTER TABLE instances DROP COLUMN unconfirmed_reported_at",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])

@@ -1,0 +1,70 @@
+import Foundation
+import Hummingbird
+import LivelineCore
+import LivelineStore
+
+/// `GET /v1/events`: the app's lifecycle events, oldest first, for backends that poll rather than receive webhooks.
+struct EventRoutes<Context: RequestContext>: Sendable {
+    let store: any Store
+    let authenticator: Authenticator
+
+    func add(to router: Router<Context>) {
+        router.group("v1").get("events", use: events)
+    }
+
+    /// The events after `after` (a `nextCursor`; from the oldest kept without it), of `types` (comma-separated; all
+    /// without it), at most `limit`. `nextCursor` is always given: poll with it to get only what is newer.
+    @Sendable func events(_ request: Request, context: Context) async throws -> Response {
+        let caller = try await authenticator.authenticate(request, access: .secret)
+        let query = request.uri.queryParameters
+        var after: Int64?
+        if let cursor = query["after"].map(String.init) {
+            guard let decoded = PageCursor.decode(cursor), PageCursor.isValid(decoded, .sequence),
+                let position = Int64(String(decoding: decoded, as: UTF8.self))
+            else { throw APIError.badRequest("invalid_cursor", "after is not a nextCursor this server issued.", field: "after") }
+            after = position
+        }
+        var types: Set<LifecycleEventType> = []
+        if let list = query["types"].map(String.init) {
+            for name in list.split(separator: ",", omittingEmptySubsequences: false) {
+                guard let type = LifecycleEventType(rawValue: String(name)) else {
+                    throw ValidationError(
+                        code: "invalid_event_type",
+                        message: "types must be comma-separated event types, such as activity.updated,instance.invalidated.", field: "types"
+                    )
+                }
+                types.insert(type)
+            }
+        }
+        let limit = try LifecycleRoutes<Context>.limit(request)
+        let events = try await store.events(appID: caller.appID, after: after, types: types, limit: limit)
+        let position = events.last?.position ?? after
+        return Response.json(
+            .object([
+                "data": .array(events.map(Representation.event)),
+                "nextCursor": position.map { .string(Self.cursor($0)) } ?? .null,
+            ])
+        )
+    }
+
+    /// The cursor for a feed position: unpadded base64url of its decimal digits.
+    static func cursor(_ position: Int64) -> String {
+        Data(String(position).utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+}
+
+extension Representation {
+    /// One lifecycle event, as the feed and webhooks show it.
+    static func event(_ record: EventRecord) -> JSONValue {
+        .object([
+            "id": .string(record.id),
+            "type": .string(record.type.rawValue),
+            "createdAt": date(record.createdAt),
+            "appId": .string(record.appID),
+            "activityId": optional(record.activityID),
+            "deviceId": optional(record.deviceID),
+            "data": record.data,
+        ])
+    }
+}

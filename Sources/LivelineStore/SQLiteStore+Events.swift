@@ -1,0 +1,133 @@
+import Foundation
+import LivelineCore
+import SQLiteNIO
+
+/// A lifecycle event to record, in the same transaction as the change that causes it (an outbox: none is lost in a
+/// crash, none is recorded for a change that rolled back).
+public struct NewEvent: Sendable, Hashable {
+    public var type: LifecycleEventType
+    public var appID: String
+    public var activityID: String?
+    public var deviceID: String?
+    /// A small object particular to the type (documented in the OpenAPI document).
+    public var data: JSONValue
+
+    public init(_ type: LifecycleEventType, appID: String, activityID: String? = nil, deviceID: String? = nil, data: JSONValue = [:]) {
+        self.type = type
+        self.appID = appID
+        self.activityID = activityID
+        self.deviceID = deviceID
+        self.data = data
+    }
+}
+
+/// A recorded lifecycle event.
+public struct EventRecord: Sendable, Hashable {
+    /// The feed's position: increases with every event recorded.
+    public var position: Int64
+    /// The event's public id (`evt_…`), the same in the feed and in webhooks.
+    public var id: String
+    public var type: LifecycleEventType
+    public var appID: String
+    public var activityID: String?
+    public var deviceID: String?
+    public var data: JSONValue
+    public var createdAt: Date
+
+    public init(
+        position: Int64, id: String, type: LifecycleEventType, appID: String, activityID: String?, deviceID: String?, data: JSONValue,
+        createdAt: Date
+    ) {
+        self.position = position
+        self.id = id
+        self.type = type
+        self.appID = appID
+        self.activityID = activityID
+        self.deviceID = deviceID
+        self.data = data
+        self.createdAt = createdAt
+    }
+}
+
+/// The event feed: lifecycle events in the order they were recorded, per app.
+public protocol EventStore: Sendable {
+    /// The app's events after `position` (from the oldest kept when nil), of `types` (all when empty), oldest first.
+    func events(appID: String, after position: Int64?, types: Set<LifecycleEventType>, limit: Int) async throws -> [EventRecord]
+    /// Forgets events recorded before `cutoff`; returns how many.
+    func pruneEvents(olderThan cutoff: Date) async throws -> Int
+    /// Records `instance.start_unconfirmed`, once, for each remotely started instance still `starting` since before
+    /// `cutoff`; returns how many.
+    func reportUnconfirmedStarts(startedBefore cutoff: Date, at now: Date) async throws -> Int
+}
+
+extension SQLiteStore: EventStore {
+    /// The statement that records `event` at `now`.
+    static func eventStatement(_ event: NewEvent, at now: Date) -> (sql: String, binds: [SQLiteData]) {
+        (
+            """
+            INSERT INTO events (event_id, app_id, type, activity_id, device_id, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+            """,
+            [.text(newEventID()), .text(event.appID), .text(event.type.rawValue), text(event.activityID), text(event.deviceID),
+             .text(event.data.encodedString), .integer(millis(now))]
+        )
+    }
+
+    /// Records `event` on the writer, inside the caller's transaction.
+    static func record(_ event: NewEvent, at now: Date, on db: SQLiteHandle) throws {
+        let statement = eventStatement(event, at: now)
+        _ = try db.query(statement.sql, statement.binds)
+    }
+
+    /// `evt_` and 26 characters of randomness (base 32, lowercase).
+    static func newEventID() -> String {
+        let alphabet = Array("0123456789abcdefghjkmnpqrstvwxyz")
+        var generator = SystemRandomNumberGenerator()
+        return "evt_" + String((0..<26).map { _ in alphabet[Int(generator.next(upperBound: UInt32(alphabet.count)))] })
+    }
+
+    public func events(appID: String, after position: Int64?, types: Set<LifecycleEventType>, limit: Int) async throws -> [EventRecord] {
+        var sql = "SELECT * FROM events WHERE app_id = ? AND id > ?"
+        var binds: [SQLiteData] = [.text(appID), .integer(Int(position ?? 0))]
+        if !types.isEmpty {
+            sql += " AND type IN (\(Array(repeating: "?", count: types.count).joined(separator: ",")))"
+            binds += types.map { .text($0.rawValue) }.sorted { "\($0)" < "\($1)" }
+        }
+        sql += " ORDER BY id LIMIT \(limit)"
+        return try await reader.query(sql, binds).map { row in
+            EventRecord(
+                position: Int64(row.column("id")?.integer ?? 0), id: try row.string("event_id"),
+                type: LifecycleEventType(rawValue: try row.string("type")) ?? .activityUpdated, appID: try row.string("app_id"),
+                activityID: row.column("activity_id")?.string, deviceID: row.column("device_id")?.string,
+                data: try row.json("data") ?? [:], createdAt: try row.date("created_at")
+            )
+        }
+    }
+
+    public func pruneEvents(olderThan cutoff: Date) async throws -> Int {
+        try await write("DELETE FROM events WHERE created_at < ? RETURNING id", [.integer(Self.millis(cutoff))]).count
+    }
+
+    public func reportUnconfirmedStarts(startedBefore cutoff: Date, at now: Date) async throws -> Int {
+        try await transaction { db in
+            let rows = try db.query(
+                """
+                UPDATE instances SET unconfirmed_reported_at = ?
+                WHERE state = 'starting' AND updated_at <= ? AND unconfirmed_reported_at IS NULL
+                RETURNING app_id, activity_id, device_id, platform, updated_at
+                """,
+                [.integer(Self.millis(now)), .integer(Self.millis(cutoff))]
+            )
+            for row in rows {
+                try Self.record(
+                    NewEvent(
+                        .instanceStartUnconfirmed, appID: try row.string("app_id"), activityID: try row.string("activity_id"),
+                        deviceID: try row.string("device_id"),
+                        data: ["platform": .string(try row.string("platform")), "startedAt": .string(APIDate.iso8601(try row.date("updated_at")))]
+                    ),
+                    at: now, on: db
+                )
+            }
+            return rows.count
+        }
+    }
+}

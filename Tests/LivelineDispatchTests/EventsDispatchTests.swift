@@ -1,0 +1,64 @@
+import Foundation
+import LivelineCore
+import LivelineDispatch
+import LivelineStore
+import LivelineTestSupport
+import Testing
+
+@Suite("Lifecycle events from the delivery engine")
+struct EventsDispatchTests {
+    @Test("a refused token is instance.invalidated with its reason, a terminal refusal delivery.failed; retries and successes are not events")
+    func invalidatedAndFailed() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "order-1", devices: 0..<4)
+            let transport = ScriptedTransport()
+            transport.answer(token(0), with: [.invalidToken(reason: "Unregistered", providerID: "a")])
+            transport.answer(token(1), with: [.rejected(reason: "PayloadTooLarge", providerID: "b")])
+            transport.answer(token(2), with: [.retryable(reason: "TooManyRequests", retryAfter: nil, providerID: "c")])
+            try await whileDispatching(store, transport) { _ in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "order-1", contentState: ["step": 1]), at: Date())
+                #expect(try await eventually {
+                    try await store.events(appID: appID, after: nil, types: [.instanceInvalidated, .deliveryFailed], limit: 10).count == 2
+                })
+                #expect(try await eventually { try await allCaughtUp(store, "order-1") })
+            }
+            let events = try await store.events(appID: appID, after: nil, types: [], limit: 50)
+            #expect(events.prefix(5).map(\.type) == [
+                .instanceRegistered, .instanceRegistered, .instanceRegistered, .instanceRegistered, .activityStarted,
+            ])
+            let invalidated = try #require(events.first { $0.type == .instanceInvalidated })
+            #expect(invalidated.deviceID == "device-00000")
+            #expect(invalidated.data.objectValue?["reason"] == "Unregistered")
+            #expect(invalidated.data.objectValue?["platform"] == "ios")
+            let failed = try #require(events.first { $0.type == .deliveryFailed })
+            #expect(failed.deviceID == "device-00001")
+            #expect(failed.data.objectValue?["reason"] == "PayloadTooLarge")
+            #expect(failed.data.objectValue?["sequence"] == 1)
+            #expect(events.filter { $0.type == .instanceInvalidated || $0.type == .deliveryFailed }.count == 2)
+        }
+    }
+
+    @Test("a broadcast APNs refuses for good is delivery.failed with its channel")
+    func broadcastFailed() async throws {
+        try await withTemporaryStore { store, _ in
+            try await seedApp(store)
+            _ = try await store.assignChannel(
+                appID: appID, activityID: "match", channelID: "Y2g=", storagePolicy: .mostRecent, maximumChannels: 10, at: Date()
+            )
+            let transport = ScriptedBroadcasts()
+            transport.answer(with: [.channelNotRegistered(reason: "ChannelNotRegistered", requestID: "r-1")])
+            let dispatcher = Dispatcher(store: store, transports: transport, configuration: fastConfiguration())
+            let task = Task { try await dispatcher.run() }
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["minute": 1]), at: Date())
+            #expect(try await eventually {
+                try await store.events(appID: appID, after: nil, types: [.deliveryFailed], limit: 10).count == 1
+            })
+            task.cancel()
+            _ = await task.result
+            let failed = try #require(try await store.events(appID: appID, after: nil, types: [.deliveryFailed], limit: 10).first)
+            #expect(failed.data.objectValue?["channelId"] == "Y2g=")
+            #expect(failed.data.objectValue?["reason"] == "ChannelNotRegistered")
+        }
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import HTTPTypes
+import LivelineCore
+import LivelineDispatch
+import LivelineServer
+import LivelineStore
+import LivelineTestSupport
+import Testing
+
+/// The `type` of every event on a feed page, in order.
+private func types(_ page: Reply) -> [String] {
+    (page["data"]?.arrayValue ?? []).compactMap { $0.objectValue?["type"]?.stringValue }
+}
+
+@Suite("Lifecycle events and the event feed")
+struct EventsAPITests {
+    @Test("a phone's registration, updates, its dismissal and the end are events, in order, with their data")
+    func lifecycle() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            #expect(try await api.json(.put, "/v1/activities/order-1/instances/iphone-1", key: app.publishableKey, registerBody).status == .created)
+            #expect(try await api.json(.post, "/v1/activities/order-1/updates", key: app.secretKey, ["contentState": ["step": 1]]).status == .accepted)
+            #expect(try await api.json(.post, "/v1/activities/order-1/updates", key: app.secretKey, ["contentState": ["step": 2]]).status == .accepted)
+            var rotated = registerBody.objectValue ?? [:]
+            rotated["pushToken"] = .string(String(repeating: "ab", count: 32))
+            #expect(try await api.json(.put, "/v1/activities/order-1/instances/iphone-1", key: app.publishableKey, .object(rotated)).status == .ok)
+            #expect(try await api.json(
+                .post, "/v1/activities/order-1/instances/iphone-1/events", key: app.publishableKey, ["type": "dismissed"]
+            ).status == .ok)
+            #expect(try await api.json(.post, "/v1/activities/order-1/end", key: app.secretKey, ["contentState": ["step": 3]]).status == .accepted)
+            // Refused changes record nothing.
+            #expect(try await api.json(.post, "/v1/activities/order-1/updates", key: app.secretKey, ["contentState": ["step": 4]]).status == .conflict)
+
+            let page = try await api.call(.get, "/v1/events", key: app.secretKey)
+            #expect(page.status == .ok)
+            #expect(types(page) == [
+                "instance.registered", "activity.started", "activity.updated", "instance.token_rotated", "instance.dismissed", "activity.ended",
+            ])
+            let events = page["data"]?.arrayValue?.compactMap(\.objectValue) ?? []
+            #expect(events.allSatisfy { $0["id"]?.stringValue?.hasPrefix("evt_") == true && $0["appId"] == .string(app.id) })
+            #expect(events[0]["deviceId"] == "iphone-1")
+            #expect(events[0]["data"] == ["platform": "ios"])
+            #expect(events[1]["activityId"] == "order-1")
+            #expect(events[1]["data"] == ["sequence": 1, "via": "update"])
+            #expect(events[2]["data"] == ["sequence": 2, "via": "update"])
+            #expect(events[4]["data"] == ["platform": "ios", "reportedBy": "phone"])
+            #expect(events[5]["data"] == ["sequence": 3, "endReason": "caller"])
+
+            // Filtering by type, and polling from a cursor.
+            let ended = try await api.call(.get, "/v1/events?types=activity.ended,instance.dismissed", key: app.secretKey)
+            #expect(types(ended) == ["instance.dismissed", "activity.ended"])
+            let first = try await api.call(.get, "/v1/events?limit=2", key: app.secretKey)
+            #expect(types(first) == ["instance.registered", "activity.started"])
+            let cursor = try #require(first["nextCursor"]?.stringValue)
+            let rest = try await api.call(.get, "/v1/events?after=\(cursor)", key: app.secretKey)
+            #expect(types(rest).count == 4)
+            let polled = try #require(rest["nextCursor"]?.stringValue)
+            let nothing = try await api.call(.get, "/v1/events?after=\(polled)", key: app.secretKey)
+            #expect(types(nothing).isEmpty)
+            #expect(nothing["nextCursor"] == .string(polled))
+        }
+    }
+
+    @Test("the feed is the app's own, needs the secret key, and refuses bad queries")
+    func isolationAndRefusals() async throws {
+        try await withLiveline { api, store in
+            let one = try await createApp(store, name: "One", bundleID: "com.example.one")
+            let two = try await createApp(store, name: "Two", bundleID: "com.example.two")
+            _ = try await api.json(.post, "/v1/activities/shared-id/updates", key: one.secretKey, ["contentState": ["a": 1]])
+            #expect(types(try await api.call(.get, "/v1/events", key: two.secretKey)).isEmpty)
+            #expect(types(try await api.call(.get, "/v1/events", key: one.secretKey)) == ["activity.started"])
+            #expect(try await api.call(.get, "/v1/events", key: one.publishableKey).status == .forbidden)
+            #expect(try await api.call(.get, "/v1/events").status == .unauthorized)
+            #expect(try await api.call(.get, "/v1/events?after=nope!", key: one.secretKey).errorCode == "invalid_cursor")
+            #expect(try await api.call(.get, "/v1/events?types=activity.exploded", key: one.secretKey).errorCode == "invalid_event_type")
+            #expect(try await api.call(.get, "/v1/events?limit=0", key: one.secretKey).errorCode == "invalid_limit")
+        }
+    }
+
+    @Test("a remote start is activity.started with its audience; a start still unconfirmed after the timeout is reported once")
+    func startAndUnconfirmed() async throws {
+        let clock = TestClock(testStart)
+        try await withLiveline(clock: clock) { api, store in
+            let app = try await createApp(store)
+            _ = try await api.json(.put, "/v1/devices/pixel-1", key: app.publishableKey, ["platform": "android", "fcmToken": "fcm-token-of-pixel-1"])
+            _ = try await api.json(.post, "/v1/activities/match-1/start", key: app.secretKey, startBody(["all": true]))
+            _ = try await store.admitStartAudience(appID: app.id, activityID: "match-1", limit: 100, at: testStart)
+            let sweeper = LifetimeSweeper(store: store, now: { clock.now })
+            #expect(try await sweeper.sweep().startsUnconfirmed == 0)
+            clock.advance(by: 121)
+            #expect(try await sweeper.sweep().startsUnconfirmed == 1)
+            #expect(try await sweeper.sweep().startsUnconfirmed == 0)
+            let page = try await api.call(.get, "/v1/events", key: app.secretKey)
+            #expect(types(page) == ["activity.started", "instance.start_unconfirmed"])
+            let started = page["data"]?.arrayValue?.first?.objectValue?["data"]?.objectValue
+            #expect(started?["via"] == "start")
+            #expect(started?["counts"] == ["ios": 0, "android": 1, "skipped": 0])
+            let unconfirmed = page["data"]?.arrayValue?.last?.objectValue
+            #expect(unconfirmed?["deviceId"] == "pixel-1")
+            #expect(unconfirmed?["data"]?.objectValue?["platform"] == "android")
+        }
+    }
+
+    @Test("credentials turning unhealthy are told once; events past their retention are forgotten")
+    func credentialsAndRetention() async throws {
+        let clock = TestClock(testStart)
+        try await withLiveline(clock: clock) { api, store in
+            let app = try await createApp(store)
+            let sealer = try CredentialSealer(masterKey: Array(repeating: 3, count: 32))
+            let credentials = APNsCredentials(
+                teamID: "ABCDE12345", keyID: "KEY1234567", privateKeyPEM: "unused", environment: .sandbox
+            )
+            try await store.saveCredentials(try credentials.stored(appID: app.id, sealer: sealer, at: testStart))
+            try await store.setCredentialsHealth(appID: app.id, provider: .apns, healthy: false, reason: "InvalidProviderToken", at: testStart)
+            try await store.setCredentialsHealth(appID: app.id, provider: .apns, healthy: false, reason: "InvalidProviderToken", at: testStart)
+            let page = try await api.call(.get, "/v1/events", key: app.secretKey)
+            #expect(types(page) == ["credentials.unhealthy"])
+            #expect(page["data"]?.arrayValue?.first?.objectValue?["data"] == ["provider": "apns", "reason": "InvalidProviderToken"])
+
+            var policy = LifetimePolicy()
+            policy.eventRetention = 3600
+            clock.advance(by: 3601)
+            #expect(try await LifetimeSweeper(store: store, policy: policy, now: { clock.now }).sweep().eventsPruned == 1)
+            #expect(types(try await api.call(.get, "/v1/events", key: app.secretKey)).isEmpty)
+        }
+    }
+}
