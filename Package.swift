@@ -76,6 +76,7 @@ let package = Package(
                 "LivelineStore",
                 "APNs",
                 "FCM",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

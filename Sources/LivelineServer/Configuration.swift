@@ -66,6 +66,18 @@ public struct LivelineConfiguration: Sendable {
     public var engineNiceness: Int = 10
     /// The defaults of iOS 18 broadcast channels (an app's own come first).
     public var broadcast: BroadcastSettings = BroadcastSettings()
+    /// How webhooks are delivered.
+    public var webhooks = WebhookSettings()
+
+    /// How webhooks are delivered.
+    public struct WebhookSettings: Sendable, Hashable {
+        /// Allows webhook URLs on loopback and private networks, and http (local development); off by default,
+        /// on by default in dev mode.
+        public var allowsPrivateNetworks = false
+        /// Seconds a delivery is retried before it fails and its endpoint is disabled.
+        public var retryFor: TimeInterval = 24 * 3600
+        public init() {}
+    }
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -143,6 +155,11 @@ public struct LivelineConfiguration: Sendable {
             summary: "Seconds a remotely started instance may stay 'starting' (its phone has not registered the activity's token) before GET /v1/activities/{id} lists it as unconfirmed."),
         Key(name: "liveline.events.retention", environment: "LIVELINE_EVENTS_RETENTION", flag: nil, defaultValue: "604800",
             summary: "Seconds lifecycle events stay in the event feed (GET /v1/events)."),
+        Key(name: "liveline.webhooks.allowPrivateNetworks", environment: "LIVELINE_WEBHOOKS_ALLOW_PRIVATE_NETWORKS", flag: nil,
+            defaultValue: "same as dev",
+            summary: "Allow webhook URLs on loopback and private networks, and http:// (local development). Off in production so a tenant cannot make the server call into its own network."),
+        Key(name: "liveline.webhooks.retryFor", environment: "LIVELINE_WEBHOOKS_RETRY_FOR", flag: nil, defaultValue: "86400",
+            summary: "Seconds a webhook delivery is retried (exponential backoff, jitter, Retry-After) before it fails and the endpoint is disabled."),
         Key(name: "liveline.broadcast.defaultDelivery", environment: "LIVELINE_BROADCAST_DEFAULT_DELIVERY", flag: nil, defaultValue: "token",
             summary: "How activities are delivered when neither the request nor the app says: 'token' or 'broadcast' (iOS 18 channels)."),
         Key(name: "liveline.broadcast.messageStoragePolicy", environment: "LIVELINE_BROADCAST_MESSAGE_STORAGE_POLICY", flag: nil,
@@ -259,6 +276,12 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("events.retention must be between 60 seconds and a year; got \(eventRetention).")
         }
         lifetime.eventRetention = TimeInterval(eventRetention)
+        webhooks.allowsPrivateNetworks = scoped.bool(forKey: "webhooks.allowPrivateNetworks", default: dev)
+        let retryFor = scoped.int(forKey: "webhooks.retryFor", default: Int(webhooks.retryFor))
+        guard (10...(7 * 24 * 3600)).contains(retryFor) else {
+            throw ConfigurationError("webhooks.retryFor must be between 10 seconds and 7 days; got \(retryFor).")
+        }
+        webhooks.retryFor = TimeInterval(retryFor)
         let deliveryName = scoped.string(forKey: "broadcast.defaultDelivery", default: ActivityDelivery.token.rawValue)
         guard let defaultDelivery = ActivityDelivery(rawValue: deliveryName) else {
             throw ConfigurationError("broadcast.defaultDelivery must be 'token' or 'broadcast'; got '\(deliveryName)'.")

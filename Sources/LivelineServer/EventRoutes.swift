@@ -55,16 +55,6 @@ struct EventRoutes<Context: RequestContext>: Sendable {
 }
 
 extension Representation {
-    /// One lifecycle event, as the feed and webhooks show it.
-    static func event(_ record: EventRecord) -> JSONValue {
-        .object([
-            "id": .string(record.id),
-            "type": .string(record.type.rawValue),
-            "createdAt": date(record.createdAt),
-            "appId": .string(record.appID),
-            "activityId": optional(record.activityID),
-            "deviceId": optional(record.deviceID),
-            "data": record.data,
-        ])
-    }
+    /// One lifecycle event, as the feed shows it and webhooks send it.
+    static func event(_ record: EventRecord) -> JSONValue { record.json }
 }

@@ -20,7 +20,8 @@ public enum LivelineApplication {
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
         staleness: StalenessPolicy = StalenessPolicy(), budget: PriorityBudget = PriorityBudget(),
         delivery: any DeliveryWaking = NoDeliveryEngine(), startConfirmationTimeout: TimeInterval = 120,
-        channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings()
+        channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings(),
+        webhookURLs: WebhookURLPolicy = WebhookURLPolicy(allowsPrivateNetworks: false), webhookDeliverer: (any DeliveryWaking)? = nil
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let keys = APIKeyCache(store: store)
@@ -39,6 +40,9 @@ public enum LivelineApplication {
         SchemaRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock).add(to: router)
         DeviceRoutes(store: store, authenticator: Authenticator(keys: keys), clock: clock).add(to: router)
         EventRoutes(store: store, authenticator: Authenticator(keys: keys)).add(to: router)
+        WebhookRoutes(
+            store: store, authenticator: Authenticator(keys: keys), sealer: sealer, clock: clock, urls: webhookURLs, deliverer: webhookDeliverer
+        ).add(to: router)
         AdminRoutes(administration: administration, adminToken: adminToken).add(to: router)
         // Last, so that it wraps only the not-found responder: a known path with another method is 405.
         router.add(middleware: MethodNotAllowedMiddleware(routes: router.routes))
@@ -52,14 +56,16 @@ public enum LivelineApplication {
     public static func makeApplication(
         configuration: LivelineConfiguration, store: any Store, clock: WallClock = .system, logger: Logger,
         sealer: CredentialSealer? = nil, delivery: any DeliveryWaking = NoDeliveryEngine(),
-        channels: (any BroadcastChannelManagement)? = nil, services: [any Service] = [],
+        channels: (any BroadcastChannelManagement)? = nil, webhookDeliverer: (any DeliveryWaking)? = nil, services: [any Service] = [],
         onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
             router: makeRouter(
                 store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, staleness: configuration.staleness,
                 budget: configuration.budget, delivery: delivery, startConfirmationTimeout: configuration.startConfirmationTimeout,
-                channels: channels, broadcast: configuration.broadcast
+                channels: channels, broadcast: configuration.broadcast,
+                webhookURLs: WebhookURLPolicy(allowsPrivateNetworks: configuration.webhooks.allowsPrivateNetworks),
+                webhookDeliverer: webhookDeliverer
             ),
             server: .guardedHTTP1(limits: configuration.connections, logger: logger),
             configuration: ApplicationConfiguration(

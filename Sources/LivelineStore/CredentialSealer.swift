@@ -22,16 +22,35 @@ public struct CredentialSealer: Sendable {
 
     /// Seals `secret` for one app and provider.
     public func seal(_ secret: [UInt8], appID: String, provider: CredentialProvider) throws -> [UInt8] {
-        let box = try AES.GCM.seal(secret, using: key, authenticating: Data("\(appID)/\(provider.rawValue)".utf8))
-        guard let combined = box.combined else { throw CredentialError("Sealing failed.") }
-        return Array(combined)
+        try seal(secret, context: "\(appID)/\(provider.rawValue)")
     }
 
     /// Opens what ``seal(_:appID:provider:)`` sealed. Throws when the master key or the app differs.
     public func open(_ sealed: [UInt8], appID: String, provider: CredentialProvider) throws -> [UInt8] {
+        try open(sealed, context: "\(appID)/\(provider.rawValue)")
+    }
+
+    /// Seals a webhook endpoint's signing secret: bound to its app and webhook.
+    public func seal(_ secret: [UInt8], appID: String, webhookID: String) throws -> [UInt8] {
+        try seal(secret, context: "\(appID)/webhook/\(webhookID)")
+    }
+
+    /// Opens what ``seal(_:appID:webhookID:)`` sealed.
+    public func open(_ sealed: [UInt8], appID: String, webhookID: String) throws -> [UInt8] {
+        try open(sealed, context: "\(appID)/webhook/\(webhookID)")
+    }
+
+    /// Seals `secret`, authenticating `context` with it: opened only with the same context.
+    private func seal(_ secret: [UInt8], context: String) throws -> [UInt8] {
+        let box = try AES.GCM.seal(secret, using: key, authenticating: Data(context.utf8))
+        guard let combined = box.combined else { throw CredentialError("Sealing failed.") }
+        return Array(combined)
+    }
+
+    private func open(_ sealed: [UInt8], context: String) throws -> [UInt8] {
         do {
             let box = try AES.GCM.SealedBox(combined: sealed)
-            return Array(try AES.GCM.open(box, using: key, authenticating: Data("\(appID)/\(provider.rawValue)".utf8)))
+            return Array(try AES.GCM.open(box, using: key, authenticating: Data(context.utf8)))
         } catch {
             throw CredentialError("The stored secret cannot be opened with this master key.")
         }

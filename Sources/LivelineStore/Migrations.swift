@@ -381,5 +381,52 @@ enum SQLiteMigrations {
                 "ALTER TABLE instances ADD COLUMN unconfirmed_reported_at INTEGER",
             ]
         ),
+        Migration(
+            version: 16,
+            name: "webhooks",
+            statements: [
+                // An app's webhook endpoints: URL, event types (a JSON array; empty: every type), the sealed signing
+                // secret, and the feed position up to which events have been turned into deliveries.
+                """
+                CREATE TABLE webhooks (
+                    id TEXT PRIMARY KEY,
+                    app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                    url TEXT NOT NULL,
+                    event_types TEXT NOT NULL,
+                    enabled INTEGER NOT NULL,
+                    sealed_secret BLOB NOT NULL,
+                    scanned_position INTEGER NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    disabled_at INTEGER,
+                    disabled_reason TEXT
+                ) WITHOUT ROWID
+                """,
+                "CREATE INDEX webhooks_by_app ON webhooks(app_id, id)",
+                // One event to one endpoint: pending until the endpoint answers 2xx (delivered) or the retries run out
+                // (failed). Sent in order per activity (`ordering_key`).
+                """
+                CREATE TABLE webhook_deliveries (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    webhook_id TEXT NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
+                    event_position INTEGER NOT NULL,
+                    event_id TEXT NOT NULL,
+                    ordering_key TEXT NOT NULL,
+                    payload TEXT NOT NULL,
+                    status TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    next_attempt_at INTEGER NOT NULL,
+                    last_status_code INTEGER,
+                    last_error TEXT,
+                    last_latency_ms REAL,
+                    last_attempt_at INTEGER,
+                    created_at INTEGER NOT NULL,
+                    finished_at INTEGER
+                )
+                """,
+                "CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_at) WHERE status = 'pending'",
+                "CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries(webhook_id, id)",
+                "CREATE INDEX webhook_deliveries_order ON webhook_deliveries(webhook_id, ordering_key, id) WHERE status = 'pending'",
+            ]
+        ),
     ]
 }

@@ -49,6 +49,21 @@ public struct EventRecord: Sendable, Hashable {
     }
 }
 
+extension EventRecord {
+    /// The event as the feed shows it and webhooks send it.
+    public var json: JSONValue {
+        .object([
+            "id": .string(id),
+            "type": .string(type.rawValue),
+            "createdAt": .string(APIDate.iso8601(createdAt)),
+            "appId": .string(appID),
+            "activityId": activityID.map(JSONValue.string) ?? .null,
+            "deviceId": deviceID.map(JSONValue.string) ?? .null,
+            "data": data,
+        ])
+    }
+}
+
 /// The event feed: lifecycle events in the order they were recorded, per app.
 public protocol EventStore: Sendable {
     /// The app's events after `position` (from the oldest kept when nil), of `types` (all when empty), oldest first.
@@ -93,14 +108,16 @@ extension SQLiteStore: EventStore {
             binds += types.map { .text($0.rawValue) }.sorted { "\($0)" < "\($1)" }
         }
         sql += " ORDER BY id LIMIT \(limit)"
-        return try await reader.query(sql, binds).map { row in
-            EventRecord(
-                position: Int64(row.column("id")?.integer ?? 0), id: try row.string("event_id"),
-                type: LifecycleEventType(rawValue: try row.string("type")) ?? .activityUpdated, appID: try row.string("app_id"),
-                activityID: row.column("activity_id")?.string, deviceID: row.column("device_id")?.string,
-                data: try row.json("data") ?? [:], createdAt: try row.date("created_at")
-            )
-        }
+        return try await reader.query(sql, binds).map(Self.event(from:))
+    }
+
+    static func event(from row: StoreRow) throws -> EventRecord {
+        EventRecord(
+            position: Int64(row.column("id")?.integer ?? 0), id: try row.string("event_id"),
+            type: LifecycleEventType(rawValue: try row.string("type")) ?? .activityUpdated, appID: try row.string("app_id"),
+            activityID: row.column("activity_id")?.string, deviceID: row.column("device_id")?.string,
+            data: try row.json("data") ?? [:], createdAt: try row.date("created_at")
+        )
     }
 
     public func pruneEvents(olderThan cutoff: Date) async throws -> Int {

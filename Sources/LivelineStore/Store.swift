@@ -11,7 +11,7 @@ import LivelineCore
 /// push transports for ``CredentialStore`` and ``AppStore``, the lifetime sweeper for ``LifetimeStore``, the
 /// activity lifecycle for ``LifecycleStore`` and ``SchemaStore``, the devices API and remote starts for ``DeviceStore``.
 public protocol Store: AppStore, LifecycleStore, LifetimeStore, SchemaStore, DispatchStore, TimelineStore, CredentialStore, DeviceStore,
-    BroadcastStore, EventStore
+    BroadcastStore, EventStore, WebhookStore
 {
     /// Checks that the database answers.
     func ping() async throws

@@ -32,6 +32,10 @@ func buildApplication(_ configuration: LivelineConfiguration, logger: Logger) as
             store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
         )
         let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, delivery: dispatcher, channels: apns)
+        var webhookConfiguration = WebhookDeliverer.Configuration()
+        webhookConfiguration.urls = WebhookURLPolicy(allowsPrivateNetworks: configuration.webhooks.allowsPrivateNetworks)
+        webhookConfiguration.retry.retryFor = configuration.webhooks.retryFor
+        let webhooks = WebhookDeliverer(store: store, sealer: sealer, configuration: webhookConfiguration, logger: logger)
         let closing = ClosingService {
             await apns.shutdown()
             await fcm.shutdown()
@@ -39,8 +43,9 @@ func buildApplication(_ configuration: LivelineConfiguration, logger: Logger) as
         }
         return LivelineApplication.makeApplication(
             configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: dispatcher, channels: apns,
+            webhookDeliverer: webhooks,
             services: [closing] + (emulators?.services ?? [])
-                + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper]
+                + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks]
         )
     } catch {
         try? await store.close()

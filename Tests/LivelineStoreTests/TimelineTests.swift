@@ -110,6 +110,8 @@ struct TimelineTests {
                 "ALTER TABLE apps DROP COLUMN default_channel_storage_policy",
                 "DROP TABLE events",
                 "ALTER TABLE instances DROP COLUMN unconfirmed_reported_at",
+                "DROP TABLE webhook_deliveries",
+                "DROP TABLE webhooks",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])

@@ -1,0 +1,219 @@
+import AsyncHTTPClient
+import Foundation
+import LivelineCore
+import LivelineStore
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import ServiceLifecycle
+
+/// When a webhook delivery is tried again, and when it is given up: exponential backoff with jitter, never sooner than
+/// the endpoint's `Retry-After`, for `retryFor` after the delivery was made. Pure.
+public struct WebhookRetryPolicy: Sendable, Hashable {
+    /// How long a delivery is retried before it fails and its endpoint is disabled (Standard Webhooks' senders retry
+    /// for about a day).
+    public var retryFor: TimeInterval
+    /// The wait after the first failed attempt (before jitter); it doubles with each attempt…
+    public var baseDelay: TimeInterval
+    /// …up to this.
+    public var maximumDelay: TimeInterval
+
+    public init(retryFor: TimeInterval = 24 * 3600, baseDelay: TimeInterval = 5, maximumDelay: TimeInterval = 3600) {
+        self.retryFor = retryFor
+        self.baseDelay = baseDelay
+        self.maximumDelay = maximumDelay
+    }
+
+    /// What follows attempt number `attempt` (1-based) of a delivery made at `createdAt`: a 2xx answer is delivered;
+    /// anything else (another status, a timeout, no connection) is retried until `retryFor` has passed.
+    public func decide(
+        statusCode: Int?, error: String?, retryAfter: TimeInterval?, attempt: Int, createdAt: Date, now: Date, random: Double
+    ) -> WebhookAttemptResult {
+        if let statusCode, (200..<300).contains(statusCode) { return .delivered }
+        let exponent = Double(min(max(attempt - 1, 0), 30))
+        let backoff = min(baseDelay * pow(2, exponent), maximumDelay) * (0.5 + 0.5 * min(max(random, 0), 1))
+        let delay = max(backoff, min(retryAfter ?? 0, maximumDelay))
+        let next = now.addingTimeInterval(delay)
+        guard next <= createdAt.addingTimeInterval(retryFor) else {
+            let last = statusCode.map { "HTTP \($0)" } ?? error ?? "no answer"
+            return .failed(reason: "Deliveries failed for \(Int(retryFor)) s; the last attempt: \(last). Delete and create the webhook to resume.")
+        }
+        return .retry(next: next)
+    }
+}
+
+/// Sends the apps' lifecycle events to their webhook endpoints: at least once, in order per activity, signed as the
+/// Standard Webhooks specification says, retried with backoff for a day, then the endpoint is disabled. It runs on its
+/// own (a `Service`), so a slow or dead endpoint never slows pushes; events are read from the Store's outbox, so a
+/// crash between a commit and a send only delays the send.
+public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
+    /// How it behaves.
+    public struct Configuration: Sendable {
+        public var urls = WebhookURLPolicy(allowsPrivateNetworks: false)
+        public var retry = WebhookRetryPolicy()
+        /// The longest an endpoint may take to answer.
+        public var timeout: Duration = .seconds(10)
+        /// Deliveries sent at once.
+        public var concurrency = 16
+        /// The longest it rests before looking for new events when nothing is due.
+        public var pollInterval: Duration = .seconds(1)
+
+        public init() {}
+    }
+
+    private let store: any WebhookStore
+    private let sealer: CredentialSealer
+    private let configuration: Configuration
+    private let http: HTTPClient
+    private let logger: Logger
+    private let now: @Sendable () -> Date
+    private let random: @Sendable () -> Double
+    private let wakeSignal = WakeSignal()
+
+    public init(
+        store: any WebhookStore, sealer: CredentialSealer, configuration: Configuration = Configuration(),
+        logger: Logger = Logger(label: "liveline.webhooks"), now: @escaping @Sendable () -> Date = { Date() },
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
+    ) {
+        self.store = store
+        self.sealer = sealer
+        self.configuration = configuration
+        var client = HTTPClient.Configuration()
+        client.redirectConfiguration = .disallow
+        client.timeout = .init(connect: .seconds(5), read: .seconds(Int64(configuration.timeout.components.seconds)))
+        self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: client)
+        self.logger = logger
+        self.now = now
+        self.random = random
+    }
+
+    /// Looks for new events at once.
+    public func wake() { wakeSignal.wake() }
+
+    public func run() async throws {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            let worked = (try? await pass()) ?? false
+            if !worked { await rest() }
+        }
+        try? await http.shutdown()
+    }
+
+    /// One pass: turns new events into deliveries, sends those due. Returns whether anything was sent.
+    @discardableResult
+    public func pass() async throws -> Bool {
+        _ = try await store.enqueueWebhookDeliveries(limit: 500, at: now())
+        let due = try await store.dueWebhookDeliveries(now: now(), limit: configuration.concurrency)
+        guard !due.isEmpty else { return false }
+        await withTaskGroup(of: Void.self) { group in
+            for delivery in due {
+                group.addTask { await self.send(delivery) }
+            }
+        }
+        return true
+    }
+
+    private func rest() async {
+        var wait = configuration.pollInterval
+        if let next = try? await store.nextWebhookDeliveryAt() {
+            let seconds = max(0, next.timeIntervalSince(now()))
+            wait = min(wait, .milliseconds(Int64(seconds * 1000)))
+        }
+        let rest = wait
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [wakeSignal] in await wakeSignal.wait() }
+            group.addTask { try? await Task.sleep(for: rest) }
+            group.addTask { try? await gracefulShutdown() }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Sends one delivery and records what followed.
+    private func send(_ due: DueWebhookDelivery) async {
+        let delivery = due.delivery
+        let started = ContinuousClock.now
+        var statusCode: Int?
+        var failure: String?
+        var retryAfter: TimeInterval?
+        do {
+            let secret = try sealer.open(due.sealedSecret, appID: due.appID, webhookID: delivery.webhookID)
+            guard let key = StandardWebhooks.key(of: String(decoding: secret, as: UTF8.self)) else { throw WebhookSendError("the stored secret is unreadable") }
+            let url = try configuration.urls.check(due.url)
+            if let host = url.host, WebhookURLPolicy.parse(host) == nil {
+                try configuration.urls.check(resolved: try await Self.resolve(host))
+            }
+            let timestamp = Int64(now().timeIntervalSince1970)
+            let body = Array(delivery.payload.utf8)
+            var request = HTTPClientRequest(url: due.url)
+            request.method = .POST
+            request.headers.add(name: "content-type", value: "application/json")
+            request.headers.add(name: "user-agent", value: "Liveline-Webhooks/1")
+            request.headers.add(name: "webhook-id", value: delivery.eventID)
+            request.headers.add(name: "webhook-timestamp", value: String(timestamp))
+            request.headers.add(
+                name: "webhook-signature", value: StandardWebhooks.signature(key: key, id: delivery.eventID, timestamp: timestamp, body: body)
+            )
+            request.body = .bytes(ByteBuffer(bytes: body))
+            let response = try await http.execute(request, timeout: .seconds(configuration.timeout.components.seconds))
+            statusCode = Int(response.status.code)
+            retryAfter = response.headers.first(name: "retry-after").flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }
+            _ = try? await response.body.collect(upTo: 64 * 1024)
+        } catch let refusal as WebhookURLPolicy.Refusal {
+            failure = "refused: \(refusal.description)"
+        } catch {
+            failure = "\(error)"
+        }
+        let latency = (ContinuousClock.now - started).seconds * 1000
+        let result = configuration.retry.decide(
+            statusCode: statusCode, error: failure, retryAfter: retryAfter, attempt: delivery.attempts + 1, createdAt: delivery.createdAt,
+            now: now(), random: random()
+        )
+        if case .failed(let reason) = result {
+            logger.warning("A webhook endpoint is disabled", metadata: ["webhook": "\(delivery.webhookID)", "reason": "\(reason)"])
+        }
+        do {
+            try await store.recordWebhookAttempt(
+                deliveryID: delivery.id, statusCode: statusCode, error: failure, latencyMilliseconds: latency, result: result, at: now()
+            )
+        } catch {
+            logger.error("Recording a webhook attempt failed; it will be sent again", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// The addresses `host` resolves to (on NIO's thread pool: getaddrinfo blocks).
+    static func resolve(_ host: String) async throws -> [[UInt8]] {
+        try await NIOThreadPool.singleton.runIfActive {
+            var hints = addrinfo()
+            hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+            var result: UnsafeMutablePointer<addrinfo>?
+            guard getaddrinfo(host, nil, &hints, &result) == 0, let first = result else { return [] }
+            defer { freeaddrinfo(first) }
+            var addresses: [[UInt8]] = []
+            var cursor: UnsafeMutablePointer<addrinfo>? = first
+            while let entry = cursor {
+                if let address = entry.pointee.ai_addr {
+                    switch Int32(address.pointee.sa_family) {
+                    case AF_INET:
+                        address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
+                            addresses.append(withUnsafeBytes(of: v4.pointee.sin_addr) { Array($0) })
+                        }
+                    case AF_INET6:
+                        address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
+                            addresses.append(withUnsafeBytes(of: v6.pointee.sin6_addr) { Array($0) })
+                        }
+                    default:
+                        break
+                    }
+                }
+                cursor = entry.pointee.ai_next
+            }
+            return addresses
+        }
+    }
+}
+
+struct WebhookSendError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}

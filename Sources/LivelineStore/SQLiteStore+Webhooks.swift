@@ -1,0 +1,279 @@
+import Foundation
+import LivelineCore
+import NIOCore
+import SQLiteNIO
+
+/// An app's webhook endpoint.
+public struct WebhookRecord: Sendable, Hashable {
+    /// `wh_…`
+    public var id: String
+    public var appID: String
+    public var url: String
+    /// The event types it receives; empty: every type.
+    public var eventTypes: [LifecycleEventType]
+    public var enabled: Bool
+    /// The signing secret, sealed (``CredentialSealer/seal(_:appID:webhookID:)``).
+    public var sealedSecret: [UInt8]
+    public var createdAt: Date
+    /// When and why Liveline disabled it (its deliveries kept failing).
+    public var disabledAt: Date?
+    public var disabledReason: String?
+
+    public init(
+        id: String, appID: String, url: String, eventTypes: [LifecycleEventType], enabled: Bool, sealedSecret: [UInt8], createdAt: Date,
+        disabledAt: Date? = nil, disabledReason: String? = nil
+    ) {
+        self.id = id
+        self.appID = appID
+        self.url = url
+        self.eventTypes = eventTypes
+        self.enabled = enabled
+        self.sealedSecret = sealedSecret
+        self.createdAt = createdAt
+        self.disabledAt = disabledAt
+        self.disabledReason = disabledReason
+    }
+
+    /// Whether it receives events of `type`.
+    public func receives(_ type: LifecycleEventType) -> Bool { eventTypes.isEmpty || eventTypes.contains(type) }
+}
+
+/// Where one event's delivery to one endpoint stands.
+public enum WebhookDeliveryStatus: String, Sendable, Hashable, CaseIterable {
+    case pending, delivered, failed
+}
+
+/// One event to one endpoint, with its last attempt.
+public struct WebhookDeliveryRecord: Sendable, Hashable {
+    public var id: Int64
+    public var webhookID: String
+    public var eventID: String
+    /// The exact body sent (the event's JSON).
+    public var payload: String
+    public var status: WebhookDeliveryStatus
+    public var attempts: Int
+    public var nextAttemptAt: Date
+    public var lastStatusCode: Int?
+    public var lastError: String?
+    public var lastLatencyMilliseconds: Double?
+    public var lastAttemptAt: Date?
+    public var createdAt: Date
+    public var finishedAt: Date?
+}
+
+/// A pending delivery due now, with what sending it needs.
+public struct DueWebhookDelivery: Sendable, Hashable {
+    public var delivery: WebhookDeliveryRecord
+    public var appID: String
+    public var url: String
+    public var sealedSecret: [UInt8]
+}
+
+/// How one attempt went, as the deliverer decided.
+public enum WebhookAttemptResult: Sendable, Hashable {
+    /// The endpoint answered 2xx.
+    case delivered
+    /// Try again at `next`.
+    case retry(next: Date)
+    /// Retries ran out: the delivery failed and the endpoint is disabled, with `reason`.
+    case failed(reason: String)
+}
+
+/// Webhook endpoints and their deliveries.
+public protocol WebhookStore: Sendable {
+    /// Creates an endpoint; it receives the events recorded from now on.
+    func createWebhook(_ webhook: WebhookRecord) async throws
+    func webhooks(appID: String) async throws -> [WebhookRecord]
+    func webhook(appID: String, id: String) async throws -> WebhookRecord?
+    /// Deletes an endpoint and its deliveries; false when the app has no such endpoint.
+    func deleteWebhook(appID: String, id: String) async throws -> Bool
+    /// Turns the events recorded since each enabled endpoint last looked into pending deliveries (up to `limit` events an
+    /// endpoint); returns how many deliveries were made.
+    func enqueueWebhookDeliveries(limit: Int, at now: Date) async throws -> Int
+    /// A delivery of `payload` to one endpoint, outside the feed (`POST /v1/webhooks/{id}/test`).
+    func enqueueWebhookTest(appID: String, webhookID: String, eventID: String, payload: String, at now: Date) async throws -> WebhookDeliveryRecord?
+    /// Pending deliveries due at `now` of enabled endpoints, each the oldest pending one of its activity at its endpoint.
+    func dueWebhookDeliveries(now: Date, limit: Int) async throws -> [DueWebhookDelivery]
+    /// When the next pending delivery falls due, if any.
+    func nextWebhookDeliveryAt() async throws -> Date?
+    /// Records one attempt and what follows from it.
+    func recordWebhookAttempt(
+        deliveryID: Int64, statusCode: Int?, error: String?, latencyMilliseconds: Double, result: WebhookAttemptResult, at now: Date
+    ) async throws
+    /// An endpoint's deliveries, newest first.
+    func webhookDeliveries(appID: String, webhookID: String, before id: Int64?, limit: Int) async throws -> [WebhookDeliveryRecord]
+}
+
+extension SQLiteStore: WebhookStore {
+    public func createWebhook(_ webhook: WebhookRecord) async throws {
+        try await transaction { db in
+            _ = try db.query(
+                """
+                INSERT INTO webhooks (id, app_id, url, event_types, enabled, sealed_secret, scanned_position, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(id), 0) FROM events), ?)
+                """,
+                [.text(webhook.id), .text(webhook.appID), .text(webhook.url),
+                 .text(JSONValue.array(webhook.eventTypes.map { .string($0.rawValue) }).encodedString), .integer(webhook.enabled ? 1 : 0),
+                 .blob(ByteBuffer(bytes: webhook.sealedSecret)), .integer(Self.millis(webhook.createdAt))]
+            )
+        }
+    }
+
+    public func webhooks(appID: String) async throws -> [WebhookRecord] {
+        try await reader.query("SELECT * FROM webhooks WHERE app_id = ? ORDER BY created_at, id", [.text(appID)]).map(Self.webhook(from:))
+    }
+
+    public func webhook(appID: String, id: String) async throws -> WebhookRecord? {
+        try await reader.query("SELECT * FROM webhooks WHERE app_id = ? AND id = ?", [.text(appID), .text(id)]).first.map(Self.webhook(from:))
+    }
+
+    public func deleteWebhook(appID: String, id: String) async throws -> Bool {
+        try await transaction { db in
+            _ = try db.query(
+                "DELETE FROM webhook_deliveries WHERE webhook_id = (SELECT id FROM webhooks WHERE app_id = ? AND id = ?)", [.text(appID), .text(id)]
+            )
+            return !(try db.query("DELETE FROM webhooks WHERE app_id = ? AND id = ? RETURNING id", [.text(appID), .text(id)]).isEmpty)
+        }
+    }
+
+    public func enqueueWebhookDeliveries(limit: Int, at now: Date) async throws -> Int {
+        // Bookkeeping: the events are durable already; lost in a power cut, the same events are scanned again.
+        try await transaction(durability: .bookkeeping) { db in
+            let nowMillis = Self.millis(now)
+            var made = 0
+            for row in try db.query("SELECT * FROM webhooks WHERE enabled = 1") {
+                let webhook = try Self.webhook(from: row)
+                let scanned = Int64(row.column("scanned_position")?.integer ?? 0)
+                let events = try db.query(
+                    "SELECT * FROM events WHERE app_id = ? AND id > ? ORDER BY id LIMIT \(limit)", [.text(webhook.appID), .integer(Int(scanned))]
+                ).map(Self.event(from:))
+                guard let last = events.last else { continue }
+                for event in events where webhook.receives(event.type) {
+                    _ = try db.query(
+                        """
+                        INSERT INTO webhook_deliveries (webhook_id, event_position, event_id, ordering_key, payload, status, next_attempt_at,
+                            created_at)
+                        VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)
+                        """,
+                        [.text(webhook.id), .integer(Int(event.position)), .text(event.id), .text(event.activityID ?? ""),
+                         .text(event.json.encodedString), .integer(nowMillis), .integer(nowMillis)]
+                    )
+                    made += 1
+                }
+                _ = try db.query("UPDATE webhooks SET scanned_position = ? WHERE id = ?", [.integer(Int(last.position)), .text(webhook.id)])
+            }
+            return made
+        }
+    }
+
+    public func enqueueWebhookTest(
+        appID: String, webhookID: String, eventID: String, payload: String, at now: Date
+    ) async throws -> WebhookDeliveryRecord? {
+        try await transaction { db in
+            guard !(try db.query("SELECT 1 FROM webhooks WHERE app_id = ? AND id = ?", [.text(appID), .text(webhookID)]).isEmpty) else {
+                return nil
+            }
+            let nowMillis = Self.millis(now)
+            return try db.query(
+                """
+                INSERT INTO webhook_deliveries (webhook_id, event_position, event_id, ordering_key, payload, status, next_attempt_at, created_at)
+                VALUES (?, 0, ?, ?, ?, 'pending', ?, ?) RETURNING *
+                """,
+                [.text(webhookID), .text(eventID), .text("test:" + eventID), .text(payload), .integer(nowMillis), .integer(nowMillis)]
+            ).first.map(Self.webhookDelivery(from:))
+        }
+    }
+
+    public func dueWebhookDeliveries(now: Date, limit: Int) async throws -> [DueWebhookDelivery] {
+        try await reader.query(
+            """
+            SELECT d.*, w.app_id AS webhook_app_id, w.url AS webhook_url, w.sealed_secret AS webhook_secret
+            FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+            WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.enabled = 1
+              AND NOT EXISTS (
+                  SELECT 1 FROM webhook_deliveries p
+                  WHERE p.webhook_id = d.webhook_id AND p.ordering_key = d.ordering_key AND p.status = 'pending' AND p.id < d.id
+              )
+            ORDER BY d.next_attempt_at, d.id LIMIT \(limit)
+            """,
+            [.integer(Self.millis(now))]
+        ).map { row in
+            DueWebhookDelivery(
+                delivery: try Self.webhookDelivery(from: row), appID: try row.string("webhook_app_id"), url: try row.string("webhook_url"),
+                sealedSecret: Array(buffer: row.column("webhook_secret")?.blob ?? ByteBuffer())
+            )
+        }
+    }
+
+    public func nextWebhookDeliveryAt() async throws -> Date? {
+        try await reader.query(
+            """
+            SELECT MIN(d.next_attempt_at) AS due FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+            WHERE d.status = 'pending' AND w.enabled = 1
+            """
+        ).first?.column("due")?.integer.map(Self.date)
+    }
+
+    public func recordWebhookAttempt(
+        deliveryID: Int64, statusCode: Int?, error: String?, latencyMilliseconds: Double, result: WebhookAttemptResult, at now: Date
+    ) async throws {
+        try await transaction(durability: .bookkeeping) { db in
+            let nowMillis = Self.millis(now)
+            let status: WebhookDeliveryStatus
+            var next = nowMillis
+            switch result {
+            case .delivered: status = .delivered
+            case .retry(let at):
+                status = .pending
+                next = Self.millis(at)
+            case .failed: status = .failed
+            }
+            let rows = try db.query(
+                """
+                UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, next_attempt_at = ?, last_status_code = ?, last_error = ?,
+                    last_latency_ms = ?, last_attempt_at = ?, finished_at = ?
+                WHERE id = ? RETURNING webhook_id
+                """,
+                [.text(status.rawValue), .integer(next), statusCode.map { .integer($0) } ?? .null, Self.text(error),
+                 .float(latencyMilliseconds), .integer(nowMillis), status == .pending ? .null : .integer(nowMillis), .integer(Int(deliveryID))]
+            )
+            if case .failed(let reason) = result, let webhookID = rows.first?.column("webhook_id")?.string {
+                _ = try db.query(
+                    "UPDATE webhooks SET enabled = 0, disabled_at = ?, disabled_reason = ? WHERE id = ? AND enabled = 1",
+                    [.integer(nowMillis), .text(reason), .text(webhookID)]
+                )
+            }
+        }
+    }
+
+    public func webhookDeliveries(appID: String, webhookID: String, before id: Int64?, limit: Int) async throws -> [WebhookDeliveryRecord] {
+        try await reader.query(
+            """
+            SELECT d.* FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+            WHERE w.app_id = ? AND d.webhook_id = ? AND d.id < ? ORDER BY d.id DESC LIMIT \(limit)
+            """,
+            [.text(appID), .text(webhookID), .integer(Int(id ?? Int64.max))]
+        ).map(Self.webhookDelivery(from:))
+    }
+
+    static func webhook(from row: StoreRow) throws -> WebhookRecord {
+        WebhookRecord(
+            id: try row.string("id"), appID: try row.string("app_id"), url: try row.string("url"),
+            eventTypes: (try row.json("event_types")?.arrayValue ?? []).compactMap { $0.stringValue.flatMap(LifecycleEventType.init(rawValue:)) },
+            enabled: (row.column("enabled")?.integer ?? 0) != 0,
+            sealedSecret: Array(buffer: row.column("sealed_secret")?.blob ?? ByteBuffer()), createdAt: try row.date("created_at"),
+            disabledAt: row.column("disabled_at")?.integer.map(date), disabledReason: row.column("disabled_reason")?.string
+        )
+    }
+
+    static func webhookDelivery(from row: StoreRow) throws -> WebhookDeliveryRecord {
+        WebhookDeliveryRecord(
+            id: Int64(row.column("id")?.integer ?? 0), webhookID: try row.string("webhook_id"), eventID: try row.string("event_id"),
+            payload: try row.string("payload"), status: WebhookDeliveryStatus(rawValue: try row.string("status")) ?? .pending,
+            attempts: row.column("attempts")?.integer ?? 0, nextAttemptAt: try row.date("next_attempt_at"),
+            lastStatusCode: row.column("last_status_code")?.integer, lastError: row.column("last_error")?.string,
+            lastLatencyMilliseconds: row.column("last_latency_ms")?.double, lastAttemptAt: row.column("last_attempt_at")?.integer.map(date),
+            createdAt: try row.date("created_at"), finishedAt: row.column("finished_at")?.integer.map(date)
+        )
+    }
+}
