@@ -241,6 +241,7 @@ let package = Package(
             name: "LivelineDispatchTests",
             dependencies: [
                 "LivelineDispatch", "LivelineStore", "LivelineCore", "APNs", "FCM", "LivelineEmulator", "LivelineTestSupport",
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
