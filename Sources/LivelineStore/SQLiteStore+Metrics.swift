@@ -11,6 +11,7 @@ public struct StoreStateCounts: Sendable, Hashable {
     /// Activities whose current sequence is not yet delivered (the delivery engine's pending work).
     public var pendingActivities: Int
 
+    /// Counts as given (none by default).
     public init(activities: [String: Int] = [:], instances: [String: Int] = [:], pendingActivities: Int = 0) {
         self.activities = activities
         self.instances = instances

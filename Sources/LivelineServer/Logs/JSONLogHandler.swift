@@ -39,11 +39,14 @@ public struct JSONLogHandler: LogHandler {
     /// Writes to the process's standard error.
     public static let standardError: Sink = { line in FileHandle.standardError.write(Data(line.utf8)) }
 
+    /// One metadata value of the handler's own.
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
+    /// Writes `event` as one line: the handler's metadata, then the task's (its metadata provider's), then the
+    /// event's own, later ones winning.
     public func log(event: LogEvent) {
         var merged = metadata
         if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
