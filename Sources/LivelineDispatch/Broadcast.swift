@@ -182,6 +182,7 @@ extension Dispatcher {
             let outcome = await transport.broadcast(broadcast)
             let latency = (ContinuousClock.now - started).seconds * 1000
             let step = BroadcastStep.decide(outcome, attempt: attempt, retry: configuration.retry, random: random())
+            metrics.recordBroadcast(status: step.status)
             let record = DeliveryRecord(
                 appID: activity.appID, activityID: activity.activityID, deviceID: "", platform: .ios, sequence: broadcast.sequence,
                 event: broadcast.event, priority: broadcast.priority, status: step.status, providerID: step.requestID,

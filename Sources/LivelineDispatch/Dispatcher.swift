@@ -59,6 +59,8 @@ public final class Dispatcher: Service, Sendable {
     let logger: Logger
     let now: @Sendable () -> Date
     let random: @Sendable () -> Double
+    /// Counts push and broadcast attempts and their latency.
+    let metrics: DeliveryMetrics
     private let owner: String
     private let wakeSignal = WakeSignal()
 
@@ -66,8 +68,9 @@ public final class Dispatcher: Service, Sendable {
     public init(
         store: any DispatchStore & TimelineStore & BroadcastStore, transports: any PushTransportDirectory, configuration: DispatcherConfiguration = .init(),
         logger: Logger = Logger(label: "liveline.dispatch"), now: @escaping @Sendable () -> Date = { Date() },
-        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }, metrics: DeliveryMetrics = DeliveryMetrics()
     ) {
+        self.metrics = metrics
         self.store = store
         self.transports = transports
         self.configuration = configuration
@@ -560,6 +563,7 @@ public final class Dispatcher: Service, Sendable {
                 latency = (ContinuousClock.now - started).seconds * 1000
             }
             func record(_ status: DeliveryStatus, _ providerID: String?, _ reason: String?) {
+                metrics.recordPush(platform: push.platform, status: status, reason: reason, latencyMilliseconds: latency)
                 attempts.append(
                     DeliveryRecord(
                         appID: push.appID, activityID: push.activityID, deviceID: push.deviceID, platform: push.platform,

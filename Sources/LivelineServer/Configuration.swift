@@ -78,6 +78,10 @@ public struct LivelineConfiguration: Sendable {
         public var retryFor: TimeInterval = 24 * 3600
         public init() {}
     }
+    /// Serves `GET /metrics` (Prometheus' text format) and records the metrics it shows.
+    public var metricsEnabled: Bool = true
+    /// How the logs are written: plain text lines, or one JSON object per line.
+    public var logFormat: LogFormat = .text
 
     /// A configuration key: its name in JSON files, its environment variable and its flag.
     public struct Key: Sendable {
@@ -169,6 +173,10 @@ public struct LivelineConfiguration: Sendable {
             summary: "The most broadcast channels an app holds at once (Apple allows 10,000 per app and environment)."),
         Key(name: "liveline.logLevel", environment: "LIVELINE_LOG_LEVEL", flag: "--log-level", defaultValue: "info",
             summary: "trace, debug, info, notice, warning, error or critical."),
+        Key(name: "liveline.logFormat", environment: "LIVELINE_LOG_FORMAT", flag: "--log-format", defaultValue: "text",
+            summary: "text (swift-log's lines) or json (one JSON object per line: timestamp, level, label, message, source and the metadata, such as request.id)."),
+        Key(name: "liveline.metrics.enabled", environment: "LIVELINE_METRICS_ENABLED", flag: nil, defaultValue: "true",
+            summary: "Serve GET /metrics (Prometheus text format, no API key: keep the port private or filter the path at the proxy); false answers 404 there."),
     ]
 
     /// Creates a configuration with the defaults.
@@ -302,6 +310,12 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("logLevel must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'.")
         }
         self.logLevel = logLevel
+        let format = scoped.string(forKey: "logFormat", default: LogFormat.text.rawValue)
+        guard let logFormat = LogFormat(rawValue: format.lowercased()) else {
+            throw ConfigurationError("logFormat must be 'text' or 'json'; got '\(format)'.")
+        }
+        self.logFormat = logFormat
+        metricsEnabled = scoped.bool(forKey: "metrics.enabled", default: true)
         guard (0...65535).contains(port) else { throw ConfigurationError("port must be between 0 and 65535; got \(port).") }
         if let adminToken, adminToken.utf8.count < 16 {
             throw ConfigurationError("The admin token must be at least 16 characters.")

@@ -16,19 +16,26 @@ public enum LivelineApplication {
     /// - Parameters:
     ///   - sealer: seals provider secrets at rest; a throwaway key when not given (tests).
     ///   - delivery: woken after an update, end or registration is committed (the delivery engine).
+    ///   - metrics: what `GET /metrics` serves and where the HTTP API's metrics are made; `nil` turns `/metrics` off
+    ///     (404). By default a registry of this router's own.
     public static func makeRouter(
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
         staleness: StalenessPolicy = StalenessPolicy(), budget: PriorityBudget = PriorityBudget(),
         delivery: any DeliveryWaking = NoDeliveryEngine(), startConfirmationTimeout: TimeInterval = 120,
         channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings(),
-        webhookURLs: WebhookURLPolicy = WebhookURLPolicy(allowsPrivateNetworks: false), webhookDeliverer: (any DeliveryWaking)? = nil
+        webhookURLs: WebhookURLPolicy = WebhookURLPolicy(allowsPrivateNetworks: false), webhookDeliverer: (any DeliveryWaking)? = nil,
+        metrics: LivelineMetrics? = LivelineMetrics()
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let keys = APIKeyCache(store: store)
         let administration = AppAdministration(store: store, clock: clock, sealer: sealer, keysRevoked: { keys.forget(appID: $0) })
         let router = Router(context: BasicRequestContext.self)
+        // First, so that they wrap every route and the not-found responder (middleware wraps only what is added after it).
+        router.add(middleware: RequestIDMiddleware())
+        if let metrics { router.add(middleware: HTTPMetricsMiddleware(metrics: HTTPRequestMetrics(factory: metrics.factory))) }
         router.add(middleware: ErrorMiddleware())
         HealthRoutes(store: store).add(to: router)
+        if let metrics { MetricsRoutes(metrics: metrics, store: store).add(to: router) }
         let lifecycle = ActivityLifecycle(
             store: store, clock: clock, staleness: staleness, delivery: delivery, channels: channels, broadcast: broadcast
         )
@@ -51,12 +58,15 @@ public enum LivelineApplication {
 
     /// The application, ready to run as a Service.
     ///
+    /// `metrics` is what `GET /metrics` serves (off when ``LivelineConfiguration/metricsEnabled`` is false).
+    ///
     /// Its HTTP/1.1 server keeps each connection to ``LivelineConfiguration/connections``: deadlines for a request's
     /// header block and body and for keep-alive idleness, and a cap on open connections.
     public static func makeApplication(
         configuration: LivelineConfiguration, store: any Store, clock: WallClock = .system, logger: Logger,
         sealer: CredentialSealer? = nil, delivery: any DeliveryWaking = NoDeliveryEngine(),
         channels: (any BroadcastChannelManagement)? = nil, webhookDeliverer: (any DeliveryWaking)? = nil, services: [any Service] = [],
+        metrics: LivelineMetrics = LivelineMetrics(),
         onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
@@ -65,7 +75,7 @@ public enum LivelineApplication {
                 budget: configuration.budget, delivery: delivery, startConfirmationTimeout: configuration.startConfirmationTimeout,
                 channels: channels, broadcast: configuration.broadcast,
                 webhookURLs: WebhookURLPolicy(allowsPrivateNetworks: configuration.webhooks.allowsPrivateNetworks),
-                webhookDeliverer: webhookDeliverer
+                webhookDeliverer: webhookDeliverer, metrics: configuration.metricsEnabled ? metrics : nil
             ),
             server: .guardedHTTP1(limits: configuration.connections, logger: logger),
             configuration: ApplicationConfiguration(

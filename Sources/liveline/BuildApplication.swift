@@ -14,7 +14,12 @@ import ServiceLifecycle
 /// emulator on) the built-in APNs and FCM emulators. On SIGINT or SIGTERM the group shuts them down in reverse order:
 /// the server stops taking requests, the sweeper and the engine finish or hand back their work, the emulators close,
 /// and last the push clients and the Store are closed.
-func buildApplication(_ configuration: LivelineConfiguration, logger: Logger) async throws -> some ApplicationProtocol {
+///
+/// `metrics` is what `GET /metrics` serves: the registry the process's `MetricsSystem` was bootstrapped with, so that
+/// the engine's, the Store's and the API's metrics all show there.
+func buildApplication(
+    _ configuration: LivelineConfiguration, logger: Logger, metrics: LivelineMetrics = LivelineMetrics()
+) async throws -> some ApplicationProtocol {
     let store = try await LivelineApplication.openStore(configuration, logger: logger)
     logger.info("Database ready", metadata: ["path": "\(store.path)"])
     do {
@@ -45,7 +50,8 @@ func buildApplication(_ configuration: LivelineConfiguration, logger: Logger) as
             configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: dispatcher, channels: apns,
             webhookDeliverer: webhooks,
             services: [closing] + (emulators?.services ?? [])
-                + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks]
+                + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks],
+            metrics: metrics
         )
     } catch {
         try? await store.close()

@@ -8,6 +8,7 @@ import LivelineEmulator
 import LivelineServer
 import LivelineStore
 import Logging
+import Metrics
 
 @main
 struct Liveline: AsyncParsableCommand {
@@ -42,12 +43,9 @@ struct StorageOptions: ParsableArguments {
     }
 }
 
-func makeLogger(level: Logger.Level) -> Logger {
-    LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
-        handler.logLevel = level
-        return handler
-    }
+/// Bootstraps the process's logging (`format`: text lines or one JSON object per line) and returns the command's logger.
+func makeLogger(level: Logger.Level, format: LogFormat = .text) -> Logger {
+    LoggingSystem.bootstrap(format.handlerFactory(level: level))
     var logger = Logger(label: "liveline")
     logger.logLevel = level
     return logger
@@ -97,6 +95,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (env LIVELINE_LOG_LEVEL).")
     var logLevel: String?
 
+    @Option(name: .customLong("log-format"), help: "text, or json for one JSON object per line (env LIVELINE_LOG_FORMAT; default text).")
+    var logFormat: String?
+
     func run() async throws {
         var extra: [String: ConfigValue] = [:]
         for (key, value) in [
@@ -116,6 +117,7 @@ struct Serve: AsyncParsableCommand {
         if dev { extra["liveline.dev"] = ConfigValue(.bool(true), isSecret: false) }
         if let emulator { extra["liveline.emulator"] = ConfigValue(.bool(emulator), isSecret: false) }
         if let logLevel { extra["liveline.logLevel"] = ConfigValue(.string(logLevel), isSecret: false) }
+        if let logFormat { extra["liveline.logFormat"] = ConfigValue(.string(logFormat), isSecret: false) }
         if let adminTokenFile {
             let token = try String(contentsOfFile: adminTokenFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
             extra["liveline.adminToken"] = ConfigValue(.string(token), isSecret: true)
@@ -126,8 +128,13 @@ struct Serve: AsyncParsableCommand {
         } catch let error as ConfigurationError {
             throw ValidationError(error.description)
         }
-        let logger = makeLogger(level: configuration.logLevel)
-        try await buildApplication(configuration, logger: logger).runService()
+        let logger = makeLogger(level: configuration.logLevel, format: configuration.logFormat)
+        // Before anything records a metric: the engine's, the Store's and the API's are all made from this factory.
+        let metrics = LivelineMetrics()
+        if configuration.metricsEnabled {
+            MetricsSystem.bootstrap(LivelineMetrics.prometheusFactory(registry: metrics.registry))
+        }
+        try await buildApplication(configuration, logger: logger, metrics: metrics).runService()
     }
 }
 

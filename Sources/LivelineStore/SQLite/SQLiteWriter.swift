@@ -39,6 +39,8 @@ final class SQLiteWriter: Sendable {
     private let thread: NIOThreadPool
     private let queue = Mutex(Queue())
     private let committed = Atomic<Int>(0)
+    /// Commit time and commits, per durability.
+    private let metrics = StoreCommitMetrics()
 
     private struct Queue {
         var writes: [any QueuedWrite] = []
@@ -173,8 +175,10 @@ final class SQLiteWriter: Sendable {
                 continue
             }
             do {
+                let commitStarted = ContinuousClock.now
                 try db.query("COMMIT")
                 committed.add(1, ordering: .relaxed)
+                metrics.committed(durability, took: ContinuousClock.now - commitStarted)
                 for write in held { write.succeed() }
             } catch {
                 _ = try? db.query("ROLLBACK")

@@ -1,0 +1,328 @@
+import CoreMetrics
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import LivelineCore
+import LivelineDispatch
+@testable import LivelineServer
+import LivelineStore
+import LivelineTestSupport
+import Logging
+import NIOConcurrencyHelpers
+import Prometheus
+import Testing
+
+/// Lines a test's logger wrote.
+final class CapturedLog: Sendable {
+    private let lines = NIOLockedValueBox<[String]>([])
+
+    var text: String { lines.withLockedValue { $0.joined() } }
+    var all: [String] { lines.withLockedValue { $0 } }
+
+    /// A logger at trace level that writes JSON lines here.
+    func logger(label: String = "liveline") -> Logger {
+        var logger = Logger(label: label) { label in
+            var handler = JSONLogHandler(label: label) { [self] line in self.lines.withLockedValue { $0.append(line) } }
+            handler.logLevel = .trace
+            return handler
+        }
+        logger.logLevel = .trace
+        return logger
+    }
+}
+
+/// Runs `body` against a router on a real SQLite file, with `metrics` (its own registry by default) and `logger`.
+func withMeteredLiveline<T: Sendable>(
+    metrics: LivelineMetrics? = LivelineMetrics(), adminToken: String? = nil, logger: Logger = Logger(label: "test"),
+    _ body: @Sendable (API, any Store) async throws -> T
+) async throws -> T {
+    let directory = try TemporaryDirectory()
+    let store = try await SQLiteStore.open(path: directory.databasePath)
+    let router = LivelineApplication.makeRouter(
+        store: store, clock: TestClock(testStart).wallClock, adminToken: adminToken, metrics: metrics
+    )
+    let app = Application(router: router, logger: logger)
+    do {
+        let result = try await app.test(.router) { client in try await body(API(client: client), store) }
+        try await store.close()
+        return result
+    } catch {
+        try? await store.close()
+        throw error
+    }
+}
+
+/// The metric lines of a Prometheus text exposition (no comments).
+func samples(_ exposition: String) -> [String] {
+    exposition.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("#") }
+}
+
+@Suite("Metrics at /metrics")
+struct MetricsTests {
+    @Test("after a registration and an update: the HTTP, Store and state families, route templates, no ids")
+    func exposesFamilies() async throws {
+        let metrics = LivelineMetrics()
+        try await withMeteredLiveline(metrics: metrics) { api, store in
+            let app = try await createApp(store)
+            #expect(try await api.json(.put, "/v1/activities/order-1234/instances/device-7", key: app.publishableKey, registerBody).status == .created)
+            #expect(try await api.json(.post, "/v1/activities/order-1234/updates", key: app.secretKey, ["contentState": ["eta": 5]]).status == .accepted)
+            #expect(try await api.call(.get, "/v1/nowhere/at-all", key: app.secretKey).status == .notFound)
+
+            let reply = try await api.call(.get, "/metrics")
+            #expect(reply.status == .ok)
+            #expect(reply.headers[.contentType] == "text/plain; version=0.0.4; charset=utf-8")
+            let text = try #require(reply.json.stringValue)
+            for family in [
+                "liveline_http_requests_total counter", "liveline_http_request_duration_seconds histogram", "liveline_activities gauge",
+                "liveline_instances gauge", "liveline_activities_pending_delivery gauge",
+            ] {
+                #expect(text.contains("# TYPE \(family)"), "\(family)")
+            }
+            let lines = samples(text)
+            #expect(
+                lines.contains(
+                    #"liveline_http_requests_total{method="PUT",route="/v1/activities/{activityId}/instances/{deviceId}",status_class="2xx"} 1"#
+                )
+            )
+            #expect(lines.contains(#"liveline_http_requests_total{method="POST",route="/v1/activities/{activityId}/updates",status_class="2xx"} 1"#))
+            #expect(lines.contains(#"liveline_http_requests_total{method="GET",route="unmatched",status_class="4xx"} 1"#))
+            #expect(
+                lines.contains {
+                    $0.hasPrefix(#"liveline_http_request_duration_seconds_count{method="POST",route="/v1/activities/{activityId}/updates",status_class="2xx"}"#)
+                        && $0.hasSuffix(" 1")
+                }
+            )
+            #expect(lines.contains(#"liveline_activities{state="active"} 1.0"#))
+            #expect(lines.contains(#"liveline_activities{state="ended"} 0.0"#))
+            #expect(lines.contains(#"liveline_instances{state="active"} 1.0"#))
+            #expect(lines.contains(#"liveline_instances{state="invalidated"} 0.0"#))
+            // No engine in this router: the update waits for delivery.
+            #expect(lines.contains("liveline_activities_pending_delivery 1.0"))
+            // Tenant data stays out of the labels.
+            for secret in ["order-1234", "device-7", app.id, app.secretKey, app.publishableKey, "nowhere"] {
+                #expect(!text.contains(secret), "\(secret) in /metrics")
+            }
+        }
+    }
+
+    @Test("a second scrape counts the scrape before it, and gauges follow the Store")
+    func secondScrape() async throws {
+        try await withMeteredLiveline { api, store in
+            let app = try await createApp(store)
+            _ = try await api.call(.get, "/metrics")
+            #expect(try await api.json(.put, "/v1/activities/o1/instances/d1", key: app.publishableKey, registerBody).status == .created)
+            #expect(try await api.call(.delete, "/v1/activities/o1", key: app.secretKey).status.code < 500)
+            let text = try #require(try await api.call(.get, "/metrics").json.stringValue)
+            #expect(samples(text).contains(#"liveline_http_requests_total{method="GET",route="/metrics",status_class="2xx"} 1"#))
+            let activities = samples(text).filter { $0.hasPrefix("liveline_activities{") }
+            #expect(activities.count == 2, "\(activities)")
+        }
+    }
+
+    @Test("metrics off: /metrics is an unknown path (404 not_found), and /healthz still answers")
+    func off() async throws {
+        try await withMeteredLiveline(metrics: nil) { api, _ in
+            let reply = try await api.call(.get, "/metrics")
+            #expect(reply.status == .notFound)
+            #expect(reply.errorCode == "not_found")
+            #expect(try await api.call(.get, "/healthz").status == .ok)
+        }
+    }
+
+    @Test("metrics off through the configuration: makeApplication serves no /metrics")
+    func offByConfiguration() async throws {
+        let reader = try await LivelineConfiguration.reader(flags: [:], file: nil, environment: ["LIVELINE_METRICS_ENABLED": "false"])
+        let configuration = try LivelineConfiguration(reader: reader)
+        #expect(configuration.metricsEnabled == false)
+        let defaults = try LivelineConfiguration(reader: try await LivelineConfiguration.reader(flags: [:], file: nil, environment: [:]))
+        #expect(defaults.metricsEnabled)
+        let directory = try TemporaryDirectory()
+        let store = try await SQLiteStore.open(path: directory.databasePath)
+        let app = LivelineApplication.makeApplication(configuration: configuration, store: store, logger: Logger(label: "test"))
+        do {
+            try await app.test(.router) { client in
+                let reply = try await API(client: client).call(.get, "/metrics")
+                #expect(reply.status == .notFound)
+            }
+            try await store.close()
+        } catch {
+            try? await store.close()
+            throw error
+        }
+    }
+
+    @Test("route labels: the template in the OpenAPI document's spelling, unmatched otherwise; bounded methods and classes")
+    func labels() {
+        #expect(HTTPRequestMetrics.routeLabel("/v1/activities/:activityId") == "/v1/activities/{activityId}")
+        #expect(HTTPRequestMetrics.routeLabel("v1/activities/:activityId/instances/:deviceId") == "/v1/activities/{activityId}/instances/{deviceId}")
+        #expect(HTTPRequestMetrics.routeLabel(nil) == "unmatched")
+        #expect(HTTPRequestMetrics.routeLabel("NotFound") == "unmatched")
+        #expect(HTTPRequestMetrics.methodLabel(.get) == "GET")
+        #expect(HTTPRequestMetrics.methodLabel(HTTPRequest.Method("QUERY")!) == "other")
+        #expect(HTTPRequestMetrics.statusClass(202) == "2xx")
+        #expect(HTTPRequestMetrics.statusClass(503) == "5xx")
+        #expect(HTTPRequestMetrics.statusClass(999) == "other")
+    }
+}
+
+@Suite("Delivery metrics")
+struct DeliveryMetricsTests {
+    @Test("push attempts by platform, status and a bounded reason; latency per platform; broadcasts by status")
+    func pushes() {
+        let registry = PrometheusCollectorRegistry()
+        let metrics = DeliveryMetrics(factory: LivelineMetrics.prometheusFactory(registry: registry))
+        metrics.recordPush(platform: .ios, status: .delivered, reason: nil, latencyMilliseconds: 12)
+        metrics.recordPush(platform: .ios, status: .delivered, reason: nil, latencyMilliseconds: 30)
+        metrics.recordPush(platform: .ios, status: .invalidated, reason: "Unregistered", latencyMilliseconds: 8)
+        metrics.recordPush(platform: .ios, status: .retrying, reason: "connection reset by peer (errno 104)", latencyMilliseconds: 1)
+        metrics.recordPush(platform: .android, status: .retrying, reason: "QUOTA_EXCEEDED", latencyMilliseconds: 40)
+        metrics.recordPush(platform: .android, status: .rejected, reason: "HTTP 400", latencyMilliseconds: 40)
+        metrics.recordBroadcast(status: .delivered)
+        let lines = samples(registry.emitToString())
+        #expect(lines.contains(#"liveline_pushes_total{platform="ios",status="delivered",reason="none"} 2"#))
+        #expect(lines.contains(#"liveline_pushes_total{platform="ios",status="invalidated",reason="Unregistered"} 1"#))
+        #expect(lines.contains(#"liveline_pushes_total{platform="ios",status="retrying",reason="other"} 1"#))
+        #expect(lines.contains(#"liveline_pushes_total{platform="android",status="retrying",reason="QUOTA_EXCEEDED"} 1"#))
+        #expect(lines.contains(#"liveline_pushes_total{platform="android",status="rejected",reason="HTTP 400"} 1"#))
+        #expect(lines.contains(#"liveline_push_latency_seconds_count{platform="ios"} 4"#))
+        #expect(lines.contains(#"liveline_push_latency_seconds_count{platform="android"} 2"#))
+        #expect(lines.contains(#"liveline_broadcasts_total{status="delivered"} 1"#))
+        #expect(lines.contains(#"liveline_broadcasts_total{status="retrying"} 0"#))
+    }
+
+    @Test("reason labels stay within a fixed set")
+    func reasons() {
+        #expect(DeliveryMetrics.reasonLabel(nil) == "none")
+        #expect(DeliveryMetrics.reasonLabel("") == "none")
+        #expect(DeliveryMetrics.reasonLabel("BadDeviceToken") == "BadDeviceToken")
+        #expect(DeliveryMetrics.reasonLabel("ChannelNotRegistered") == "ChannelNotRegistered")
+        #expect(DeliveryMetrics.reasonLabel("UNREGISTERED") == "UNREGISTERED")
+        #expect(DeliveryMetrics.reasonLabel("HTTP 503") == "HTTP 503")
+        #expect(DeliveryMetrics.reasonLabel("HTTP 5030") == "other")
+        #expect(DeliveryMetrics.reasonLabel("token 80f6d2a4 refused") == "other")
+    }
+}
+
+@Suite("Structured logs and request ids")
+struct LogsTests {
+    @Test("a JSON log line parses, with timestamp, level, label, message, source and flattened string metadata")
+    func jsonLine() throws {
+        let log = CapturedLog()
+        var logger = log.logger(label: "liveline.test")
+        logger[metadataKey: "request.id"] = "r-1"
+        logger.info(
+            "Pushed \"quoted\"\nand a new line",
+            metadata: [
+                "count": "\(3)", "nested": ["inner": "x", "deeper": ["leaf": "y"]], "list": ["a", "b"], "level": "shadowed",
+            ]
+        )
+        let lines = log.all
+        #expect(lines.count == 1)
+        let line = try #require(lines.first)
+        #expect(line.hasSuffix("}\n"))
+        #expect(line.dropLast().contains("\n") == false)
+        let object = try #require(try JSONValue(parsing: Array(line.utf8)).objectValue)
+        #expect(object["level"] == "info")
+        #expect(object["label"] == "liveline.test")
+        #expect(object["message"] == "Pushed \"quoted\"\nand a new line")
+        #expect(object["source"] == "LivelineServerTests")
+        #expect(object["request.id"] == "r-1")
+        #expect(object["count"] == "3")
+        #expect(object["nested.inner"] == "x")
+        #expect(object["nested.deeper.leaf"] == "y")
+        #expect(object["list"]?.stringValue != nil)
+        #expect(object["metadata.level"] == "shadowed")
+        let timestamp = try #require(object["timestamp"]?.stringValue)
+        #expect(timestamp.wholeMatch(of: /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z/) != nil, "\(timestamp)")
+        #expect(line.hasPrefix(#"{"timestamp":"#))
+    }
+
+    @Test("timestamps are UTC ISO 8601 with milliseconds")
+    func timestamp() {
+        #expect(JSONLogHandler.iso8601(Date(timeIntervalSince1970: 1_795_255_200.042)) == "2026-11-21T10:00:00.042Z")
+        #expect(JSONLogHandler.iso8601(Date(timeIntervalSince1970: 0)) == "1970-01-01T00:00:00.000Z")
+    }
+
+    @Test("control characters are escaped")
+    func escaping() throws {
+        var out = ""
+        JSONLogHandler.escape("a\u{01}b\\c\t", into: &out)
+        #expect(out == #""a\u0001b\\c\t""#)
+        #expect(try JSONValue(parsing: Array(out.utf8)) == "a\u{01}b\\c\t")
+    }
+
+    @Test("the log format is configured by key, env and value check")
+    func configuration() async throws {
+        let json = try LivelineConfiguration(reader: try await LivelineConfiguration.reader(flags: [:], file: nil, environment: ["LIVELINE_LOG_FORMAT": "json"]))
+        #expect(json.logFormat == .json)
+        let plain = try LivelineConfiguration(reader: try await LivelineConfiguration.reader(flags: [:], file: nil, environment: [:]))
+        #expect(plain.logFormat == .text)
+        let xml = try await LivelineConfiguration.reader(flags: [:], file: nil, environment: ["LIVELINE_LOG_FORMAT": "xml"])
+        #expect(throws: ConfigurationError.self) { try LivelineConfiguration(reader: xml) }
+        #expect(LivelineConfiguration.keys.contains { $0.name == "liveline.logFormat" && $0.flag == "--log-format" })
+        #expect(LivelineConfiguration.keys.contains { $0.name == "liveline.metrics.enabled" && $0.environment == "LIVELINE_METRICS_ENABLED" })
+    }
+
+    @Test("X-Request-Id: a usable one is echoed; none or an unusable one gets a new UUID")
+    func requestID() async throws {
+        try await withMeteredLiveline { api, store in
+            let app = try await createApp(store)
+            let given = try await api.call(.get, "/healthz", headers: [RequestIDMiddleware<BasicRequestContext>.headerName: "checkout-7f3a:42"])
+            #expect(given.headers[RequestIDMiddleware<BasicRequestContext>.headerName] == "checkout-7f3a:42")
+            let none = try await api.call(.get, "/v1/activities/x", key: app.secretKey)
+            let generated = try #require(none.headers[RequestIDMiddleware<BasicRequestContext>.headerName])
+            #expect(UUID(uuidString: generated) != nil)
+            // Errors carry it too.
+            #expect(none.status == .notFound)
+            for unusable in [String(repeating: "a", count: 129), "caf\u{e9}"] {
+                let reply = try await api.call(.get, "/healthz", headers: [RequestIDMiddleware<BasicRequestContext>.headerName: unusable])
+                let id = try #require(reply.headers[RequestIDMiddleware<BasicRequestContext>.headerName])
+                #expect(id != unusable)
+                #expect(UUID(uuidString: id) != nil)
+            }
+            let two = try await (api.call(.get, "/healthz"), api.call(.get, "/healthz"))
+            #expect(two.0.headers[RequestIDMiddleware<BasicRequestContext>.headerName] != two.1.headers[RequestIDMiddleware<BasicRequestContext>.headerName])
+        }
+        #expect(RequestIDMiddleware<BasicRequestContext>.requestID(given: String(repeating: "z", count: 128)) == String(repeating: "z", count: 128))
+        #expect(RequestIDMiddleware<BasicRequestContext>.requestID(given: "") != "")
+        #expect(RequestIDMiddleware<BasicRequestContext>.requestID(given: "a\nb") != "a\nb")
+    }
+
+    @Test("a request's log lines carry its request.id, and no API key, admin token or Authorization value")
+    func noSecretsInLogs() async throws {
+        let log = CapturedLog()
+        let adminToken = "admin-token-0123456789abcdef"
+        let secrets = try await withMeteredLiveline(adminToken: adminToken, logger: log.logger()) { api, store in
+            let app = try await createApp(store)
+            let id = "trace-me-1"
+            #expect(
+                try await api.json(
+                    .put, "/v1/activities/o1/instances/d1", key: app.publishableKey, registerBody
+                ).status == .created
+            )
+            let reply = try await api.call(
+                .post, "/v1/activities/o1/updates", key: app.secretKey, body: #"{"contentState": {"eta": 1}}"#,
+                headers: [RequestIDMiddleware<BasicRequestContext>.headerName: id]
+            )
+            #expect(reply.status == .accepted)
+            // Refused keys and tokens, and the admin API.
+            #expect(try await api.call(.get, "/v1/activities/o1", key: app.secretKey + "x").status == .unauthorized)
+            #expect(try await api.call(.get, "/admin/v1/apps", key: adminToken).status == .ok)
+            #expect(try await api.call(.get, "/admin/v1/apps", key: "Basic " + adminToken).status == .unauthorized)
+            return [app.secretKey, app.publishableKey, adminToken, String(app.secretKey.dropFirst(3))]
+        }
+        let text = log.text
+        #expect(text.contains("Request answered"))
+        #expect(text.contains(#""request.id":"trace-me-1""#))
+        #expect(text.contains(#""http.route":"/v1/activities/{activityId}/updates""#))
+        for secret in secrets {
+            #expect(!text.contains(secret), "a secret is in the log")
+        }
+        #expect(!text.lowercased().contains("bearer"))
+        #expect(!text.lowercased().contains("authorization"))
+        for line in log.all {
+            #expect((try? JSONValue(parsing: Array(line.utf8)))?.objectValue != nil, "not JSON: \(line)")
+        }
+    }
+}
