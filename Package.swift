@@ -176,7 +176,9 @@ let package = Package(
             dependencies: [
                 "liveline",
                 "LivelineServer",
+                "LivelineDispatch",
                 "LivelineEmulator",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

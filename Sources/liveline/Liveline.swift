@@ -15,7 +15,7 @@ struct Liveline: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "liveline",
         abstract: "Liveline: keeps iOS Live Activities and Android live updates current from your backend.",
-        subcommands: [Serve.self, Apps.self, Keys.self, Push.self, EmulatorCommand.self, Bench.self, ConfigKeys.self, OpenAPI.self]
+        subcommands: [Serve.self, Apps.self, Keys.self, Push.self, EmulatorCommand.self, WebhooksCommand.self, Bench.self, ConfigKeys.self, OpenAPI.self]
     )
 }
 

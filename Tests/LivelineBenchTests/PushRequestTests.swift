@@ -1,4 +1,7 @@
+import Foundation
+import HTTPTypes
 import LivelineCore
+import LivelineDispatch
 import Testing
 
 @testable import liveline
@@ -41,5 +44,29 @@ import Testing
             )
         }
         #expect(throws: (any Error).self) { try PushRequests.alert(title: "only a title", body: nil) }
+    }
+}
+
+@Suite("liveline webhooks listen")
+struct WebhooksListenTests {
+    @Test("a delivery signed with the secret is printed with its event; anything else is refused with the reason")
+    func describe() throws {
+        let secret = StandardWebhooks.newSecret()
+        let key = try #require(StandardWebhooks.key(of: secret))
+        let body = Array(#"{"id":"evt_1","type":"activity.ended","activityId":"order-1","deviceId":null,"data":{"endReason":"caller"}}"#.utf8)
+        let now = Date()
+        let timestamp = Int64(now.timeIntervalSince1970)
+        var headers = HTTPFields()
+        headers[HTTPField.Name("webhook-id")!] = "evt_1"
+        headers[HTTPField.Name("webhook-timestamp")!] = String(timestamp)
+        headers[HTTPField.Name("webhook-signature")!] = StandardWebhooks.signature(key: key, id: "evt_1", timestamp: timestamp, body: body)
+        let good = WebhooksCommand.Listen.describe(key: key, headers: headers, body: body, now: now)
+        #expect(good.verified)
+        #expect(good.text == #"✔ activity.ended  evt_1  activity=order-1  {"endReason":"caller"}"#)
+        let tampered = WebhooksCommand.Listen.describe(key: key, headers: headers, body: body + [32], now: now)
+        #expect(!tampered.verified)
+        let stale = WebhooksCommand.Listen.describe(key: key, headers: headers, body: body, now: now.addingTimeInterval(600))
+        #expect(!stale.verified)
+        #expect(!WebhooksCommand.Listen.describe(key: key, headers: HTTPFields(), body: body, now: now).verified)
     }
 }

@@ -74,12 +74,14 @@ extension TestClock {
 func withLiveline<T: Sendable>(
     directory: TemporaryDirectory? = nil, clock: TestClock = TestClock(testStart), adminToken: String? = nil,
     channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings(),
+    sealer: CredentialSealer? = nil, webhookURLs: WebhookURLPolicy = WebhookURLPolicy(allowsPrivateNetworks: false),
     _ body: @Sendable (API, any Store) async throws -> T
 ) async throws -> T {
     let directory = try directory ?? TemporaryDirectory()
     let store = try await SQLiteStore.open(path: directory.databasePath)
     let router = LivelineApplication.makeRouter(
-        store: store, clock: clock.wallClock, adminToken: adminToken, channels: channels, broadcast: broadcast
+        store: store, clock: clock.wallClock, adminToken: adminToken, sealer: sealer, channels: channels, broadcast: broadcast,
+        webhookURLs: webhookURLs
     )
     let app = Application(router: router)
     do {

@@ -91,12 +91,17 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
     /// Looks for new events at once.
     public func wake() { wakeSignal.wake() }
 
+    /// Closes its HTTP client: call it once when it is used without ``run()`` (which does so when it returns).
+    public func shutdown() async {
+        try? await http.shutdown()
+    }
+
     public func run() async throws {
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             let worked = (try? await pass()) ?? false
             if !worked { await rest() }
         }
-        try? await http.shutdown()
+        await shutdown()
     }
 
     /// One pass: turns new events into deliveries, sends those due. Returns whether anything was sent.

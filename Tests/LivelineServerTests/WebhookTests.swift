@@ -1,0 +1,312 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import LivelineCore
+import LivelineDispatch
+import LivelineServer
+import LivelineStore
+import LivelineTestSupport
+import NIOCore
+import Synchronization
+import Testing
+
+/// A backend's webhook endpoint on 127.0.0.1: records each request and answers with the next scripted status (200 once
+/// the script is used up).
+final class WebhookReceiver: Sendable {
+    struct Received: Sendable {
+        var headers: HTTPFields
+        var body: [UInt8]
+    }
+
+    private let state = Mutex<(received: [Received], script: [HTTPResponse.Status])>(([], []))
+    private let task: Task<Void, any Error>
+    let port: Int
+
+    var received: [Received] { state.withLock { $0.received } }
+    func answer(with statuses: [HTTPResponse.Status]) { state.withLock { $0.script = statuses } }
+
+    private init(port: Int, task: Task<Void, any Error>) {
+        self.port = port
+        self.task = task
+    }
+
+    static func start() async throws -> (WebhookReceiver, stop: @Sendable () async -> Void) {
+        let box = Mutex<WebhookReceiver?>(nil)
+        let router = Router()
+        router.post("hook") { request, _ -> Response in
+            let body = try await request.body.collect(upTo: 1 << 20)
+            let receiver = box.withLock { $0 }
+            let status = receiver?.state.withLock { state -> HTTPResponse.Status in
+                state.received.append(Received(headers: request.headers, body: Array(buffer: body)))
+                return state.script.isEmpty ? .ok : state.script.removeFirst()
+            } ?? .ok
+            return Response(status: status)
+        }
+        let (portStream, portContinuation) = AsyncStream.makeStream(of: Int.self)
+        let app = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in portContinuation.yield(channel.localAddress?.port ?? 0) }
+        )
+        let task = Task { try await app.runService() }
+        var iterator = portStream.makeAsyncIterator()
+        let port = await iterator.next() ?? 0
+        let receiver = WebhookReceiver(port: port, task: task)
+        box.withLock { $0 = receiver }
+        return (receiver, { task.cancel(); _ = await task.result })
+    }
+
+    var url: String { "http://127.0.0.1:\(port)/hook" }
+}
+
+/// Verifies a Standard Webhooks signature with Python's hmac module: an implementation independent of Liveline's.
+func verifiedByPython(secret: String, id: String, timestamp: String, body: [UInt8], signature: String) throws -> Bool {
+    let script = """
+        import base64, hashlib, hmac, sys
+        secret, msg_id, timestamp, signature = sys.argv[1:5]
+        body = sys.stdin.buffer.read()
+        key = base64.b64decode(secret[len("whsec_"):])
+        expected = base64.b64encode(hmac.new(key, msg_id.encode() + b"." + timestamp.encode() + b"." + body, hashlib.sha256).digest()).decode()
+        sys.exit(0 if any(part == "v1," + expected for part in signature.split(" ")) else 1)
+        """
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["python3", "-c", script, secret, id, timestamp, signature]
+    let input = Pipe()
+    process.standardInput = input
+    try process.run()
+    input.fileHandleForWriting.write(Data(body))
+    try input.fileHandleForWriting.close()
+    process.waitUntilExit()
+    return process.terminationStatus == 0
+}
+
+private let sealer = try! CredentialSealer(masterKey: Array(repeating: 7, count: 32))
+private let local = WebhookURLPolicy(allowsPrivateNetworks: true)
+
+/// Runs `body` with a deliverer to the local receiver, and closes it afterwards.
+private func withDeliverer<T>(
+    _ store: any Store, retry: WebhookRetryPolicy = WebhookRetryPolicy(baseDelay: 0.01, maximumDelay: 0.05),
+    _ body: (WebhookDeliverer) async throws -> T
+) async throws -> T {
+    var configuration = WebhookDeliverer.Configuration()
+    configuration.urls = local
+    configuration.retry = retry
+    configuration.timeout = .seconds(5)
+    let deliverer = WebhookDeliverer(store: store, sealer: sealer, configuration: configuration)
+    do {
+        let result = try await body(deliverer)
+        await deliverer.shutdown()
+        return result
+    } catch {
+        await deliverer.shutdown()
+        throw error
+    }
+}
+
+/// Runs passes of `deliverer` until `condition` holds (bounded).
+private func deliver(_ deliverer: WebhookDeliverer, until condition: () async throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + .seconds(30)
+    while ContinuousClock.now < deadline {
+        try await deliverer.pass()
+        if try await condition() { return true }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    return try await condition()
+}
+
+@Suite("Webhooks")
+struct WebhookTests {
+    @Test("Standard Webhooks' own example signs as the specification says")
+    func specificationVector() {
+        let key = StandardWebhooks.key(of: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")!
+        let signature = StandardWebhooks.signature(
+            key: key, id: "msg_p5jXN8AQM9LWM0D4loKWxJek", timestamp: 1_614_265_330, body: Array(#"{"test": 2432232314}"#.utf8)
+        )
+        #expect(signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+        #expect(StandardWebhooks.verify(
+            key: key, id: "msg_p5jXN8AQM9LWM0D4loKWxJek", timestamp: 1_614_265_330, body: Array(#"{"test": 2432232314}"#.utf8),
+            header: "v1,bm9wZQ== " + signature, now: Date(timeIntervalSince1970: 1_614_265_330)
+        ))
+        #expect(!StandardWebhooks.verify(
+            key: key, id: "msg_p5jXN8AQM9LWM0D4loKWxJek", timestamp: 1_614_265_330, body: Array(#"{"test": 2432232315}"#.utf8),
+            header: signature, now: Date(timeIntervalSince1970: 1_614_265_330)
+        ))
+        #expect(StandardWebhooks.key(of: "sk_nope") == nil)
+    }
+
+    @Test("URLs that point into the server's own network are refused unless the operator allows them")
+    func urlPolicy() throws {
+        let strict = WebhookURLPolicy(allowsPrivateNetworks: false)
+        for refused in [
+            "http://example.com/hook", "https://127.0.0.1/hook", "https://10.1.2.3/", "https://172.20.0.1/", "https://192.168.1.1/",
+            "https://169.254.169.254/latest/meta-data", "https://[::1]/", "https://[fd00::1]/", "https://[fe80::1]/", "https://[::ffff:127.0.0.1]/",
+            "https://localhost/", "https://api.localhost/", "https://100.64.0.1/", "https://0.0.0.0/", "https://user:pass@example.com/",
+            "ftp://example.com/", "not a url",
+        ] {
+            #expect(throws: WebhookURLPolicy.Refusal.self, "\(refused)") { _ = try strict.check(refused) }
+        }
+        #expect(try strict.check("https://hooks.example.com/liveline").host == "hooks.example.com")
+        #expect(try strict.check("https://93.184.216.34/hook").host == "93.184.216.34")
+        #expect(throws: WebhookURLPolicy.Refusal.self) { try strict.check(resolved: [[10, 0, 0, 1]]) }
+        #expect(throws: WebhookURLPolicy.Refusal.self) { try strict.check(resolved: [[93, 184, 216, 34], [127, 0, 0, 1]]) }
+        try strict.check(resolved: [[93, 184, 216, 34]])
+        let relaxed = WebhookURLPolicy(allowsPrivateNetworks: true)
+        #expect(try relaxed.check("http://127.0.0.1:8000/hook").port == 8000)
+    }
+
+    @Test("backoff doubles with jitter, honours Retry-After, and gives up after the retry period")
+    func retryPolicy() {
+        let policy = WebhookRetryPolicy(retryFor: 3600, baseDelay: 5, maximumDelay: 600)
+        let created = Date(timeIntervalSince1970: 1_000_000)
+        #expect(policy.decide(statusCode: 204, error: nil, retryAfter: nil, attempt: 1, createdAt: created, now: created, random: 1) == .delivered)
+        #expect(policy.decide(statusCode: 500, error: nil, retryAfter: nil, attempt: 1, createdAt: created, now: created, random: 1)
+            == .retry(next: created.addingTimeInterval(5)))
+        #expect(policy.decide(statusCode: 500, error: nil, retryAfter: nil, attempt: 3, createdAt: created, now: created, random: 0)
+            == .retry(next: created.addingTimeInterval(10)))
+        #expect(policy.decide(statusCode: 429, error: nil, retryAfter: 120, attempt: 1, createdAt: created, now: created, random: 1)
+            == .retry(next: created.addingTimeInterval(120)))
+        let late = created.addingTimeInterval(3599)
+        guard case .failed(let reason) = policy.decide(statusCode: nil, error: "timed out", retryAfter: nil, attempt: 9, createdAt: created, now: late, random: 1)
+        else {
+            Issue.record("expected failed")
+            return
+        }
+        #expect(reason.contains("timed out"))
+    }
+
+    @Test("an endpoint gets every event, signed, in order; the secret is shown once and stored sealed; a test message too")
+    func endToEnd() async throws {
+        let (receiver, stop) = try await WebhookReceiver.start()
+        defer { Task { await stop() } }
+        try await withLiveline(sealer: sealer, webhookURLs: local) { api, store in
+            let app = try await createApp(store)
+            let created = try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string(receiver.url)])
+            #expect(created.status == .created)
+            let secret = try #require(created["secret"]?.stringValue)
+            let id = try #require(created["id"]?.stringValue)
+            #expect(secret.hasPrefix("whsec_"))
+            #expect(try await api.call(.get, "/v1/webhooks/\(id)", key: app.secretKey)["secret"] == nil)
+            #expect(try await api.call(.get, "/v1/webhooks", key: app.secretKey)["data"]?.arrayValue?.count == 1)
+            let stored = try #require(try await store.webhook(appID: app.id, id: id))
+            #expect(!String(decoding: stored.sealedSecret, as: UTF8.self).contains(String(secret.dropFirst(6))))
+
+            _ = try await api.json(.put, "/v1/activities/order-1/instances/iphone-1", key: app.publishableKey, registerBody)
+            for step in 1...3 {
+                _ = try await api.json(.post, "/v1/activities/order-1/updates", key: app.secretKey, ["contentState": ["step": .integer(Int64(step))]])
+            }
+            _ = try await api.json(.post, "/v1/activities/order-1/end", key: app.secretKey, [:])
+            let feed = try await api.call(.get, "/v1/events", key: app.secretKey)["data"]?.arrayValue?.compactMap { $0.objectValue?["id"]?.stringValue } ?? []
+            #expect(feed.count == 5)
+
+            try await withDeliverer(store) { (sender: WebhookDeliverer) async throws in
+            #expect(try await deliver(sender) { receiver.received.count == 5 })
+            // In the feed's order, each exactly as the feed shows it, signed with the secret (checked by Python's hmac).
+            #expect(receiver.received.map { $0.headers[HTTPField.Name("webhook-id")!] ?? "" } == feed)
+            for message in receiver.received {
+                let headers = message.headers
+                let id = try #require(headers[HTTPField.Name("webhook-id")!])
+                let timestamp = try #require(headers[HTTPField.Name("webhook-timestamp")!])
+                let signature = try #require(headers[HTTPField.Name("webhook-signature")!])
+                #expect(abs((Double(timestamp) ?? 0) - Date().timeIntervalSince1970) < 60)
+                #expect(try verifiedByPython(secret: secret, id: id, timestamp: timestamp, body: message.body, signature: signature))
+                #expect(headers[.contentType] == "application/json")
+                let event = try JSONValue(parsing: message.body).objectValue
+                #expect(event?["id"] == .string(id))
+            }
+            let types = receiver.received.compactMap { try? JSONValue(parsing: $0.body).objectValue?["type"]?.stringValue }
+            #expect(types == ["instance.registered", "activity.started", "activity.updated", "activity.updated", "activity.ended"])
+
+            let deliveries = try await api.call(.get, "/v1/webhooks/\(id)/deliveries", key: app.secretKey)["data"]?.arrayValue ?? []
+            #expect(deliveries.count == 5)
+            #expect(deliveries.allSatisfy { $0.objectValue?["status"] == "delivered" && $0.objectValue?["lastStatusCode"] == 200 })
+
+            let test = try await api.call(.post, "/v1/webhooks/\(id)/test", key: app.secretKey)
+            #expect(test.status == .accepted)
+            #expect(try await deliver(sender) { receiver.received.count == 6 })
+            let last = try JSONValue(parsing: receiver.received.last!.body).objectValue
+            #expect(last?["type"] == "webhook.test")
+            }
+            #expect(try await api.call(.delete, "/v1/webhooks/\(id)", key: app.secretKey).status == .noContent)
+            #expect(try await api.call(.get, "/v1/webhooks/\(id)", key: app.secretKey).errorCode == "webhook_not_found")
+        }
+    }
+
+    @Test("a failing endpoint is retried until it answers; a dead one is disabled, visibly; other apps see nothing")
+    func retriesAndDisabling() async throws {
+        let (receiver, stop) = try await WebhookReceiver.start()
+        defer { Task { await stop() } }
+        try await withLiveline(sealer: sealer, webhookURLs: local) { api, store in
+            let app = try await createApp(store)
+            let other = try await createApp(store, name: "Other", bundleID: "com.example.other")
+            let created = try await api.json(
+                .post, "/v1/webhooks", key: app.secretKey, ["url": .string(receiver.url), "eventTypes": ["activity.started"]]
+            )
+            let id = try #require(created["id"]?.stringValue)
+            #expect(try await api.call(.get, "/v1/webhooks/\(id)", key: other.secretKey).status == .notFound)
+            #expect(try await api.call(.delete, "/v1/webhooks/\(id)", key: other.secretKey).status == .notFound)
+            _ = try await api.json(.post, "/v1/activities/other-1/updates", key: other.secretKey, ["contentState": ["a": 1]])
+
+            receiver.answer(with: [.internalServerError, .serviceUnavailable])
+            _ = try await api.json(.post, "/v1/activities/a-1/updates", key: app.secretKey, ["contentState": ["a": 1]])
+            _ = try await api.json(.post, "/v1/activities/a-1/updates", key: app.secretKey, ["contentState": ["a": 2]])  // not subscribed
+            try await withDeliverer(store) { (sender: WebhookDeliverer) async throws in
+                #expect(try await deliver(sender) { receiver.received.count == 3 })
+            }
+            let delivered = try await api.call(.get, "/v1/webhooks/\(id)/deliveries", key: app.secretKey)["data"]?.arrayValue?.first?.objectValue
+            #expect(delivered?["status"] == "delivered")
+            #expect(delivered?["attempts"] == 3)
+            // Only the subscribed type, only this app's.
+            #expect(Set(receiver.received.compactMap { try? JSONValue(parsing: $0.body).objectValue?["activityId"]?.stringValue }) == ["a-1"])
+
+            // An endpoint that never answers 2xx: retried for the retry period, then disabled.
+            receiver.answer(with: Array(repeating: .badGateway, count: 1000))
+            _ = try await api.json(.post, "/v1/activities/a-2/updates", key: app.secretKey, ["contentState": ["a": 1]])
+            try await withDeliverer(store, retry: WebhookRetryPolicy(retryFor: 0.3, baseDelay: 0.01, maximumDelay: 0.05)) { (impatient: WebhookDeliverer) async throws in
+                #expect(try await deliver(impatient) {
+                    try await api.call(.get, "/v1/webhooks/\(id)", key: app.secretKey)["enabled"] == false
+                })
+            }
+            let webhook = try await api.call(.get, "/v1/webhooks/\(id)", key: app.secretKey)
+            #expect(webhook["disabledReason"]?.stringValue?.contains("HTTP 502") == true)
+            #expect(webhook["disabledAt"] != .null)
+        }
+    }
+
+    @Test("events committed while no deliverer ran are delivered by the next one: nothing is lost between commit and send")
+    func outboxSurvivesRestart() async throws {
+        let (receiver, stop) = try await WebhookReceiver.start()
+        defer { Task { await stop() } }
+        try await withLiveline(sealer: sealer, webhookURLs: local) { api, store in
+            let app = try await createApp(store)
+            _ = try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string(receiver.url)])
+            _ = try await api.json(.post, "/v1/activities/x/updates", key: app.secretKey, ["contentState": ["a": 1]])
+            // The first deliverer turns the event into a delivery, then "dies" before it is delivered (the receiver refuses).
+            receiver.answer(with: [.serviceUnavailable])
+            _ = try await withDeliverer(store) { first in try await first.pass() }
+            _ = try await api.json(.post, "/v1/activities/x/updates", key: app.secretKey, ["contentState": ["a": 2]])
+            // A new one after the restart: both events arrive, in order.
+            try await withDeliverer(store) { (second: WebhookDeliverer) async throws in
+                #expect(try await deliver(second) { receiver.received.count == 3 })
+            }
+            let ids = receiver.received.map { $0.headers[HTTPField.Name("webhook-id")!] ?? "" }
+            #expect(ids[0] == ids[1])
+            #expect(Set(ids).count == 2)
+        }
+    }
+
+    @Test("webhook URLs are checked at the API")
+    func refusals() async throws {
+        try await withLiveline(sealer: sealer) { api, store in
+            let app = try await createApp(store)
+            for url in ["https://127.0.0.1/hook", "http://example.com/hook", "https://localhost/x", "https://169.254.169.254/"] {
+                let refused = try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string(url)])
+                #expect(refused.status == .unprocessableContent)
+                #expect(refused.errorCode == "invalid_webhook_url")
+            }
+            #expect(try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": "https://hooks.example.com/x", "eventTypes": ["nope"]])
+                .errorCode == "invalid_event_type")
+            #expect(try await api.json(.post, "/v1/webhooks", key: app.publishableKey, ["url": "https://hooks.example.com/x"]).status == .forbidden)
+            #expect(try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": "https://hooks.example.com/x"]).status == .created)
+        }
+    }
+}
