@@ -10,6 +10,8 @@ public struct StoreStateCounts: Sendable, Hashable {
     public var instances: [String: Int]
     /// Activities whose current sequence is not yet delivered (the delivery engine's pending work).
     public var pendingActivities: Int
+    /// Webhook deliveries not yet delivered (nor given up).
+    public var pendingWebhookDeliveries = 0
 
     /// Counts as given (none by default).
     public init(activities: [String: Int] = [:], instances: [String: Int] = [:], pendingActivities: Int = 0) {
@@ -41,6 +43,8 @@ extension SQLiteStore: MetricsStore {
             }
             let pending = try db.query("SELECT COUNT(*) AS n FROM activities WHERE dispatched_sequence < sequence").first
             counts.pendingActivities = pending?.column("n")?.integer ?? 0
+            let webhooks = try db.query("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE status = 'pending'").first
+            counts.pendingWebhookDeliveries = webhooks?.column("n")?.integer ?? 0
             return counts
         }
     }

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import CoreMetrics
 import Foundation
 import LivelineCore
 import LivelineStore
@@ -70,6 +71,9 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
     private let now: @Sendable () -> Date
     private let random: @Sendable () -> Double
     private let wakeSignal = WakeSignal()
+    /// `liveline_webhook_deliveries_total{status}` per attempt, and `liveline_webhook_delivery_duration_seconds`.
+    private let attemptCounters: [String: Counter]
+    private let attemptDuration: CoreMetrics.Timer
 
     public init(
         store: any WebhookStore, sealer: CredentialSealer, configuration: Configuration = Configuration(),
@@ -86,6 +90,13 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         self.logger = logger
         self.now = now
         self.random = random
+        let factory = MetricsSystem.factory
+        attemptCounters = Dictionary(
+            uniqueKeysWithValues: ["delivered", "retrying", "failed"].map { status in
+                (status, Counter(label: "liveline_webhook_deliveries_total", dimensions: [("status", status)], factory: factory))
+            }
+        )
+        attemptDuration = CoreMetrics.Timer(label: "liveline_webhook_delivery_duration_seconds", preferredDisplayUnit: .seconds, factory: factory)
     }
 
     /// Looks for new events at once.
@@ -174,6 +185,12 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
             statusCode: statusCode, error: failure, retryAfter: retryAfter, attempt: delivery.attempts + 1, createdAt: delivery.createdAt,
             now: now(), random: random()
         )
+        attemptDuration.recordNanoseconds(Int64(latency * 1_000_000))
+        switch result {
+        case .delivered: attemptCounters["delivered"]?.increment()
+        case .retry: attemptCounters["retrying"]?.increment()
+        case .failed: attemptCounters["failed"]?.increment()
+        }
         if case .failed(let reason) = result {
             logger.warning("A webhook endpoint is disabled", metadata: ["webhook": "\(delivery.webhookID)", "reason": "\(reason)"])
         }

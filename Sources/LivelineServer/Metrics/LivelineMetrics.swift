@@ -56,6 +56,8 @@ public enum MetricNames {
     public static let instances = "liveline_instances"
     /// Activities whose current sequence is not yet delivered.
     public static let activitiesPendingDelivery = "liveline_activities_pending_delivery"
+    /// Gauge: webhook deliveries pending (the backlog).
+    public static let webhookDeliveriesPending = "liveline_webhook_deliveries_pending"
     /// The Store's commit time, by `durability` (recorded by the Store's writer).
     public static let storeCommitDuration = "liveline_store_commit_duration_seconds"
     /// The Store's commits, by `durability`.

@@ -42,6 +42,7 @@ final class StoreGauges: Sendable {
     private let store: any MetricsStore
     private let factory: any MetricsFactory
     private let pending: Gauge
+    private let webhookBacklog: Gauge
     /// Gauges by family and state; a state seen once is reported (0 when it has none) from then on.
     private let gauges = Mutex<[String: Gauge]>([:])
 
@@ -49,6 +50,7 @@ final class StoreGauges: Sendable {
         self.store = store
         self.factory = factory
         pending = Gauge(label: MetricNames.activitiesPendingDelivery, factory: factory)
+        webhookBacklog = Gauge(label: MetricNames.webhookDeliveriesPending, factory: factory)
         // The known states are reported from the first scrape on, at 0 when none.
         for state in ActivityState.allCases { _ = gauge(MetricNames.activities, state.rawValue) }
         for state in InstanceState.allCases { _ = gauge(MetricNames.instances, state.rawValue) }
@@ -58,6 +60,7 @@ final class StoreGauges: Sendable {
     func update() async throws {
         let counts = try await store.stateCounts()
         pending.record(counts.pendingActivities)
+        webhookBacklog.record(counts.pendingWebhookDeliveries)
         set(MetricNames.activities, counts.activities)
         set(MetricNames.instances, counts.instances)
     }
