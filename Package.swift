@@ -165,6 +165,7 @@ let package = Package(
             dependencies: [
                 "LivelineStore",
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
             ],
             path: "Tests/LivelineTestSupport"
         ),
@@ -245,6 +246,7 @@ let package = Package(
             dependencies: [
                 "LivelineDispatch", "LivelineStore", "LivelineCore", "APNs", "FCM", "LivelineEmulator", "LivelineTestSupport",
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
