@@ -121,6 +121,10 @@ struct BroadcastEndToEndTests {
             #expect(entries.count == 1)
             #expect(entries.first?.status == .rejected)
             #expect(entries.first?.reason == "ChannelNotRegistered")
+            // Told to the backend as delivery.failed, with the channel.
+            let failed = try await env.store.events(appID: env.appID, after: nil, types: [.deliveryFailed], limit: 10)
+            #expect(failed.count == 1)
+            #expect(failed.first?.data.objectValue?["channelId"] == .string(channelID))
         }
     }
 

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import LivelineCore
 import LivelineDispatch
@@ -59,6 +60,44 @@ struct EventsDispatchTests {
             let failed = try #require(try await store.events(appID: appID, after: nil, types: [.deliveryFailed], limit: 10).first)
             #expect(failed.data.objectValue?["channelId"] == "Y2g=")
             #expect(failed.data.objectValue?["reason"] == "ChannelNotRegistered")
+        }
+    }
+}
+
+@Suite("Lifecycle events through the emulators")
+struct EventsEndToEndTests {
+    @Test("APNs refusing the app's key turns its credentials unhealthy, told once as credentials.unhealthy; the token it refuses is instance.invalidated")
+    func credentialsAndInvalidation() async throws {
+        try await withEmulatedPhones { env in
+            let known = try await env.addIPhone("iphone-1", activity: "order-1")
+            try await env.register("stale-1", activity: "order-1", platform: .ios, token: String(repeating: "0f", count: 32))
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.update("order-1", ["step": 1])
+                dispatcher.wake()
+                #expect(try await waitFor { env.apns.display(token: known)?.contentState == ["step": 1] })
+                #expect(try await waitFor {
+                    try await env.store.events(appID: env.appID, after: nil, types: [.instanceInvalidated], limit: 10).count == 1
+                })
+                let invalidated = try await env.store.events(appID: env.appID, after: nil, types: [.instanceInvalidated], limit: 10)
+                #expect(invalidated.first?.deviceID == "stale-1")
+                #expect(invalidated.first?.data.objectValue?["reason"] == "BadDeviceToken")
+
+                // A key the emulator does not trust.
+                let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
+                let stored = try #require(try await env.store.credentials(appID: env.appID, provider: .apns))
+                var credentials = try APNsCredentials(stored, sealer: sealer)
+                credentials.privateKeyPEM = P256.Signing.PrivateKey().pemRepresentation
+                try await env.store.saveCredentials(try credentials.stored(appID: env.appID, sealer: sealer, at: env.clock.now))
+                _ = try await env.update("order-1", ["step": 2])
+                dispatcher.wake()
+                #expect(try await waitFor {
+                    try await env.store.events(appID: env.appID, after: nil, types: [.credentialsUnhealthy], limit: 10).count == 1
+                })
+            }
+            let unhealthy = try await env.store.events(appID: env.appID, after: nil, types: [.credentialsUnhealthy], limit: 10)
+            #expect(unhealthy.count == 1)
+            #expect(unhealthy.first?.data.objectValue?["provider"] == "apns")
         }
     }
 }

@@ -51,6 +51,11 @@ struct PriorityBudgetDispatchTests {
             // At 3661 s the one at 60 s has left too: two in the window, so 10 again.
             #expect(try await update(at: 3661) == 10)
             #expect(try await store.activity(appID: appID, activityID: "match")?.budgetWarnedAt != nil, "crossing 80 % was recorded")
+            // … and told as a lifecycle event, in the same transaction as the progress.
+            let warnings = try await store.events(appID: appID, after: nil, types: [.budgetWarning], limit: 10)
+            #expect(!warnings.isEmpty)
+            #expect(warnings.first?.activityID == "match")
+            #expect(warnings.first?.data.objectValue?["instances"] == 1)
 
             // The app reports frequent updates enabled: a larger budget.
             _ = try await store.setFrequentPushes(appID: appID, activityID: "match", deviceID: "device-00000", enabled: true, at: clock.now)
