@@ -176,12 +176,8 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         do {
             let policy = APNsMessageStoragePolicy(rawValue: storagePolicy.apnsValue) ?? .mostRecentMessageStored
             return try await manager.createChannel(bundleID: bundleID, storagePolicy: policy).channelID
-        } catch let error as APNsChannelManagementError {
-            throw error.managementError
-        } catch let error as APNsInvalidNotificationError {
-            throw ChannelManagementError(.refused, error.description)
         } catch {
-            throw ChannelManagementError(.unavailable, "\(error)")
+            throw Self.managementError(error)
         }
     }
 
@@ -191,12 +187,18 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
             try await manager.deleteChannel(bundleID: bundleID, channelID: channelID)
         } catch let error as APNsChannelManagementError where error.reason == .channelNotRegistered || error.status == 404 {
             // Already gone at APNs: deleted.
-        } catch let error as APNsChannelManagementError {
-            throw error.managementError
-        } catch let error as APNsInvalidNotificationError {
-            throw ChannelManagementError(.refused, error.description)
         } catch {
-            throw ChannelManagementError(.unavailable, "\(error)")
+            throw Self.managementError(error)
+        }
+    }
+
+    /// A failed channel management request in the engine's terms: Apple's answer, a request refused before it was
+    /// sent, or no answer.
+    private static func managementError(_ error: any Error) -> ChannelManagementError {
+        switch error {
+        case let answer as APNsChannelManagementError: answer.managementError
+        case let invalid as APNsInvalidNotificationError: ChannelManagementError(.refused, invalid.description)
+        default: ChannelManagementError(.unavailable, "\(error)")
         }
     }
 

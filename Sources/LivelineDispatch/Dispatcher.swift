@@ -132,13 +132,7 @@ public final class Dispatcher: Service, Sendable {
 
     /// Waits for a wake-up or `rest`, whichever comes first.
     private func idle(for rest: Duration) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { [wakeSignal] in await wakeSignal.wait() }
-            group.addTask { try? await Task.sleep(for: rest) }
-            group.addTask { try? await gracefulShutdown() }
-            await group.next()
-            group.cancelAll()
-        }
+        await wakeSignal.wait(atMost: rest)
     }
 
     private func pruneLoop() async {

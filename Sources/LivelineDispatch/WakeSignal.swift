@@ -1,3 +1,4 @@
+import ServiceLifecycle
 import NIOConcurrencyHelpers
 
 /// How idle engine workers wait for work: ``wake()`` lets every worker waiting in ``wait()`` go on at once, or — when
@@ -49,6 +50,19 @@ final class WakeSignal: Sendable {
         } onCancel: {
             let waiter = state.withLockedValue { $0.waiters.removeValue(forKey: id) }
             waiter?.resume()
+        }
+    }
+}
+
+extension WakeSignal {
+    /// Waits for a wake-up, `rest`, or graceful shutdown, whichever comes first.
+    func wait(atMost rest: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.wait() }
+            group.addTask { try? await Task.sleep(for: rest) }
+            group.addTask { try? await gracefulShutdown() }
+            await group.next()
+            group.cancelAll()
         }
     }
 }

@@ -34,13 +34,7 @@ final class ScriptedBroadcasts: PushTransport, BroadcastTransport, PushTransport
 }
 
 private func whileDispatching<T>(_ store: SQLiteStore, _ transport: ScriptedBroadcasts, _ body: () async throws -> T) async throws -> T {
-    let dispatcher = Dispatcher(store: store, transports: transport, configuration: fastConfiguration())
-    let task = Task { try await dispatcher.run() }
-    defer { task.cancel() }
-    let result = try await body()
-    task.cancel()
-    _ = await task.result
-    return result
+    try await running(Dispatcher(store: store, transports: transport, configuration: fastConfiguration()), body)
 }
 
 /// A broadcast activity with `subscribers` iPhones registered on its channel and `tokens` iPhones with tokens of their own.

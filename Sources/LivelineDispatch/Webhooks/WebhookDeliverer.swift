@@ -135,14 +135,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
             let seconds = max(0, next.timeIntervalSince(now()))
             wait = min(wait, .milliseconds(Int64(seconds * 1000)))
         }
-        let rest = wait
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { [wakeSignal] in await wakeSignal.wait() }
-            group.addTask { try? await Task.sleep(for: rest) }
-            group.addTask { try? await gracefulShutdown() }
-            await group.next()
-            group.cancelAll()
-        }
+        await wakeSignal.wait(atMost: wait)
     }
 
     /// Sends one delivery and records what followed.
