@@ -22,8 +22,9 @@ struct WalkthroughTests {
         var apnsControl: String
         var fcmControl: String
 
-        static func start(root: URL, ports: [Int]) throws -> Server {
+        static func start(root: URL, ports: [Int], environment: [String: String] = [:]) throws -> Server {
             let process = Process()
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
             process.executableURL = livelineExecutable()
             process.arguments = [
                 "serve", "--dev", "--data-dir", root.appendingPathComponent("data").path, "--port", "\(ports[0])",

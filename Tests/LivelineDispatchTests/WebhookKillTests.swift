@@ -21,7 +21,9 @@ struct WebhookKillTests {
         let (receiver, stopReceiver) = try await WebhookReceiver.start()
         let ports = (0..<6).map { _ in freePort() }
         let client = HTTPClient(eventLoopGroupProvider: .singleton)
-        var server = try WalkthroughTests.Server.start(root: root, ports: ports)
+        // A budget of 1 priority-10 push an hour: the first update an iPhone gets reaches the warning share.
+        let environment = ["LIVELINE_BUDGET_HOURLY": "1", "LIVELINE_BUDGET_HOURLY_WITH_FREQUENT_PUSHES": "1"]
+        var server = try WalkthroughTests.Server.start(root: root, ports: ports, environment: environment)
         do {
             #expect(try await waitFor(timeout: .seconds(60)) { server.exported("LIVELINE_PUBLISHABLE_KEY") != nil })
             let secretKey = try #require(server.exported("LIVELINE_SECRET_KEY"))
@@ -56,15 +58,27 @@ struct WebhookKillTests {
             // kill -9 while the engine and the deliverer are at work.
             kill(server.process.processIdentifier, SIGKILL)
             server.process.waitUntilExit()
-            server = try WalkthroughTests.Server.start(root: root, ports: ports)
+            server = try WalkthroughTests.Server.start(root: root, ports: ports, environment: environment)
             #expect(try await waitFor(timeout: .seconds(60)) { (try? await WalkthroughTests.call(client, .GET, server.api + "/healthz"))?.status == 200 })
             try await phase(5...6)
+            // The phones show the updates (pushed at priority 10, over the budget's warning share) before they go away.
+            #expect(try await waitFor(timeout: .seconds(60)) {
+                let warnings = try await WalkthroughTests.call(client, .GET, server.api + "/v1/events?types=budget.warning", key: secretKey)
+                return !(warnings.json.objectValue?["data"]?.arrayValue ?? []).isEmpty
+            })
+            // The phone of order 6 gets a new token (rotated); the phones report a dismissal, or (order 6) the end.
+            let rotated = try await WalkthroughTests.call(client, .POST, server.apnsControl + "/devices", body: ["bundleId": "com.example.liveline.demo"])
+            let newToken = try #require(rotated.json.objectValue?["token"]?.stringValue)
+            #expect(try await WalkthroughTests.call(
+                client, .PUT, server.api + "/v1/activities/order-6/instances/iphone-6", key: publishable,
+                body: ["platform": "ios", "pushToken": .string(newToken)]
+            ).status == 200)
             for order in 1...6 {
-                let dismissed = try await WalkthroughTests.call(
+                let reported = try await WalkthroughTests.call(
                     client, .POST, server.api + "/v1/activities/order-\(order)/instances/iphone-\(order)/events", key: publishable,
-                    body: ["type": "dismissed"]
+                    body: ["type": order == 6 ? "ended" : "dismissed"]
                 )
-                #expect(dismissed.status == 200)
+                #expect(reported.status == 200)
                 #expect(try await WalkthroughTests.call(client, .POST, server.api + "/v1/activities/order-\(order)/end", key: secretKey, body: [:]).status == 202)
             }
 
@@ -83,10 +97,15 @@ struct WebhookKillTests {
                     after = items.isEmpty ? nil : page?["nextCursor"]?.stringValue
                 } while after != nil
                 let received = Set(receiver.received.compactMap { $0.headers[HTTPField.Name("webhook-id")!] })
-                return feed.count >= 6 * (2 + 1 + 2 + 2) && Set(feed.keys).isSubset(of: received)
+                let types = Set(feed.values)
+                return feed.count >= 6 * (2 + 1 + 2 + 2) && types.contains("budget.warning") && types.contains("instance.ended")
+                    && Set(feed.keys).isSubset(of: received)
             })
             let types = Set(feed.values)
-            for expected in ["instance.registered", "activity.started", "activity.updated", "activity.ended", "instance.dismissed", "instance.invalidated"] {
+            for expected in [
+                "instance.registered", "instance.token_rotated", "activity.started", "activity.updated", "activity.ended", "instance.dismissed",
+                "instance.ended", "instance.invalidated", "budget.warning",
+            ] {
                 #expect(types.contains(expected), "no \(expected) event")
             }
             for message in receiver.received {
