@@ -362,11 +362,11 @@ enum SQLiteMigrations {
             name: "lifecycle events",
             statements: [
                 // The outbox of lifecycle events: each written in the transaction of the change that causes it. `id` is
-                // the feed's position.
+                // the feed's position, and the public id is made from it (no second, random key to index on every write).
+                // Ids only rise with time, so pruning by age walks the oldest ids: no index on `created_at` either.
                 """
                 CREATE TABLE events (
                     id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    event_id TEXT NOT NULL UNIQUE,
                     app_id TEXT NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
                     type TEXT NOT NULL,
                     activity_id TEXT,
@@ -376,7 +376,6 @@ enum SQLiteMigrations {
                 )
                 """,
                 "CREATE INDEX events_by_app ON events(app_id, id)",
-                "CREATE INDEX events_by_age ON events(created_at)",
                 // When a remote start still unconfirmed was reported (`instance.start_unconfirmed`, once).
                 "ALTER TABLE instances ADD COLUMN unconfirmed_reported_at INTEGER",
             ]

@@ -80,9 +80,9 @@ extension SQLiteStore: EventStore {
     static func eventStatement(_ event: NewEvent, at now: Date) -> (sql: String, binds: [SQLiteData]) {
         (
             """
-            INSERT INTO events (event_id, app_id, type, activity_id, device_id, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO events (app_id, type, activity_id, device_id, data, created_at) VALUES (?, ?, ?, ?, ?, ?)
             """,
-            [.text(newEventID()), .text(event.appID), .text(event.type.rawValue), text(event.activityID), text(event.deviceID),
+            [.text(event.appID), .text(event.type.rawValue), text(event.activityID), text(event.deviceID),
              .text(event.data.encodedString), .integer(millis(now))]
         )
     }
@@ -93,11 +93,9 @@ extension SQLiteStore: EventStore {
         _ = try db.query(statement.sql, statement.binds)
     }
 
-    /// `evt_` and 26 characters of randomness (base 32, lowercase).
-    static func newEventID() -> String {
-        let alphabet = Array("0123456789abcdefghjkmnpqrstvwxyz")
-        var generator = SystemRandomNumberGenerator()
-        return "evt_" + String((0..<26).map { _ in alphabet[Int(generator.next(upperBound: UInt32(alphabet.count)))] })
+    /// The public id of the event at `position`: `evt_` and the position in base 36, the same wherever the event goes.
+    static func eventID(position: Int64) -> String {
+        "evt_" + String(position, radix: 36)
     }
 
     public func events(appID: String, after position: Int64?, types: Set<LifecycleEventType>, limit: Int) async throws -> [EventRecord] {
@@ -113,7 +111,7 @@ extension SQLiteStore: EventStore {
 
     static func event(from row: StoreRow) throws -> EventRecord {
         EventRecord(
-            position: Int64(row.column("id")?.integer ?? 0), id: try row.string("event_id"),
+            position: Int64(row.column("id")?.integer ?? 0), id: eventID(position: Int64(row.column("id")?.integer ?? 0)),
             type: LifecycleEventType(rawValue: try row.string("type")) ?? .activityUpdated, appID: try row.string("app_id"),
             activityID: row.column("activity_id")?.string, deviceID: row.column("device_id")?.string,
             data: try row.json("data") ?? [:], createdAt: try row.date("created_at")
@@ -121,7 +119,15 @@ extension SQLiteStore: EventStore {
     }
 
     public func pruneEvents(olderThan cutoff: Date) async throws -> Int {
-        try await write("DELETE FROM events WHERE created_at < ? RETURNING id", [.integer(Self.millis(cutoff))]).count
+        // Ids rise with time: everything below the first event recorded at or after the cutoff goes.
+        try await write(
+            """
+            DELETE FROM events WHERE id < COALESCE(
+                (SELECT id FROM events WHERE created_at >= ? ORDER BY id LIMIT 1), (SELECT MAX(id) + 1 FROM events)
+            ) RETURNING id
+            """,
+            [.integer(Self.millis(cutoff))]
+        ).count
     }
 
     public func reportUnconfirmedStarts(startedBefore cutoff: Date, at now: Date) async throws -> Int {
