@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import LivelineCore
 import LivelineDispatch
 import LivelineStore
@@ -130,5 +131,21 @@ extension ActivityLifecycle {
                 message: "APNs' channel management did not answer; try again (\(error.reason)).", field: "delivery"
             )
         }
+    }
+}
+
+/// The apps' broadcast defaults as last read, kept for ``lifetime`` seconds: a new activity does not read its app's
+/// row each time. A change through the admin API reaches new activities within that time.
+final class AppDefaultsCache: Sendable {
+    /// How long defaults read are used.
+    static let lifetime: TimeInterval = 5
+    private let entries = Mutex<[String: (defaults: BroadcastDefaults, readAt: Date)]>([:])
+
+    /// The app's defaults: as cached if read less than ``lifetime`` ago, else from `read`.
+    func defaults(appID: String, now: Date, read: () async throws -> BroadcastDefaults) async throws -> BroadcastDefaults {
+        if let entry = entries.withLock({ $0[appID] }), now.timeIntervalSince(entry.readAt) < Self.lifetime { return entry.defaults }
+        let defaults = try await read()
+        entries.withLock { $0[appID] = (defaults, now) }
+        return defaults
     }
 }

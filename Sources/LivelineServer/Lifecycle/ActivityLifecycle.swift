@@ -29,6 +29,8 @@ struct ActivityLifecycle: Sendable {
     var channels: (any BroadcastChannelManagement)?
     /// The server's broadcast defaults.
     var broadcast = BroadcastSettings()
+    /// The apps' broadcast defaults, read at most every few seconds: every new activity needs them.
+    let appDefaults = AppDefaultsCache()
     var contracts: ContentContracts { ContentContracts(store: store) }
 
     /// An accepted update or end: its sequence, and the fields whose type changed (schema-less drift warnings).
@@ -134,7 +136,9 @@ struct ActivityLifecycle: Sendable {
     func deliveryPlan(_ requested: DeliveryRequest, appID: String, current: ActivityRecord?) async throws -> DeliveryPlan {
         var defaults = BroadcastDefaults()
         if (current?.sequence ?? 0) == 0, current?.channel == nil, requested.delivery == nil || requested.storagePolicy == nil {
-            defaults = try await store.app(id: appID)?.broadcastDefaults ?? BroadcastDefaults()
+            defaults = try await appDefaults.defaults(appID: appID, now: clock.now()) {
+                try await store.app(id: appID)?.broadcastDefaults ?? BroadcastDefaults()
+            }
         }
         return try DeliveryPlan.plan(requested, current: current, app: defaults, server: broadcast)
     }
