@@ -142,7 +142,12 @@ struct ConnectionLimitsTests {
             var slow: [RawConnection] = []
             for _ in 0..<100 {
                 let connection = try await RawConnection.open(port: port)
-                try await connection.send("GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+                do {
+                    try await connection.send("GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+                } catch {
+                    // On a loaded machine the 1 s header deadline can pass between the open and the send: the server
+                    // has already cut this one off, which is what the test checks for all of them.
+                }
                 slow.append(connection)
             }
             let probe = try await RawConnection.open(port: port)
