@@ -21,7 +21,8 @@ private func withDeliverer<T>(
     var configuration = WebhookDeliverer.Configuration()
     configuration.urls = local
     configuration.retry = retry
-    configuration.timeout = .seconds(5)
+    // Generous: on a loaded machine a slow answer would be retried, and delivered twice (at least once is the promise).
+    configuration.timeout = .seconds(20)
     let deliverer = WebhookDeliverer(store: store, sealer: sealer, configuration: configuration)
     do {
         let result = try await body(deliverer)
@@ -129,9 +130,15 @@ struct WebhookTests {
             #expect(feed.count == 5)
 
             try await withDeliverer(store) { (sender: WebhookDeliverer) async throws in
-            #expect(try await deliver(sender) { receiver.received.count == 5 })
-            // In the feed's order, each exactly as the feed shows it, signed with the secret (checked by Python's hmac).
-            #expect(receiver.received.map { $0.headers[HTTPField.Name("webhook-id")!] ?? "" } == feed)
+            func firstReceptions() -> [String] {
+                var seen: [String] = []
+                for id in receiver.received.compactMap({ $0.headers[HTTPField.Name("webhook-id")!] }) where !seen.contains(id) { seen.append(id) }
+                return seen
+            }
+            #expect(try await deliver(sender) { firstReceptions().count == 5 })
+            // In the feed's order (at least once each), each exactly as the feed shows it, signed with the secret (checked by
+            // Python's hmac).
+            #expect(firstReceptions() == feed)
             for message in receiver.received {
                 let headers = message.headers
                 let id = try #require(headers[HTTPField.Name("webhook-id")!])
@@ -143,7 +150,11 @@ struct WebhookTests {
                 let event = try JSONValue(parsing: message.body).objectValue
                 #expect(event?["id"] == .string(id))
             }
-            let types = receiver.received.compactMap { try? JSONValue(parsing: $0.body).objectValue?["type"]?.stringValue }
+            let types = firstReceptions().compactMap { id in
+                receiver.received.first { $0.headers[HTTPField.Name("webhook-id")!] == id }.flatMap {
+                    try? JSONValue(parsing: $0.body).objectValue?["type"]?.stringValue
+                }
+            }
             #expect(types == ["instance.registered", "activity.started", "activity.updated", "activity.updated", "activity.ended"])
 
             let deliveries = try await api.call(.get, "/v1/webhooks/\(id)/deliveries", key: app.secretKey)["data"]?.arrayValue ?? []
@@ -152,7 +163,7 @@ struct WebhookTests {
 
             let test = try await api.call(.post, "/v1/webhooks/\(id)/test", key: app.secretKey)
             #expect(test.status == .accepted)
-            #expect(try await deliver(sender) { receiver.received.count == 6 })
+            #expect(try await deliver(sender) { firstReceptions().count == 6 })
             let last = try JSONValue(parsing: receiver.received.last!.body).objectValue
             #expect(last?["type"] == "webhook.test")
             }
@@ -180,11 +191,16 @@ struct WebhookTests {
             _ = try await api.json(.post, "/v1/activities/a-1/updates", key: app.secretKey, ["contentState": ["a": 1]])
             _ = try await api.json(.post, "/v1/activities/a-1/updates", key: app.secretKey, ["contentState": ["a": 2]])  // not subscribed
             try await withDeliverer(store) { (sender: WebhookDeliverer) async throws in
-                #expect(try await deliver(sender) { receiver.received.count == 3 })
+                #expect(try await deliver(sender) {
+                    let first = try await api.call(.get, "/v1/webhooks/\(id)/deliveries", key: app.secretKey)["data"]?.arrayValue?.first?.objectValue
+                    return first?["status"] == "delivered"
+                })
             }
             let delivered = try await api.call(.get, "/v1/webhooks/\(id)/deliveries", key: app.secretKey)["data"]?.arrayValue?.first?.objectValue
             #expect(delivered?["status"] == "delivered")
-            #expect(delivered?["attempts"] == 3)
+            // 500, 503, then 200 (more only if an answer was slower than the timeout: at least once).
+            #expect((delivered?["attempts"]).flatMap { if case .integer(let n) = $0 { n } else { nil } } ?? 0 >= 3)
+            #expect(receiver.received.count >= 3)
             // Only the subscribed type, only this app's.
             #expect(Set(receiver.received.compactMap { try? JSONValue(parsing: $0.body).objectValue?["activityId"]?.stringValue }) == ["a-1"])
 
@@ -216,11 +232,14 @@ struct WebhookTests {
             _ = try await api.json(.post, "/v1/activities/x/updates", key: app.secretKey, ["contentState": ["a": 2]])
             // A new one after the restart: both events arrive, in order.
             try await withDeliverer(store) { (second: WebhookDeliverer) async throws in
-                #expect(try await deliver(second) { receiver.received.count == 3 })
+                #expect(try await deliver(second) { Set(receiver.received.compactMap { $0.headers[HTTPField.Name("webhook-id")!] }).count == 2 })
             }
+            // The first event (refused once, then delivered), and only after it the second: in order.
             let ids = receiver.received.map { $0.headers[HTTPField.Name("webhook-id")!] ?? "" }
-            #expect(ids[0] == ids[1])
+            #expect(ids.count >= 3)
+            #expect(ids.first == ids.dropFirst().first)
             #expect(Set(ids).count == 2)
+            #expect(ids.lastIndex(of: ids[0])! < ids.firstIndex(of: ids.last!)!)
         }
     }
 
