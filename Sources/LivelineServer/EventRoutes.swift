@@ -17,13 +17,7 @@ struct EventRoutes<Context: RequestContext>: Sendable {
     @Sendable func events(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let query = request.uri.queryParameters
-        var after: Int64?
-        if let cursor = query["after"].map(String.init) {
-            guard let decoded = PageCursor.decode(cursor), PageCursor.isValid(decoded, .sequence),
-                let position = Int64(String(decoding: decoded, as: UTF8.self))
-            else { throw APIError.badRequest("invalid_cursor", "after is not a nextCursor this server issued.", field: "after") }
-            after = position
-        }
+        let after = try PageCursor.position(request, "after")
         var types: Set<LifecycleEventType> = []
         if let list = query["types"].map(String.init) {
             for name in list.split(separator: ",", omittingEmptySubsequences: false) {
@@ -42,15 +36,9 @@ struct EventRoutes<Context: RequestContext>: Sendable {
         return Response.json(
             .object([
                 "data": .array(events.map(Representation.event)),
-                "nextCursor": position.map { .string(Self.cursor($0)) } ?? .null,
+                "nextCursor": position.map { .string(PageCursor.encode(position: $0)) } ?? .null,
             ])
         )
-    }
-
-    /// The cursor for a feed position: unpadded base64url of its decimal digits.
-    static func cursor(_ position: Int64) -> String {
-        Data(String(position).utf8).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
     }
 }
 

@@ -62,3 +62,19 @@ enum PageCursor {
         return bytes
     }
 }
+
+extension PageCursor {
+    /// The cursor for a position in a sequence (a feed position, a delivery's number): the base64url of its digits.
+    static func encode(position: Int64) -> String {
+        Base64URL.encode(Array(String(position).utf8))
+    }
+
+    /// The position a cursor in query parameter `name` stands for, nil without one; anything else is 400 `invalid_cursor`.
+    static func position(_ request: Request, _ name: String) throws -> Int64? {
+        guard let cursor = request.uri.queryParameters[Substring(name)].map(String.init) else { return nil }
+        guard let decoded = decode(cursor), isValid(decoded, .sequence), let position = Int64(String(decoding: decoded, as: UTF8.self)) else {
+            throw APIError.badRequest("invalid_cursor", "\(name) is not a cursor this server issued.", field: name)
+        }
+        return position
+    }
+}

@@ -114,16 +114,10 @@ struct WebhookRoutes<Context: RequestContext>: Sendable {
     @Sendable func deliveries(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let webhook = try await existing(caller, context)
-        var before: Int64?
-        if let cursor = request.uri.queryParameters["cursor"].map(String.init) {
-            guard let decoded = PageCursor.decode(cursor), PageCursor.isValid(decoded, .sequence),
-                let id = Int64(String(decoding: decoded, as: UTF8.self))
-            else { throw APIError.badRequest("invalid_cursor", "cursor is not one this server issued.", field: "cursor") }
-            before = id
-        }
+        let before = try PageCursor.position(request, "cursor")
         let limit = try LifecycleRoutes<Context>.limit(request)
         let page = try await store.webhookDeliveries(appID: caller.appID, webhookID: webhook.id, before: before, limit: limit)
-        let next: JSONValue = page.count == limit ? page.last.map { .string(EventRoutes<Context>.cursor($0.id)) } ?? .null : .null
+        let next: JSONValue = page.count == limit ? page.last.map { .string(PageCursor.encode(position: $0.id)) } ?? .null : .null
         return Response.json(.object(["data": .array(page.map(Representation.webhookDelivery)), "nextCursor": next]))
     }
 
