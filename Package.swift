@@ -13,6 +13,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/vapor/sqlite-nio.git", from: "1.13.2"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
@@ -36,6 +37,7 @@ let package = Package(
             dependencies: [
                 "LivelineCore",
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -166,6 +168,7 @@ let package = Package(
                 "LivelineStore",
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             path: "Tests/LivelineTestSupport"
         ),
@@ -188,7 +191,8 @@ let package = Package(
         .testTarget(
             name: "LivelineStoreTests",
             dependencies: [
-                "LivelineStore", "LivelineCore", "LivelineTestSupport", .product(name: "SQLiteNIO", package: "sqlite-nio"), .product(name: "NIOCore", package: "swift-nio"),
+                "LivelineStore", "LivelineCore", "LivelineTestSupport", .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
         .testTarget(
