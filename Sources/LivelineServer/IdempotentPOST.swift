@@ -34,7 +34,7 @@ import NIOCore
 ///    }
 ///    ```
 ///
-/// 2. in the Store, run the write's transaction body inside `SQLiteStore.idempotently(_:appID:at:on:_:)`, which takes
+/// 2. in the Store, run the write's transaction body inside `SQLStore.idempotently(_:appID:at:on:_:)`, which takes
 ///    the decision and writes the record in that transaction, and return its ``IdempotentOutcome``.
 enum IdempotentPOST {
     /// `Idempotency-Key`.

@@ -104,14 +104,14 @@ public enum LivelineApplication {
     }
 
     /// Opens the configured store, creating the data directory if needed.
-    public static func openStore(_ configuration: LivelineConfiguration, logger: Logger) async throws -> SQLiteStore {
+    public static func openStore(_ configuration: LivelineConfiguration, logger: Logger) async throws -> SQLStore {
         let path = try configuration.databasePath
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
-        return try await SQLiteStore.open(path: path, logger: logger)
+        return try await SQLStore.open(path: path, logger: logger)
     }
 
     /// In dev mode, creates a demo app when the database has none and prints its keys (once: only

@@ -21,7 +21,7 @@ func buildApplication(
     _ configuration: LivelineConfiguration, logger: Logger, metrics: LivelineMetrics = LivelineMetrics()
 ) async throws -> some ApplicationProtocol {
     let store = try await LivelineApplication.openStore(configuration, logger: logger)
-    logger.info("Database ready", metadata: ["path": "\(store.path)"])
+    logger.info("Database ready", metadata: ["database": "\(store.location)"])
     do {
         let sealer = try CredentialSealer(masterKey: try LivelineApplication.masterKey(configuration))
         let demo = configuration.dev ? try await LivelineApplication.prepareDevApp(store: store, sealer: sealer, logger: logger) : nil

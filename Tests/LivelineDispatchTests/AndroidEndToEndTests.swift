@@ -11,7 +11,7 @@ import Testing
 /// Liveline's store and delivery engine sending over real TLS to both emulators: iPhones through APNs, Android phones
 /// through FCM HTTP v1 (OAuth service account, messages:send).
 struct EmulatedPhones {
-    let store: SQLiteStore
+    let store: SQLStore
     let apns: APNsEmulator
     let fcm: FCMEmulator
     let transports: PlatformTransports
@@ -82,7 +82,7 @@ func withEmulatedPhones<T>(_ body: (EmulatedPhones) async throws -> T) async thr
     _ = try await fcm.start()
     let account = try fcm.demoServiceAccount()
 
-    let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
+    let store = try await SQLStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
     let appID = "app_e2e"
     try await store.createApp(
         AppRecord(id: appID, name: "E2E", bundleID: bundleID, androidPackage: "com.example.e2e", createdAt: clock.now), keys: []

@@ -33,13 +33,13 @@ final class ScriptedBroadcasts: PushTransport, BroadcastTransport, PushTransport
     }
 }
 
-private func whileDispatching<T>(_ store: SQLiteStore, _ transport: ScriptedBroadcasts, _ body: () async throws -> T) async throws -> T {
+private func whileDispatching<T>(_ store: SQLStore, _ transport: ScriptedBroadcasts, _ body: () async throws -> T) async throws -> T {
     try await running(Dispatcher(store: store, transports: transport, configuration: fastConfiguration()), body)
 }
 
 /// A broadcast activity with `subscribers` iPhones registered on its channel and `tokens` iPhones with tokens of their own.
 private func broadcastActivity(
-    _ store: SQLiteStore, _ activity: String, policy: ChannelStoragePolicy = .mostRecent, subscribers: Int, tokens: Range<Int>
+    _ store: SQLStore, _ activity: String, policy: ChannelStoragePolicy = .mostRecent, subscribers: Int, tokens: Range<Int>
 ) async throws -> String {
     let channelID = "Y2hhbm5lbC1\(activity)"
     _ = try await store.assignChannel(

@@ -73,7 +73,7 @@ func fastConfiguration() -> DispatcherConfiguration {
 
 /// Runs a dispatcher while `body` runs, then stops it.
 func whileDispatching<T>(
-    _ store: SQLiteStore, _ transport: ScriptedTransport, configuration: DispatcherConfiguration = fastConfiguration(),
+    _ store: SQLStore, _ transport: ScriptedTransport, configuration: DispatcherConfiguration = fastConfiguration(),
     _ body: (Dispatcher) async throws -> T
 ) async throws -> T {
     let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration)
@@ -99,7 +99,7 @@ func eventually(timeout: Duration = .seconds(60), _ condition: () async throws -
     return try await condition()
 }
 
-func allCaughtUp(_ store: SQLiteStore, _ activity: String) async throws -> Bool {
+func allCaughtUp(_ store: SQLStore, _ activity: String) async throws -> Bool {
     guard let record = try await store.activity(appID: appID, activityID: activity) else { return false }
     var cursor: String?
     repeat {

@@ -19,7 +19,7 @@ final class SharedClock: @unchecked Sendable {
 
 /// Liveline's store and delivery engine sending over real HTTP/2 + TLS to the APNs emulator.
 struct EmulatedAPNs {
-    let store: SQLiteStore
+    let store: SQLStore
     let emulator: APNsEmulator
     let directory: APNsTransportDirectory
     let clock: SharedClock
@@ -67,7 +67,7 @@ func withEmulatedAPNs<T>(_ body: (EmulatedAPNs) async throws -> T) async throws 
     let bundleID = "com.example.e2e"
     emulator.registerBundleID(bundleID)
 
-    let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
+    let store = try await SQLStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
     let appID = "app_e2e"
     try await store.createApp(AppRecord(id: appID, name: "E2E", bundleID: bundleID, androidPackage: nil, createdAt: clock.now), keys: [])
     let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))

@@ -23,7 +23,7 @@ func fcmServiceAccountJSON(tokenURI: String, key: _RSA.Signing.PrivateKey = fcmT
 struct FCMTransportTests {
     struct Environment {
         let emulator: FCMEmulator
-        let store: SQLiteStore
+        let store: SQLStore
         let sealer: CredentialSealer
         let directory: FCMTransportDirectory
         let credentials: FCMCredentials
@@ -60,7 +60,7 @@ struct FCMTransportTests {
             clientEmail: "sender@android-project.iam.gserviceaccount.com", projectID: "android-project",
             publicKey: fcmTestKey.publicKey, privateKeyID: "0123456789abcdef"
         )
-        let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
+        let store = try await SQLStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
         let sealer = try CredentialSealer(masterKey: Array(repeating: 7, count: 32))
         let credentials = FCMCredentials(
             serviceAccountJSON: json, baseURL: try #require(emulator.baseURL), caCertificatePEM: emulator.caCertificatePEM

@@ -75,7 +75,7 @@ struct ProcessKillTests {
 
         // The server's data directory, prepared the way an operator would: an app with credentials.
         let masterKey = try CredentialSealer.loadOrCreateMasterKey(at: root.appendingPathComponent("master.key").path)
-        let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
+        let store = try await SQLStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
         try await store.createApp(AppRecord(id: "app_kill", name: "K", bundleID: "com.example.kill", androidPackage: nil, createdAt: Date()), keys: [])
         let credentials = APNsCredentials(
             teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: key.pemRepresentation, environment: .sandbox,

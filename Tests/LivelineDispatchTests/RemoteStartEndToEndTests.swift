@@ -11,10 +11,10 @@ extension EmulatedPhones {
     func addDevice(
         _ deviceID: String, platform: Platform, user: String? = nil, startToken: (type: String, token: String)? = nil, fcm: String? = nil
     ) async throws {
-        let millis = SQLiteStore.millis(clock.now)
+        let millis = SQLStore.millis(clock.now)
         _ = try await store.write(
             "INSERT INTO devices (app_id, device_id, platform, user_id, fcm_token, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [.text(appID), .text(deviceID), .text(platform.rawValue), SQLiteStore.text(user), SQLiteStore.text(fcm), .integer(millis), .integer(millis)]
+            [.text(appID), .text(deviceID), .text(platform.rawValue), SQLStore.text(user), SQLStore.text(fcm), .integer(millis), .integer(millis)]
         )
         if let startToken {
             _ = try await store.write(

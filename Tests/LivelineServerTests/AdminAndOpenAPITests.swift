@@ -97,7 +97,7 @@ struct OpenAPITests {
     @Test("every route the server serves is in the OpenAPI document, and nothing else")
     func routesDocumented() async throws {
         let directory = try TemporaryDirectory()
-        let store = try await SQLiteStore.open(path: directory.databasePath)
+        let store = try await SQLStore.open(path: directory.databasePath)
         defer { Task { try? await store.close() } }
         let router = LivelineApplication.makeRouter(store: store, adminToken: nil)
         let document = try JSONValue(parsing: Array(LivelineApplication.openAPIDocument.utf8))

@@ -172,7 +172,7 @@ struct ServedApp: Sendable {
 /// Runs a real Liveline server on an ephemeral port of 127.0.0.1 with `limits`, for as long as `body` runs.
 func withServer(_ limits: ConnectionLimits, _ body: @Sendable (Int, ServedApp) async throws -> Void) async throws {
     let directory = try TemporaryDirectory()
-    let store = try await SQLiteStore.open(path: directory.databasePath)
+    let store = try await SQLStore.open(path: directory.databasePath)
     let created = try await createApp(store)
     var configuration = LivelineConfiguration(port: 0)
     configuration.dataDirectory = directory.url.path

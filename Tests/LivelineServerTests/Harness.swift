@@ -78,7 +78,7 @@ func withLiveline<T: Sendable>(
     _ body: @Sendable (API, any Store) async throws -> T
 ) async throws -> T {
     let directory = try directory ?? TemporaryDirectory()
-    let store = try await SQLiteStore.open(path: directory.databasePath)
+    let store = try await SQLStore.open(path: directory.databasePath)
     let router = LivelineApplication.makeRouter(
         store: store, clock: clock.wallClock, adminToken: adminToken, sealer: sealer, channels: channels, broadcast: broadcast,
         webhookURLs: webhookURLs

@@ -248,7 +248,7 @@ struct LiveServerTests {
     @Test("the application serves the lifecycle over a real socket, and refuses oversized bodies with JSON")
     func live() async throws {
         let directory = try TemporaryDirectory()
-        let store = try await SQLiteStore.open(path: directory.databasePath)
+        let store = try await SQLStore.open(path: directory.databasePath)
         let created = try await createApp(store)
         var configuration = LivelineConfiguration(port: 0)
         configuration.dataDirectory = directory.url.path

@@ -38,7 +38,7 @@ func withMeteredLiveline<T: Sendable>(
     _ body: @Sendable (API, any Store) async throws -> T
 ) async throws -> T {
     let directory = try TemporaryDirectory()
-    let store = try await SQLiteStore.open(path: directory.databasePath)
+    let store = try await SQLStore.open(path: directory.databasePath)
     let router = LivelineApplication.makeRouter(
         store: store, clock: TestClock(testStart).wallClock, adminToken: adminToken, metrics: metrics
     )
@@ -138,7 +138,7 @@ struct MetricsTests {
         let defaults = try LivelineConfiguration(reader: try await LivelineConfiguration.reader(flags: [:], file: nil, environment: [:]))
         #expect(defaults.metricsEnabled)
         let directory = try TemporaryDirectory()
-        let store = try await SQLiteStore.open(path: directory.databasePath)
+        let store = try await SQLStore.open(path: directory.databasePath)
         let app = LivelineApplication.makeApplication(configuration: configuration, store: store, logger: Logger(label: "test"))
         do {
             try await app.test(.router) { client in

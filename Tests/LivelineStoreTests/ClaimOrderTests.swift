@@ -11,7 +11,7 @@ struct ClaimOrderTests {
     func claimUsesTheIndex() async throws {
         try await withTemporaryStore { store, _ in
             let plan = try await store.reader.query(
-                "EXPLAIN QUERY PLAN \(SQLiteStore.claimStatement)", [.text("o"), .integer(1), .integer(1), .integer(1)]
+                "EXPLAIN QUERY PLAN \(SQLStore.claimStatement)", [.text("o"), .integer(1), .integer(1), .integer(1)]
             ).compactMap { $0.column("detail")?.string }
             #expect(plan.contains { $0.contains("USING INDEX activities_due") }, "\(plan)")
             #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")

@@ -8,7 +8,7 @@ import Testing
 @Suite("The writer: group commit and durability")
 struct DurabilityTests {
     /// The writer's `synchronous` setting inside a write: 2 is FULL, 1 is NORMAL.
-    private func synchronous(_ store: SQLiteStore, _ durability: Durability) async throws -> Int? {
+    private func synchronous(_ store: SQLStore, _ durability: Durability) async throws -> Int? {
         try await store.transaction(durability: durability) { db in try db.query("PRAGMA synchronous").first?.column("synchronous")?.integer }
     }
 
@@ -49,7 +49,7 @@ struct DurabilityTests {
     func groupCommit() async throws {
         try await withTemporaryStore { store, _ in
             _ = try await store.write("CREATE TABLE scratch (x INTEGER)", [])
-            let before = store.writer.commits
+            let before = (store.writer as! SQLiteWriter).commits
             let results = try await holdingTheWriter(store, whileQueueing: 50) {
                 try await withThrowingTaskGroup(of: Int.self) { group in
                     for value in 0..<50 {
@@ -65,7 +65,7 @@ struct DurabilityTests {
             }
             #expect(results.sorted() == Array(0..<50))
             // The holding write's commit, then one for the fifty.
-            #expect(store.writer.commits - before == 2)
+            #expect((store.writer as! SQLiteWriter).commits - before == 2)
             let count = try await store.reader.query("SELECT COUNT(*) AS n FROM scratch").first?.column("n")?.integer
             #expect(count == 50)
         }
@@ -82,7 +82,7 @@ struct DurabilityTests {
                 try await group.waitForAll()
             }
             try await store.close()
-            let reopened = try await SQLiteStore.open(path: path)
+            let reopened = try await SQLStore.open(path: path)
             let count = try await reopened.reader.query("SELECT COUNT(*) AS n FROM scratch").first?.column("n")?.integer
             try await reopened.close()
             #expect(count == 100)
@@ -92,7 +92,7 @@ struct DurabilityTests {
     /// Runs `body` while a write holds the writer's thread, and lets that write finish once `count` more writes are
     /// queued behind it, so they are taken as one batch.
     private func holdingTheWriter<T: Sendable>(
-        _ store: SQLiteStore, whileQueueing count: Int, _ body: @Sendable () async throws -> T
+        _ store: SQLStore, whileQueueing count: Int, _ body: @Sendable () async throws -> T
     ) async throws -> T {
         let held = Flag()
         let release = Flag()
@@ -104,7 +104,7 @@ struct DurabilityTests {
         }
         while !held.isRaised { try await Task.sleep(for: .milliseconds(5)) }
         async let result = body()
-        while store.writer.queuedWrites < count { try await Task.sleep(for: .milliseconds(5)) }
+        while (store.writer as! SQLiteWriter).queuedWrites < count { try await Task.sleep(for: .milliseconds(5)) }
         release.raise()
         try await holding.value
         return try await result

@@ -7,14 +7,14 @@ import Testing
 
 /// A device written straight into the devices tables, so these tests exercise the start's own SQL.
 private func device(
-    _ store: SQLiteStore, _ id: String, platform: Platform, user: String? = nil, tags: [String: String] = [:],
+    _ store: SQLStore, _ id: String, platform: Platform, user: String? = nil, tags: [String: String] = [:],
     startTokens: [String: String] = [:], fcm: String? = nil, app: String = "app_test"
 ) async throws {
-    let millis = SQLiteStore.millis(t0)
+    let millis = SQLStore.millis(t0)
     _ = try await store.write(
         "INSERT INTO devices (app_id, device_id, platform, user_id, tags, fcm_token, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [.text(app), .text(id), .text(platform.rawValue), SQLiteStore.text(user),
-         .text(JSONValue.object(tags.mapValues(JSONValue.string)).encodedString), SQLiteStore.text(fcm), .integer(millis), .integer(millis)]
+        [.text(app), .text(id), .text(platform.rawValue), SQLStore.text(user),
+         .text(JSONValue.object(tags.mapValues(JSONValue.string)).encodedString), SQLStore.text(fcm), .integer(millis), .integer(millis)]
     )
     for (key, value) in tags {
         _ = try await store.write(
@@ -40,7 +40,7 @@ private func start(
 
 /// Four devices: an iPhone with a push-to-start token for the type, one with a token for another type only, an
 /// Android phone with an FCM token and one without.
-private func fourDevices(_ store: SQLiteStore) async throws {
+private func fourDevices(_ store: SQLStore) async throws {
     try await device(store, "ios-1", platform: .ios, user: "user-1", tags: ["team": "lions", "tier": "gold"], startTokens: ["MatchAttributes": "aa01"])
     try await device(store, "ios-2", platform: .ios, user: "user-2", tags: ["team": "lions"], startTokens: ["OtherAttributes": "aa02"])
     try await device(store, "android-1", platform: .android, user: "user-1", tags: ["team": "lions", "tier": "gold"], fcm: "fcm-token-1")
@@ -242,7 +242,7 @@ struct StartStoreTests {
                 ).first
             )
             #expect(row.column("drop_reason")?.string == "Unregistered")
-            #expect(row.column("dropped_at")?.integer == SQLiteStore.millis(t0))
+            #expect(row.column("dropped_at")?.integer == SQLStore.millis(t0))
             let instance = try #require(try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items.first { $0.deviceID == "ios-1" })
             #expect(instance.state == .invalidated)
             let next = try await store.startActivity(start(.all, activity: "match-2"), at: t0)

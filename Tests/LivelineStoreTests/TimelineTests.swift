@@ -18,7 +18,7 @@ struct TimelineTests {
     }
 
     /// Every page of the timeline, following the cursors.
-    func allPages(_ store: SQLiteStore, activity: String, limit: Int) async throws -> [[DeliveryRecord]] {
+    func allPages(_ store: SQLStore, activity: String, limit: Int) async throws -> [[DeliveryRecord]] {
         var pages: [[DeliveryRecord]] = []
         var cursor: String?
         repeat {
@@ -126,14 +126,14 @@ struct TimelineTests {
                     [
                         .text(record.appID), .text(record.activityID), .text(record.deviceID), .text(record.platform.rawValue),
                         .integer(Int(record.sequence)), .text(record.event.rawValue), .integer(record.priority),
-                        .text(record.status.rawValue), SQLiteStore.text(record.providerID), SQLiteStore.text(record.reason),
-                        SQLiteStore.real(record.latencyMilliseconds), .integer(record.attempt),
-                        .integer(SQLiteStore.millis(record.attemptedAt)),
+                        .text(record.status.rawValue), SQLStore.text(record.providerID), SQLStore.text(record.reason),
+                        SQLStore.real(record.latencyMilliseconds), .integer(record.attempt),
+                        .integer(SQLStore.millis(record.attemptedAt)),
                     ]
                 )
             }
             try await store.close()
-            let reopened = try await SQLiteStore.open(path: path)
+            let reopened = try await SQLStore.open(path: path)
             let items = try await reopened.deliveries(appID: "app_test", activityID: "a", cursor: nil, limit: 10).items
             try await reopened.close()
             #expect(items.map(\.deviceID) == ["d2", "d1", "d0"])

@@ -18,11 +18,11 @@ public func withTemporaryDirectory<T>(prefix: String, _ body: (URL) async throws
 /// Runs `body` with a fresh SQLite store in a temporary directory of its own, and the store file's path; closes the
 /// store and removes the directory afterwards, whether `body` returns or throws.
 public func withTemporaryStore<T>(
-    prefix: String = "liveline-store", _ body: (SQLiteStore, String) async throws -> T
+    prefix: String = "liveline-store", _ body: (SQLStore, String) async throws -> T
 ) async throws -> T {
     try await withTemporaryDirectory(prefix: prefix) { directory in
         let path = directory.appendingPathComponent("liveline.sqlite").path
-        let store = try await SQLiteStore.open(path: path)
+        let store = try await SQLStore.open(path: path)
         do {
             let result = try await body(store, path)
             try await store.close()

@@ -8,7 +8,9 @@ import VaporCSQLite
 /// update), so each is compiled the first time it runs and reused after: no SQL is parsed on the hot paths. A handle is
 /// not thread-safe: the ``SQLiteWriter`` uses its handle only on its own thread, and the ``SQLiteReaders`` lend each of
 /// theirs to one read at a time.
-final class SQLiteHandle {
+final class SQLiteHandle: SQLConnection {
+    var dialect: SQLDialect { .sqlite }
+
     private var raw: OpaquePointer?
     /// Prepared statements by their SQL, and their columns.
     private var statements: [String: PreparedStatement] = [:]
@@ -47,7 +49,7 @@ final class SQLiteHandle {
 
     /// Runs `sql` with `binds` and returns its rows (none for a statement that returns none).
     @discardableResult
-    func query(_ sql: String, _ binds: [SQLiteData] = []) throws(SQLiteFailure) -> [StoreRow] {
+    func query(_ sql: String, _ binds: [SQLiteData]) throws(SQLiteFailure) -> [StoreRow] {
         let prepared = try statement(for: sql)
         let statement = prepared.statement
         defer {

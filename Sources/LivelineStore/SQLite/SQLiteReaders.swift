@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// A fan-out's pages, the API's reads and the sweepers' queries each take a free connection; none waits behind
 /// another's read unless all are busy.
-final class SQLiteReaders: Sendable {
+final class SQLiteReaders: StoreReader {
     private let threads: NIOThreadPool
     private let idle: Mutex<[HandleLease]>
 
@@ -25,13 +25,8 @@ final class SQLiteReaders: Sendable {
         threads.start()
     }
 
-    /// Runs `sql` with `binds` on a free read connection and returns its rows.
-    func query(_ sql: String, _ binds: [SQLiteData] = []) async throws -> [StoreRow] {
-        try await read { try $0.query(sql, binds) }
-    }
-
     /// Runs `body` with a free read connection, on that connection's thread.
-    func read<T: Sendable>(_ body: @escaping @Sendable (SQLiteHandle) throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await threads.runIfActive { [self] in
             guard let lease = idle.withLock({ $0.popLast() }) else {
                 throw SQLiteFailure(code: 21, message: "no read connection is free")

@@ -29,7 +29,7 @@ enum Durability: Sendable {
 /// order) and nothing else; otherwise it takes at most ``bookkeepingPerBatch`` bookkeeping writes, the oldest. The
 /// delivery engine queues large bookkeeping writes (a fan-out's progress, hundreds of instances each) many at a time;
 /// an accepted update sharing a transaction with them, or queued behind all of them, would wait for every one to run.
-final class SQLiteWriter: Sendable {
+final class SQLiteWriter: StoreWriter {
     /// The most writes one batch takes: a bound on how long the first of them waits for the last.
     static let batchLimit = 512
     /// The most bookkeeping writes one batch takes: a bound on how long an acknowledged write waits behind them.
@@ -66,7 +66,7 @@ final class SQLiteWriter: Sendable {
     /// Changes `body` made are rolled back when it throws. Once queued, the write runs to its end even if the caller
     /// is cancelled: the caller only learns the outcome.
     func write<T: Sendable>(
-        durability: Durability = .full, _ body: @escaping @Sendable (SQLiteHandle) throws -> T
+        durability: Durability = .full, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             let write = Write(durability: durability, body: body, continuation: continuation)
@@ -216,11 +216,11 @@ private protocol QueuedWrite: Sendable {
 /// A write and its caller. Its result is set and read on the writer's thread only (hence unchecked).
 private final class Write<T: Sendable>: QueuedWrite, @unchecked Sendable {
     let durability: Durability
-    private let body: @Sendable (SQLiteHandle) throws -> T
+    private let body: @Sendable (any SQLConnection) throws -> T
     private let continuation: CheckedContinuation<T, any Error>
     private var result: T?
 
-    init(durability: Durability, body: @escaping @Sendable (SQLiteHandle) throws -> T, continuation: CheckedContinuation<T, any Error>) {
+    init(durability: Durability, body: @escaping @Sendable (any SQLConnection) throws -> T, continuation: CheckedContinuation<T, any Error>) {
         self.durability = durability
         self.body = body
         self.continuation = continuation

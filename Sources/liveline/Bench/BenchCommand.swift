@@ -137,7 +137,7 @@ struct Bench: AsyncParsableCommand {
         /// Registers the instances, runs the fan-out against `sink` and prints the figures.
         func measure(_ target: Bench.Target, root: URL, logger: Logger) async throws {
             let (sink, emulator, key, bundleID) = (target.sink, target.emulator, target.key, target.bundleID)
-            let store = try await SQLiteStore.open(path: root.appendingPathComponent("liveline.sqlite").path, logger: logger)
+            let store = try await SQLStore.open(path: root.appendingPathComponent("liveline.sqlite").path, logger: logger)
             let appID = "app_bench"
             try await store.createApp(AppRecord(id: appID, name: "Bench", bundleID: bundleID, androidPackage: nil, createdAt: Date()), keys: [])
             let sealer = try CredentialSealer(masterKey: CredentialSealer.newMasterKey())
@@ -186,7 +186,7 @@ struct Bench: AsyncParsableCommand {
 
         /// Accepts one update to the bench activity and times its fan-out until the sink has every push and the engine
         /// has recorded every instance's progress; prints the round's figures.
-        private func fanOut(round: Int, target: Bench.Target, store: SQLiteStore, appID: String, dispatcher: Dispatcher) async throws {
+        private func fanOut(round: Int, target: Bench.Target, store: SQLStore, appID: String, dispatcher: Dispatcher) async throws {
             let sink = target.sink
             let before = try await sink.received()
             let cpuBefore = Bench.processCPUSeconds()

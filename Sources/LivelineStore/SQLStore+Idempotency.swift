@@ -4,7 +4,7 @@ import NIOCore
 import SQLiteNIO
 
 /// Idempotency keys: the accepted requests remembered per app (table `idempotency_keys`, migration 13).
-extension SQLiteStore {
+extension SQLStore {
     public func idempotencyRecord(appID: String, key: String) async throws -> IdempotencyRecord? {
         try await reader.query(Self.selectIdempotencyRecord, [.text(appID), .text(key)]).first.map { row in
             try Self.idempotencyRecord(from: row, appID: appID, key: key)
@@ -31,7 +31,7 @@ extension SQLiteStore {
     /// insert cannot interleave with another request's; the table's primary key `(app_id, key)` refuses a second
     /// record all the same.
     static func idempotently<Result: Sendable>(
-        _ claim: IdempotencyClaim<Result>?, appID: String, at now: Date, on db: SQLiteHandle, _ write: () throws -> Result
+        _ claim: IdempotencyClaim<Result>?, appID: String, at now: Date, on db: any SQLConnection, _ write: () throws -> Result
     ) throws -> IdempotentOutcome<Result> {
         guard let claim else { return .performed(try write()) }
         let remembered = try db.query(selectIdempotencyRecord, [.text(appID), .text(claim.key)]).first.map { row in

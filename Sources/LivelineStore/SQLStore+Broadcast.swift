@@ -45,7 +45,7 @@ public struct ChannelToDelete: Sendable, Hashable {
     }
 }
 
-extension SQLiteStore: BroadcastStore {
+extension SQLStore: BroadcastStore {
     public func liveChannelCount(appID: String) async throws -> Int {
         try await reader.query(
             "SELECT COUNT(*) AS n FROM activities WHERE app_id = ? AND channel_id IS NOT NULL AND channel_deleted_at IS NULL",

@@ -4,7 +4,7 @@ import SQLiteNIO
 
 /// Remote starts: a start is accepted with one activity row and one audience row, whatever the audience's size; the
 /// delivery engine later admits the audience's devices as `starting` instances, a page at a time.
-extension SQLiteStore {
+extension SQLStore {
     /// Devices at most admitted by one statement: ten bound values each, well under SQLite's limit.
     private static let admissionChunk = 500
 
@@ -27,7 +27,7 @@ extension SQLiteStore {
     }
 
     /// Accepts `start` on the writer, inside its transaction.
-    static func startActivity(_ start: ActivityStart, counts: AudienceCounts, at now: Date, on db: SQLiteHandle) throws -> AcceptedStart {
+    static func startActivity(_ start: ActivityStart, counts: AudienceCounts, at now: Date, on db: any SQLConnection) throws -> AcceptedStart {
         let existing = try db.query(
             "SELECT state, sequence, timestamp_seconds, attributes_type FROM activities WHERE app_id = ? AND activity_id = ?",
             [.text(start.appID), .text(start.activityID)]

@@ -21,13 +21,13 @@ func registration(_ device: String, activity: String = "order-1", app: String = 
 }
 
 @Suite("SQLite store")
-struct SQLiteStoreTests {
+struct SQLStoreTests {
     @Test("migrations create the schema once and are idempotent on reopen")
     func migrations() async throws {
         try await withTemporaryStore { store, path in
             let latest = try await store.schemaVersion()
             #expect(latest >= 2)
-            let again = try await SQLiteStore.open(path: path)
+            let again = try await SQLStore.open(path: path)
             #expect(try await again.schemaVersion() == latest)
             try await again.close()
         }
@@ -203,7 +203,7 @@ struct SQLiteStoreTests {
             try await makeApp(store)
             _ = try await store.registerInstance(registration("d1"), at: t0)
             _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["eta": 5]), at: t0)
-            let reopened = try await SQLiteStore.open(path: path)
+            let reopened = try await SQLStore.open(path: path)
             let activity = try await reopened.activity(appID: "app_test", activityID: "order-1")
             try await reopened.close()
             #expect(activity?.contentState == ["eta": 5])

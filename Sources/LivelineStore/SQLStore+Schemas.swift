@@ -2,7 +2,7 @@ import Foundation
 import LivelineCore
 import SQLiteNIO
 
-extension SQLiteStore {
+extension SQLStore {
     public func saveSchema(appID: String, attributesType: String, schema: JSONValue, at now: Date) async throws -> StoredSchema {
         try await transaction { db in
             let exists = try db.query("SELECT 1 FROM apps WHERE id = ?", [.text(appID)])

@@ -8,7 +8,7 @@ import SQLiteNIO
 /// The two child tables carry no foreign key: deleting a device deletes its rows here, in the same transaction. Apps
 /// are never deleted by the Store; `devices` cascades from `apps` should that change, and the child tables would then
 /// be deleted with it explicitly, as here.
-extension SQLiteStore: DeviceStore {
+extension SQLStore: DeviceStore {
     public func putDevice(_ registration: DeviceRegistration, at now: Date) async throws -> (device: DeviceRecord, created: Bool) {
         let r = registration
         return try await transaction { db in
@@ -189,7 +189,7 @@ extension SQLiteStore: DeviceStore {
     // MARK: Rows
 
     /// One device with its push-to-start tokens, read on `db`.
-    static func device(appID: String, deviceID: String, on db: SQLiteHandle) throws -> DeviceRecord? {
+    static func device(appID: String, deviceID: String, on db: any SQLConnection) throws -> DeviceRecord? {
         let binds: [SQLiteData] = [.text(appID), .text(deviceID)]
         guard var device = try db.query("SELECT * FROM devices WHERE app_id = ? AND device_id = ?", binds).first
             .map(Self.deviceWithoutTokens(from:))
@@ -200,7 +200,7 @@ extension SQLiteStore: DeviceStore {
         return device
     }
 
-    static func savePushToStartToken(_ token: PushToStartToken, appID: String, deviceID: String, on db: SQLiteHandle) throws {
+    static func savePushToStartToken(_ token: PushToStartToken, appID: String, deviceID: String, on db: any SQLConnection) throws {
         try db.query(
             """
             INSERT INTO push_to_start_tokens (app_id, device_id, attributes_type, token, updated_at, dropped_at, drop_reason)
@@ -212,7 +212,7 @@ extension SQLiteStore: DeviceStore {
         )
     }
 
-    static func insertTags(_ tags: [String: String], appID: String, deviceID: String, on db: SQLiteHandle) throws {
+    static func insertTags(_ tags: [String: String], appID: String, deviceID: String, on db: any SQLConnection) throws {
         for (key, value) in tags.sorted(by: { $0.key < $1.key }) {
             try db.query(
                 "INSERT INTO device_tags (app_id, device_id, key, value) VALUES (?, ?, ?, ?)",

@@ -8,7 +8,7 @@ import SQLiteNIO
 ///
 /// An attempt's id is its segment's id times ``attemptsPerSegment`` plus its place in the segment: ids rise with time
 /// and stay put when pruning trims a segment (its `first_index` then rises).
-extension SQLiteStore {
+extension SQLStore {
     /// The most attempts one segment holds.
     static let attemptsPerSegment = 4096
     /// Segments read at a time when paging the timeline.
@@ -185,7 +185,7 @@ extension SQLiteStore {
     }
 
     /// Drops the oldest attempts of a segment, keeping its newest `keep` of `count`.
-    private static func trim(segment id: Int, keepingNewest keep: Int, of count: Int, in db: SQLiteHandle) throws {
+    private static func trim(segment id: Int, keepingNewest keep: Int, of count: Int, in db: any SQLConnection) throws {
         guard let row = try db.query("SELECT attempts FROM delivery_segments WHERE id = ?", [.integer(id)]).first,
             let attempts = try row.json("attempts")?.arrayValue
         else { throw CorruptRow(column: "attempts") }

@@ -2,7 +2,7 @@ import Foundation
 import LivelineCore
 import SQLiteNIO
 
-extension SQLiteStore {
+extension SQLStore {
     public func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey] {
         try await reader.query(
             "SELECT app_id, activity_id FROM activities WHERE state = 'active' AND created_at <= ? ORDER BY created_at LIMIT \(limit)",

@@ -2,7 +2,7 @@ import Foundation
 import LivelineCore
 import SQLiteNIO
 
-extension SQLiteStore {
+extension SQLStore {
     public func priority10Usage(appID: String, activityID: String) async throws -> [Priority10Usage] {
         try await reader.query(
             """

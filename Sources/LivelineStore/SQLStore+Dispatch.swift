@@ -3,7 +3,7 @@ import LivelineCore
 import NIOCore
 import SQLiteNIO
 
-extension SQLiteStore {
+extension SQLStore {
     /// A claim's columns, read from a row of `activities`: the activity's own and its app's. The app's come from
     /// subqueries rather than a join, so the same list serves a SELECT and the RETURNING clause of an UPDATE.
     private static let claimColumns = """
@@ -293,7 +293,7 @@ extension Array {
     }
 }
 
-extension SQLiteStore {
+extension SQLStore {
     public func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws {
         _ = try await write(
             "UPDATE activities SET last_sent_sequence = ?, last_sent_at = ? WHERE app_id = ? AND activity_id = ?",
@@ -302,7 +302,7 @@ extension SQLiteStore {
     }
 }
 
-extension SQLiteStore {
+extension SQLStore {
     public func deferClaim(appID: String, activityID: String, owner: String, sequence: Int64, until: Date) async throws {
         _ = try await write(
             """
@@ -315,7 +315,7 @@ extension SQLiteStore {
     }
 }
 
-extension SQLiteStore {
+extension SQLStore {
     static func claimBudget(_ row: StoreRow) -> BudgetOverride {
         BudgetOverride(
             hourly: row.column("app_budget_hourly")?.integer, hourlyWithFrequentPushes: row.column("app_budget_hourly_frequent")?.integer

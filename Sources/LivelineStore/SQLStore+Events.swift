@@ -75,7 +75,7 @@ public protocol EventStore: Sendable {
     func reportUnconfirmedStarts(startedBefore cutoff: Date, at now: Date) async throws -> Int
 }
 
-extension SQLiteStore: EventStore {
+extension SQLStore: EventStore {
     /// The statement that records `event` at `now`.
     static func eventStatement(_ event: NewEvent, at now: Date) -> (sql: String, binds: [SQLiteData]) {
         (
@@ -88,7 +88,7 @@ extension SQLiteStore: EventStore {
     }
 
     /// Records `event` on the writer, inside the caller's transaction.
-    static func record(_ event: NewEvent, at now: Date, on db: SQLiteHandle) throws {
+    static func record(_ event: NewEvent, at now: Date, on db: any SQLConnection) throws {
         let statement = eventStatement(event, at: now)
         _ = try db.query(statement.sql, statement.binds)
     }

@@ -5,33 +5,40 @@ import NIOCore
 import SQLiteNIO
 import Synchronization
 
-/// The embedded default Store: one SQLite file in WAL mode.
+/// The Store on a SQL database: one SQLite file (the embedded default) or a PostgreSQL server shared by several nodes.
 ///
-/// Writes go through one ``SQLiteWriter``, on a thread of its own, which commits the writes that arrive together as
-/// one transaction with one sync (group commit); reads go to a few ``SQLiteReaders`` that see the last committed
-/// state and run side by side. Every statement is prepared once per connection and reused.
-public final class SQLiteStore: Store, DispatchStore {
-    let writer: SQLiteWriter
-    let reader: SQLiteReaders
+/// One set of logic, written once, runs on both. On SQLite, writes go through one ``SQLiteWriter``, on a thread of its
+/// own, which commits the writes that arrive together as one transaction with one sync (group commit); reads go to a
+/// few ``SQLiteReaders`` that see the last committed state and run side by side. Every statement is prepared once per
+/// connection and reused. On PostgreSQL, each write is a serializable transaction on one of a pool of connections
+/// (``PostgresWriter``), run again when the server reports a serialization failure: the logic, written for SQLite's
+/// one writer, keeps its meaning with many writers on many nodes.
+public final class SQLStore: Store, DispatchStore {
+    let writer: any StoreWriter
+    let reader: any StoreReader
+    /// The database the store is on.
+    public let dialect: SQLDialect
     /// Whether ``close()`` was called.
     private let closed = Mutex(false)
-    /// The file this store keeps its data in.
-    public let path: String
+    /// Where this store keeps its data, for logs: the SQLite file's path, or the PostgreSQL server and database
+    /// (never a password).
+    public let location: String
 
     /// Read connections a store opens unless told otherwise: a fan-out's pages, the API's reads and the sweepers'
     /// never wait for one another on a 2-core machine.
     public static let defaultReaders = 3
 
-    private init(path: String, writer: SQLiteWriter, reader: SQLiteReaders) {
-        self.path = path
+    init(dialect: SQLDialect, location: String, writer: any StoreWriter, reader: any StoreReader) {
+        self.dialect = dialect
+        self.location = location
         self.writer = writer
         self.reader = reader
     }
 
-    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    /// Opens (creating if needed) the SQLite database at `path` and brings its schema up to date.
     public static func open(
         path: String, readers: Int = defaultReaders, logger: Logger = Logger(label: "liveline.store")
-    ) async throws -> SQLiteStore {
+    ) async throws -> SQLStore {
         // The writer first: it creates the file and switches it to WAL before any reader opens it.
         let writer = try SQLiteWriter(path: path)
         let reader: SQLiteReaders
@@ -41,7 +48,34 @@ public final class SQLiteStore: Store, DispatchStore {
             try? await writer.close()
             throw error
         }
-        let store = SQLiteStore(path: path, writer: writer, reader: reader)
+        let store = SQLStore(dialect: .sqlite, location: path, writer: writer, reader: reader)
+        do {
+            try await store.migrate(logger: logger)
+        } catch {
+            try? await store.close()
+            throw error
+        }
+        return store
+    }
+
+    /// Write connections a PostgreSQL store opens unless told otherwise.
+    public static let defaultPostgresWriters = 8
+
+    /// Opens the PostgreSQL database at `url` and brings its schema up to date (nodes starting at once take turns).
+    /// `writers` and `readers` are the sizes of its two connection pools.
+    public static func open(
+        postgres url: PostgresDatabaseURL, writers: Int = defaultPostgresWriters, readers: Int = defaultReaders,
+        logger: Logger = Logger(label: "liveline.store")
+    ) async throws -> SQLStore {
+        let writer = try await PostgresPool(url: url, count: writers, writes: true, logger: logger)
+        let reader: PostgresPool
+        do {
+            reader = try await PostgresPool(url: url, count: readers, writes: false, logger: logger)
+        } catch {
+            try? await writer.close()
+            throw error
+        }
+        let store = SQLStore(dialect: .postgres, location: url.description, writer: writer, reader: reader)
         do {
             try await store.migrate(logger: logger)
         } catch {
@@ -57,16 +91,32 @@ public final class SQLiteStore: Store, DispatchStore {
         return rows.first?.column("v")?.integer ?? 0
     }
 
-    private func migrate(logger: Logger) async throws {
+    /// The schema steps of this store's database.
+    var migrations: [Migration] {
+        switch dialect {
+        case .sqlite: SQLiteMigrations.all
+        case .postgres: PostgresMigrations.all
+        }
+    }
+
+    /// Brings the schema up to date, in one transaction. On PostgreSQL, nodes starting at once take turns: the first
+    /// applies the missing steps under a transaction-scoped advisory lock, the others then find nothing to do.
+    func migrate(logger: Logger) async throws {
+        let migrations = self.migrations
+        let dialect = self.dialect
         try await transaction { db in
+            if dialect == .postgres {
+                try db.query("SELECT pg_advisory_xact_lock(\(PostgresDialect.migrationLockKey))")
+            }
+            let integer = dialect == .sqlite ? "INTEGER" : "BIGINT"
             try db.query(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version \(integer) PRIMARY KEY, name TEXT NOT NULL, applied_at \(integer) NOT NULL)"
             )
             let rows = try db.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
             let current = rows.first?.column("v")?.integer ?? 0
-            let latest = SQLiteMigrations.all.last?.version ?? 0
+            let latest = migrations.last?.version ?? 0
             if current > latest { throw StoreError.schemaTooNew(found: current, supported: latest) }
-            for migration in SQLiteMigrations.all where migration.version > current {
+            for migration in migrations where migration.version > current {
                 logger.info("Applying database migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
                 for statement in migration.statements {
                     try db.query(statement)
@@ -82,7 +132,7 @@ public final class SQLiteStore: Store, DispatchStore {
     /// Runs `body` as one write transaction (shared, through group commit, with the writes that arrive with it):
     /// its changes commit together, or not at all when it throws.
     func transaction<T: Sendable>(
-        durability: Durability = .full, _ body: @escaping @Sendable (SQLiteHandle) throws -> T
+        durability: Durability = .full, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
         try await writer.write(durability: durability, body)
     }
@@ -96,7 +146,7 @@ public final class SQLiteStore: Store, DispatchStore {
 
     /// Runs one statement as a write of its own.
     func write(_ sql: String, _ binds: [SQLiteData]) async throws -> [StoreRow] {
-        try await writer.write { db in try db.query(sql, binds) }
+        try await writer.write(durability: .full) { db in try db.query(sql, binds) }
     }
 
     public func ping() async throws {
@@ -157,7 +207,7 @@ public final class SQLiteStore: Store, DispatchStore {
         )
     }
 
-    private static func insert(_ key: APIKeyRecord, into db: SQLiteHandle) throws {
+    private static func insert(_ key: APIKeyRecord, into db: any SQLConnection) throws {
         _ = try db.query(
             "INSERT INTO api_keys (id, app_id, scope, hash, created_at) VALUES (?, ?, ?, ?, ?)",
             [.text(key.id), .text(key.appID), .text(key.scope.rawValue), .blob(ByteBuffer(bytes: key.hash)), .integer(millis(key.createdAt))]
@@ -293,7 +343,7 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     /// Accepts `update` on the writer, inside its transaction.
-    static func acceptUpdate(_ update: ActivityUpdate, at now: Date, on db: SQLiteHandle) throws -> AcceptedSequence {
+    static func acceptUpdate(_ update: ActivityUpdate, at now: Date, on db: any SQLConnection) throws -> AcceptedSequence {
         let head = try Self.head(appID: update.appID, activityID: update.activityID, withState: false, on: db)
         let next: LiveActivityState
         do throws(NextStateRefusal) {
@@ -356,7 +406,7 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     /// Ends the activity on the writer, inside its transaction.
-    static func endActivity(_ end: ActivityEnd, at now: Date, on db: SQLiteHandle) throws -> AcceptedSequence {
+    static func endActivity(_ end: ActivityEnd, at now: Date, on db: any SQLConnection) throws -> AcceptedSequence {
         guard let head = try Self.head(appID: end.appID, activityID: end.activityID, withState: true, on: db) else {
             throw StoreError.activityNotFound
         }
@@ -396,7 +446,7 @@ public final class SQLiteStore: Store, DispatchStore {
 
     /// Reads, on the writer (inside its transaction), what the activity's next state depends on; `nil` when there is no
     /// such activity yet. Only an end needs the current state (`withState`): an update reads and parses no JSON.
-    static func head(appID: String, activityID: String, withState: Bool, on db: SQLiteHandle) throws -> ActivityHead? {
+    static func head(appID: String, activityID: String, withState: Bool, on db: any SQLConnection) throws -> ActivityHead? {
         let rows = try db.query(
             withState
                 ? """
@@ -524,7 +574,7 @@ public final class SQLiteStore: Store, DispatchStore {
 
     /// Applies a device-reported event on the writer, inside its transaction.
     static func recordInstanceEvent(
-        appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date, on db: SQLiteHandle
+        appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date, on db: any SQLConnection
     ) throws -> InstanceRecord {
         guard var instance = try db.query(
             "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
@@ -574,7 +624,7 @@ public final class SQLiteStore: Store, DispatchStore {
 
     /// Records the "frequent updates" setting on the writer, inside its transaction.
     static func setFrequentPushes(
-        appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date, on db: SQLiteHandle
+        appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date, on db: any SQLConnection
     ) throws -> InstanceRecord {
         guard var instance = try db.query(
             "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
@@ -591,7 +641,7 @@ public final class SQLiteStore: Store, DispatchStore {
     }
 
     /// Makes an activity with accepted state pending again, so a newly registered token is caught up.
-    static func markPending(appID: String, activityID: String, in db: SQLiteHandle) throws {
+    static func markPending(appID: String, activityID: String, in db: any SQLConnection) throws {
         _ = try db.query(
             "UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL WHERE app_id = ? AND activity_id = ? AND sequence > 0",
             [.text(appID), .text(activityID)]
@@ -722,7 +772,7 @@ extension StoreRow {
 
     func date(_ name: String) throws -> Date {
         guard let value = column(name)?.integer else { throw CorruptRow(column: name) }
-        return SQLiteStore.date(value)
+        return SQLStore.date(value)
     }
 
     func json(_ name: String) throws -> JSONValue? {

@@ -27,7 +27,7 @@ public protocol MetricsStore: Sendable {
     func stateCounts() async throws -> StoreStateCounts
 }
 
-extension SQLiteStore: MetricsStore {
+extension SQLStore: MetricsStore {
     /// Three `COUNT(*)` queries on a reader (never the writer): activities and instances grouped by state, and the
     /// pending activities (the partial index `activities_pending` holds exactly those).
     public func stateCounts() async throws -> StoreStateCounts {

@@ -104,7 +104,7 @@ public protocol WebhookStore: Sendable {
     func webhookDeliveries(appID: String, webhookID: String, before id: Int64?, limit: Int) async throws -> [WebhookDeliveryRecord]
 }
 
-extension SQLiteStore: WebhookStore {
+extension SQLStore: WebhookStore {
     public func createWebhook(_ webhook: WebhookRecord) async throws {
         try await transaction { db in
             _ = try db.query(

@@ -1,0 +1,119 @@
+import Synchronization
+
+/// How the Store's SQL, written in SQLite's spelling, is said to PostgreSQL: a pure rewrite of the text, made once per
+/// statement and kept.
+///
+/// What differs and is rewritten:
+/// - placeholders: `?` → `$1`, `$2`, … (outside quoted strings and identifiers);
+/// - SQLite's scalar `MAX(a, b)` / `MIN(a, b)` (two or more arguments) → `GREATEST(a, b)` / `LEAST(a, b)`; the
+///   aggregates `MAX(x)` / `MIN(x)` stay;
+/// - `json_each(?)`, a JSON array bound as text → `json_array_elements_text(CAST(? AS json))`, whose column is also
+///   named `value`.
+///
+/// Everything else is written so that both databases read it alike: integer columns (0/1 for flags, milliseconds for
+/// times), `UPDATE … FROM (VALUES …)` whose columns both name `column1`, `column2`, …, `ON CONFLICT`, `RETURNING`.
+/// The few statements that must differ (a claim that skips rows another node has locked) ask ``SQLConnection/dialect``.
+public enum PostgresDialect {
+    /// The advisory lock nodes take, one at a time, to bring the schema up to date.
+    static let migrationLockKey: Int64 = 0x4C49_5645_4C49_4E45  // "LIVELINE"
+
+    /// `sql` as PostgreSQL reads it.
+    public static func translate(_ sql: String) -> String {
+        let rewritten = rewriteScalarExtremes(in: sql.replacingOccurrences(of: "json_each(?)", with: "json_array_elements_text(CAST(? AS json))"))
+        return numberPlaceholders(in: rewritten)
+    }
+
+    /// `translate(sql)`, remembered: the Store says the same few statements again and again.
+    static func cachedTranslation(_ sql: String) -> String {
+        if let known = cache.withLock({ $0[sql] }) { return known }
+        let translated = translate(sql)
+        cache.withLock { cache in
+            // Only lists of bound values vary in length; past this, start again rather than grow.
+            if cache.count >= 1024 { cache.removeAll(keepingCapacity: true) }
+            cache[sql] = translated
+        }
+        return translated
+    }
+
+    private static let cache = Mutex<[String: String]>([:])
+
+    /// `?` → `$n`, skipping quoted text (`'…'`, `"…"`) and comments (`-- …`).
+    static func numberPlaceholders(in sql: String) -> String {
+        var output = ""
+        output.reserveCapacity(sql.utf8.count + 16)
+        var number = 0
+        var quote: Character?
+        var inComment = false
+        for character in sql {
+            if inComment {
+                output.append(character)
+                if character == "\n" { inComment = false }
+                continue
+            }
+            if let open = quote {
+                output.append(character)
+                if character == open { quote = nil }
+                continue
+            }
+            switch character {
+            case "'", "\"":
+                quote = character
+                output.append(character)
+            case "-" where output.last == "-":
+                inComment = true
+                output.append(character)
+            case "?":
+                number += 1
+                output += "$\(number)"
+            default:
+                output.append(character)
+            }
+        }
+        return output
+    }
+
+    /// `MAX(a, b)` → `GREATEST(a, b)` and `MIN(a, b)` → `LEAST(a, b)`; one-argument aggregates stay.
+    static func rewriteScalarExtremes(in sql: String) -> String {
+        var characters = Array(sql)
+        var index = 0
+        while index < characters.count {
+            for (name, replacement) in [("MAX(", "GREATEST("), ("MIN(", "LEAST(")] {
+                let pattern = Array(name)
+                guard index + pattern.count <= characters.count, Array(characters[index..<index + pattern.count]) == pattern else { continue }
+                if index > 0, characters[index - 1].isLetter || characters[index - 1].isNumber || characters[index - 1] == "_" { continue }
+                if hasTopLevelComma(characters, openingAt: index + pattern.count - 1) {
+                    characters.replaceSubrange(index..<index + pattern.count, with: Array(replacement))
+                    index += replacement.count - 1
+                }
+                break
+            }
+            index += 1
+        }
+        return String(characters)
+    }
+
+    /// Whether the parenthesis at `open` holds a comma outside any nested parentheses or quotes before it closes.
+    private static func hasTopLevelComma(_ characters: [Character], openingAt open: Int) -> Bool {
+        var depth = 0
+        var quote: Character?
+        var index = open
+        while index < characters.count {
+            let character = characters[index]
+            if let open = quote {
+                if character == open { quote = nil }
+            } else {
+                switch character {
+                case "'", "\"": quote = character
+                case "(": depth += 1
+                case ")":
+                    depth -= 1
+                    if depth == 0 { return false }
+                case "," where depth == 1: return true
+                default: break
+                }
+            }
+            index += 1
+        }
+        return false
+    }
+}

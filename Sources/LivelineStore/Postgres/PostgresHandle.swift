@@ -1,0 +1,126 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresNIO
+import SQLiteNIO
+import Synchronization
+
+/// One connection to PostgreSQL, used by one thread at a time, that runs the Store's statements and waits for each
+/// answer: the Store's logic runs unchanged on it (``PostgresDialect`` rewrites the text, values cross as `SQLiteData`).
+///
+/// It reconnects, before a statement, when the server closed the connection (a restart, a network cut): a transaction
+/// under way when that happened fails, and the writer runs it again.
+final class PostgresHandle: SQLConnection {
+    var dialect: SQLDialect { .postgres }
+
+    private let url: PostgresDatabaseURL
+    private let logger: Logger
+    private var connection: PostgresConnection?
+    private static let ids = Atomic<Int>(0)
+
+    /// Opens a connection to `url`. Call it off the event loops: it waits.
+    init(url: PostgresDatabaseURL, logger: Logger) throws {
+        self.url = url
+        self.logger = logger
+        connection = try Self.connect(url, logger: logger)
+    }
+
+    private static func connect(_ url: PostgresDatabaseURL, logger: Logger) throws -> PostgresConnection {
+        let id = ids.wrappingAdd(1, ordering: .relaxed).newValue
+        return try PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: try url.configuration(), id: id, logger: logger
+        ).wait()
+    }
+
+    @discardableResult
+    func query(_ sql: String, _ binds: [SQLiteData]) throws -> [StoreRow] {
+        let connection = try liveConnection()
+        var bindings = PostgresBindings(capacity: binds.count)
+        for value in binds {
+            switch value {
+            case .integer(let integer): bindings.append(Int64(integer))
+            case .float(let double): bindings.append(double)
+            case .text(let text): bindings.append(text)
+            case .blob(let buffer): bindings.append(buffer)
+            case .null: bindings.appendNull()
+            }
+        }
+        let query = PostgresQuery(unsafeSQL: PostgresDialect.cachedTranslation(sql), binds: bindings)
+        let result: PostgresQueryResult
+        do {
+            result = try connection.query(query, logger: logger).wait()
+        } catch let error as PSQLError {
+            throw PostgresFailure(error)
+        }
+        guard let first = result.rows.first else { return [] }
+        let columns = StoreRow.Columns(names: first.map(\.columnName))
+        return try result.rows.map { row in
+            var values: [SQLiteData] = []
+            values.reserveCapacity(columns.count)
+            for cell in row { values.append(try Self.value(of: cell)) }
+            return StoreRow(columns: columns, values: values)
+        }
+    }
+
+    /// Closes the connection. Closing again does nothing.
+    func close() {
+        guard let connection else { return }
+        self.connection = nil
+        try? connection.close().wait()
+    }
+
+    private func liveConnection() throws -> PostgresConnection {
+        if let connection, !connection.isClosed { return connection }
+        connection = nil
+        let fresh = try Self.connect(url, logger: logger)
+        connection = fresh
+        return fresh
+    }
+
+    /// A cell as the Store's common values: integers (and booleans, as 0 or 1), floats, text, bytes.
+    static func value(of cell: PostgresCell) throws -> SQLiteData {
+        guard cell.bytes != nil else { return .null }
+        switch cell.dataType {
+        case .int2, .int4, .int8, .oid: return .integer(try cell.decode(Int.self))
+        case .bool: return .integer(try cell.decode(Bool.self) ? 1 : 0)
+        case .float4, .float8: return .float(try cell.decode(Double.self))
+        case .numeric:
+            // SUM over integers answers a numeric.
+            let decimal = try cell.decode(Decimal.self)
+            let integer = NSDecimalNumber(decimal: decimal).int64Value
+            return Decimal(integer) == decimal ? .integer(Int(integer)) : .float(NSDecimalNumber(decimal: decimal).doubleValue)
+        case .bytea: return .blob(try cell.decode(ByteBuffer.self))
+        case .text, .varchar, .name, .bpchar, .json: return .text(try cell.decode(String.self))
+        default:
+            // A column the Store never reads (such as a transaction id): its text, if it has one.
+            return (try? cell.decode(String.self)).map(SQLiteData.text) ?? .null
+        }
+    }
+}
+
+/// An error PostgreSQL reported: its SQLSTATE and message.
+public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
+    /// The SQLSTATE code, such as `40001` for a serialization failure.
+    public var sqlState: String?
+    public var message: String
+
+    init(_ error: PSQLError) {
+        sqlState = error.serverInfo?[.sqlState]
+        message = error.serverInfo?[.message] ?? "\(error.code)"
+    }
+
+    init(sqlState: String?, message: String) {
+        self.sqlState = sqlState
+        self.message = message
+    }
+
+    /// Whether running the whole transaction again may succeed: a serialization failure, a deadlock, or a unique key
+    /// another transaction inserted first (the next attempt sees it, and the Store's logic answers as it does for a
+    /// row that was there before).
+    var isRetryable: Bool {
+        ["40001", "40P01", "23505"].contains(sqlState ?? "")
+    }
+
+    public var description: String { "PostgreSQL error \(sqlState ?? "?"): \(message)" }
+}

@@ -1,0 +1,3 @@
+enum PostgresMigrations {
+    static let all: [Migration] = []
+}
