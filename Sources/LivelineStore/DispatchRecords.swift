@@ -181,7 +181,8 @@ public protocol DispatchStore: Sendable {
     func releaseClaim(
         appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
     ) async throws -> Bool
-    /// Drops every claim. For a single-node store, at start-up: claims of a crashed process are void.
+    /// At start-up, drops the claims a crashed process left: every claim on a store only this process uses (SQLite);
+    /// none on a store several nodes share (PostgreSQL), where a dead node's claims run out with their lease.
     func releaseAllClaims() async throws
     /// Hands back a claim without sending: the activity is due again at `until` — unless a newer sequence than
     /// `sequence` arrived meanwhile, which is due at once (it may be an end).

@@ -21,17 +21,29 @@ extension SQLStore {
 
     /// The claim: the pending activity due first, oldest change first. The subquery walks the index `activities_due`
     /// from its start and stops at the first unclaimed entry: it never sorts the pending activities.
-    static let claimStatement = """
+    static let claimStatement = claimStatement(skippingLocked: false)
+
+    /// The claim, for `dialect`. On PostgreSQL, where several nodes claim at once, the subquery skips the rows another
+    /// node's claim has locked (`FOR UPDATE SKIP LOCKED`) rather than wait for it and collide.
+    static func claimStatement(for dialect: SQLDialect) -> String {
+        dialect == .postgres ? postgresClaimStatement : claimStatement
+    }
+
+    private static let postgresClaimStatement = claimStatement(skippingLocked: true)
+
+    private static func claimStatement(skippingLocked: Bool) -> String {
+        """
         UPDATE activities SET claim_owner = ?, claim_expires_at = ?
         WHERE (app_id, activity_id) = (
             SELECT app_id, activity_id FROM activities
             WHERE dispatched_sequence < sequence AND COALESCE(next_dispatch_at, 0) <= ?
               AND content_state IS NOT NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)
             ORDER BY COALESCE(next_dispatch_at, 0), updated_at
-            LIMIT 1
+            LIMIT 1\(skippingLocked ? " FOR UPDATE SKIP LOCKED" : "")
         )
         RETURNING \(claimColumns)
         """
+    }
 
     /// The instances the engine sends to, as SQL on a row of `instances` (columns prefixed with `prefix`): active ones,
     /// and remotely started ones not yet confirmed — an Android phone at its FCM token, an iPhone only until its start
@@ -49,7 +61,7 @@ extension SQLStore {
     public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
         let nowMillis = Self.millis(now)
         guard let row = try await write(
-            Self.claimStatement, [.text(owner), .integer(nowMillis + Int(lease * 1000)), .integer(nowMillis), .integer(nowMillis)]
+            Self.claimStatement(for: dialect), [.text(owner), .integer(nowMillis + Int(lease * 1000)), .integer(nowMillis), .integer(nowMillis)]
         ).first else { return nil }
         return try Self.claim(from: row, owner: owner)
     }
@@ -231,6 +243,8 @@ extension SQLStore {
     }
 
     public func releaseAllClaims() async throws {
+        // On a database several nodes share, the others' claims are theirs: a dead node's run out with their lease.
+        guard dialect == .sqlite else { return }
         try await transaction { db in
             _ = try db.query("UPDATE activities SET claim_owner = NULL, claim_expires_at = NULL WHERE claim_owner IS NOT NULL")
         }

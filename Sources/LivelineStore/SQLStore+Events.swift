@@ -98,7 +98,28 @@ extension SQLStore: EventStore {
         "evt_" + String(position, radix: 36)
     }
 
+    /// On PostgreSQL, gives feed positions to the events of transactions that have settled, in the order they were
+    /// written, after the last position given. Writers on several connections and nodes commit in any order, so an
+    /// event's position is given only once no transaction that began before it can still commit an event: every
+    /// transaction with an id below the oldest one still running (`pg_snapshot_xmin`) has committed or rolled back.
+    /// A reader that walks positions upwards therefore never skips one. On SQLite the one writer commits in order,
+    /// and the row id is the position from the start.
+    func sequenceEvents() async throws {
+        guard dialect == .postgres else { return }
+        _ = try await write(
+            """
+            UPDATE events SET id = s.position FROM (
+                SELECT seq, (SELECT COALESCE(MAX(id), 0) FROM events) + ROW_NUMBER() OVER (ORDER BY seq) AS position
+                FROM events WHERE id IS NULL AND txid < pg_snapshot_xmin(pg_current_snapshot())
+                ORDER BY seq LIMIT 10000
+            ) AS s WHERE events.seq = s.seq
+            """,
+            []
+        )
+    }
+
     public func events(appID: String, after position: Int64?, types: Set<LifecycleEventType>, limit: Int) async throws -> [EventRecord] {
+        try await sequenceEvents()
         var sql = "SELECT * FROM events WHERE app_id = ? AND id > ?"
         var binds: [SQLiteData] = [.text(appID), .integer(Int(position ?? 0))]
         if !types.isEmpty {
@@ -119,8 +140,9 @@ extension SQLStore: EventStore {
     }
 
     public func pruneEvents(olderThan cutoff: Date) async throws -> Int {
+        try await sequenceEvents()
         // Ids rise with time: everything below the first event recorded at or after the cutoff goes.
-        try await write(
+        return try await write(
             """
             DELETE FROM events WHERE id < COALESCE(
                 (SELECT id FROM events WHERE created_at >= ? ORDER BY id LIMIT 1), (SELECT MAX(id) + 1 FROM events)

@@ -120,10 +120,10 @@ extension SQLStore {
                 let conditions = tagConditions(
                     ArraySlice(tags.sorted { $0.key < $1.key }.map { DeviceTag(key: $0.key, value: $0.value) }), binds: &binds
                 )
-                return ("1" + conditions, binds)
+                return ("1 = 1" + conditions, binds)
             }()
         case .all:
-            ("1", [])
+            ("1 = 1", [])
         }
     }
 
@@ -154,7 +154,7 @@ extension SQLStore {
             SELECT COUNT(*) AS matched,
                 COALESCE(SUM(CASE WHEN \(Self.reached) AND platform = 'ios' THEN 1 ELSE 0 END), 0) AS ios,
                 COALESCE(SUM(CASE WHEN \(Self.reached) AND platform = 'android' THEN 1 ELSE 0 END), 0) AS android
-            FROM (\(Self.audienceRows) AND \(condition.sql))
+            FROM (\(Self.audienceRows) AND \(condition.sql)) AS audience
             """,
             [.text(start.attributesType), .text(start.activityID), .text(start.appID)] + condition.binds
         ).first

@@ -137,6 +137,7 @@ extension SQLStore: WebhookStore {
     }
 
     public func enqueueWebhookDeliveries(limit: Int, at now: Date) async throws -> Int {
+        try await sequenceEvents()
         // Looked at on a reader first: with no endpoint behind the feed (the usual case), the writer is not taken.
         let behind = try await reader.query(
             """

@@ -60,9 +60,9 @@ private func broadcastActivity(
 
 @Suite("Broadcast delivery")
 struct BroadcastDispatchTests {
-    @Test("one update to a broadcast activity is one broadcast for every subscriber, plus a push to each token of its own")
-    func hybrid() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("one update to a broadcast activity is one broadcast for every subscriber, plus a push to each token of its own", arguments: StoreKind.available)
+    func hybrid(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             let channelID = try await broadcastActivity(store, "match-1", subscribers: 50, tokens: 0..<20)
             let transport = ScriptedBroadcasts()
@@ -96,9 +96,9 @@ struct BroadcastDispatchTests {
         }
     }
 
-    @Test("a channel that stores nothing is published with apns-expiration 0")
-    func noStorage() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a channel that stores nothing is published with apns-expiration 0", arguments: StoreKind.available)
+    func noStorage(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             _ = try await broadcastActivity(store, "match-2", policy: .none, subscribers: 1, tokens: 0..<0)
             let transport = ScriptedBroadcasts()
@@ -110,9 +110,9 @@ struct BroadcastDispatchTests {
         }
     }
 
-    @Test("a broadcast APNs cannot take now is retried; ChannelNotRegistered stops broadcasts and shows on the channel")
-    func retriesAndChannelGone() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a broadcast APNs cannot take now is retried; ChannelNotRegistered stops broadcasts and shows on the channel", arguments: StoreKind.available)
+    func retriesAndChannelGone(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             let channelID = try await broadcastActivity(store, "match-3", subscribers: 1, tokens: 0..<2)
             let transport = ScriptedBroadcasts()
@@ -171,9 +171,9 @@ private final class DeletingChannels: BroadcastChannelManagement, @unchecked Sen
 
 @Suite("Broadcast channels' end")
 struct BroadcastChannelSweepTests {
-    @Test("the sweeper deletes an ended activity's channel once it left the screens, retries a failed delete, and purges only then")
-    func deleteAfterDismissal() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("the sweeper deletes an ended activity's channel once it left the screens, retries a failed delete, and purges only then", arguments: StoreKind.available)
+    func deleteAfterDismissal(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             let start = Date(timeIntervalSince1970: 1_800_000_000)
             let channelID = "Y2hhbm5lbC1tYXRjaA=="
@@ -208,9 +208,9 @@ struct BroadcastChannelSweepTests {
         }
     }
 
-    @Test("an activity with a channel APNs would not delete is not purged")
-    func keptWhileHeld() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("an activity with a channel APNs would not delete is not purged", arguments: StoreKind.available)
+    func keptWhileHeld(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             let start = Date(timeIntervalSince1970: 1_800_000_000)
             _ = try await store.assignChannel(
@@ -227,9 +227,9 @@ struct BroadcastChannelSweepTests {
         }
     }
 
-    @Test("the Store refuses a channel for an activity that already has a state by tokens, and keeps the first of two")
-    func assignment() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("the Store refuses a channel for an activity that already has a state by tokens, and keeps the first of two", arguments: StoreKind.available)
+    func assignment(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "order", contentState: ["step": 1]), at: Date())
             await #expect(throws: StoreError.deliveryMismatch(existing: .token)) {

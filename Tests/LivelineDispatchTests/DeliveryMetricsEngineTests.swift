@@ -8,9 +8,9 @@ import Testing
 
 @Suite("Delivery engine metrics")
 struct DeliveryMetricsEngineTests {
-    @Test("each push attempt is counted where the engine records it: delivered, invalidated, retried, with latency")
-    func countsAttempts() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("each push attempt is counted where the engine records it: delivered, invalidated, retried, with latency", arguments: StoreKind.available)
+    func countsAttempts(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "metered", devices: 0..<10)
             let transport = ScriptedTransport()

@@ -112,9 +112,9 @@ func allCaughtUp(_ store: SQLStore, _ activity: String) async throws -> Bool {
 
 @Suite("Delivery engine")
 struct DispatcherTests {
-    @Test("one update fans out to every instance once, with one shared payload")
-    func fanOut() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("one update fans out to every instance once, with one shared payload", arguments: StoreKind.available)
+    func fanOut(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "order-1", devices: 0..<250)
             let transport = ScriptedTransport()
@@ -140,9 +140,9 @@ struct DispatcherTests {
         }
     }
 
-    @Test("latest state wins: intermediate states may be skipped, the final one always arrives, end ends instances")
-    func coalescing() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("latest state wins: intermediate states may be skipped, the final one always arrives, end ends instances", arguments: StoreKind.available)
+    func coalescing(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<40)
             let transport = ScriptedTransport(delay: .milliseconds(2))
@@ -176,9 +176,9 @@ struct DispatcherTests {
         }
     }
 
-    @Test("a bad token invalidates only its instance; 503s are retried until delivered")
-    func invalidationAndRetry() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a bad token invalidates only its instance; 503s are retried until delivered", arguments: StoreKind.available)
+    func invalidationAndRetry(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "a", devices: 0..<10)
             let transport = ScriptedTransport()
@@ -207,9 +207,9 @@ struct DispatcherTests {
         }
     }
 
-    @Test("a dismissed instance receives nothing; a new token gets the latest state at once")
-    func dismissedAndRotation() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a dismissed instance receives nothing; a new token gets the latest state at once", arguments: StoreKind.available)
+    func dismissedAndRotation(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "a", devices: 0..<3)
             _ = try await store.recordInstanceEvent(appID: appID, activityID: "a", deviceID: "device-00000", event: .dismissedOnDevice, at: Date())
@@ -234,9 +234,9 @@ struct DispatcherTests {
         }
     }
 
-    @Test("refused credentials stop the pass and are reported unhealthy; nothing is lost")
-    func credentialsRefused() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("refused credentials stop the pass and are reported unhealthy; nothing is lost", arguments: StoreKind.available)
+    func credentialsRefused(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "a", devices: 0..<5)
             let transport = ScriptedTransport()
@@ -250,9 +250,9 @@ struct DispatcherTests {
         }
     }
 
-    @Test("a dispatcher stopped mid-fan-out and a new one started leave every instance at the latest state")
-    func crashRecovery() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a dispatcher stopped mid-fan-out and a new one started leave every instance at the latest state", arguments: StoreKind.available)
+    func crashRecovery(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "big", devices: 0..<600)
             let slow = ScriptedTransport(delay: .milliseconds(5))

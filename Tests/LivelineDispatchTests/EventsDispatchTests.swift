@@ -8,9 +8,9 @@ import Testing
 
 @Suite("Lifecycle events from the delivery engine")
 struct EventsDispatchTests {
-    @Test("a refused token is instance.invalidated with its reason, a terminal refusal delivery.failed; retries and successes are not events")
-    func invalidatedAndFailed() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a refused token is instance.invalidated with its reason, a terminal refusal delivery.failed; retries and successes are not events", arguments: StoreKind.available)
+    func invalidatedAndFailed(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "order-1", devices: 0..<4)
             let transport = ScriptedTransport()
@@ -40,9 +40,9 @@ struct EventsDispatchTests {
         }
     }
 
-    @Test("a broadcast APNs refuses for good is delivery.failed with its channel")
-    func broadcastFailed() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a broadcast APNs refuses for good is delivery.failed with its channel", arguments: StoreKind.available)
+    func broadcastFailed(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             _ = try await store.assignChannel(
                 appID: appID, activityID: "match", channelID: "Y2g=", storagePolicy: .mostRecent, maximumChannels: 10, at: Date()

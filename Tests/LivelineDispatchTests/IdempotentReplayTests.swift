@@ -7,9 +7,9 @@ import Testing
 
 @Suite("Delivery engine: a replayed idempotent request sends nothing")
 struct IdempotentReplayTests {
-    @Test("an update retried under its Idempotency-Key is not sent again; the next update is the next sequence")
-    func replaySendsNothing() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("an update retried under its Idempotency-Key is not sent again; the next update is the next sequence", arguments: StoreKind.available)
+    func replaySendsNothing(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "order-1", devices: 0..<3)
             let transport = ScriptedTransport()

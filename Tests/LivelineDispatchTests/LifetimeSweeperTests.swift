@@ -25,9 +25,9 @@ struct LifetimeSweeperTests {
         )
     }
 
-    @Test("an activity nobody ends is ended with its last state at 7 h 45 min, and its end goes out")
-    func endsAtLifetime() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("an activity nobody ends is ended with its last state at 7 h 45 min, and its end goes out", arguments: StoreKind.available)
+    func endsAtLifetime(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             let clock = ManualClock(t0)
             _ = try await store.registerInstance(instance("old", "d1", token: token(1)), at: t0)
@@ -57,9 +57,9 @@ struct LifetimeSweeperTests {
         }
     }
 
-    @Test("instances are marked ended 12 hours after registering; an activity whose instances are all gone ends")
-    func instancesAndAllGone() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("instances are marked ended 12 hours after registering; an activity whose instances are all gone ends", arguments: StoreKind.available)
+    func instancesAndAllGone(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             let clock = ManualClock(t0)
             let policy = LifetimePolicy(endAfter: 100 * 3600)  // out of the way: this test is about instances
@@ -88,9 +88,9 @@ struct LifetimeSweeperTests {
         }
     }
 
-    @Test("the caller's end is recorded as such; ended activities are purged after the retention period")
-    func callerEndAndPurge() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("the caller's end is recorded as such; ended activities are purged after the retention period", arguments: StoreKind.available)
+    func callerEndAndPurge(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             let clock = ManualClock(t0)
             let sweeper = LifetimeSweeper(store: store, policy: LifetimePolicy(retention: 24 * 3600), now: { clock.now })
@@ -108,9 +108,9 @@ struct LifetimeSweeperTests {
         }
     }
 
-    @Test("requests remembered under idempotency keys are forgotten by the sweep once their 24 hours are over")
-    func prunesIdempotencyKeys() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("requests remembered under idempotency keys are forgotten by the sweep once their 24 hours are over", arguments: StoreKind.available)
+    func prunesIdempotencyKeys(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             let clock = ManualClock(t0)
             let sweeper = LifetimeSweeper(store: store, now: { clock.now })

@@ -7,9 +7,9 @@ import Testing
 
 @Suite("Priority budget across a simulated hour (injected clock)")
 struct PriorityBudgetDispatchTests {
-    @Test("updates go at 10 within the budget and at 5 beyond it; alerts and ends at 10, counted; the hour slides")
-    func budgetAcrossAnHour() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("updates go at 10 within the budget and at 5 beyond it; alerts and ends at 10, counted; the hour slides", arguments: StoreKind.available)
+    func budgetAcrossAnHour(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<1)
             let start = Date(timeIntervalSince1970: 1_795_255_200)
@@ -72,9 +72,9 @@ struct PriorityBudgetDispatchTests {
 
 @Suite("Per-app priority budget")
 struct AppBudgetTests {
-    @Test("an app's own budget overrides the server's")
-    func override() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("an app's own budget overrides the server's", arguments: StoreKind.available)
+    func override(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await store.setBudget(appID: appID, BudgetOverride(hourly: 1))
             #expect(try await store.app(id: appID)?.budget == BudgetOverride(hourly: 1))

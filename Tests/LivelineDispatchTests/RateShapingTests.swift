@@ -7,9 +7,9 @@ import Testing
 
 @Suite("Rate shaping (minUpdateInterval, injected clock)")
 struct RateShapingTests {
-    @Test("updates faster than the interval are coalesced; the newest goes out at the next allowed moment; an end goes at once")
-    func shaping() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("updates faster than the interval are coalesced; the newest goes out at the next allowed moment; an end goes at once", arguments: StoreKind.available)
+    func shaping(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<3)
             let clock = ManualClock(Date(timeIntervalSince1970: 1_795_255_200))
@@ -55,9 +55,9 @@ struct RateShapingTests {
         }
     }
 
-    @Test("a new token catches up at once, without waiting for the interval")
-    func catchUpIsNotShaped() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a new token catches up at once, without waiting for the interval", arguments: StoreKind.available)
+    func catchUpIsNotShaped(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<1)
             let clock = ManualClock(Date(timeIntervalSince1970: 1_795_255_200))
@@ -81,9 +81,9 @@ struct RateShapingTests {
 
 @Suite("FCM retry floor")
 struct FCMRetryFloorTests {
-    @Test("an Android push is retried no sooner than the floor, whatever the backoff says")
-    func floor() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("an Android push is retried no sooner than the floor, whatever the backoff says", arguments: StoreKind.available)
+    func floor(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             _ = try await store.registerInstance(
                 InstanceRegistration(appID: appID, activityID: "match", deviceID: "pixel", platform: .android, pushToken: "fcm-token-1",

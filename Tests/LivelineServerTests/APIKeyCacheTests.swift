@@ -16,9 +16,9 @@ struct APIKeyCacheTests {
         func now() -> ContinuousClock.Instant { start + offset.withLock { $0 } }
     }
 
-    @Test("a key is read from the Store once per lifetime; a rotation here is seen at once, one elsewhere after the lifetime")
-    func lifetimeAndRevocation() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a key is read from the Store once per lifetime; a rotation here is seen at once, one elsewhere after the lifetime", arguments: StoreKind.available)
+    func lifetimeAndRevocation(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             let administration = AppAdministration(store: store, sealer: try CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
             let app = try await administration.createApp(name: "Cache", bundleID: "com.example.cache", androidPackage: nil)
             let lookup = try #require(APIKeys.parse(app.secretKey)).lookup

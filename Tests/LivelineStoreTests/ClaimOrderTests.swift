@@ -18,9 +18,9 @@ struct ClaimOrderTests {
         }
     }
 
-    @Test("claims take what is due now, oldest change first, before anything deferred; nothing deferred before it is due")
-    func claimOrder() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("claims take what is due now, oldest change first, before anything deferred; nothing deferred before it is due", arguments: StoreKind.available)
+    func claimOrder(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
             for (index, activity) in ["b", "a", "c"].enumerated() {

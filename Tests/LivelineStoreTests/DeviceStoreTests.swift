@@ -13,9 +13,9 @@ private func iPhone(
 
 @Suite("Devices in the SQLite store")
 struct DeviceStoreTests {
-    @Test("a registration creates the device once; the same registration again changes nothing")
-    func idempotentUpsert() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a registration creates the device once; the same registration again changes nothing", arguments: StoreKind.available)
+    func idempotentUpsert(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             var registration = iPhone("phone-1", userID: .set("user-1"), tags: ["team": "red"], tokens: ["MatchAttributes": "aabb"])
             registration.osVersion = .set("17.2")
@@ -45,9 +45,9 @@ struct DeviceStoreTests {
         }
     }
 
-    @Test("push-to-start tokens merge per attributes type; null removes one; a new token clears its drop")
-    func pushToStartTokens() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("push-to-start tokens merge per attributes type; null removes one; a new token clears its drop", arguments: StoreKind.available)
+    func pushToStartTokens(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.putDevice(iPhone("phone-1", tokens: ["MatchAttributes": "aa01", "OrderAttributes": "bb01"]), at: t0)
             let merged = try await store.putDevice(iPhone("phone-1", tokens: ["OrderAttributes": "bb02"]), at: t0.addingTimeInterval(1))
@@ -77,9 +77,9 @@ struct DeviceStoreTests {
         }
     }
 
-    @Test("a drop marks only the token that still matches, push-to-start or FCM, and keeps its first time")
-    func dropByToken() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a drop marks only the token that still matches, push-to-start or FCM, and keeps its first time", arguments: StoreKind.available)
+    func dropByToken(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.putDevice(iPhone("phone-1", tokens: ["A": "aa01", "B": "bb01"]), at: t0)
             _ = try await store.putDevice(iPhone("phone-1", tokens: ["A": "aa02"]), at: t0.addingTimeInterval(1))
@@ -109,9 +109,9 @@ struct DeviceStoreTests {
         }
     }
 
-    @Test("tags replace the whole set; listings filter by user and by several tags, paged by device id")
-    func tagsFiltersAndPaging() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("tags replace the whole set; listings filter by user and by several tags, paged by device id", arguments: StoreKind.available)
+    func tagsFiltersAndPaging(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.putDevice(iPhone("d1", userID: .set("u1"), tags: ["team": "red", "tier": "gold"]), at: t0)
             _ = try await store.putDevice(iPhone("d2", userID: .set("u1"), tags: ["team": "red"]), at: t0)
@@ -154,9 +154,9 @@ struct DeviceStoreTests {
         }
     }
 
-    @Test("a device's tokens come with it in listings")
-    func tokensInListings() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a device's tokens come with it in listings", arguments: StoreKind.available)
+    func tokensInListings(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.putDevice(iPhone("d1", tokens: ["A": "aa01"]), at: t0)
             _ = try await store.putDevice(iPhone("d2", tokens: ["A": "aa02", "B": "bb02"]), at: t0)
@@ -165,9 +165,9 @@ struct DeviceStoreTests {
         }
     }
 
-    @Test("delete removes the device, its tags and tokens; a second delete finds nothing")
-    func delete() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("delete removes the device, its tags and tokens; a second delete finds nothing", arguments: StoreKind.available)
+    func delete(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.putDevice(iPhone("d1", tags: ["team": "red"], tokens: ["A": "aa01"]), at: t0)
             #expect(try await store.deleteDevice(appID: "app_test", deviceID: "d1"))
@@ -181,9 +181,9 @@ struct DeviceStoreTests {
         }
     }
 
-    @Test("a device's platform never changes")
-    func platformMismatch() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a device's platform never changes", arguments: StoreKind.available)
+    func platformMismatch(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.putDevice(iPhone("d1"), at: t0)
             await #expect(throws: StoreError.platformMismatch(registered: .ios)) {
@@ -193,9 +193,9 @@ struct DeviceStoreTests {
         }
     }
 
-    @Test("one app never sees or touches another's device of the same id")
-    func appIsolation() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("one app never sees or touches another's device of the same id", arguments: StoreKind.available)
+    func appIsolation(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store, id: "app_a")
             try await makeApp(store, id: "app_b")
             _ = try await store.putDevice(iPhone("shared", app: "app_a", userID: .set("u"), tags: ["t": "1"], tokens: ["A": "aa01"]), at: t0)

@@ -17,9 +17,9 @@ private func update(_ n: Int64, app: String = "app_test", activity: String = "or
 
 @Suite("SQLite store: idempotency keys")
 struct IdempotencyStoreTests {
-    @Test("the same key and request again: the first response, and the activity's sequence does not advance")
-    func replay() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("the same key and request again: the first response, and the activity's sequence does not advance", arguments: StoreKind.available)
+    func replay(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let first = try await store.acceptUpdate(update(1), at: t0, idempotency: claim("k"))
             guard case .performed(let accepted) = first else { Issue.record("not performed: \(first)"); return }
@@ -34,9 +34,9 @@ struct IdempotencyStoreTests {
         }
     }
 
-    @Test("the same key with another request is refused, and nothing is accepted")
-    func reuse() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("the same key with another request is refused, and nothing is accepted", arguments: StoreKind.available)
+    func reuse(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.acceptUpdate(update(1), at: t0, idempotency: claim("k"))
             await #expect(throws: StoreError.idempotencyKeyReused) {
@@ -51,9 +51,9 @@ struct IdempotencyStoreTests {
         }
     }
 
-    @Test("keys are per app: app B's k is not app A's k")
-    func perApp() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("keys are per app: app B's k is not app A's k", arguments: StoreKind.available)
+    func perApp(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store, id: "app_a")
             try await makeApp(store, id: "app_b")
             let a = try await store.acceptUpdate(update(1, app: "app_a"), at: t0, idempotency: claim("k"))
@@ -65,9 +65,9 @@ struct IdempotencyStoreTests {
         }
     }
 
-    @Test("a key remembered 24 hours or more ago is free again: the request is accepted afresh and remembered anew")
-    func afterRetention() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a key remembered 24 hours or more ago is free again: the request is accepted afresh and remembered anew", arguments: StoreKind.available)
+    func afterRetention(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.acceptUpdate(update(1), at: t0, idempotency: claim("k"))
             let later = t0.addingTimeInterval(IdempotencyKey.retention)
@@ -81,9 +81,9 @@ struct IdempotencyStoreTests {
         }
     }
 
-    @Test("a write that fails leaves no record: only accepted requests are remembered")
-    func failureNotRemembered() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a write that fails leaves no record: only accepted requests are remembered", arguments: StoreKind.available)
+    func failureNotRemembered(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             await #expect(throws: StoreError.activityNotFound) {
                 try await store.endActivity(ActivityEnd(appID: "app_test", activityID: "nope"), at: t0, idempotency: claim("k"))
@@ -94,9 +94,9 @@ struct IdempotencyStoreTests {
         }
     }
 
-    @Test("an end retried after it ended the activity is replayed, not refused as ended")
-    func endReplay() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("an end retried after it ended the activity is replayed, not refused as ended", arguments: StoreKind.available)
+    func endReplay(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.acceptUpdate(update(1), at: t0)
             let end = ActivityEnd(appID: "app_test", activityID: "order-1")
@@ -108,9 +108,9 @@ struct IdempotencyStoreTests {
         }
     }
 
-    @Test("two requests with one new key at once: one is accepted, the other replays it")
-    func concurrent() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("two requests with one new key at once: one is accepted, the other replays it", arguments: StoreKind.available)
+    func concurrent(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             async let one = store.acceptUpdate(update(1), at: t0, idempotency: claim("k"))
             async let two = store.acceptUpdate(update(1), at: t0, idempotency: claim("k"))
@@ -121,9 +121,9 @@ struct IdempotencyStoreTests {
         }
     }
 
-    @Test("instance events under a key: replayed with the first instance, reuse refused")
-    func instanceEvents() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("instance events under a key: replayed with the first instance, reuse refused", arguments: StoreKind.available)
+    func instanceEvents(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.registerInstance(registration("device-1"), at: t0)
             let respond: @Sendable (InstanceRecord) -> StoredResponse = { StoredResponse(status: 200, body: Array($0.state.rawValue.utf8)) }
@@ -147,9 +147,9 @@ struct IdempotencyStoreTests {
         }
     }
 
-    @Test("pruning forgets the keys remembered before the cutoff, and only those")
-    func prune() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("pruning forgets the keys remembered before the cutoff, and only those", arguments: StoreKind.available)
+    func prune(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.acceptUpdate(update(1), at: t0, idempotency: claim("old"))
             _ = try await store.acceptUpdate(update(2), at: t0.addingTimeInterval(3600), idempotency: claim("young"))

@@ -33,9 +33,9 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("apps and keys: create, look up, rotate revokes old keys")
-    func appsAndKeys() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("apps and keys: create, look up, rotate revokes old keys", arguments: StoreKind.available)
+    func appsAndKeys(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             #expect(try await store.apps().map(\.id) == ["app_test"])
             #expect(try await store.app(id: "app_test")?.bundleID == "com.example.test")
@@ -51,9 +51,9 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("registration creates the activity, is idempotent, and rotation overwrites the token")
-    func registrationLifecycle() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("registration creates the activity, is idempotent, and rotation overwrites the token", arguments: StoreKind.available)
+    func registrationLifecycle(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let first = try await store.registerInstance(registration("device-1"), at: t0)
             #expect(first.change == .created)
@@ -77,9 +77,9 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("updates take the next sequence; an activity without instances keeps its latest state")
-    func updates() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("updates take the next sequence; an activity without instances keeps its latest state", arguments: StoreKind.available)
+    func updates(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let one = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "match-42", contentState: ["score": "0-0"]), at: t0)
             let two = try await store.acceptUpdate(
@@ -104,9 +104,9 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("end is a sequence; nothing is accepted after it")
-    func end() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("end is a sequence; nothing is accepted after it", arguments: StoreKind.available)
+    func end(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 1]), at: t0)
             let ended = try await store.endActivity(ActivityEnd(appID: "app_test", activityID: "a", dismissalDate: 123), at: t0)
@@ -125,9 +125,9 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("instance events: dismissed is final, frequent pushes recorded")
-    func instanceEvents() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("instance events: dismissed is final, frequent pushes recorded", arguments: StoreKind.available)
+    func instanceEvents(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.registerInstance(registration("d1"), at: t0)
             let dismissed = try await store.recordInstanceEvent(appID: "app_test", activityID: "order-1", deviceID: "d1", event: .dismissedOnDevice, at: t0)
@@ -142,9 +142,9 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("keyset pagination visits every activity and instance once, with filters")
-    func pagination() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("keyset pagination visits every activity and instance once, with filters", arguments: StoreKind.available)
+    func pagination(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             for index in 0..<25 {
                 _ = try await store.acceptUpdate(
@@ -183,9 +183,9 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("one app never sees another's activities")
-    func tenantIsolation() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("one app never sees another's activities", arguments: StoreKind.available)
+    func tenantIsolation(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store, id: "app_a")
             try await makeApp(store, id: "app_b")
             _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_a", activityID: "shared-id", contentState: ["owner": "a"]), at: t0)
@@ -211,9 +211,9 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("concurrent updates each get their own sequence")
-    func concurrentUpdates() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("concurrent updates each get their own sequence", arguments: StoreKind.available)
+    func concurrentUpdates(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let sequences = try await withThrowingTaskGroup(of: Int64.self) { group in
                 for index in 0..<40 {
@@ -232,9 +232,9 @@ struct SQLStoreTests {
 
 @Suite("SQLite store: delivery progress")
 struct DeliveryProgressTests {
-    @Test("progress for a token that rotated meanwhile does not mark the new token as served")
-    func rotatedTokenStaysBehind() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("progress for a token that rotated meanwhile does not mark the new token as served", arguments: StoreKind.available)
+    func rotatedTokenStaysBehind(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.registerInstance(registration("d1", token: "aaaa"), at: t0)
             _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["n": 1]), at: t0)
@@ -252,9 +252,9 @@ struct DeliveryProgressTests {
         }
     }
 
-    @Test("progress raises delivered sequences (never lowers them), keeps priority-10 lists and moves states, per instance")
-    func progressPerInstance() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("progress raises delivered sequences (never lowers them), keeps priority-10 lists and moves states, per instance", arguments: StoreKind.available)
+    func progressPerInstance(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             for device in ["d1", "d2", "d3", "d4"] {
                 _ = try await store.registerInstance(registration(device, token: "aa" + device.dropFirst()), at: t0)
@@ -286,9 +286,9 @@ struct DeliveryProgressTests {
         }
     }
 
-    @Test("the delivery timeline drops attempts past the retention and keeps only the newest per activity")
-    func timelineRetention() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("the delivery timeline drops attempts past the retention and keeps only the newest per activity", arguments: StoreKind.available)
+    func timelineRetention(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             func attempt(_ activity: String, _ n: Int, at date: Date) -> DeliveryRecord {
                 DeliveryRecord(

@@ -49,9 +49,9 @@ private func fourDevices(_ store: SQLStore) async throws {
 
 @Suite("SQLite store: remote starts")
 struct StartStoreTests {
-    @Test("a start is one activity row and one audience row, counted: who has a token is reached, the rest skipped")
-    func acceptedAndCounted() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a start is one activity row and one audience row, counted: who has a token is reached, the rest skipped", arguments: StoreKind.available)
+    func acceptedAndCounted(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             let accepted = try await store.startActivity(start(.all), at: t0)
@@ -68,9 +68,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("admitted devices become starting instances at the token their start goes to; the activity stays pending until all are")
-    func admission() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("admitted devices become starting instances at the token their start goes to; the activity stays pending until all are", arguments: StoreKind.available)
+    func admission(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.all), at: t0)
@@ -88,9 +88,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("an iPhone gets nothing after its start until it registers its own token; an Android phone keeps receiving")
-    func afterTheStart() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("an iPhone gets nothing after its start until it registers its own token; an Android phone keeps receiving", arguments: StoreKind.available)
+    func afterTheStart(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.all), at: t0)
@@ -134,9 +134,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("an iPhone confirming with the token of the activity its start created is not sent the state it shows again")
-    func confirmedWithoutRepeat() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("an iPhone confirming with the token of the activity its start created is not sent the state it shows again", arguments: StoreKind.available)
+    func confirmedWithoutRepeat(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.all), at: t0)
@@ -158,9 +158,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("audiences by device ids (unknown ones skipped), user ids and tags (all must match)")
-    func audiences() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("audiences by device ids (unknown ones skipped), user ids and tags (all must match)", arguments: StoreKind.available)
+    func audiences(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             let byID = try await store.startActivity(start(.deviceIDs(["ios-1", "ios-2", "nobody"]), activity: "a"), at: t0)
@@ -177,9 +177,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("a large audience is admitted a page at a time")
-    func paging() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a large audience is admitted a page at a time", arguments: StoreKind.available)
+    func paging(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             for index in 0..<5 {
                 try await device(store, "phone-\(index)", platform: .ios, startTokens: ["MatchAttributes": "cc0\(index)"])
@@ -192,9 +192,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("a claim released before its audience is admitted leaves the activity pending")
-    func releaseWaitsForAdmission() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a claim released before its audience is admitted leaves the activity pending", arguments: StoreKind.available)
+    func releaseWaitsForAdmission(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.all), at: t0)
@@ -205,9 +205,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("a start on an ended activity, or with another attributes type, is refused; on an active one its audience is added")
-    func refusals() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a start on an ended activity, or with another attributes type, is refused; on an active one its audience is added", arguments: StoreKind.available)
+    func refusals(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.deviceIDs(["ios-1"])), at: t0)
@@ -224,9 +224,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("a refused push-to-start token is dropped from its device, with its reason; the next start skips the device")
-    func refusedTokenDropped() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("a refused push-to-start token is dropped from its device, with its reason; the next start skips the device", arguments: StoreKind.available)
+    func refusedTokenDropped(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.all), at: t0)
@@ -250,9 +250,9 @@ struct StartStoreTests {
         }
     }
 
-    @Test("instances still starting after the allowed time are listed as unconfirmed, oldest first")
-    func unconfirmed() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("instances still starting after the allowed time are listed as unconfirmed, oldest first", arguments: StoreKind.available)
+    func unconfirmed(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.all), at: t0)

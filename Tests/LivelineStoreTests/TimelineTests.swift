@@ -29,9 +29,9 @@ struct TimelineTests {
         return pages
     }
 
-    @Test("attempts recorded in batches read back newest first, every field intact, across pages that split batches")
-    func pagesAcrossSegments() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("attempts recorded in batches read back newest first, every field intact, across pages that split batches", arguments: StoreKind.available)
+    func pagesAcrossSegments(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             for range in [0..<5, 5..<8, 8..<15] {
                 try await store.recordProgress(
@@ -52,9 +52,9 @@ struct TimelineTests {
         }
     }
 
-    @Test("pruning to the newest attempts trims a batch and keeps the ids of what stays")
-    func pruneKeepsIDs() async throws {
-        try await withTemporaryStore { store, _ in
+    @Test("pruning to the newest attempts trims a batch and keeps the ids of what stays", arguments: StoreKind.available)
+    func pruneKeepsIDs(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             for range in [0..<6, 6..<12] {
                 try await store.recordProgress(

@@ -8,7 +8,9 @@ import Synchronization
 /// - SQLite's scalar `MAX(a, b)` / `MIN(a, b)` (two or more arguments) → `GREATEST(a, b)` / `LEAST(a, b)`; the
 ///   aggregates `MAX(x)` / `MIN(x)` stay;
 /// - `json_each(?)`, a JSON array bound as text → `json_array_elements_text(CAST(? AS json))`, whose column is also
-///   named `value`.
+///   named `value`;
+/// - SQLite's planner hints go: `INDEXED BY name`, and `CROSS JOIN … ON` (SQLite's way to fix the join order) is a
+///   plain `JOIN … ON`.
 ///
 /// Everything else is written so that both databases read it alike: integer columns (0/1 for flags, milliseconds for
 /// times), `UPDATE … FROM (VALUES …)` whose columns both name `column1`, `column2`, …, `ON CONFLICT`, `RETURNING`.
@@ -19,7 +21,11 @@ public enum PostgresDialect {
 
     /// `sql` as PostgreSQL reads it.
     public static func translate(_ sql: String) -> String {
-        let rewritten = rewriteScalarExtremes(in: sql.replacingOccurrences(of: "json_each(?)", with: "json_array_elements_text(CAST(? AS json))"))
+        let rewritten = rewriteScalarExtremes(
+            in: sql.replacingOccurrences(of: "json_each(?)", with: "json_array_elements_text(CAST(? AS json))")
+                .replacingOccurrences(of: "CROSS JOIN", with: "JOIN")
+                .replacing(/\s+INDEXED BY\s+\w+/, with: "")
+        )
         return numberPlaceholders(in: rewritten)
     }
 

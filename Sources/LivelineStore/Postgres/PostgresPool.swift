@@ -23,20 +23,28 @@ final class PostgresPool: StoreWriter, StoreReader {
         let threads = NIOThreadPool(numberOfThreads: max(count, 1))
         threads.start()
         self.threads = threads
-        // Connecting waits for the server: on the pool's threads, not the caller's.
-        let handles: [HandleLease]
-        do {
-            handles = try await withThrowingTaskGroup(of: HandleLease.self) { group in
-                for _ in 0..<max(count, 1) {
-                    group.addTask {
-                        try await threads.runIfActive { HandleLease(handle: try PostgresHandle(url: url, logger: logger)) }
+        // Connecting waits for the server: on the pool's threads, not the caller's. When one connection fails, those
+        // made are closed again.
+        let made = await withTaskGroup(of: Result<HandleLease, any Error>.self) { group in
+            for _ in 0..<max(count, 1) {
+                group.addTask {
+                    do {
+                        return .success(try await threads.runIfActive { HandleLease(handle: try PostgresHandle(url: url, logger: logger)) })
+                    } catch {
+                        return .failure(error)
                     }
                 }
-                return try await group.reduce(into: []) { $0.append($1) }
             }
-        } catch {
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let handles = made.compactMap { try? $0.get() }
+        if let failure = made.lazy.compactMap({ result -> (any Error)? in
+            if case .failure(let error) = result { return error }
+            return nil
+        }).first {
+            try? await threads.runIfActive { for lease in handles { lease.handle.close() } }
             try? await threads.shutdownGracefully()
-            throw error
+            throw failure
         }
         idle = Mutex(handles)
     }
