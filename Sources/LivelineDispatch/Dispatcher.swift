@@ -138,6 +138,10 @@ public final class Dispatcher: Service, Sendable {
     private func pruneLoop() async {
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             do {
+                guard try await store.leadsHousekeeping(at: now()) else {
+                    await sleepUnlessShuttingDown(for: .seconds(60))
+                    continue
+                }
                 try await store.pruneDeliveries(
                     olderThan: now().addingTimeInterval(-configuration.deliveryRetention),
                     keepPerActivity: configuration.deliveriesPerActivity

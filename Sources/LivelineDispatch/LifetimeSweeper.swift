@@ -91,7 +91,8 @@ public final class LifetimeSweeper: Service, Sendable {
     public func run() async throws {
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             do {
-                let sweep = try await sweep()
+                // Several nodes on one database: one sweeps, the others wait for its lease to run out.
+                let sweep = try await store.leadsHousekeeping(at: now()) ? try await sweep() : Sweep()
                 if sweep != Sweep() {
                     logger.info(
                         "Lifetime sweep",

@@ -2,6 +2,7 @@ import Configuration
 import Foundation
 import LivelineCore
 import LivelineDispatch
+import LivelineStore
 import NIOCore
 import Logging
 import SystemPackage
@@ -64,6 +65,10 @@ public struct LivelineConfiguration: Sendable {
     /// The scheduling niceness (0 – 19) of the threads the delivery engine runs on, so the HTTP API is served first on
     /// a busy machine; 0 runs the engine at the API's priority.
     public var engineNiceness: Int = 10
+    /// PostgreSQL: how many connections run writes.
+    public var databaseWriters = SQLStore.defaultPostgresWriters
+    /// How many connections run reads.
+    public var databaseReaders = SQLStore.defaultReaders
     /// The defaults of iOS 18 broadcast channels (an app's own come first).
     public var broadcast: BroadcastSettings = BroadcastSettings()
     /// How webhooks are delivered.
@@ -100,8 +105,12 @@ public struct LivelineConfiguration: Sendable {
             summary: "Port the HTTP API listens on."),
         Key(name: "liveline.dataDirectory", environment: "LIVELINE_DATA_DIRECTORY", flag: "--data-dir", defaultValue: "./.liveline",
             summary: "Directory for Liveline's files; created if missing."),
-        Key(name: "liveline.database", environment: "LIVELINE_DATABASE", flag: "--database", defaultValue: "<data dir>/liveline.sqlite",
-            summary: "SQLite database file (a path or sqlite:PATH)."),
+        Key(name: "liveline.database", environment: "LIVELINE_DATABASE", flag: "--database / --database-url", defaultValue: "<data dir>/liveline.sqlite",
+            summary: "Where the data is: a SQLite file (a path or sqlite:PATH), or a PostgreSQL database (postgres://user:password@host:5432/db, `?sslmode=disable|prefer|require`), which several nodes may share."),
+        Key(name: "liveline.databasePool.writers", environment: "LIVELINE_DATABASEPOOL_WRITERS", flag: nil, defaultValue: "8",
+            summary: "PostgreSQL: connections for writes (each write is one serializable transaction on one of them)."),
+        Key(name: "liveline.databasePool.readers", environment: "LIVELINE_DATABASEPOOL_READERS", flag: nil, defaultValue: "3",
+            summary: "Read connections (SQLite or PostgreSQL): a fan-out's pages, the API's reads and the sweepers' run side by side."),
         Key(name: "liveline.adminToken", environment: "LIVELINE_ADMIN_TOKEN", flag: "--admin-token-file", defaultValue: "(none: admin API off)",
             summary: "Bearer token for /admin/v1. The flag reads it from a file so it stays out of `ps`."),
         Key(name: "liveline.dev", environment: "LIVELINE_DEV", flag: "--dev", defaultValue: "false",
@@ -206,7 +215,7 @@ public struct LivelineConfiguration: Sendable {
             host: scoped.string(forKey: "host", default: defaults.host),
             port: scoped.int(forKey: "port", default: defaults.port),
             dataDirectory: scoped.string(forKey: "dataDirectory", default: defaults.dataDirectory),
-            database: scoped.string(forKey: "database"),
+            database: scoped.string(forKey: "database", isSecret: true),
             adminToken: scoped.string(forKey: "adminToken", isSecret: true),
             dev: scoped.bool(forKey: "dev", default: false),
             logLevel: .info,
@@ -216,6 +225,11 @@ public struct LivelineConfiguration: Sendable {
             emulatorControlPort: scoped.int(forKey: "emulatorControlPort", default: 8091)
         )
         emulatorChannelsPort = scoped.int(forKey: "emulatorChannelsPort", default: 8445)
+        databaseWriters = scoped.int(forKey: "databasePool.writers", default: databaseWriters)
+        databaseReaders = scoped.int(forKey: "databasePool.readers", default: databaseReaders)
+        guard databaseWriters >= 1, databaseReaders >= 1 else {
+            throw ConfigurationError("databasePool.writers and databasePool.readers must be at least 1.")
+        }
         fcmEmulatorPort = scoped.int(forKey: "fcmEmulatorPort", default: 8444)
         fcmEmulatorControlPort = scoped.int(forKey: "fcmEmulatorControlPort", default: 8092)
         emulatorRegisterWith = scoped.string(forKey: "emulatorRegisterWith")
@@ -328,7 +342,8 @@ public struct LivelineConfiguration: Sendable {
         var providers: [any ConfigProvider] = [
             InMemoryProvider(name: "flags", values: Dictionary(uniqueKeysWithValues: flags.map { (AbsoluteConfigKey(stringLiteral: $0.key), $0.value) }))
         ]
-        let secrets: SecretsSpecifier<String, String> = .specific(["LIVELINE_ADMIN_TOKEN", "LIVELINE_MASTER_KEY"])
+        // The database URL may hold a password.
+        let secrets: SecretsSpecifier<String, String> = .specific(["LIVELINE_ADMIN_TOKEN", "LIVELINE_MASTER_KEY", "LIVELINE_DATABASE"])
         providers.append(
             EnvironmentVariablesProvider(environmentVariables: environment ?? ProcessInfo.processInfo.environment, secretsSpecifier: secrets)
         )
@@ -338,18 +353,28 @@ public struct LivelineConfiguration: Sendable {
         return ConfigReader(providers: providers)
     }
 
-    /// The SQLite file the database setting points at.
-    public var databasePath: String {
+    /// Where the database setting points: a SQLite file, or a PostgreSQL database.
+    public enum DatabaseLocation: Sendable, Equatable {
+        case sqlite(path: String)
+        case postgres(PostgresDatabaseURL)
+    }
+
+    /// The database the setting points at (a SQLite file in the data directory when it is not set).
+    public var databaseLocation: DatabaseLocation {
         get throws {
             guard let database, !database.isEmpty else {
-                return (dataDirectory as NSString).appendingPathComponent("liveline.sqlite")
+                return .sqlite(path: (dataDirectory as NSString).appendingPathComponent("liveline.sqlite"))
             }
             if database.hasPrefix("postgres://") || database.hasPrefix("postgresql://") {
-                throw ConfigurationError("This build of Liveline stores data in SQLite only; PostgreSQL support is not built yet.")
+                do {
+                    return .postgres(try PostgresDatabaseURL(database))
+                } catch let invalid as PostgresDatabaseURL.Invalid {
+                    throw ConfigurationError("database: \(invalid.description)")
+                }
             }
-            if database.hasPrefix("sqlite://") { return String(database.dropFirst("sqlite://".count)) }
-            if database.hasPrefix("sqlite:") { return String(database.dropFirst("sqlite:".count)) }
-            return database
+            if database.hasPrefix("sqlite://") { return .sqlite(path: String(database.dropFirst("sqlite://".count))) }
+            if database.hasPrefix("sqlite:") { return .sqlite(path: String(database.dropFirst("sqlite:".count))) }
+            return .sqlite(path: database)
         }
     }
 }

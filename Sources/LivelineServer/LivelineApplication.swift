@@ -99,19 +99,32 @@ public enum LivelineApplication {
     /// The master key that seals provider secrets: from configuration, or generated once into the data directory.
     public static func masterKey(_ configuration: LivelineConfiguration) throws -> [UInt8] {
         if let configured = configuration.masterKey { return try CredentialSealer.masterKey(base64: configured) }
+        // Nodes that share a database must share the key that seals its credentials: one node's own file would leave
+        // the others unable to read what it sealed.
+        if case .postgres = try configuration.databaseLocation {
+            throw ConfigurationError(
+                "With a PostgreSQL database every node needs the same master key: set LIVELINE_MASTER_KEY (or liveline.masterKey) to Base64 of 32 random bytes, e.g. $(openssl rand -base64 32)."
+            )
+        }
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
         return try CredentialSealer.loadOrCreateMasterKey(at: (configuration.dataDirectory as NSString).appendingPathComponent("master.key"))
     }
 
     /// Opens the configured store, creating the data directory if needed.
     public static func openStore(_ configuration: LivelineConfiguration, logger: Logger) async throws -> SQLStore {
-        let path = try configuration.databasePath
-        let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        }
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
-        return try await SQLStore.open(path: path, logger: logger)
+        switch try configuration.databaseLocation {
+        case .sqlite(let path):
+            let directory = (path as NSString).deletingLastPathComponent
+            if !directory.isEmpty {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            }
+            return try await SQLStore.open(path: path, readers: configuration.databaseReaders, logger: logger)
+        case .postgres(let url):
+            return try await SQLStore.open(
+                postgres: url, writers: configuration.databaseWriters, readers: configuration.databaseReaders, logger: logger
+            )
+        }
     }
 
     /// In dev mode, creates a demo app when the database has none and prints its keys (once: only

@@ -195,9 +195,22 @@ public protocol DispatchStore: Sendable {
     func admitStartAudience(appID: String, activityID: String, limit: Int, at now: Date) async throws -> Bool
 }
 
+/// Who does the housekeeping (lifetime sweeps, purges, pruning of old rows) when several nodes share the database: one
+/// node at a time.
+public protocol HousekeepingStore: Sendable {
+    /// Whether this process does the housekeeping now. Always, on a store only this process uses (SQLite). On a
+    /// database several nodes share (PostgreSQL), only for the node holding the housekeeping lease: the call takes it
+    /// when it is free or has run out, renews it when this node holds it, and a dead node's lease runs out after
+    /// ``housekeepingLease``.
+    func leadsHousekeeping(at now: Date) async throws -> Bool
+}
+
+/// How long a node's housekeeping lease lasts from its last renewal.
+public let housekeepingLease: TimeInterval = 300
+
 /// The delivery timeline: every push attempt, recorded by ``DispatchStore/recordProgress(_:at:)``, read by the API
 /// and kept bounded by the engine.
-public protocol TimelineStore: Sendable {
+public protocol TimelineStore: HousekeepingStore {
     /// The delivery timeline of an activity, newest first, after `cursor`.
     func deliveries(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<DeliveryRecord>
     /// Keeps the timeline bounded: drops attempts older than `olderThan` and all but the newest `keepPerActivity` per activity.

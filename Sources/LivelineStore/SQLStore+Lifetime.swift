@@ -71,3 +71,19 @@ extension SQLStore {
         }
     }
 }
+
+extension SQLStore: HousekeepingStore {
+    public func leadsHousekeeping(at now: Date) async throws -> Bool {
+        guard dialect == .postgres else { return true }
+        let nowMillis = Self.millis(now)
+        return try await write(
+            """
+            INSERT INTO housekeeping_lease (id, owner, expires_at) VALUES (1, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+            WHERE housekeeping_lease.owner = excluded.owner OR housekeeping_lease.expires_at < ?
+            RETURNING owner
+            """,
+            [.text(nodeID), .integer(nowMillis + Int(housekeepingLease * 1000)), .integer(nowMillis)]
+        ).isEmpty == false
+    }
+}

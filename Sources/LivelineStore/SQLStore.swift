@@ -24,11 +24,18 @@ public final class SQLStore: Store, DispatchStore {
     /// (never a password).
     public let location: String
 
+    /// This process, among the nodes that share a database: the holder of its housekeeping lease.
+    let nodeID = "node-" + UUID().uuidString.lowercased()
+
     /// Read connections a store opens unless told otherwise: a fan-out's pages, the API's reads and the sweepers'
     /// never wait for one another on a 2-core machine.
     public static let defaultReaders = 3
 
-    init(dialect: SQLDialect, location: String, writer: any StoreWriter, reader: any StoreReader) {
+    /// Wake-ups between the nodes that share the database: `nil` on SQLite, which one process uses.
+    public let nodeWakeChannel: NodeWakeChannel?
+
+    init(dialect: SQLDialect, location: String, writer: any StoreWriter, reader: any StoreReader, nodeWakeChannel: NodeWakeChannel? = nil) {
+        self.nodeWakeChannel = nodeWakeChannel
         self.dialect = dialect
         self.location = location
         self.writer = writer
@@ -75,7 +82,10 @@ public final class SQLStore: Store, DispatchStore {
             try? await writer.close()
             throw error
         }
-        let store = SQLStore(dialect: .postgres, location: url.description, writer: writer, reader: reader)
+        let store = SQLStore(
+            dialect: .postgres, location: url.description, writer: writer, reader: reader,
+            nodeWakeChannel: NodeWakeChannel(url: url, logger: logger)
+        )
         do {
             try await store.migrate(logger: logger)
         } catch {

@@ -106,7 +106,7 @@ public protocol LifecycleStore: Sendable {
 }
 
 /// What the lifetime sweeper finds and changes: activities and instances past the platform's limits.
-public protocol LifetimeStore: Sendable {
+public protocol LifetimeStore: HousekeepingStore {
     /// Active activities first seen at or before `cutoff`, oldest first.
     func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey]
     /// Active activities that had instances and have no active one left.

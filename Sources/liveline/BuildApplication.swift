@@ -36,7 +36,9 @@ func buildApplication(
         let dispatcher = Dispatcher(
             store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
         )
-        let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, delivery: dispatcher, channels: apns)
+        // Work committed here wakes this node's engine, and every other node's when they share a database.
+        let delivery = WakingEveryNode(local: dispatcher, nodes: store.nodeWakeChannel)
+        let sweeper = LifetimeSweeper(store: store, policy: configuration.lifetime, logger: logger, delivery: delivery, channels: apns)
         var webhookConfiguration = WebhookDeliverer.Configuration()
         webhookConfiguration.urls = WebhookURLPolicy(allowsPrivateNetworks: configuration.webhooks.allowsPrivateNetworks)
         webhookConfiguration.retry.retryFor = configuration.webhooks.retryFor
@@ -46,16 +48,43 @@ func buildApplication(
             await fcm.shutdown()
             try await store.close()
         }
+        let listening: [any Service] = store.nodeWakeChannel.map { channel in
+            [NodeWakeService(channel: channel) {
+                dispatcher.wake()
+                webhooks.wake()
+            }]
+        } ?? []
         return LivelineApplication.makeApplication(
-            configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: dispatcher, channels: apns,
+            configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: delivery, channels: apns,
             webhookDeliverer: webhooks,
             services: [closing] + (emulators?.services ?? [])
-                + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks],
+                + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks] + listening,
             metrics: metrics
         )
     } catch {
         try? await store.close()
         throw error
+    }
+}
+
+/// Wakes this node's delivery engine, and announces the work to the other nodes sharing the database (if any).
+struct WakingEveryNode: DeliveryWaking {
+    let local: Dispatcher
+    let nodes: NodeWakeChannel?
+
+    func wake() {
+        local.wake()
+        nodes?.announce()
+    }
+}
+
+/// Hears the other nodes' wake-ups (and sends this node's) until graceful shutdown.
+struct NodeWakeService: Service {
+    let channel: NodeWakeChannel
+    let onWake: @Sendable () -> Void
+
+    func run() async throws {
+        try? await cancelWhenGracefulShutdown { await channel.run(onWake: onWake) }
     }
 }
 

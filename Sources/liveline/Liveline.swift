@@ -24,7 +24,10 @@ struct StorageOptions: ParsableArguments {
     @Option(name: .customLong("data-dir"), help: "Directory for Liveline's files (env LIVELINE_DATA_DIRECTORY; default ./.liveline).")
     var dataDirectory: String?
 
-    @Option(help: "SQLite database file, a path or sqlite:PATH (env LIVELINE_DATABASE; default <data dir>/liveline.sqlite).")
+    @Option(
+        name: [.customLong("database"), .customLong("database-url")],
+        help: "Where the data is: a SQLite file (a path or sqlite:PATH), or a PostgreSQL URL postgres://user@host:5432/db that several nodes may share (env LIVELINE_DATABASE; default <data dir>/liveline.sqlite)."
+    )
     var database: String?
 
     @Option(name: .customLong("config"), help: "A JSON configuration file with a top-level \"liveline\" object.")
@@ -33,7 +36,7 @@ struct StorageOptions: ParsableArguments {
     var flagValues: [String: ConfigValue] {
         var values: [String: ConfigValue] = [:]
         if let dataDirectory { values["liveline.dataDirectory"] = ConfigValue(.string(dataDirectory), isSecret: false) }
-        if let database { values["liveline.database"] = ConfigValue(.string(database), isSecret: false) }
+        if let database { values["liveline.database"] = ConfigValue(.string(database), isSecret: true) }
         return values
     }
 

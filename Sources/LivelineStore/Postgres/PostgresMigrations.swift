@@ -295,5 +295,19 @@ enum PostgresMigrations {
                 "CREATE INDEX webhook_deliveries_order ON webhook_deliveries(webhook_id, ordering_key, id) WHERE status = 'pending'",
             ]
         ),
+        Migration(
+            version: 2,
+            name: "housekeeping lease",
+            statements: [
+                // One row: the node that runs the lifetime sweeps, purges and pruning, until its lease runs out.
+                """
+                CREATE TABLE housekeeping_lease (
+                    id BIGINT PRIMARY KEY CHECK (id = 1),
+                    owner TEXT COLLATE "C" NOT NULL,
+                    expires_at BIGINT NOT NULL
+                )
+                """
+            ]
+        ),
     ]
 }
