@@ -56,6 +56,9 @@ public struct LivelineConfiguration: Sendable {
     public var budget: PriorityBudget = PriorityBudget()
     /// The least seconds before an FCM push is retried.
     public var fcmRetryFloor: Int = 10
+    /// Seconds a delivery engine's claim on an activity lasts from its last renewal: how long the other nodes wait
+    /// before they take over the fan-out of a node that died.
+    public var claimLease: Int = 30
     /// How long a client connection may take to send a request's headers and body, how long it may idle, and how
     /// many may be open at once.
     public var connections: ConnectionLimits = ConnectionLimits()
@@ -142,6 +145,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "Later updates without a staleDate go stale after twice the time since the previous one, at least this many seconds …"),
         Key(name: "liveline.staleness.maximum", environment: "LIVELINE_STALENESS_MAXIMUM", flag: nil, defaultValue: "14400",
             summary: "… and at most this many."),
+        Key(name: "liveline.claimLease", environment: "LIVELINE_CLAIMLEASE", flag: nil, defaultValue: "30",
+            summary: "Seconds an engine's claim on an activity lasts unless renewed: with several nodes, how soon the others take over a dead node's fan-out."),
         Key(name: "liveline.fcmRetryFloor", environment: "LIVELINE_FCM_RETRY_FLOOR", flag: nil, defaultValue: "10",
             summary: "Seconds an FCM push waits at least before a retry (QUOTA_EXCEEDED, UNAVAILABLE, INTERNAL), however short the backoff or Retry-After."),
         Key(name: "liveline.budget.hourly", environment: "LIVELINE_BUDGET_HOURLY", flag: nil, defaultValue: "10",
@@ -253,6 +258,8 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("staleness.first and staleness.minimum must be positive and staleness.maximum at least staleness.minimum.")
         }
         fcmRetryFloor = scoped.int(forKey: "fcmRetryFloor", default: 10)
+        claimLease = scoped.int(forKey: "claimLease", default: 30)
+        guard (3...3600).contains(claimLease) else { throw ConfigurationError("claimLease must be between 3 and 3600 seconds.") }
         guard (0...3600).contains(fcmRetryFloor) else { throw ConfigurationError("fcmRetryFloor must be between 0 and 3600 seconds.") }
         let defaultBudget = PriorityBudget()
         let hourly = scoped.int(forKey: "budget.hourly", default: defaultBudget.hourly)

@@ -33,6 +33,7 @@ func buildApplication(
         var dispatch = DispatcherConfiguration()
         dispatch.budget = configuration.budget
         dispatch.fcmRetryFloor = .seconds(configuration.fcmRetryFloor)
+        dispatch.claimLease = TimeInterval(configuration.claimLease)
         let dispatcher = Dispatcher(
             store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
         )
