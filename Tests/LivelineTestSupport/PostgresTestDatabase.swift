@@ -1,45 +1,148 @@
 import Foundation
-import Logging
-import LivelineStore
 import PostgresNIO
 
-/// The PostgreSQL server tests may use: `LIVELINE_TEST_POSTGRES_URL` (what `.ci/postgres start` prints).
+/// The PostgreSQL server the tests may use, if any: the one `LIVELINE_TEST_POSTGRES_URL` names (as
+/// `.ci/postgres start` prints it, `postgres://liveline@127.0.0.1:55432/liveline`). Tests that need it are enabled
+/// only when it is set (`.enabled(if: PostgresTestServer.url != nil)`), and make databases of their own on it with
+/// ``withTemporaryPostgresDatabase(_:)``.
 public struct PostgresTestServer {
-    /// No test server is configured.
-    public struct NotConfigured: Error, CustomStringConvertible {
-        public var description: String { "LIVELINE_TEST_POSTGRES_URL is not set" }
+    /// The environment variable that names the server.
+    public static let environmentVariable = "LIVELINE_TEST_POSTGRES_URL"
+
+    /// The server's URL, from `LIVELINE_TEST_POSTGRES_URL`; `nil` when that is unset or empty.
+    public static var url: String? {
+        guard let url = ProcessInfo.processInfo.environment[environmentVariable], !url.isEmpty else { return nil }
+        return url
     }
 
-    /// The server's URL, when the environment names one.
-    public static var url: String? {
-        ProcessInfo.processInfo.environment["LIVELINE_TEST_POSTGRES_URL"].flatMap { $0.isEmpty ? nil : $0 }
+    /// How to connect to the server at `url`, a `postgres://` (or `postgresql://`) URL: user, optional password,
+    /// host, optional port (5432), database (the URL's path). User and password may be percent-encoded. TLS is off;
+    /// the URL's query (`?sslmode=…`) is ignored.
+    ///
+    /// - Parameter database: the database to connect to instead of the URL's; `nil`: the URL's, or, if it names
+    ///   none, the user's (PostgreSQL's default).
+    public static func configuration(url: String, database: String?) throws -> PostgresConnection.Configuration {
+        let parts = try PostgresURL(url)
+        return PostgresConnection.Configuration(
+            host: parts.host, port: parts.port, username: parts.user, password: parts.password,
+            database: database ?? parts.database, tls: .disable
+        )
     }
+
+    /// Runs `body` with a new connection to the server at `url` (to `database`, or the URL's own), and closes the
+    /// connection afterwards, whether `body` returns or throws.
+    public static func withConnection<T>(
+        url: String, database: String? = nil, _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let connection = try await PostgresConnection.connect(
+            configuration: configuration(url: url, database: database), id: nextConnectionID(), logger: logger
+        )
+        do {
+            let result = try await body(connection)
+            try await connection.close()
+            return result
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+    }
+
+    /// The logger of the tests' connections: PostgresNIO logs at debug and trace, so this says nothing unless the
+    /// level is lowered.
+    public static var logger: Logger { Logger(label: "liveline.test.postgres") }
+
+    private static func nextConnectionID() -> Int { Int.random(in: 1...Int(Int32.max)) }
 }
 
-/// Runs `body` with the URL of a new, empty database on the test server, and drops the database afterwards, whether
-/// `body` returns or throws.
+/// A malformed `LIVELINE_TEST_POSTGRES_URL`, or none where one is needed.
+public struct PostgresTestServerError: Error, CustomStringConvertible {
+    public var description: String
+}
+
+/// Runs `body` with the URL of a new, empty database on the test server (``PostgresTestServer/url``): the same
+/// server, user and password, the database `liveline_test_<random hex>`. Drops the database afterwards
+/// (`DROP DATABASE … WITH (FORCE)`, which ends connections `body` left open), whether `body` returns or throws.
+///
+/// Throws ``PostgresTestServerError`` when `LIVELINE_TEST_POSTGRES_URL` is not set: enable the test only when it is.
 public func withTemporaryPostgresDatabase<T>(_ body: (_ url: String) async throws -> T) async throws -> T {
-    guard let server = PostgresTestServer.url else { throw PostgresTestServer.NotConfigured() }
-    let serverURL = try PostgresDatabaseURL(server)
-    let name = "liveline_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
-    try await administer(serverURL, "CREATE DATABASE \(name)")
+    try await withTemporaryPostgresDatabase(prefix: "liveline_test", body)
+}
+
+/// ``withTemporaryPostgresDatabase(_:)`` with a database named `<prefix>_<random hex>` (`prefix`: lowercase letters,
+/// digits and underscores, so that the name needs no quoting).
+public func withTemporaryPostgresDatabase<T>(prefix: String, _ body: (_ url: String) async throws -> T) async throws -> T {
+    guard let serverURL = PostgresTestServer.url else {
+        throw PostgresTestServerError(description: "\(PostgresTestServer.environmentVariable) is not set: no PostgreSQL server to test with")
+    }
+    guard !prefix.isEmpty, prefix.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_") }) else {
+        throw PostgresTestServerError(description: "database name prefix \(prefix.debugDescription): lowercase letters, digits and underscores")
+    }
+    let name = "\(prefix)_\(UInt64.random(in: 0...UInt64.max).hexPadded)"
+    let databaseURL = try PostgresURL(serverURL).replacingDatabase(with: name)
+    try await PostgresTestServer.withConnection(url: serverURL) { connection in
+        try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: PostgresTestServer.logger)
+    }
+    let result: T
     do {
-        let result = try await body(serverURL.with(database: String(name)).urlString)
-        try await administer(serverURL, "DROP DATABASE \(name) WITH (FORCE)")
-        return result
+        result = try await body(databaseURL)
     } catch {
-        try? await administer(serverURL, "DROP DATABASE \(name) WITH (FORCE)")
+        try? await dropDatabase(name, serverURL: serverURL)
         throw error
     }
+    try await dropDatabase(name, serverURL: serverURL)
+    return result
 }
 
-private func administer(_ url: PostgresDatabaseURL, _ sql: String) async throws {
-    let connection = try await PostgresConnection.connect(
-        configuration: PostgresConnection.Configuration(
-            host: url.host, port: url.port, username: url.username, password: url.password, database: url.database, tls: .disable
-        ),
-        id: 1, logger: Logger(label: "liveline.tests.postgres")
-    )
-    defer { Task { try? await connection.close() } }
-    try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "liveline.tests.postgres"))
+private func dropDatabase(_ name: String, serverURL: String) async throws {
+    try await PostgresTestServer.withConnection(url: serverURL) { connection in
+        try await connection.query(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"), logger: PostgresTestServer.logger)
+    }
+}
+
+extension UInt64 {
+    fileprivate var hexPadded: String {
+        let hex = String(self, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+}
+
+/// The parts of a `postgres://user[:password]@host[:port][/database][?query]` URL.
+private struct PostgresURL {
+    var components: URLComponents
+    var user: String
+    var password: String?
+    var host: String
+    var port: Int
+    var database: String?
+
+    init(_ url: String) throws {
+        func malformed(_ why: String) -> PostgresTestServerError {
+            PostgresTestServerError(description: "PostgreSQL URL \(url.debugDescription): \(why) (expected postgres://user[:password]@host[:port]/database)")
+        }
+        guard let components = URLComponents(string: url) else { throw malformed("not a URL") }
+        guard let scheme = components.scheme?.lowercased(), scheme == "postgres" || scheme == "postgresql" else {
+            throw malformed("the scheme is not postgres or postgresql")
+        }
+        guard let user = components.user, !user.isEmpty else { throw malformed("no user") }
+        guard var host = components.host, !host.isEmpty else { throw malformed("no host") }
+        // An IPv6 address in brackets: PostgresNIO wants it without.
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        self.components = components
+        self.user = user
+        self.password = components.password
+        self.host = host
+        self.port = components.port ?? 5432
+        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+        self.database = path.isEmpty ? nil : path
+    }
+
+    /// The same URL with `database` as its path.
+    func replacingDatabase(with database: String) throws -> String {
+        var components = self.components
+        components.path = "/" + database
+        guard let url = components.string else {
+            throw PostgresTestServerError(description: "could not make a URL for database \(database)")
+        }
+        return url
+    }
 }

@@ -1,0 +1,249 @@
+import Foundation
+@testable import LivelineStore
+import LivelineTestSupport
+import PostgresNIO
+import SQLiteNIO
+import Testing
+
+/// A schema as the parity test compares it: tables with their columns, and the indexes made with `CREATE INDEX`.
+private struct SchemaShape: Sendable, Equatable {
+    /// A column's type in SQLite's words (`integer`, `real`, `blob`, `text`), and whether it may hold NULL.
+    struct Column: Sendable, Equatable, CustomStringConvertible {
+        var type: String
+        var notNull: Bool
+        var description: String { notNull ? "\(type) not null" : type }
+    }
+
+    /// An index's table, its key columns in order (`nil`: an expression), and whether it is partial.
+    struct Index: Sendable, Equatable, CustomStringConvertible {
+        var table: String
+        var columns: [String?]
+        var partial: Bool
+        var description: String {
+            "\(table)(\(columns.map { $0 ?? "<expression>" }.joined(separator: ", ")))\(partial ? " WHERE …" : "")"
+        }
+    }
+
+    var tables: [String: [String: Column]] = [:]
+    var indexes: [String: Index] = [:]
+}
+
+/// The final SQLite schema, read from a new store's file.
+private func sqliteSchema(_ store: SQLStore) async throws -> SchemaShape {
+    try await store.transaction { db in
+        var shape = SchemaShape()
+        let tables = try db.query(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name <> 'schema_migrations'"
+        ).compactMap { $0.column("name")?.string }
+        for table in tables {
+            var columns: [String: SchemaShape.Column] = [:]
+            for row in try db.query("SELECT name, type, \"notnull\" AS not_null, pk FROM pragma_table_info(?)", [.text(table)]) {
+                guard let name = row.column("name")?.string else { continue }
+                // A primary key column holds no NULL on PostgreSQL; SQLite's WITHOUT ROWID tables and rowid aliases
+                // refuse it too (its other TEXT primary keys take NULL by an old quirk, which no code relies on).
+                let notNull = (row.column("not_null")?.integer ?? 0) != 0 || (row.column("pk")?.integer ?? 0) != 0
+                columns[name] = .init(type: (row.column("type")?.string ?? "").lowercased(), notNull: notNull)
+            }
+            shape.tables[table] = columns
+            // origin 'c': made by CREATE INDEX (not a primary key's or a UNIQUE constraint's autoindex).
+            for index in try db.query("SELECT name, partial FROM pragma_index_list(?) WHERE origin = 'c'", [.text(table)]) {
+                guard let name = index.column("name")?.string else { continue }
+                let columns = try db.query("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [.text(name)])
+                    .map { $0.column("name")?.string }
+                shape.indexes[name] = .init(table: table, columns: columns, partial: (index.column("partial")?.integer ?? 0) != 0)
+            }
+        }
+        return shape
+    }
+}
+
+/// The schema of the database `connection` is connected to (schema `public`), in SQLite's words.
+private func postgresSchema(_ connection: PostgresConnection) async throws -> SchemaShape {
+    let logger = PostgresTestServer.logger
+    var shape = SchemaShape()
+    let tables = try await connection.query(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
+        logger: logger
+    )
+    for try await table in tables.decode(String.self) { shape.tables[table] = [:] }
+    let columns = try await connection.query(
+        """
+        SELECT c.table_name::text, c.column_name::text, c.data_type::text, c.collation_name::text, c.is_nullable = 'NO'
+        FROM information_schema.columns c JOIN information_schema.tables t
+          ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE'
+        WHERE c.table_schema = 'public'
+        """,
+        logger: logger
+    )
+    for try await (table, column, dataType, collation, notNull) in columns.decode((String, String, String, String?, Bool).self) {
+        let type: String
+        switch dataType {
+        case "bigint": type = "integer"
+        case "double precision": type = "real"
+        case "bytea": type = "blob"
+        // Text compares bytewise, as in SQLite, only with the C collation.
+        case "text": type = collation == "C" ? "text" : "text collate \(collation ?? "default")"
+        default: type = dataType
+        }
+        shape.tables[table, default: [:]][column] = .init(type: type, notNull: notNull)
+    }
+    // Indexes not made for a constraint (primary key, UNIQUE): those SQLite has by CREATE INDEX.
+    let indexes = try await connection.query(
+        """
+        SELECT i.relname::text, t.relname::text, x.indpred IS NOT NULL, k.n, a.attname::text
+        FROM pg_index x
+        JOIN pg_class i ON i.oid = x.indexrelid
+        JOIN pg_class t ON t.oid = x.indrelid
+        JOIN pg_namespace ns ON ns.oid = t.relnamespace
+        CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+        LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum AND k.attnum > 0
+        WHERE ns.nspname = 'public' AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)
+        ORDER BY 1, 4
+        """,
+        logger: logger
+    )
+    for try await (name, table, partial, _, column) in indexes.decode((String, String, Bool, Int64, String?).self) {
+        shape.indexes[name, default: .init(table: table, columns: [], partial: partial)].columns.append(column)
+    }
+    return shape
+}
+
+@Suite("PostgreSQL schema")
+struct PostgresSchemaTests {
+    static let isCI = ProcessInfo.processInfo.environment["CI"] == "true"
+
+    @Test("CI runs the PostgreSQL tests: when CI is true, LIVELINE_TEST_POSTGRES_URL is set")
+    func ciHasPostgres() {
+        if Self.isCI {
+            #expect(
+                PostgresTestServer.url != nil,
+                "CI must set LIVELINE_TEST_POSTGRES_URL (export LIVELINE_TEST_POSTGRES_URL=\"$(.ci/postgres start)\")"
+            )
+        }
+    }
+
+    @Test(
+        "PostgreSQL's steps make SQLite's final schema: the same tables, columns, types and indexes, and the housekeeping lease",
+        .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set")
+    )
+    func parityWithSQLite() async throws {
+        let postgres = try await withTemporaryPostgresDatabase(prefix: "liveline_schema") { url in
+            try await PostgresTestServer.withConnection(url: url) { connection in
+                let logger = PostgresTestServer.logger
+                try await connection.withTransaction(logger: logger) { connection in
+                    for migration in PostgresMigrations.all {
+                        for statement in migration.statements {
+                            try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                        }
+                    }
+                }
+                return try await postgresSchema(connection)
+            }
+        }
+        var expected = try await withTemporaryStore { store, _ in try await sqliteSchema(store) }
+        #expect(expected.tables.count >= 15, "the SQLite schema was not read: \(expected.tables.keys.sorted())")
+
+        // What PostgreSQL has on purpose and SQLite has not: the event feed's insertion order and writer, and `id`
+        // empty until the sequencer gives the event its position (see PostgresMigrations).
+        expected.tables["events"]?["seq"] = .init(type: "integer", notNull: true)
+        expected.tables["events"]?["txid"] = .init(type: "xid8", notNull: true)
+        expected.tables["events"]?["id"]?.notNull = false
+        expected.indexes["events_unsequenced"] = .init(table: "events", columns: ["seq"], partial: true)
+        // The node that does the housekeeping when several share the database (step 2).
+        expected.tables["housekeeping_lease"] = [
+            "id": .init(type: "integer", notNull: true), "owner": .init(type: "text", notNull: true),
+            "expires_at": .init(type: "integer", notNull: true),
+        ]
+
+        #expect(postgres.tables.keys.sorted() == expected.tables.keys.sorted())
+        for (table, columns) in expected.tables.sorted(by: { $0.key < $1.key }) {
+            let actual = postgres.tables[table] ?? [:]
+            #expect(actual.keys.sorted() == columns.keys.sorted(), "columns of \(table)")
+            for (name, column) in columns.sorted(by: { $0.key < $1.key }) {
+                if let other = actual[name] { #expect(other == column, "\(table).\(name)") }
+            }
+        }
+        #expect(postgres.indexes.keys.sorted() == expected.indexes.keys.sorted())
+        for (name, index) in expected.indexes.sorted(by: { $0.key < $1.key }) {
+            if let other = postgres.indexes[name] { #expect(other == index, "index \(name)") }
+        }
+    }
+}
+
+@Suite("PostgreSQL test server helpers")
+struct PostgresTestServerTests {
+    @Test("a URL gives user, password, host, port and database; `database` overrides the URL's")
+    func configurationFromURL() throws {
+        let full = try PostgresTestServer.configuration(url: "postgresql://li%40ve:p%3Aw%2Fd@[::1]:6543/main?sslmode=disable", database: nil)
+        #expect(full.username == "li@ve")
+        #expect(full.password == "p:w/d")
+        #expect(full.host == "::1")
+        #expect(full.port == 6543)
+        #expect(full.database == "main")
+
+        let plain = try PostgresTestServer.configuration(url: "postgres://liveline@127.0.0.1/liveline", database: "other")
+        #expect(plain.username == "liveline")
+        #expect(plain.password == nil)
+        #expect(plain.host == "127.0.0.1")
+        #expect(plain.port == 5432)
+        #expect(plain.database == "other")
+
+        #expect(try PostgresTestServer.configuration(url: "postgres://liveline@localhost:5433", database: nil).database == nil)
+        #expect(throws: PostgresTestServerError.self) { try PostgresTestServer.configuration(url: "http://liveline@localhost/x", database: nil) }
+        #expect(throws: PostgresTestServerError.self) { try PostgresTestServer.configuration(url: "postgres://localhost/x", database: nil) }
+    }
+
+    struct Planned: Error {}
+
+    /// The names of the databases on the test server.
+    func databases() async throws -> Set<String> {
+        try await PostgresTestServer.withConnection(url: PostgresTestServer.url!) { connection in
+            var names: Set<String> = []
+            let rows = try await connection.query("SELECT datname::text FROM pg_database", logger: PostgresTestServer.logger)
+            for try await name in rows.decode(String.self) { names.insert(name) }
+            return names
+        }
+    }
+
+    @Test(
+        "a temporary database is new, on the same server, and dropped whether the body returns or throws",
+        .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set")
+    )
+    func temporaryDatabase() async throws {
+        let server = try PostgresTestServer.configuration(url: PostgresTestServer.url!, database: nil)
+        // A connection left open does not keep the database from being dropped (closed afterwards: PostgresNIO wants
+        // every connection closed).
+        var open: PostgresConnection?
+        let name = try await withTemporaryPostgresDatabase { url in
+            let configuration = try PostgresTestServer.configuration(url: url, database: nil)
+            #expect(configuration.host == server.host && configuration.port == server.port && configuration.username == server.username)
+            let name = try #require(configuration.database)
+            #expect(name.hasPrefix("liveline_test_") && name != server.database)
+            let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: PostgresTestServer.logger)
+            open = connection
+            try await connection.query("CREATE TABLE t (x BIGINT)", logger: PostgresTestServer.logger)
+            #expect(try await databases().contains(name))
+            return name
+        }
+        try? await open?.close()
+        #expect(try await !databases().contains(name))
+
+        let thrownFrom = LockedName()
+        await #expect(throws: Planned.self) {
+            try await withTemporaryPostgresDatabase { url in
+                thrownFrom.set(try PostgresTestServer.configuration(url: url, database: nil).database)
+                throw Planned()
+            }
+        }
+        let thrownName = try #require(thrownFrom.get())
+        #expect(try await !databases().contains(thrownName))
+    }
+}
+
+/// A name set inside a closure and read after it.
+private final class LockedName: @unchecked Sendable {
+    private let lock = NSLock()
+    private var name: String?
+    func set(_ name: String?) { lock.withLock { self.name = name } }
+    func get() -> String? { lock.withLock { name } }
+}
