@@ -118,8 +118,29 @@ extension SQLStore: EventStore {
         )
     }
 
+    /// On PostgreSQL, gives feed positions to every event committed before the call, waiting (up to five seconds) for
+    /// the transactions that were still running then to settle: a client reads the events of its own writes, as on
+    /// SQLite. Past that (a long transaction elsewhere on the server), the feed shows what is settled, and the
+    /// rest follows in order.
+    func sequenceEventsCommittedBefore() async throws {
+        guard dialect == .postgres else { return }
+        guard let horizon = try await reader.query("SELECT CAST(pg_snapshot_xmax(pg_current_snapshot()) AS TEXT) AS x").first?.column("x")?.string
+        else { return }
+        let deadline = ContinuousClock.now + .seconds(5)
+        var pause = Duration.milliseconds(2)
+        while true {
+            try await sequenceEvents()
+            let waiting = try await reader.query(
+                "SELECT 1 AS waiting FROM events WHERE id IS NULL AND txid < CAST(? AS xid8) LIMIT 1", [.text(horizon)]
+            )
+            guard !waiting.isEmpty, ContinuousClock.now < deadline else { return }
+            try await Task.sleep(for: pause)
+            pause = min(pause * 2, .milliseconds(50))
+        }
+    }
+
     public func events(appID: String, after position: Int64?, types: Set<LifecycleEventType>, limit: Int) async throws -> [EventRecord] {
-        try await sequenceEvents()
+        try await sequenceEventsCommittedBefore()
         var sql = "SELECT * FROM events WHERE app_id = ? AND id > ?"
         var binds: [SQLiteData] = [.text(appID), .integer(Int(position ?? 0))]
         if !types.isEmpty {

@@ -77,8 +77,26 @@ func withLiveline<T: Sendable>(
     sealer: CredentialSealer? = nil, webhookURLs: WebhookURLPolicy = WebhookURLPolicy(allowsPrivateNetworks: false),
     _ body: @Sendable (API, any Store) async throws -> T
 ) async throws -> T {
+    // With LIVELINE_TEST_STORE=postgres, a test that does not look at the SQLite file itself runs on a fresh
+    // PostgreSQL database instead.
+    if directory == nil, StoreKind.underTest == .postgres {
+        return try await withTemporaryPostgresDatabase { url in
+            let store = try await SQLStore.open(postgres: try PostgresDatabaseURL(url), writers: 3, readers: 2)
+            return try await serve(store)
+        }
+    }
     let directory = try directory ?? TemporaryDirectory()
-    let store = try await SQLStore.open(path: directory.databasePath)
+    return try await serve(try await SQLStore.open(path: directory.databasePath))
+
+    func serve(_ store: SQLStore) async throws -> T {
+        try await withRouter(on: store, clock: clock, adminToken: adminToken, channels: channels, broadcast: broadcast, sealer: sealer, webhookURLs: webhookURLs, body)
+    }
+}
+
+private func withRouter<T: Sendable>(
+    on store: SQLStore, clock: TestClock, adminToken: String?, channels: (any BroadcastChannelManagement)?, broadcast: BroadcastSettings,
+    sealer: CredentialSealer?, webhookURLs: WebhookURLPolicy, _ body: @Sendable (API, any Store) async throws -> T
+) async throws -> T {
     let router = LivelineApplication.makeRouter(
         store: store, clock: clock.wallClock, adminToken: adminToken, sealer: sealer, channels: channels, broadcast: broadcast,
         webhookURLs: webhookURLs

@@ -77,6 +77,9 @@ public func withTemporaryPostgresDatabase<T>(prefix: String, _ body: (_ url: Str
     guard !prefix.isEmpty, prefix.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_") }) else {
         throw PostgresTestServerError(description: "database name prefix \(prefix.debugDescription): lowercase letters, digits and underscores")
     }
+    // Tests run side by side; a few databases at a time keep their connections under the server's limit.
+    await temporaryDatabases.acquire()
+    defer { Task { await temporaryDatabases.release() } }
     let name = "\(prefix)_\(UInt64.random(in: 0...UInt64.max).hexPadded)"
     let databaseURL = try PostgresURL(serverURL).replacingDatabase(with: name)
     try await PostgresTestServer.withConnection(url: serverURL) { connection in
@@ -91,6 +94,34 @@ public func withTemporaryPostgresDatabase<T>(prefix: String, _ body: (_ url: Str
     }
     try await dropDatabase(name, serverURL: serverURL)
     return result
+}
+
+/// At most this many temporary databases at once.
+private let temporaryDatabases = AsyncGate(limit: 12)
+
+/// A counting semaphore for tasks: `acquire` waits while `limit` holders are in.
+private actor AsyncGate {
+    private let limit: Int
+    private var holders = 0
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    init(limit: Int) { self.limit = limit }
+
+    func acquire() async {
+        if holders < limit {
+            holders += 1
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    func release() {
+        if waiting.isEmpty {
+            holders -= 1
+        } else {
+            waiting.removeFirst().resume()
+        }
+    }
 }
 
 private func dropDatabase(_ name: String, serverURL: String) async throws {

@@ -27,6 +27,12 @@ public enum StoreKind: String, CaseIterable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { rawValue }
+
+    /// The store the end-to-end tests run on: `LIVELINE_TEST_STORE` (`sqlite`, the default, or `postgres`, which
+    /// needs `LIVELINE_TEST_POSTGRES_URL`).
+    public static var underTest: StoreKind {
+        StoreKind(rawValue: ProcessInfo.processInfo.environment["LIVELINE_TEST_STORE"] ?? "") ?? .sqlite
+    }
 }
 
 /// Runs `body` with a fresh store of `kind` (a SQLite file in a temporary directory of its own, or a new database on
