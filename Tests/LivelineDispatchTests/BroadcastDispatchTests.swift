@@ -129,16 +129,17 @@ struct BroadcastDispatchTests {
                 // Token instances still get the latest state; the channel gets nothing more.
                 _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match-3", contentState: ["home": 3]), at: Date())
                 #expect(try await eventually { transport.tokens.pushes.filter { $0.sequence == 3 }.count == 2 })
+                // Nothing is left pending: the subscriber's state is the channel's business, not a token's. (Checked
+                // while the engine runs: it records the last pushes after the transport took them.)
+                #expect(try await eventually {
+                    let activity = try await store.activity(appID: appID, activityID: "match-3")
+                    return activity?.dispatchedSequence == activity?.sequence
+                })
             }
             #expect(transport.broadcasts.count == 3)
             let statuses = try await store.deliveries(appID: appID, activityID: "match-3", cursor: nil, limit: 100).items
                 .filter { $0.channelID == channelID }.sorted { $0.id < $1.id }.map(\.status)
             #expect(statuses == [.retrying, .delivered, .rejected])
-            // Nothing is left pending: the subscriber's state is the channel's business, not a token's.
-            #expect(try await eventually {
-                let activity = try await store.activity(appID: appID, activityID: "match-3")
-                return activity?.dispatchedSequence == activity?.sequence
-            })
         }
     }
 }
