@@ -93,6 +93,8 @@ public protocol WebhookStore: Sendable {
     /// A delivery of `payload` to one endpoint, outside the feed (`POST /v1/webhooks/{id}/test`).
     func enqueueWebhookTest(appID: String, webhookID: String, eventID: String, payload: String, at now: Date) async throws -> WebhookDeliveryRecord?
     /// Pending deliveries due at `now` of enabled endpoints, each the oldest pending one of its activity at its endpoint.
+    /// On a database several nodes share, the deliveries returned are this node's for two minutes (the others skip
+    /// them), unless its attempt's record says otherwise sooner.
     func dueWebhookDeliveries(now: Date, limit: Int) async throws -> [DueWebhookDelivery]
     /// When the next pending delivery falls due, if any.
     func nextWebhookDeliveryAt() async throws -> Date?
@@ -194,20 +196,45 @@ extension SQLStore: WebhookStore {
         }
     }
 
+    /// How long a node that took due webhook deliveries on a shared database has to send them before another node may.
+    static let webhookDeliveryLease: TimeInterval = 120
+
     public func dueWebhookDeliveries(now: Date, limit: Int) async throws -> [DueWebhookDelivery] {
-        try await reader.query(
-            """
-            SELECT d.*, w.app_id AS webhook_app_id, w.url AS webhook_url, w.sealed_secret AS webhook_secret
-            FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+        let due = """
+            SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
             WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.enabled = 1
               AND NOT EXISTS (
                   SELECT 1 FROM webhook_deliveries p
                   WHERE p.webhook_id = d.webhook_id AND p.ordering_key = d.ordering_key AND p.status = 'pending' AND p.id < d.id
               )
             ORDER BY d.next_attempt_at, d.id LIMIT \(limit)
-            """,
-            [.integer(Self.millis(now))]
-        ).map { row in
+            """
+        let rows: [StoreRow]
+        switch dialect {
+        case .sqlite:
+            rows = try await reader.query(
+                """
+                SELECT d.*, w.app_id AS webhook_app_id, w.url AS webhook_url, w.sealed_secret AS webhook_secret
+                FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+                WHERE d.id IN (\(due))
+                ORDER BY d.next_attempt_at, d.id
+                """,
+                [.integer(Self.millis(now))]
+            )
+        case .postgres:
+            // Several nodes: the deliveries a node takes are not due for the others until the lease runs out (the
+            // attempt's record sets the next attempt), and rows another node is taking are skipped.
+            rows = try await write(
+                """
+                UPDATE webhook_deliveries AS d SET next_attempt_at = ?
+                FROM webhooks w
+                WHERE w.id = d.webhook_id AND d.id IN (\(due) FOR UPDATE OF d SKIP LOCKED)
+                RETURNING d.*, w.app_id AS webhook_app_id, w.url AS webhook_url, w.sealed_secret AS webhook_secret
+                """,
+                [.integer(Self.millis(now.addingTimeInterval(Self.webhookDeliveryLease))), .integer(Self.millis(now))]
+            ).sorted { ($0.column("id")?.integer ?? 0) < ($1.column("id")?.integer ?? 0) }
+        }
+        return try rows.map { row in
             DueWebhookDelivery(
                 delivery: try Self.webhookDelivery(from: row), appID: try row.string("webhook_app_id"), url: try row.string("webhook_url"),
                 sealedSecret: Array(buffer: row.column("webhook_secret")?.blob ?? ByteBuffer())
