@@ -67,28 +67,28 @@ func withEmulatedAPNs<T>(_ body: (EmulatedAPNs) async throws -> T) async throws 
     let bundleID = "com.example.e2e"
     emulator.registerBundleID(bundleID)
 
-    let store = try await SQLStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
-    let appID = "app_e2e"
-    try await store.createApp(AppRecord(id: appID, name: "E2E", bundleID: bundleID, androidPackage: nil, createdAt: clock.now), keys: [])
-    let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
-    let credentials = APNsCredentials(
-        teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: key.pemRepresentation, environment: .sandbox,
-        baseURL: "https://127.0.0.1:\(ports.apnsPort)", caCertificatePEM: emulator.caCertificatePEM
-    )
-    try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: clock.now))
-    let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: 2, now: { [clock] in clock.now })
-    let environment = EmulatedAPNs(store: store, emulator: emulator, directory: directory, clock: clock, appID: appID, bundleID: bundleID)
-    do {
-        let result = try await body(environment)
-        await directory.shutdown()
-        try await emulator.shutdown()
-        try await store.close()
-        return result
-    } catch {
-        await directory.shutdown()
-        try? await emulator.shutdown()
-        try? await store.close()
-        throw error
+    // On SQLite, or on PostgreSQL with LIVELINE_TEST_STORE=postgres.
+    return try await withTemporaryStore(StoreKind.underTest, prefix: "liveline-e2e-store") { store, _ in
+        let appID = "app_e2e"
+        try await store.createApp(AppRecord(id: appID, name: "E2E", bundleID: bundleID, androidPackage: nil, createdAt: clock.now), keys: [])
+        let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
+        let credentials = APNsCredentials(
+            teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: key.pemRepresentation, environment: .sandbox,
+            baseURL: "https://127.0.0.1:\(ports.apnsPort)", caCertificatePEM: emulator.caCertificatePEM
+        )
+        try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: clock.now))
+        let directory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: 2, now: { [clock] in clock.now })
+        let environment = EmulatedAPNs(store: store, emulator: emulator, directory: directory, clock: clock, appID: appID, bundleID: bundleID)
+        do {
+            let result = try await body(environment)
+            await directory.shutdown()
+            try await emulator.shutdown()
+            return result
+        } catch {
+            await directory.shutdown()
+            try? await emulator.shutdown()
+            throw error
+        }
     }
 }
 
