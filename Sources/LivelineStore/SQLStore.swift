@@ -74,10 +74,10 @@ public final class SQLStore: Store, DispatchStore {
         postgres url: PostgresDatabaseURL, writers: Int = defaultPostgresWriters, readers: Int = defaultReaders,
         logger: Logger = Logger(label: "liveline.store")
     ) async throws -> SQLStore {
-        let writer = try await PostgresPool(url: url, count: writers, writes: true, logger: logger)
+        let writer = try await PostgresPool(url: url, count: writers, logger: logger)
         let reader: PostgresPool
         do {
-            reader = try await PostgresPool(url: url, count: readers, writes: false, logger: logger)
+            reader = try await PostgresPool(url: url, count: readers, logger: logger)
         } catch {
             try? await writer.close()
             throw error

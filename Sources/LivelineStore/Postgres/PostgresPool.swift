@@ -11,25 +11,21 @@ import Synchronization
 /// if the writes had run one after another. Concurrent commits share the server's WAL flush (its own group commit);
 /// a ``Durability/bookkeeping`` write commits with `synchronous_commit = off`.
 final class PostgresPool: StoreWriter, StoreReader {
-    private let threads: NIOThreadPool
-    private let idle: Mutex<[HandleLease]>
-    private let writes: Bool
+    private let connections: ConnectionLeases<PostgresHandle>
     /// How many times a write runs at most before its serialization failure is the caller's.
     static let attempts = 30
 
-    /// Opens `count` connections to `url`; `writes` tells whether they run write transactions or reads.
-    init(url: PostgresDatabaseURL, count: Int, writes: Bool, logger: Logger) async throws {
-        self.writes = writes
+    /// Opens `count` connections to `url`.
+    init(url: PostgresDatabaseURL, count: Int, logger: Logger) async throws {
         let threads = NIOThreadPool(numberOfThreads: max(count, 1))
         threads.start()
-        self.threads = threads
         // Connecting waits for the server: on the pool's threads, not the caller's. When one connection fails, those
         // made are closed again.
-        let made = await withTaskGroup(of: Result<HandleLease, any Error>.self) { group in
+        let made = await withTaskGroup(of: Result<HandleBox, any Error>.self) { group in
             for _ in 0..<max(count, 1) {
                 group.addTask {
                     do {
-                        return .success(try await threads.runIfActive { HandleLease(handle: try PostgresHandle(url: url, logger: logger)) })
+                        return .success(try await threads.runIfActive { HandleBox(handle: try PostgresHandle(url: url, logger: logger)) })
                     } catch {
                         return .failure(error)
                     }
@@ -37,20 +33,21 @@ final class PostgresPool: StoreWriter, StoreReader {
             }
             return await group.reduce(into: []) { $0.append($1) }
         }
-        let handles = made.compactMap { try? $0.get() }
+        let handles = made.compactMap { try? $0.get().handle }
         if let failure = made.lazy.compactMap({ result -> (any Error)? in
             if case .failure(let error) = result { return error }
             return nil
         }).first {
-            try? await threads.runIfActive { for lease in handles { lease.handle.close() } }
+            let opened = handles.map(HandleBox.init(handle:))
+            try? await threads.runIfActive { for box in opened { box.handle.close() } }
             try? await threads.shutdownGracefully()
             throw failure
         }
-        idle = Mutex(handles)
+        connections = ConnectionLeases(handles: handles, threads: threads)
     }
 
     func write<T: Sendable>(durability: Durability, _ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await withLease { db in
+        try await connections.run { db in
             var attempt = 1
             while true {
                 do {
@@ -74,27 +71,16 @@ final class PostgresPool: StoreWriter, StoreReader {
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await withLease(body)
-    }
-
-    private func withLease<T: Sendable>(_ body: @escaping @Sendable (PostgresHandle) throws -> T) async throws -> T {
-        try await threads.runIfActive { [self] in
-            guard let lease = idle.withLock({ $0.popLast() }) else {
-                throw PostgresFailure(sqlState: nil, message: "no database connection is free")
-            }
-            defer { idle.withLock { $0.append(lease) } }
-            return try body(lease.handle)
-        }
+        try await connections.run(body)
     }
 
     func close() async throws {
-        try await threads.shutdownGracefully()
-        for lease in idle.withLock({ $0 }) { lease.handle.close() }
+        try await connections.close { $0.close() }
     }
 }
 
-/// A connection, lent to one thread at a time (hence unchecked).
-private final class HandleLease: @unchecked Sendable {
+/// A connection crossing from the thread that opened it (hence unchecked: one thread uses it at a time).
+private final class HandleBox: @unchecked Sendable {
     let handle: PostgresHandle
 
     init(handle: PostgresHandle) {

@@ -8,46 +8,28 @@ import Synchronization
 /// A fan-out's pages, the API's reads and the sweepers' queries each take a free connection; none waits behind
 /// another's read unless all are busy.
 final class SQLiteReaders: StoreReader {
-    private let threads: NIOThreadPool
-    private let idle: Mutex<[HandleLease]>
+    private let connections: ConnectionLeases<SQLiteHandle>
 
     /// Opens `count` read connections on `path` (which the writer has already created).
     init(path: String, count: Int) throws {
-        var handles: [HandleLease] = []
+        var handles: [SQLiteHandle] = []
         for _ in 0..<max(count, 1) {
             let handle = try SQLiteHandle(path: path)
             try handle.query("PRAGMA foreign_keys = ON")
-            handles.append(HandleLease(handle: handle))
+            handles.append(handle)
         }
-        idle = Mutex(handles)
-        // As many threads as connections: a read that runs always finds a connection free.
-        threads = NIOThreadPool(numberOfThreads: handles.count)
+        let threads = NIOThreadPool(numberOfThreads: handles.count)
         threads.start()
+        connections = ConnectionLeases(handles: handles, threads: threads)
     }
 
     /// Runs `body` with a free read connection, on that connection's thread.
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await threads.runIfActive { [self] in
-            guard let lease = idle.withLock({ $0.popLast() }) else {
-                throw SQLiteFailure(code: 21, message: "no read connection is free")
-            }
-            defer { idle.withLock { $0.append(lease) } }
-            return try body(lease.handle)
-        }
+        try await connections.run(body)
     }
 
     /// Closes every connection once the reads under way are done.
     func close() async throws {
-        try await threads.shutdownGracefully()
-        for lease in idle.withLock({ $0 }) { lease.handle.close() }
-    }
-}
-
-/// A read connection, lent to one read at a time (hence unchecked).
-private final class HandleLease: @unchecked Sendable {
-    let handle: SQLiteHandle
-
-    init(handle: SQLiteHandle) {
-        self.handle = handle
+        try await connections.close { $0.close() }
     }
 }
