@@ -9,8 +9,9 @@ import Synchronization
 /// One connection to PostgreSQL, used by one thread at a time, that runs the Store's statements and waits for each
 /// answer: the Store's logic runs unchanged on it (``PostgresDialect`` rewrites the text, values cross as `SQLiteData`).
 ///
-/// It reconnects, before a statement, when the server closed the connection (a restart, a network cut): a transaction
-/// under way when that happened fails, and the writer runs it again.
+/// A connection the server closed (a restart, a network cut) is opened again only between transactions
+/// (``reconnectIfNeeded()``, which the pool calls before each write or read): a statement never runs on a fresh
+/// connection in the middle of a transaction, outside it. A transaction under way when the connection was lost fails.
 final class PostgresHandle: SQLConnection {
     var dialect: SQLDialect { .postgres }
 
@@ -35,7 +36,9 @@ final class PostgresHandle: SQLConnection {
 
     @discardableResult
     func query(_ sql: String, _ binds: [SQLiteData]) throws -> [StoreRow] {
-        let connection = try liveConnection()
+        guard let connection, !connection.isClosed else {
+            throw PostgresFailure(sqlState: nil, message: "the connection to PostgreSQL was lost")
+        }
         var bindings = PostgresBindings(capacity: binds.count)
         for value in binds {
             switch value {
@@ -70,12 +73,12 @@ final class PostgresHandle: SQLConnection {
         try? connection.close().wait()
     }
 
-    private func liveConnection() throws -> PostgresConnection {
-        if let connection, !connection.isClosed { return connection }
+    /// Opens the connection again if the server closed it. Call it only outside a transaction.
+    func reconnectIfNeeded() throws {
+        if let connection, !connection.isClosed { return }
+        if let connection { try? connection.close().wait() }
         connection = nil
-        let fresh = try Self.connect(url, logger: logger)
-        connection = fresh
-        return fresh
+        connection = try Self.connect(url, logger: logger)
     }
 
     /// A cell as the Store's common values: integers (and booleans, as 0 or 1), floats, text, bytes.

@@ -48,6 +48,7 @@ final class PostgresPool: StoreWriter, StoreReader {
 
     func write<T: Sendable>(durability: Durability, _ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await connections.run { db in
+            try db.reconnectIfNeeded()
             var attempt = 1
             while true {
                 do {
@@ -71,7 +72,10 @@ final class PostgresPool: StoreWriter, StoreReader {
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await connections.run(body)
+        try await connections.run { db in
+            try db.reconnectIfNeeded()
+            return try body(db)
+        }
     }
 
     func close() async throws {

@@ -1,0 +1,102 @@
+import Foundation
+@testable import LivelineStore
+import LivelineTestSupport
+import PostgresNIO
+import Testing
+
+@Suite("PostgreSQL dialect: the Store's SQL as PostgreSQL reads it")
+struct PostgresDialectTests {
+    @Test("placeholders are numbered in order, not inside quoted text, identifiers or comments")
+    func placeholders() {
+        #expect(PostgresDialect.translate("SELECT * FROM t WHERE a = ? AND b IN (?, ?)") == "SELECT * FROM t WHERE a = $1 AND b IN ($2, $3)")
+        #expect(PostgresDialect.translate("SELECT '?', \"x?\" FROM t WHERE a = ?") == "SELECT '?', \"x?\" FROM t WHERE a = $1")
+        #expect(PostgresDialect.translate("SELECT 1 -- why?\nWHERE a = ?") == "SELECT 1 -- why?\nWHERE a = $1")
+        #expect(PostgresDialect.translate("SELECT 'it''s ?' WHERE a = ?") == "SELECT 'it''s ?' WHERE a = $1")
+    }
+
+    @Test("two-argument MAX and MIN become GREATEST and LEAST; the aggregates stay")
+    func extremes() {
+        #expect(PostgresDialect.translate("SET d = MAX(d, COALESCE(v.column3, d))") == "SET d = GREATEST(d, COALESCE(v.column3, d))")
+        #expect(PostgresDialect.translate("SELECT MAX(id) + 1, MIN(x) FROM t") == "SELECT MAX(id) + 1, MIN(x) FROM t")
+        #expect(
+            PostgresDialect.translate("SELECT MIN(MAX(COALESCE(a, 0), COALESCE(b, 0))) FROM t")
+                == "SELECT MIN(GREATEST(COALESCE(a, 0), COALESCE(b, 0))) FROM t"
+        )
+        #expect(PostgresDialect.translate("AND MIN(COALESCE(x * 1000, e + ?), e + ?) <= ?") == "AND LEAST(COALESCE(x * 1000, e + $1), e + $2) <= $3")
+        // A name that merely ends so is left alone.
+        #expect(PostgresDialect.translate("SELECT XMAX(a, b)") == "SELECT XMAX(a, b)")
+    }
+
+    @Test("SQLite's json_each and planner hints become PostgreSQL's")
+    func sqliteOnly() {
+        #expect(
+            PostgresDialect.translate("d.device_id IN (SELECT value FROM json_each(?))")
+                == "d.device_id IN (SELECT value FROM json_array_elements_text(CAST($1 AS json)))"
+        )
+        #expect(
+            PostgresDialect.translate("SELECT d.* FROM devices AS d INDEXED BY devices_by_user WHERE d.app_id = ?")
+                == "SELECT d.* FROM devices AS d WHERE d.app_id = $1"
+        )
+        #expect(
+            PostgresDialect.translate("FROM device_tags AS t CROSS JOIN devices AS d ON d.app_id = t.app_id")
+                == "FROM device_tags AS t JOIN devices AS d ON d.app_id = t.app_id"
+        )
+    }
+
+    @Test("a database URL: parts, TLS by host, the password never in its description")
+    func databaseURL() throws {
+        let local = try PostgresDatabaseURL("postgres://liveline:s3cret@127.0.0.1:55432/liveline")
+        #expect(local.host == "127.0.0.1" && local.port == 55432 && local.username == "liveline" && local.database == "liveline")
+        #expect(local.password == "s3cret" && local.sslMode == .disable)
+        #expect(!local.description.contains("s3cret"))
+        #expect(try PostgresDatabaseURL(local.urlString) == local)
+        let remote = try PostgresDatabaseURL("postgresql://u@db.example.com/app")
+        #expect(remote.port == 5432 && remote.sslMode == .require)
+        #expect(try PostgresDatabaseURL("postgres://u@db.example.com/app?sslmode=disable").sslMode == .disable)
+        for bad in ["mysql://u@h/db", "postgres://h/db", "postgres://u@h", "postgres://u@h/db?sslmode=maybe"] {
+            #expect(throws: PostgresDatabaseURL.Invalid.self) { try PostgresDatabaseURL(bad) }
+        }
+    }
+}
+
+@Suite("PostgreSQL connections", .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set"))
+struct PostgresConnectionTests {
+    @Test("connections the server closed are opened again before the next write or read; nothing half-done is committed")
+    func reconnect() async throws {
+        try await withTemporaryStore(.postgres) { store, url in
+            try await makeApp(store)
+            // The server ends every connection of this database but the one asking (a restart, an operator's kill).
+            let database = try PostgresDatabaseURL(url).database
+            try await PostgresTestServer.withConnection(url: url) { connection in
+                try await connection.query(
+                    PostgresQuery(unsafeSQL: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(database)' AND pid <> pg_backend_pid()"),
+                    logger: PostgresTestServer.logger
+                )
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            let update = ActivityUpdate(appID: "app_test", activityID: "after-restart", contentState: ["n": 1])
+            #expect(try await store.acceptUpdate(update, at: Date()).sequence == 1)
+            #expect(try await store.activity(appID: "app_test", activityID: "after-restart")?.sequence == 1)
+            #expect(try await store.apps().map(\.id) == ["app_test"])
+        }
+    }
+
+    @Test("concurrent writes to one activity are serialized: every update gets its own sequence")
+    func serializableWrites() async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            let sequences = try await withThrowingTaskGroup(of: Int64.self) { group in
+                for index in 0..<40 {
+                    group.addTask {
+                        try await store.acceptUpdate(
+                            ActivityUpdate(appID: "app_test", activityID: "busy", contentState: ["n": .integer(Int64(index))]), at: Date()
+                        ).sequence
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(sequences.sorted() == Array(1...40))
+            #expect(try await store.activity(appID: "app_test", activityID: "busy")?.sequence == 40)
+        }
+    }
+}
