@@ -116,6 +116,11 @@ public final class SQLStore: Store, DispatchStore {
         let dialect = self.dialect
         try await transaction { db in
             if dialect == .postgres {
+                // At READ COMMITTED, not the writes' SERIALIZABLE: a serializable transaction reads the snapshot taken
+                // when its first statement began, that is before the lock was granted, so a node that waited for it
+                // would not see the steps the node before it committed, run them again and fail ("relation already
+                // exists"). At READ COMMITTED each statement after the lock sees them; the lock orders the DDL.
+                try db.query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 try db.query("SELECT pg_advisory_xact_lock(\(PostgresDialect.migrationLockKey))")
             }
             let integer = dialect == .sqlite ? "INTEGER" : "BIGINT"

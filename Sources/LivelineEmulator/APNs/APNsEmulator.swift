@@ -402,6 +402,20 @@ public final class APNsEmulator: Service, Sendable {
     /// Counts over every request answered so far.
     public var statistics: EmulatorStatistics { core.statistics }
 
+    /// How many pushes to this Live Activity update token APNs accepted (answered 200), per `aps.timestamp` of their
+    /// payload, whether the phone applied them or ignored them. Liveline gives each sequence of an activity its own,
+    /// strictly increasing timestamp, so a count above 1 is one state delivered more than once. Pushes whose payload
+    /// the phone could not decode, and pushes to push-to-start tokens, are not counted. Unlike the push history this
+    /// has no limit; it is kept in memory only (not in the phone file). `[:]` for a token never pushed to.
+    public func acceptedPushCounts(token: String) -> [Double: Int] {
+        core.acceptedPushCounts(token: token.lowercased())
+    }
+
+    /// ``acceptedPushCounts(token:)`` for every token pushed to, read at once: token → `aps.timestamp` → pushes.
+    public func acceptedPushCounts() -> [String: [Double: Int]] {
+        core.acceptedPushCounts()
+    }
+
     // MARK: Broadcast channels
 
     /// Creates a broadcast channel for `bundleID` (registering the bundle id), as `POST /1/apps/{bundleID}/channels`

@@ -87,6 +87,9 @@ final class APNsEmulatorCore: Sendable {
         var heldBroadcasts: [String: HeldBroadcast] = [:]
         var history: PushHistory
         var statistics = EmulatorStatistics()
+        /// Per Live Activity update token, the pushes accepted (200) for each `aps.timestamp`, whether the phone
+        /// applied or ignored them (``APNsEmulator/acceptedPushCounts(token:)``). Memory only.
+        var acceptedByTimestamp: [String: [Double: Int]] = [:]
     }
 
     let clock: @Sendable () -> Date
@@ -191,6 +194,14 @@ final class APNsEmulatorCore: Sendable {
     }
 
     var statistics: EmulatorStatistics { state.withLock { $0.statistics } }
+
+    func acceptedPushCounts(token: String) -> [Double: Int] {
+        state.withLock { $0.acceptedByTimestamp[token] ?? [:] }
+    }
+
+    func acceptedPushCounts() -> [String: [Double: Int]] {
+        state.withLock { $0.acceptedByTimestamp }
+    }
 
     static func display(token: String, device: Device, now: Date) -> DisplayedActivity {
         let activity = device.activity.atTime(now)
@@ -307,6 +318,7 @@ final class APNsEmulatorCore: Sendable {
                     verdict = state.devices[token]!.activity.apply(accepted.decoded, now: now)
                 }
                 record.verdict = verdict
+                if case .success(let push) = accepted.decoded { state.acceptedByTimestamp[token, default: [:]][push.timestamp, default: 0] += 1 }
                 if accepted.priority10 { state.devices[token]!.priority10.record(now, keepingAfter: now - 3600) }
                 if verdict.isApplied { state.statistics.applied += 1 } else { state.statistics.ignored += 1 }
             } else if let accepted, let entry = state.pushToStart[token] {

@@ -40,6 +40,29 @@ struct PhoneRulesTests {
         }
     }
 
+    @Test("Accepted pushes are counted per token and aps.timestamp, applied or ignored, beyond the history's limit")
+    func acceptedPushCounts() async throws {
+        try await withEmulator(historyLimit: 2) { fixture in
+            let t = fixture.clock.seconds
+            let other = fixture.emulator.addDevice(bundleID: "com.example.liveline.demo")
+            _ = try await deliver(
+                [
+                    payload(timestamp: t, contentState: ["eta": 10]),
+                    payload(timestamp: t, contentState: ["eta": 10]),
+                    payload(timestamp: t - 1, contentState: ["eta": 8]),
+                    payload(timestamp: t + 1, contentState: ["eta": 7]),
+                    payload(timestamp: t, contentState: ["eta": 10]),
+                    // Accepted, but the phone cannot read a timestamp from it: not counted.
+                    rawPayload(#"{"aps":{"event":"update"}}"#),
+                ], fixture)
+            #expect(fixture.emulator.acceptedPushCounts(token: fixture.token) == [t - 1: 1, t: 3, t + 1: 1])
+            #expect(fixture.emulator.acceptedPushCounts(token: fixture.token.uppercased()) == [t - 1: 1, t: 3, t + 1: 1])
+            #expect(fixture.emulator.acceptedPushCounts(token: other) == [:])
+            #expect(fixture.emulator.acceptedPushCounts() == [fixture.token: [t - 1: 1, t: 3, t + 1: 1]])
+            #expect(fixture.emulator.pushes(token: fixture.token, limit: 100).count == 2)
+        }
+    }
+
     @Test("After end, updates are ignored; a past dismissal date dismisses at once")
     func updateAfterEnd() async throws {
         try await withEmulator { fixture in
