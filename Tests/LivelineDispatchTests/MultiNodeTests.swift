@@ -94,7 +94,7 @@ struct MultiNodeTests {
     func killOneNodeMidFanOut() async throws {
         try await withCluster(activities: ["match": 20_000]) { cluster in
             // A 3 s lease: the survivor takes over 3 s after the last renewal.
-            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIMLEASE": "3"])
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "3"])
             defer { nodes.forEach { $0.stop() } }
             // Slow answers keep the fan-out going long enough to be caught half-way (the phone applies a push when it
             // arrives; the answer comes 50 ms later).
@@ -154,7 +154,7 @@ struct MultiNodeTests {
     @Test("a slow APNs: the node sending keeps its claim while its pushes wait for answers longer than the lease")
     func slowAnswersKeepTheClaim() async throws {
         try await withCluster(activities: ["match": 1_000]) { cluster in
-            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIMLEASE": "3"])
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "3"])
             defer { nodes.forEach { $0.stop() } }
             // Every answer takes 4 s, longer than the 3 s lease: a claim renewed only when the next page is read would
             // run out while the first pages' pushes wait for their answers, and the other node would send them again.

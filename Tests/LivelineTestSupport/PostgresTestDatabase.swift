@@ -1,4 +1,6 @@
 import Foundation
+import LivelineStore
+import Logging
 import PostgresNIO
 
 /// The PostgreSQL server the tests may use, if any: the one `LIVELINE_TEST_POSTGRES_URL` names (as
