@@ -64,19 +64,23 @@ extension Bench {
 
         /// Registrations, the burst of updates and the paced updates after it; with `sink`, the app pushes to it.
         private func measure(root: URL, eventLoop: any EventLoop, sink target: Bench.Target?) async throws {
-            try await Bench.withServer(server, directory: root.appendingPathComponent("server")) { server in
+            try await Bench.withServers(server, directory: root) { nodes in
+                let server = nodes.first
                 let app = try await server.createApp(name: "Bench", bundleID: target?.bundleID ?? "com.example.bench")
                 if let target {
                     try await server.setAPNs(
                         appID: app.id, baseURL: target.sink.baseURL, caCertificatePEM: target.sink.caCertificatePEM, signingKey: target.key
                     )
                 }
-                let load = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: connections, eventLoop: eventLoop)
-                print("liveline bench api: \(connections) HTTP/1.1 keep-alive connections, server pid \(server.pid)")
+                let load = try await HTTPLoad.connect(host: "127.0.0.1", ports: nodes.ports, connections: connections, eventLoop: eventLoop)
+                print(
+                    "liveline bench api: \(connections) HTTP/1.1 keep-alive connections\(nodes.count > 1 ? " spread round-robin over the nodes" : ""), "
+                        + "\(self.server.storeText), \(nodes.pidText)"
+                )
 
                 let perActivity = self.perActivity
                 let publishable = "Bearer \(app.publishableKey)"
-                var cpu = server.cpuSeconds()
+                var cpu = nodes.cpuSeconds()
                 var ownCPU = Bench.processCPUSeconds()
                 let registered = try await load.run(count: registrations) { index in
                     LoadRequest(
@@ -88,13 +92,13 @@ extension Bench {
                     )
                 }
                 print("  registrations (\(perActivity) an activity)   \(Bench.describe(registered, count: registrations))")
-                printCPU("a registration", requests: registrations, server: server.cpuSeconds() - cpu, own: Bench.processCPUSeconds() - ownCPU)
+                printCPU("a registration", requests: registrations, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
 
                 let secret = "Bearer \(app.secretKey)"
                 let watched = self.watched
                 let pushesBefore = try await target?.sink.received() ?? 0
                 let burstStarted = ContinuousClock.now
-                cpu = server.cpuSeconds()
+                cpu = nodes.cpuSeconds()
                 ownCPU = Bench.processCPUSeconds()
                 let accepted = try await load.run(count: updates) { index in
                     LoadRequest(
@@ -106,7 +110,7 @@ extension Bench {
                     )
                 }
                 print("  updates (\(watched ? "watched" : "distinct") activities)    \(Bench.describe(accepted, count: updates))")
-                printCPU("an update", requests: updates, server: server.cpuSeconds() - cpu, own: Bench.processCPUSeconds() - ownCPU)
+                printCPU("an update", requests: updates, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
                 // Counting the sink's pushes in the background, while the paced updates go out.
                 let expected = updates * perActivity
                 let delivered: Task<Duration?, any Error>? = target.map { target in
@@ -142,10 +146,13 @@ extension Bench {
             }
         }
 
-        /// `    CPU a registration: server 83.5 µs, load generator 20.4 µs`: CPU seconds spent over `requests` requests.
-        private func printCPU(_ what: String, requests: Int, server: Double, own: Double) {
+        /// `    CPU a registration: server 83.5 µs, load generator 20.4 µs`: CPU seconds spent over `requests` requests
+        /// (the servers' added up, then each node's when there are several).
+        private func printCPU(_ what: String, requests: Int, server: [Double], own: Double) {
             let perRequest = 1e6 / Double(max(1, requests))
-            print("    CPU \(what): " + String(format: "server %.1f µs, load generator %.1f µs", server * perRequest, own * perRequest))
+            var line = "    CPU \(what): " + String(format: "server %.1f µs, load generator %.1f µs", server.reduce(0, +) * perRequest, own * perRequest)
+            if server.count > 1 { line += " (servers: \(Bench.perNodeCPU(server, per: requests, unit: "request")))" }
+            print(line)
         }
     }
 }

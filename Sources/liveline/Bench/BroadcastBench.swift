@@ -38,6 +38,7 @@ extension Bench {
             guard subscribers >= 0, tokens >= 0, updates >= 1, connections >= 1 else {
                 throw ValidationError("--subscribers and --tokens must not be negative; --updates and --connections must be positive.")
             }
+            guard server.nodes == 1 else { throw ValidationError("bench broadcast runs one server: --nodes must be 1.") }
         }
 
         func run() async throws {

@@ -17,6 +17,22 @@ extension Bench {
     struct ServerOptions: ParsableArguments {
         @Option(name: .customLong("server"), help: "The liveline executable to run as the server under test (default: this one).")
         var executable: String?
+        @Option(
+            name: .customLong("database-url"),
+            help: "A PostgreSQL database for the server under test (postgres://user@host:port/db; a fresh one: `bash .ci/postgres start` prints a server's URL) instead of a SQLite file in its data directory."
+        )
+        var databaseURL: String?
+        @Option(help: "`liveline serve` processes on the --database-url database, each with its own data directory and port (more than 1 needs --database-url).")
+        var nodes = 1
+
+        func validate() throws {
+            if let problem = Bench.nodesProblem(nodes: nodes, databaseURL: databaseURL) { throw ValidationError(problem) }
+        }
+
+        /// `SQLite` or `PostgreSQL, 2 nodes`: for the benchmark's heading.
+        var storeText: String {
+            databaseURL == nil ? "SQLite" : "PostgreSQL, \(nodes) node\(nodes == 1 ? "" : "s")"
+        }
     }
 
     /// One load run's line: `100,000 in 10.20 s   9,803 /s   p50 … p99 … max …   errors: none`.
@@ -26,22 +42,40 @@ extension Bench {
             + "\(result.summary.text)   errors: \(result.errorText)"
     }
 
-    /// Starts `liveline serve` in `directory`, runs `body` against it and stops it whatever happens, printing its
-    /// peak memory first.
-    static func withServer<T>(_ options: ServerOptions, directory: URL, _ body: (ServerUnderTest) async throws -> T) async throws -> T {
+    /// Starts the `liveline serve` nodes `options` asks for (one by default) under `directory`, runs `body` against
+    /// them and stops them whatever happens, printing each one's peak memory first.
+    static func withServers<T>(_ options: ServerOptions, directory: URL, _ body: (ServerNodes) async throws -> T) async throws -> T {
         BenchChildren.shared.stopOnInterrupt()
-        let server = try await ServerUnderTest(executable: serverExecutable(options.executable), directory: directory)
+        let nodes = try await ServerNodes.start(
+            executable: serverExecutable(options.executable), directory: directory, databaseURL: options.databaseURL, nodes: options.nodes
+        )
         let result: T
         do {
-            result = try await body(server)
+            result = try await body(nodes)
         } catch {
-            if !server.process.isRunning { print("The server exited: \(server.logTail())") }
-            await server.stop()
+            if !nodes.allRunning { print("A server exited: \(nodes.exitedLogs())") }
+            await nodes.stop()
             throw error
         }
-        print("  server peak memory (VmHWM)  \(megabytes(server.peakResidentBytes()))")
-        await server.stop()
+        nodes.printPeakMemory()
+        await nodes.stop()
         return result
+    }
+
+    /// One server (node 1 of what `options` asks for), as ``withServers(_:directory:_:)``.
+    static func withServer<T>(_ options: ServerOptions, directory: URL, _ body: (ServerUnderTest) async throws -> T) async throws -> T {
+        try await withServers(options, directory: directory) { try await body($0.first) }
+    }
+
+    /// Each node's pushes since `before` (its /metrics counter), nil where either reading is missing.
+    static func sentDuring(_ nodes: ServerNodes, since before: [Int?]) async -> [Int?] {
+        zip(await nodes.pushesSent(), before).map { now, then in now.flatMap { now in then.map { now - $0 } } }
+    }
+
+    /// `  server CPU 12.3 µs/push` lines per node: `node 1 … · node 2 …` when there are several.
+    static func perNodeCPU(_ seconds: [Double], per count: Int, unit: String) -> String {
+        let each = seconds.map { String(format: "%.1f µs/\(unit)", $0 / Double(max(1, count)) * 1e6) }
+        return zip(1..., each).map { "node \($0.0) \($0.1)" }.joined(separator: " · ")
     }
 
     /// h2load against the nginx sink: the reference rate of this machine at this hour, in requests a second; nil when
@@ -89,7 +123,8 @@ extension Bench.FanOut {
         // One event loop (thread) for all the load, so it takes little of the machine from the server.
         let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
         let runStarted = ContinuousClock.now
-        try await Bench.withServer(server, directory: root.appendingPathComponent("server")) { server in
+        try await Bench.withServers(server, directory: root) { nodes in
+            let server = nodes.first
             let app = try await server.createApp(name: "Bench", bundleID: target.bundleID)
             try await server.setAPNs(
                 appID: app.id, baseURL: sink.baseURL, caCertificatePEM: sink.caCertificatePEM, signingKey: target.key
@@ -99,13 +134,16 @@ extension Bench.FanOut {
             }
             print("""
                 liveline bench fanout (through the HTTP API): \(BenchRequests.grouped(instances)) instances on one activity, sink \(sinkKind.rawValue), \
-                server pid \(server.pid)
+                \(self.server.storeText), \(nodes.pidText)
                 """)
+            if nodes.count > 1 {
+                print("  registrations spread round-robin over the \(nodes.count) nodes' ports; updates posted to node 1")
+            }
             let before = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
             if let before { print("  h2load → nginx, before      \(BenchRequests.grouped(Int(before))) requests/s") }
 
             // Registration: every instance through the API, from keep-alive connections.
-            let registering = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: httpConnections, eventLoop: eventLoop)
+            let registering = try await HTTPLoad.connect(host: "127.0.0.1", ports: nodes.ports, connections: httpConnections, eventLoop: eventLoop)
             let publishable = "Bearer \(app.publishableKey)"
             let registered = try await registering.run(count: instances) { index in
                 LoadRequest(
@@ -126,7 +164,8 @@ extension Bench.FanOut {
             var sideLatencies: [UInt64] = []
             for round in 1...rounds {
                 let received = try await sink.received()
-                let cpuBefore = server.cpuSeconds()
+                let cpuBefore = nodes.cpuSeconds()
+                let sentBefore = await nodes.pushesSent()
                 let started = ContinuousClock.now
                 // Updates to other activities at a steady rate while the fan-out runs, as a busy backend sends them.
                 var paced: PacedRun?
@@ -156,7 +195,7 @@ extension Bench.FanOut {
                     }
                 }
                 let elapsed = ContinuousClock.now - started
-                let cpu = server.cpuSeconds() - cpuBefore
+                let cpu = zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 }
                 let sideResult = try await paced?.stop() ?? LoadResult()
                 sideLatencies.append(contentsOf: sideResult.latencies)
                 let rate = Double(instances) / elapsed.seconds
@@ -165,9 +204,20 @@ extension Bench.FanOut {
                     "  round \(round) of \(rounds)  "
                         + Bench.roundLine(
                             instances: instances, elapsed: elapsed, rate: rate, h2load: before, accept: accepted.summary.p50,
-                            side: sideResult, serverCPU: cpu
+                            side: sideResult, serverCPU: cpu.reduce(0, +)
                         )
                 )
+                if nodes.count > 1 {
+                    print("      server CPU per node  \(Bench.perNodeCPU(cpu, per: instances, unit: "push"))")
+                }
+                // Each node's share, from its /metrics push counter: the counters may trail the sink by a moment.
+                var sent = await Bench.sentDuring(nodes, since: sentBefore)
+                let countDeadline = ContinuousClock.now + .seconds(3)
+                while sent.contains(where: { $0 == nil }) == false, sent.compactMap({ $0 }).reduce(0, +) < instances, ContinuousClock.now < countDeadline {
+                    try await Task.sleep(for: .milliseconds(50))
+                    sent = await Bench.sentDuring(nodes, since: sentBefore)
+                }
+                print("      pushes sent (/metrics)  \(Bench.perNodeText(sent))")
                 if round < rounds, pause > 0 { try await Task.sleep(for: .seconds(pause)) }
             }
             await updating.close()

@@ -57,8 +57,17 @@ final class HTTPLoad: @unchecked Sendable {
 
     /// Opens `connections` keep-alive connections to `host:port` on `eventLoop`.
     static func connect(host: String, port: Int, connections: Int, eventLoop: any EventLoop) async throws -> HTTPLoad {
-        let load = HTTPLoad(eventLoop: eventLoop, hostHeader: "\(host):\(port)")
-        for _ in 0..<connections {
+        try await connect(host: host, ports: [port], connections: connections, eventLoop: eventLoop)
+    }
+
+    /// Opens `connections` keep-alive connections on `eventLoop`, spread round-robin over `ports` (several nodes of
+    /// one Liveline): connection i goes to `ports[i % ports.count]`. Each connection sends its next request when its
+    /// previous one is answered, so the requests are spread as the connections are (evenly while the nodes keep up).
+    static func connect(host: String, ports: [Int], connections: Int, eventLoop: any EventLoop) async throws -> HTTPLoad {
+        precondition(!ports.isEmpty, "HTTPLoad needs at least one port.")
+        let load = HTTPLoad(eventLoop: eventLoop, hostHeader: "\(host):\(ports[0])")
+        for connection in 0..<connections {
+            let port = ports[Bench.roundRobin(connection, over: ports.count)]
             // ClientBootstrap sets TCP_NODELAY by default.
             let channel = try await ClientBootstrap(group: eventLoop)
                 .channelInitializer { channel in

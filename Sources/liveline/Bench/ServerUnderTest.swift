@@ -2,12 +2,15 @@ import AsyncHTTPClient
 import Crypto
 import Foundation
 import LivelineCore
+import LivelineDispatch
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 
 /// `liveline serve` as a separate process, as users run it: a fresh data directory, the admin API on with a
 /// random token, no emulators, and apps created through the admin API. Stopped with SIGTERM, then SIGKILL.
+/// With a PostgreSQL URL its data is in that database instead of a SQLite file in its data directory; several of
+/// them (``ServerNodes``) may share one database, each with its own directory and port.
 final class ServerUnderTest: Sendable {
     struct Failure: Error, CustomStringConvertible {
         var description: String
@@ -29,13 +32,33 @@ final class ServerUnderTest: Sendable {
     var pid: Int32 { process.processIdentifier }
     var baseURL: String { "http://127.0.0.1:\(port)" }
 
-    /// Starts `executable serve` with its data in `directory` and waits until it answers /healthz.
-    init(executable: String, directory: URL) async throws {
+    /// An admin token and the file that holds it (mode 0600), for one server or for every node of several.
+    struct AdminToken: Sendable {
+        var token: String
+        var path: String
+
+        /// A fresh random token, written to `directory/admin-token`.
+        static func create(in directory: URL) throws -> AdminToken {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let token = "bench-" + SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }.map { String(format: "%02x", $0) }.joined()
+            let path = directory.appendingPathComponent("admin-token").path
+            guard FileManager.default.createFile(atPath: path, contents: Data(token.utf8), attributes: [.posixPermissions: 0o600])
+            else { throw Failure(description: "Could not write \(path).") }
+            return AdminToken(token: token, path: path)
+        }
+    }
+
+    /// Starts `executable serve` with its data in `directory` and waits until it answers /healthz. `adminToken`: the
+    /// token file to use (a fresh one in `directory` when nil). `databaseURL`: a PostgreSQL database to keep the data
+    /// in (`--database-url`); `environment`: variables added to this process's for the child (LIVELINE_MASTER_KEY).
+    init(
+        executable: String, directory: URL, adminToken given: AdminToken? = nil, databaseURL: String? = nil,
+        environment: [String: String] = [:]
+    ) async throws {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let adminToken = "bench-" + SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }.map { String(format: "%02x", $0) }.joined()
-        let tokenPath = directory.appendingPathComponent("admin-token").path
-        guard FileManager.default.createFile(atPath: tokenPath, contents: Data(adminToken.utf8), attributes: [.posixPermissions: 0o600])
-        else { throw Failure(description: "Could not write \(tokenPath).") }
+        let token = try given ?? AdminToken.create(in: directory)
+        let adminToken = token.token
+        let tokenPath = token.path
         let port = try await Bench.freePort()
         let logPath = directory.appendingPathComponent("server.log").path
         guard FileManager.default.createFile(atPath: logPath, contents: nil) else { throw Failure(description: "Could not write \(logPath).") }
@@ -46,7 +69,10 @@ final class ServerUnderTest: Sendable {
         process.arguments = [
             "serve", "--data-dir", directory.appendingPathComponent("data").path, "--host", "127.0.0.1", "--port", String(port),
             "--admin-token-file", tokenPath, "--no-emulator", "--log-level", "warning",
-        ]
+        ] + (databaseURL.map { ["--database-url", $0] } ?? [])
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
         process.standardOutput = log
         process.standardError = log
         try process.run()
@@ -100,6 +126,18 @@ final class ServerUnderTest: Sendable {
             ]
         )
     }
+
+    /// The pushes this server's engine has attempted so far: the sum of `liveline_pushes_total` (every platform,
+    /// status and reason) on its `GET /metrics`; nil when it cannot be read (metrics off, no answer).
+    func pushesSent() async -> Int? {
+        guard let response = try? await http.execute(HTTPClientRequest(url: "\(baseURL)/metrics"), timeout: .seconds(10)),
+            response.status == .ok, let body = try? await response.body.collect(upTo: 16 << 20)
+        else { return nil }
+        return Bench.counterTotal(Self.pushesCounter, inExposition: String(buffer: body))
+    }
+
+    /// The engine's push counter on /metrics.
+    static let pushesCounter = DeliveryMetrics.pushesName
 
     /// The most resident memory the server ever had (VmHWM), in bytes; nil when /proc cannot tell.
     func peakResidentBytes() -> Int? {
