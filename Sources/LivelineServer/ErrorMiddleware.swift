@@ -52,6 +52,12 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             case .channelMismatch: return .channelMismatch
             case .schemaTooNew: return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")
             }
+        case let error as PostgresFailure where error.isRetryable:
+            // Concurrent writes on PostgreSQL kept colliding past the Store's retries: nothing was stored.
+            return APIError(
+                .serviceUnavailable, code: "database_busy",
+                message: "The database could not take this write now (it kept colliding with concurrent writes); nothing was stored. Retry it."
+            )
         case let error as any HTTPResponseError:
             switch error.status {
             case .notFound:

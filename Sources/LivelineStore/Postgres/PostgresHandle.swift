@@ -121,7 +121,7 @@ public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
     /// Whether running the whole transaction again may succeed: a serialization failure, a deadlock, or a unique key
     /// another transaction inserted first (the next attempt sees it, and the Store's logic answers as it does for a
     /// row that was there before).
-    var isRetryable: Bool {
+    public var isRetryable: Bool {
         ["40001", "40P01", "23505"].contains(sqlState ?? "")
     }
 
