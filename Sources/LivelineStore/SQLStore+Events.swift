@@ -106,6 +106,9 @@ extension SQLStore: EventStore {
     /// and the row id is the position from the start.
     func sequenceEvents() async throws {
         guard dialect == .postgres else { return }
+        // A read first (the partial index `events_unsequenced`): an idle deliverer's pass, or a feed read with nothing
+        // new, takes no write transaction.
+        guard try await !reader.query("SELECT 1 AS waiting FROM events WHERE id IS NULL LIMIT 1").isEmpty else { return }
         _ = try await write(
             """
             UPDATE events SET id = s.position FROM (

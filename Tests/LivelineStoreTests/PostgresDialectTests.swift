@@ -53,6 +53,9 @@ struct PostgresDialectTests {
         let remote = try PostgresDatabaseURL("postgresql://u@db.example.com/app")
         #expect(remote.port == 5432 && remote.sslMode == .require)
         #expect(try PostgresDatabaseURL("postgres://u@db.example.com/app?sslmode=disable").sslMode == .disable)
+        let ipv6 = try PostgresDatabaseURL("postgres://u@[::1]:6543/app")
+        #expect(ipv6.host == "::1")
+        #expect(try PostgresDatabaseURL(ipv6.urlString) == ipv6)
         for bad in ["mysql://u@h/db", "postgres://h/db", "postgres://u@h", "postgres://u@h/db?sslmode=maybe"] {
             #expect(throws: PostgresDatabaseURL.Invalid.self) { try PostgresDatabaseURL(bad) }
         }

@@ -31,7 +31,9 @@ public struct PostgresDatabaseURL: Sendable, Hashable, CustomStringConvertible {
         guard let components = URLComponents(string: string), let scheme = components.scheme,
             ["postgres", "postgresql"].contains(scheme.lowercased())
         else { throw Invalid(description: "a database URL starts with postgres:// (got \(Self.redacting(string)))") }
-        guard let host = components.host, !host.isEmpty else { throw Invalid(description: "the database URL names no host") }
+        guard var host = components.host, !host.isEmpty else { throw Invalid(description: "the database URL names no host") }
+        // An IPv6 address comes in brackets; a connection wants it without.
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard let username = components.user, !username.isEmpty else { throw Invalid(description: "the database URL names no user") }
         let database = String(components.path.drop(while: { $0 == "/" }))
         guard !database.isEmpty else { throw Invalid(description: "the database URL names no database") }
@@ -60,14 +62,14 @@ public struct PostgresDatabaseURL: Sendable, Hashable, CustomStringConvertible {
 
     /// The URL, without its password.
     public var description: String {
-        "postgres://\(username)@\(host):\(port)/\(database)" + (sslMode == (isLoopback ? .disable : .require) ? "" : "?sslmode=\(sslMode.rawValue)")
+        "postgres://\(username)@\(hostInURL):\(port)/\(database)" + (sslMode == (isLoopback ? .disable : .require) ? "" : "?sslmode=\(sslMode.rawValue)")
     }
 
     /// The whole URL, password included: for a child process's environment, never for a log.
     public var urlString: String {
         var components = URLComponents()
         components.scheme = "postgres"
-        components.host = host
+        components.host = hostInURL
         components.port = port
         components.user = username
         components.password = password
@@ -75,6 +77,9 @@ public struct PostgresDatabaseURL: Sendable, Hashable, CustomStringConvertible {
         if sslMode != (isLoopback ? .disable : .require) { components.queryItems = [URLQueryItem(name: "sslmode", value: sslMode.rawValue)] }
         return components.string ?? description
     }
+
+    /// The host as a URL writes it: an IPv6 address in brackets.
+    private var hostInURL: String { host.contains(":") ? "[\(host)]" : host }
 
     private var isLoopback: Bool { ["127.0.0.1", "localhost", "::1"].contains(host) }
 

@@ -19,30 +19,25 @@ final class PostgresPool: StoreWriter, StoreReader {
     init(url: PostgresDatabaseURL, count: Int, logger: Logger) async throws {
         let threads = NIOThreadPool(numberOfThreads: max(count, 1))
         threads.start()
-        // Connecting waits for the server: on the pool's threads, not the caller's. When one connection fails, those
+        // Connecting waits for the server: on a pool thread, not the caller's. When one connection fails, those
         // made are closed again.
-        let made = await withTaskGroup(of: Result<HandleBox, any Error>.self) { group in
-            for _ in 0..<max(count, 1) {
-                group.addTask {
-                    do {
-                        return .success(try await threads.runIfActive { HandleBox(handle: try PostgresHandle(url: url, logger: logger)) })
-                    } catch {
-                        return .failure(error)
-                    }
+        let opened: HandleBox
+        do {
+            opened = try await threads.runIfActive {
+                var handles: [PostgresHandle] = []
+                do {
+                    for _ in 0..<max(count, 1) { handles.append(try PostgresHandle(url: url, logger: logger)) }
+                } catch {
+                    for handle in handles { handle.close() }
+                    throw error
                 }
+                return HandleBox(handles: handles)
             }
-            return await group.reduce(into: []) { $0.append($1) }
-        }
-        let handles = made.compactMap { try? $0.get().handle }
-        if let failure = made.lazy.compactMap({ result -> (any Error)? in
-            if case .failure(let error) = result { return error }
-            return nil
-        }).first {
-            let opened = handles.map(HandleBox.init(handle:))
-            try? await threads.runIfActive { for box in opened { box.handle.close() } }
+        } catch {
             try? await threads.shutdownGracefully()
-            throw failure
+            throw error
         }
+        let handles = opened.handles
         connections = ConnectionLeases(handles: handles, threads: threads)
     }
 
@@ -83,11 +78,11 @@ final class PostgresPool: StoreWriter, StoreReader {
     }
 }
 
-/// A connection crossing from the thread that opened it (hence unchecked: one thread uses it at a time).
+/// Connections crossing from the thread that opened them (hence unchecked: one thread uses each at a time).
 private final class HandleBox: @unchecked Sendable {
-    let handle: PostgresHandle
+    let handles: [PostgresHandle]
 
-    init(handle: PostgresHandle) {
-        self.handle = handle
+    init(handles: [PostgresHandle]) {
+        self.handles = handles
     }
 }
