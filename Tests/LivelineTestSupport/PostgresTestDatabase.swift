@@ -1,5 +1,4 @@
 import Foundation
-import LivelineStore
 import Logging
 import PostgresNIO
 
@@ -184,25 +183,13 @@ private struct PostgresURL {
 /// column by name as text (`nil` for NULL). Cast what is not text in the SQL (`count(*)::text`). For tests that look at
 /// what the Store wrote, or that the Store keeps to itself (claims, the migrations table).
 public func postgresRows(_ url: String, _ sql: String) async throws -> [[String: String?]] {
-    let url = try PostgresDatabaseURL(url)
-    let logger = Logger(label: "liveline.tests.postgres")
-    let connection = try await PostgresConnection.connect(
-        configuration: PostgresConnection.Configuration(
-            host: url.host, port: url.port, username: url.username, password: url.password, database: url.database, tls: .disable
-        ),
-        id: 2, logger: logger
-    )
-    do {
+    try await PostgresTestServer.withConnection(url: url) { connection in
         var result: [[String: String?]] = []
-        for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
+        for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: PostgresTestServer.logger) {
             var values: [String: String?] = [:]
             for cell in row { values[cell.columnName] = try cell.decode(String?.self) }
             result.append(values)
         }
-        try await connection.close()
         return result
-    } catch {
-        try? await connection.close()
-        throw error
     }
 }
