@@ -4,6 +4,7 @@ import LivelineStore
 import Logging
 import NIOCore
 import ServiceLifecycle
+import Synchronization
 
 /// How the delivery engine behaves.
 public struct DispatcherConfiguration: Sendable {
@@ -307,8 +308,8 @@ public final class Dispatcher: Service, Sendable {
 
     private typealias FanOut = FanOutStateMachine<InstanceRecord, Rendition, InstanceResult>
 
-    /// One pass over a claimed activity: the ``FanOutStateMachine`` decides, this performs its actions — reads pages,
-    /// sends, records progress — each as a child task whose outcome is fed back as the machine's next event.
+    /// Works on a claimed activity: rate shaping, then one pass over it while its lease is kept, then the claim is
+    /// handed back saying when the activity is due again.
     private func deliver(_ claim: DispatchClaim) async throws {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
@@ -329,19 +330,46 @@ public final class Dispatcher: Service, Sendable {
             try await store.recordSendStart(appID: appID, activityID: activityID, sequence: activity.sequence, at: now())
         }
 
-        // A remote start's audience becomes `starting` instances first, a page per write, renewing the claim as it goes.
-        var leaseRenewedAt = now()
-        while claim.audienceWaiting, try await store.admitStartAudience(appID: appID, activityID: activityID, limit: configuration.admissionPageSize, at: now()) {
-            if Task.isShuttingDownGracefully || Task.isCancelled {
-                try await store.releaseClaim(appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: nil)
-                return
-            }
-            if now().timeIntervalSince(leaseRenewedAt) >= configuration.claimLease / 3 {
-                leaseRenewedAt = now()
-                guard try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: leaseRenewedAt, lease: configuration.claimLease) != nil
-                else { return }
-            }
+        // From here on the claim's lease is renewed on a timer, whatever the pass waits for (a slow push service, a
+        // long admission), so that no other node takes the activity while this one is still sending it.
+        let passRelease = try await keepingClaim(appID: appID, activityID: activityID) { claimWatch in
+            try await pass(claim, budget: budget, claimWatch: claimWatch)
         }
+        // A lost claim is its new holder's to release.
+        guard let passRelease else { return }
+        let (release, broadcastDue) = passRelease
+        let retryAt: Date?
+        switch release {
+        case .now: retryAt = now()
+        case .afterPassRetryDelay: retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
+        case .afterStoreRetryDelay: retryAt = now().addingTimeInterval(1)
+        case .unscheduled: retryAt = nil
+        }
+        // An unsettled broadcast keeps the activity pending: it is looked at again when it falls due, never at once.
+        let due = [retryAt, broadcastDue].compactMap { $0 }.min()
+        try await store.releaseClaim(
+            appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: due
+        )
+    }
+
+    /// The claimed activity's pass, under ``keepingClaim(appID:activityID:_:)``: admits a remote start's audience,
+    /// publishes on the broadcast channel, and fans the state out. For the fan-out the ``FanOutStateMachine`` decides
+    /// and this performs its actions — reads pages, sends, records progress — each as a child task whose outcome is fed
+    /// back as the machine's next event. Returns when to look at the activity again and when its broadcast falls due,
+    /// or `nil` when the claim was lost (its new holder releases it).
+    private func pass(
+        _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch
+    ) async throws -> (FanOut.ReleaseTiming, broadcastDue: Date?)? {
+        let appID = claim.activity.appID
+        let activityID = claim.activity.activityID
+        let activity = claim.activity
+
+        // A remote start's audience becomes `starting` instances first, a page per write.
+        while claim.audienceWaiting, try await store.admitStartAudience(appID: appID, activityID: activityID, limit: configuration.admissionPageSize, at: now()) {
+            if claimWatch.isLost { return nil }
+            if Task.isShuttingDownGracefully || Task.isCancelled { return (.unscheduled, nil) }
+        }
+        if claimWatch.isLost { return nil }
 
         // A broadcast activity's state goes to its channel first: one request for every subscribed iPhone.
         var broadcastDue: Date?
@@ -359,21 +387,22 @@ public final class Dispatcher: Service, Sendable {
             )
         )
         let release: FanOut.ReleaseTiming = await withTaskGroup(of: FanOut.Event.self) { group in
-            // The claim's lease was set (or renewed) lately. Only one page read runs at a time.
-            var leaseRenewedAt = leaseRenewedAt
+            // Only one page read runs at a time.
             var stopping = false
+            var leaseLost = false
             while true {
                 if !stopping, Task.isShuttingDownGracefully || Task.isCancelled {
                     stopping = true
                     machine.receive(.shutdown)
                 }
+                if !leaseLost, claimWatch.isLost {
+                    leaseLost = true
+                    machine.receive(.leaseLost)
+                }
                 switch machine.nextAction() {
                 case .readPage(let platform, let below, let cursor):
-                    let at = now()
-                    let renew = below != nil && at.timeIntervalSince(leaseRenewedAt) >= configuration.claimLease / 3
-                    if renew { leaseRenewedAt = at }
                     group.addTask {
-                        await self.readPage(claim, platform: platform, below: below, after: cursor, renewingLease: renew)
+                        await self.readPage(claim, platform: platform, below: below, after: cursor)
                     }
                 case .send(let instances, let rendition):
                     var pushes: [OutgoingPush] = []
@@ -436,26 +465,52 @@ public final class Dispatcher: Service, Sendable {
                 }
             }
         }
-        let retryAt: Date?
-        switch release {
-        case .now: retryAt = now()
-        case .afterPassRetryDelay: retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
-        case .afterStoreRetryDelay: retryAt = now().addingTimeInterval(1)
-        case .unscheduled: retryAt = nil
+        if claimWatch.isLost { return nil }
+        return (release, broadcastDue)
+    }
+
+    /// Runs `body` while a child task renews the claim's lease every third of the lease, so a pass keeps its claim
+    /// however long its pushes wait for answers. When a renewal finds the claim gone (another engine took it after the
+    /// lease ran out, e.g. while this process was paused), `body`'s ``ClaimWatch`` says so and the pass stops sending.
+    /// A renewal that fails (the Store is busy) is tried again at the next tick. The renewals have stopped when it
+    /// returns.
+    private func keepingClaim<T: Sendable>(
+        appID: String, activityID: String, _ body: (ClaimWatch) async throws -> T
+    ) async throws -> T {
+        let watch = ClaimWatch()
+        return try await withThrowingTaskGroup(of: Void.self, returning: T.self) { group in
+            group.addTask { await self.renewLease(appID: appID, activityID: activityID, watch: watch) }
+            defer { group.cancelAll() }
+            return try await body(watch)
         }
-        // An unsettled broadcast keeps the activity pending: it is looked at again when it falls due, never at once.
-        let due = [retryAt, broadcastDue].compactMap { $0 }.min()
-        try await store.releaseClaim(
-            appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: due
-        )
+    }
+
+    private func renewLease(appID: String, activityID: String, watch: ClaimWatch) async {
+        let interval = Duration.milliseconds(Int64(max(configuration.claimLease / 3, 0.001) * 1000))
+        while true {
+            do { try await Task.sleep(for: interval) } catch { return }
+            do {
+                guard try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: now(), lease: configuration.claimLease) != nil
+                else {
+                    if Task.isCancelled { return }
+                    logger.warning("The activity's claim was lost mid-pass; another engine has it", metadata: ["app": "\(appID)", "activity": "\(activityID)"])
+                    watch.markLost()
+                    return
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("Renewing a claim failed; trying again", metadata: ["activity": "\(activityID)", "error": "\(error)"])
+            }
+        }
     }
 
     /// Reads a page of the pass as the fan-out asked. A platform's first page (`below` nil) is read at the claim's
     /// sequence and, when it has instances, comes with the platform's transport and the rendered state. A later page
-    /// first re-reads the claim (renewing its lease when asked; otherwise only reading it, on the Store's reader, so a
-    /// page never waits for a progress write) and comes with the newest state when a newer one was accepted.
+    /// first re-reads the claim (only reading it, on the Store's reader, so a page never waits for a progress write;
+    /// the lease is renewed by ``keepingClaim(appID:activityID:_:)``) and comes with the newest state when a newer one
+    /// was accepted.
     private func readPage(
-        _ claim: DispatchClaim, platform: Platform, below: Int64?, after cursor: String?, renewingLease: Bool
+        _ claim: DispatchClaim, platform: Platform, below: Int64?, after cursor: String?
     ) async -> FanOut.Event {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
@@ -474,13 +529,7 @@ public final class Dispatcher: Service, Sendable {
                 return .pageRead(instances: instances, cursor: instances.last?.deviceID, rendition: rendition)
             }
             let at = now()
-            let held: DispatchClaim?
-            if renewingLease {
-                held = try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: at, lease: configuration.claimLease)
-            } else {
-                held = try await store.heldClaim(appID: appID, activityID: activityID, owner: owner, now: at)
-            }
-            guard let held else { return .claimLost }
+            guard let held = try await store.heldClaim(appID: appID, activityID: activityID, owner: owner, now: at) else { return .claimLost }
             var newer: Rendition?
             if held.activity.sequence != below, let transport = try await transports.transport(appID: appID, platform: platform) {
                 newer = render(held, for: platform, transport: transport)
@@ -673,4 +722,15 @@ public final class Dispatcher: Service, Sendable {
         }
         return progress
     }
+}
+
+/// Whether a pass's claim is still its engine's, as the renewals of its lease find it: set once, by
+/// ``Dispatcher``'s lease keeper, when a renewal finds another engine holding the activity; read by the pass.
+final class ClaimWatch: Sendable {
+    private let lost = Atomic<Bool>(false)
+
+    /// A renewal found the claim gone.
+    var isLost: Bool { lost.load(ordering: .acquiring) }
+
+    func markLost() { lost.store(true, ordering: .releasing) }
 }

@@ -163,6 +163,38 @@ struct EndToEndTests {
         }
     }
 
+    @Test("an engine keeps its claim while APNs answers slower than the lease: a second engine sends nothing twice")
+    func slowAnswersKeepTheClaim() async throws {
+        try await withEmulatedAPNs { env in
+            var tokens: [String] = []
+            for index in 0..<20 { tokens.append(try await env.addPhone("iphone-\(index)", activity: "match")) }
+            // Every answer takes 1.5 s, longer than the 0.6 s lease: a lease renewed only when a page is read would run
+            // out mid-pass, and the other engine would claim the activity and send every phone the update again.
+            var slow = APNsFaults()
+            slow.delayMilliseconds = 1_500
+            env.emulator.setFaults(slow)
+            var configuration = e2eConfiguration()
+            configuration.claimLease = 0.6
+            let first = env.makeDispatcher(configuration)
+            let second = env.makeDispatcher(configuration)
+            try await running(first) { () async throws in
+                try await running(second) { () async throws in
+                    // Both engines are past their start-up (which on SQLite drops the claims a crash left) before the update.
+                    try await Task.sleep(for: .seconds(1))
+                    _ = try await env.update("match", ["minute": 1])
+                    first.wake()
+                    second.wake()
+                    #expect(try await waitFor { tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["minute": 1] } })
+                    // Longer than a lease after the last answer: a second sender would have sent by now.
+                    try await Task.sleep(for: .seconds(2))
+                }
+            }
+            for token in tokens {
+                #expect(env.emulator.pushes(token: token).count == 1, "\(token) was sent the update once")
+            }
+        }
+    }
+
     @Test("token rotation mid-activity: the new token gets the latest state at once, the old one nothing more")
     func rotation() async throws {
         try await withEmulatedAPNs { env in

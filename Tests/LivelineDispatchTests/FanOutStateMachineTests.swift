@@ -244,6 +244,29 @@ struct FanOutStateMachineTests {
         #expect(Self.release(actions) == .unscheduled)
     }
 
+    @Test("a lease found lost while pushes are in flight: nothing new goes out, what is in flight is recorded, no other platform")
+    func leaseLost() {
+        var machine = Machine(platforms: [.ios, .android], limits: Self.limits(pageSize: 5, pushesPerCall: 1, pushesInFlight: 1))
+        _ = Self.drain(&machine)
+        machine.receive(.pageRead(instances: Self.devices(1...5), cursor: "d00005", rendition: Rendition(sequence: 1)))
+        var actions = Self.drain(&machine)
+        #expect(Self.sent(actions) == [["d00001"]])
+        #expect(Self.reads(actions).count == 1, "the next page is read ahead")
+        machine.receive(.leaseLost)
+        machine.receive(.resultsReceived(Self.done(["d00001"])))
+        actions = Self.drain(&machine)
+        #expect(Self.sent(actions).isEmpty && Self.reads(actions).isEmpty)
+        // The page read ahead before the loss still arrives; nothing of it is sent, and what came back is recorded.
+        machine.receive(.pageRead(instances: Self.devices(6...7), cursor: "d00007", rendition: nil))
+        actions = Self.drain(&machine)
+        #expect(Self.sent(actions).isEmpty && Self.reads(actions).isEmpty)
+        #expect(Self.recorded(actions) == [Self.done(["d00001"])])
+        machine.receive(.progressRecorded)
+        actions = Self.drain(&machine)
+        #expect(Self.reads(actions).isEmpty, "no other platform after the lease is lost")
+        #expect(Self.release(actions) == .unscheduled)
+    }
+
     @Test("a Store failure on a page ends the platform's pass and retries soon")
     func storeFailure() {
         var machine = Machine(platforms: [.ios], limits: Self.limits(pageSize: 2, pushesPerCall: 2, progressBatchSize: 10))

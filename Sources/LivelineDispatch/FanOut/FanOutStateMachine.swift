@@ -63,7 +63,7 @@ public struct FanOutLimits: Sendable, Hashable {
 /// - records results in batches of ``FanOutLimits/progressBatchSize``, one write at a time and in order, and holds new
 ///   sends back while more than ``FanOutLimits/progressBatchesBehind`` batches wait to be written;
 /// - stops early when the claim is lost, the Store fails, the app's credentials are refused, or the server shuts
-///   down, and then only lets what is in flight finish and be recorded.
+///   down (or a renewal of its lease finds it gone), and then only lets what is in flight finish and be recorded.
 ///
 /// When every platform is done it releases the claim, saying when the activity should be looked at again.
 ///
@@ -81,8 +81,11 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
         case transportUnavailable
         /// The activity has no state to send: the pass ends.
         case nothingToSend
-        /// Another engine holds the activity now: the pass stops and leaves it to that engine.
+        /// Another engine holds the activity now (the answer to a page read): the pass stops and leaves it to that engine.
         case claimLost
+        /// Renewing the claim's lease, which the engine does on a timer while the pass runs, found it held by another
+        /// engine (or run out): nothing new goes out; what is in flight finishes and is recorded.
+        case leaseLost
         /// The Store failed while reading a page: the platform's pass stops and the activity is tried again soon.
         case storeFailed
         /// One ``Action/send(_:rendition:)`` came back with a result per instance.
@@ -205,7 +208,7 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
         case .progressRecorded:
             precondition(writing, "progressRecorded answers a recordProgress")
             writing = false
-        case .shutdown:
+        case .shutdown, .leaseLost:
             stopped = true
         }
     }
