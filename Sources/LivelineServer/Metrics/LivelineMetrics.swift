@@ -62,6 +62,8 @@ public enum MetricNames {
     public static let storeCommitDuration = "liveline_store_commit_duration_seconds"
     /// The Store's commits, by `durability`.
     public static let storeCommits = "liveline_store_commits_total"
+    /// PostgreSQL write transactions run again, by `sqlstate`.
+    public static let storeWriteRetries = "liveline_store_write_retries_total"
     /// Push attempts, by `platform`, `status`, `reason` (recorded by the delivery engine).
     public static let pushes = "liveline_pushes_total"
     /// Push attempt latency, by `platform`.

@@ -12,11 +12,13 @@ import Synchronization
 /// a ``Durability/bookkeeping`` write commits with `synchronous_commit = off`.
 final class PostgresPool: StoreWriter, StoreReader {
     private let connections: ConnectionLeases<PostgresHandle>
+    private let metrics: StoreCommitMetrics
     /// How many times a write runs at most before its serialization failure is the caller's.
     static let attempts = 30
 
     /// Opens `count` connections to `url`.
-    init(url: PostgresDatabaseURL, count: Int, logger: Logger) async throws {
+    init(url: PostgresDatabaseURL, count: Int, logger: Logger, metrics: StoreCommitMetrics = StoreCommitMetrics()) async throws {
+        self.metrics = metrics
         let threads = NIOThreadPool(numberOfThreads: max(count, 1))
         threads.start()
         // Connecting waits for the server: on a pool thread, not the caller's. When one connection fails, those
@@ -50,10 +52,13 @@ final class PostgresPool: StoreWriter, StoreReader {
                     try db.query("BEGIN ISOLATION LEVEL SERIALIZABLE")
                     if durability == .bookkeeping { try db.query("SET LOCAL synchronous_commit = off") }
                     let result = try body(db)
+                    let committing = ContinuousClock.now
                     try db.query("COMMIT")
+                    self.metrics.committed(durability, took: ContinuousClock.now - committing)
                     return result
                 } catch let failure as PostgresFailure where failure.isRetryable && attempt < Self.attempts {
                     _ = try? db.query("ROLLBACK")
+                    self.metrics.retried(sqlState: failure.sqlState ?? "?")
                     // A short pause, longer each time and never in step with the other writer: 0.1 ms – 25 ms.
                     let ceiling = min(25_000, 100 << min(attempt, 8))
                     usleep(UInt32.random(in: 100...UInt32(ceiling)))
