@@ -11,7 +11,6 @@
 import Foundation
 import LivelineKit
 import React
-import UIKit
 #if canImport(ActivityKit)
 import ActivityKit
 #endif
@@ -39,17 +38,33 @@ protocol LivelineActivityDriving: Sendable {
     func observe(emit: @escaping @Sendable (String, [String: String]) -> Void)
 }
 
-/// Holds the registered driver and whether LivelineKit already follows every activity of its type.
+/// Process-wide state: the registered driver, whether LivelineKit already follows every activity of its type, whether
+/// tokens and states are being forwarded, and the module instance JavaScript listens to now (a reload makes a new one).
 final class DriverBox: @unchecked Sendable {
     private let lock = NSLock()
     private var value: (any LivelineActivityDriving)?
     private var followsAll = false
+    private var forwarding = false
+    private weak var module: LivelineModule?
     func set(_ driver: any LivelineActivityDriving) { lock.withLock { value = driver } }
     func get() -> (any LivelineActivityDriving)? { lock.withLock { value } }
     var followsEveryActivity: Bool {
         get { lock.withLock { followsAll } }
         set { lock.withLock { followsAll = newValue } }
     }
+    /// True the first time only: forwarding is started once per process.
+    func beginForwarding() -> Bool {
+        lock.withLock {
+            defer { forwarding = true }
+            return !forwarding
+        }
+    }
+    var currentModule: LivelineModule? {
+        get { lock.withLock { module } }
+        set { lock.withLock { module = newValue } }
+    }
+    /// Sends an event to the module JavaScript listens to now, if any.
+    func emit(_ name: String, _ body: [String: Any]) { currentModule?.emit(name, body) }
 }
 
 @objc(LivelineModule)
@@ -57,7 +72,6 @@ final class LivelineModule: RCTEventEmitter {
     static let driver = DriverBox()
     private let lock = NSLock()
     private var hasListeners = false
-    private var forwarding = false
 
     override static func requiresMainQueueSetup() -> Bool { false }
 
@@ -66,7 +80,7 @@ final class LivelineModule: RCTEventEmitter {
     override func startObserving() { lock.withLock { hasListeners = true } }
     override func stopObserving() { lock.withLock { hasListeners = false } }
 
-    private func emit(_ name: String, _ body: [String: Any]) {
+    fileprivate func emit(_ name: String, _ body: [String: Any]) {
         if lock.withLock({ hasListeners }) { sendEvent(withName: name, body: body) }
     }
 
@@ -83,7 +97,8 @@ final class LivelineModule: RCTEventEmitter {
         let tags = options["tags"] as? [String: String]
         let storage = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask)[0]
             .appendingPathComponent("Liveline", isDirectory: true)
-        let osVersion = UIDevice.current.systemVersion
+        let version = ProcessInfo.processInfo.operatingSystemVersion
+        let osVersion = "\(version.majorVersion).\(version.minorVersion).\(version.patchVersion)"
         do {
             // Calling it again with the same configuration does nothing; another one is refused.
             try Liveline.configure(
@@ -94,16 +109,16 @@ final class LivelineModule: RCTEventEmitter {
             return
         }
         let client = Liveline.client
-        let startForwarding = lock.withLock { () -> Bool in
-            defer { forwarding = true }
-            return !forwarding
-        }
-        if startForwarding {
-            forwardTokens(from: client)
-            Self.driver.get()?.observe { [weak self] name, body in self?.emit(name, body) }
+        let shared = Self.driver
+        shared.currentModule = self
+        if shared.beginForwarding() {
+            Self.forwardTokens(from: client)
+            shared.get()?.observe { name, body in shared.emit(name, body) }
         }
         Task {
-            await client.registerDevice(userID: userID, tags: tags, osVersion: osVersion, locale: Locale.current.identifier)
+            await client.registerDevice(
+                userID: userID, tags: tags, osVersion: osVersion, locale: Locale.current.identifier(.bcp47)
+            )
             resolve(deviceID)
         }
     }
@@ -179,8 +194,9 @@ final class LivelineModule: RCTEventEmitter {
     }
 
     /// Forwards each token LivelineKit has sent (or is retrying) to JavaScript, once per new token.
-    private func forwardTokens(from client: LivelineClient) {
-        Task { [weak self] in
+    private static func forwardTokens(from client: LivelineClient) {
+        let shared = driver
+        Task {
             var seen: [String: String] = [:]
             for await event in await client.events() {
                 let operation: LivelineOperation
@@ -193,12 +209,12 @@ final class LivelineModule: RCTEventEmitter {
                 case .registerActivity(let activityID, _, let token):
                     if seen["activity:" + activityID] != token {
                         seen["activity:" + activityID] = token
-                        self?.emit("updateToken", ["activityId": activityID, "token": token])
+                        shared.emit("updateToken", ["activityId": activityID, "token": token])
                     }
                 case .registerDevice(let registration):
                     for (type, token) in registration.pushToStartTokens where seen["start:" + type] != token {
                         seen["start:" + type] = token
-                        self?.emit("pushToStartToken", ["attributesType": type, "token": token])
+                        shared.emit("pushToStartToken", ["attributesType": type, "token": token])
                     }
                 case .report:
                     continue

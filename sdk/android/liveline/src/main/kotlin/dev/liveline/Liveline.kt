@@ -64,8 +64,8 @@ object Liveline {
     }
 
     /**
-     * Sets the user and the tags Liveline targets remote starts by (`audience`), and registers the device again.
-     * `userId = null` clears the user; `tags = null` keeps the tags (an empty map clears them).
+     * Sets the user Liveline targets remote starts by (`audience.userIds`), and the tags when given, and registers the
+     * device again. `userId = null` clears the user; `tags = null` keeps the tags (an empty map clears them).
      */
     @JvmStatic
     @JvmOverloads
@@ -74,6 +74,13 @@ object Liveline {
         val editor = prefs(context).edit().putBoolean(PREF_USER_SET, true).putString(PREF_USER_ID, userId)
         if (tags != null) editor.putString(PREF_TAGS, JSONObject(tags).toString())
         editor.commit()
+        token(context)?.let { Outbox.put(context, deviceRegistration(context, it)) }
+    }
+
+    /** Replaces the device's tags (`audience.tags` of a remote start), keeping the user, and registers the device again. */
+    @JvmStatic
+    fun setTags(context: Context, tags: Map<String, String>) {
+        prefs(context).edit().putString(PREF_TAGS, JSONObject(tags).toString()).commit()
         token(context)?.let { Outbox.put(context, deviceRegistration(context, it)) }
     }
 

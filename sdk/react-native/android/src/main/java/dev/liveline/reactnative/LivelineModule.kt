@@ -48,11 +48,14 @@ class LivelineModule(private val reactContext: ReactApplicationContext) :
                 deviceId = if (options.hasKey("deviceId")) options.getString("deviceId") else null,
             )
             Liveline.configure(reactContext, config)
-            if (options.hasKey("userId") || options.hasKey("tags")) {
-                val tags = if (options.hasKey("tags") && options.getType("tags") == ReadableType.Map) {
-                    options.getMap("tags")!!.toHashMap().mapValues { it.value.toString() }
-                } else null
-                Liveline.identify(reactContext, if (options.hasKey("userId")) options.getString("userId") else null, tags)
+            // Only what JavaScript gave: a missing userId keeps the stored user, missing tags keep the stored tags.
+            val tags = if (options.hasKey("tags") && options.getType("tags") == ReadableType.Map) {
+                options.getMap("tags")!!.toHashMap().mapValues { it.value.toString() }
+            } else null
+            if (options.hasKey("userId")) {
+                Liveline.identify(reactContext, options.getString("userId"), tags)
+            } else if (tags != null) {
+                Liveline.setTags(reactContext, tags)
             }
             promise.resolve(Liveline.deviceId(reactContext))
         } catch (e: Exception) {
