@@ -176,15 +176,17 @@ object Liveline {
     /** A new FCM token: registers the device and every watched activity again with it (the newest token wins). */
     @JvmStatic
     fun onNewToken(context: Context, token: String) {
-        val previous = token(context)
-        prefs(context).edit().putString(PREF_TOKEN, token).commit()
+        val prefs = prefs(context)
+        prefs.edit().putString(PREF_TOKEN, token).commit()
         listeners.forEach { it.onToken(token) }
         if (configOrNull(context) == null) return // registered once configure runs (refreshToken)
         val requests = mutableListOf(deviceRegistration(context, token))
-        if (previous != token) {
+        // The watched activities are registered again only for a token they were not registered with yet.
+        if (prefs.getString(PREF_REGISTERED_TOKEN, null) != token) {
             store(context).watchedActivities().forEach { requests.add(instanceRegistration(context, token, it.activityId)) }
         }
         Outbox.put(context, *requests.toTypedArray())
+        prefs.edit().putString(PREF_REGISTERED_TOKEN, token).commit()
     }
 
     /** The FCM token the SDK last saw, if any. */
@@ -270,6 +272,7 @@ object Liveline {
 
     private const val PREF_DEVICE_ID = "device_id"
     private const val PREF_TOKEN = "fcm_token"
+    private const val PREF_REGISTERED_TOKEN = "registered_fcm_token"
     private const val PREF_USER_SET = "user_id_set"
     private const val PREF_USER_ID = "user_id"
     private const val PREF_TAGS = "tags"
