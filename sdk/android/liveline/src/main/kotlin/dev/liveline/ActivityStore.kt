@@ -51,11 +51,9 @@ internal class ActivityStore(context: Context) {
     /** Applies the contract's ordering rules to [message] and, when it is newer, records it as the activity's state. */
     fun apply(message: LivelineMessage, now: Long = System.currentTimeMillis()): Verdict = synchronized(lock) {
         val record = load(message.activityId) ?: Record(message.activityId)
-        when {
-            record.dismissed -> Verdict.DISMISSED
-            record.ended -> Verdict.AFTER_END
-            message.sequence <= record.sequence -> Verdict.OUT_OF_ORDER
-            else -> {
+        when (val decided = verdict(record, message)) {
+            Verdict.DISMISSED, Verdict.AFTER_END, Verdict.OUT_OF_ORDER -> decided
+            Verdict.APPLIED -> {
                 record.sequence = message.sequence
                 record.lastData = message.toData()
                 if (message.event == LivelineEvent.START) {
@@ -155,6 +153,17 @@ internal class ActivityStore(context: Context) {
     private fun JSONObject.optStringOrNull(key: String): String? = if (has(key)) getString(key) else null
 
     companion object {
+        /**
+         * The contract's ordering rules: nothing after a dismissal, nothing after an `end`, nothing whose sequence
+         * is not above the highest applied.
+         */
+        fun verdict(record: Record, message: LivelineMessage): Verdict = when {
+            record.dismissed -> Verdict.DISMISSED
+            record.ended -> Verdict.AFTER_END
+            message.sequence <= record.sequence -> Verdict.OUT_OF_ORDER
+            else -> Verdict.APPLIED
+        }
+
         private const val PREFIX = "activity:"
         private const val FORGET_AFTER_MILLIS = 24L * 60 * 60 * 1000
         private val lock = Any()

@@ -7,7 +7,7 @@ import org.junit.Assert.fail
 import org.junit.Test
 import kotlin.random.Random
 
-/** JVM unit tests of the parser, the HTTP answer rules and the backoff (`./gradlew :liveline:testDebugUnitTest`). */
+/** JVM unit tests of the parser, the ordering rules, the HTTP answer rules and the backoff (`./gradlew :liveline:testDebugUnitTest`). */
 class LivelineContractTest {
     // What the server's encoder emits for a start with every optional field (Tests/LivelineCoreTests/AndroidContractTests.swift).
     private val start = mapOf(
@@ -73,6 +73,21 @@ class LivelineContractTest {
             "liveline_timestamp" to "1763705400", "liveline_content_state" to "{}", "liveline_dismissal_date" to "1763706000",
         )
         assertEquals(1763706000L, LivelineContract.parse(end)!!.dismissalDate)
+    }
+
+    @Test
+    fun orderingKeepsTheNewestAndNothingAfterAnEndOrADismissal() {
+        fun update(sequence: Long) = LivelineContract.parse(
+            start + mapOf("liveline_event" to "update", "liveline_sequence" to "$sequence") -
+                setOf("liveline_attributes_type", "liveline_attributes")
+        )!!
+        val record = ActivityStore.Record("match-42", sequence = 5)
+        assertEquals(ActivityStore.Verdict.APPLIED, ActivityStore.verdict(record, update(6)))
+        assertEquals(ActivityStore.Verdict.OUT_OF_ORDER, ActivityStore.verdict(record, update(5)))
+        assertEquals(ActivityStore.Verdict.OUT_OF_ORDER, ActivityStore.verdict(record, update(4)))
+        assertEquals(ActivityStore.Verdict.APPLIED, ActivityStore.verdict(ActivityStore.Record("new"), update(1)))
+        assertEquals(ActivityStore.Verdict.AFTER_END, ActivityStore.verdict(ActivityStore.Record("a", 5, ended = true), update(9)))
+        assertEquals(ActivityStore.Verdict.DISMISSED, ActivityStore.verdict(ActivityStore.Record("a", 5, dismissed = true), update(9)))
     }
 
     @Test
