@@ -37,6 +37,7 @@ struct AndroidContractTests {
         .deletingLastPathComponent()
     static let docPath = "docs/android.md"
     static let kotlinPath = "sdk/android/liveline/src/main/kotlin/dev/liveline/LivelineContract.kt"
+    static let kotlinTestPath = "sdk/android/liveline/src/test/kotlin/dev/liveline/LivelineContractTest.kt"
 
     static func read(_ path: String) throws -> String {
         try String(contentsOf: root.appendingPathComponent(path), encoding: .utf8)
@@ -217,6 +218,30 @@ struct AndroidContractTests {
         for message in [Self.start, Self.update, Self.end] {
             #expect(events.contains(try Self.wireData(message)[FCMLiveUpdateMessage.Key.event] ?? ""))
         }
+    }
+
+    /// The `private val start = mapOf("liveline_…" to "…", …)` fixture of the Kotlin SDK's unit tests.
+    static func kotlinStartFixture() throws -> [String: String] {
+        let text = try read(kotlinTestPath)
+        let body = try #require(
+            text.components(separatedBy: "private val start = mapOf(").dropFirst().first?.components(separatedBy: "\n    )").first,
+            "\(kotlinTestPath) has no `private val start = mapOf(` fixture"
+        )
+        let pair = try NSRegularExpression(pattern: #""(liveline_\w+)" to (?:"""(.*?)"""|"([^"\\]*)")"#)
+        var fixture: [String: String] = [:]
+        for match in pair.matches(in: body, range: NSRange(body.startIndex..., in: body)) {
+            let key = String(body[Range(match.range(at: 1), in: body)!])
+            let value = Range(match.range(at: 2), in: body) ?? Range(match.range(at: 3), in: body)!
+            fixture[key] = String(body[value])
+        }
+        return fixture
+    }
+
+    @Test("the Kotlin SDK's unit tests parse exactly what the encoder emits for the same start")
+    func kotlinFixtureMatchesEncoder() throws {
+        let fixture = try Self.kotlinStartFixture()
+        try #require(!fixture.isEmpty, "no `\"liveline_…\" to …` pairs found in \(Self.kotlinTestPath)")
+        #expect(fixture == (try Self.wireData(Self.start)))
     }
 
     @Test("values are what the Kotlin parser expects: decimal numbers, JSON objects, the alert's two halves")
