@@ -4,8 +4,8 @@ import Testing
 
 /// The Android data contract is written down three times: the server's encoder (`FCMLiveUpdateMessage`), the table in
 /// `docs/android.md` that app developers read, and the Kotlin reference SDK's `LivelineContract.kt` that apps compile.
-/// These tests read the two files and hold both to what the encoder puts on the wire, so renaming, adding or dropping
-/// a key on any side fails here instead of on a phone.
+/// These tests read the two files (and the fixture of the Kotlin SDK's unit tests) and hold them to what the encoder puts
+/// on the wire, so renaming, adding or dropping a key on any side fails here instead of on a phone.
 @Suite("Android data contract: docs/android.md and the Kotlin SDK match the FCM encoder")
 struct AndroidContractTests {
     /// One row of the documentation's data-contract table.

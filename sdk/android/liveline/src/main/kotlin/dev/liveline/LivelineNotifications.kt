@@ -82,7 +82,14 @@ internal object LivelineNotifications {
         }
         val now = System.currentTimeMillis()
         val isStale = message.staleDate != null && message.staleDate * 1000 <= now
-        val content = config.renderer.render(context, message, isStale)
+        // The app's renderer must not cost the notification: if it throws (a key its content state lacks), or gives no
+        // title (a promoted notification needs one), the default rendering stands in.
+        val content = try {
+            config.renderer.render(context, message, isStale).takeIf { it.title.isNotBlank() }
+        } catch (e: RuntimeException) {
+            Log.e(Liveline.TAG, "The LivelineRenderer failed for ${message.activityId}; using the default rendering", e)
+            null
+        } ?: DefaultLivelineRenderer.render(context, message, isStale)
         val notification = if (message.event != LivelineEvent.END && Build.VERSION.SDK_INT >= 36) {
             promoted(context, config, message, content, alert)
         } else {
