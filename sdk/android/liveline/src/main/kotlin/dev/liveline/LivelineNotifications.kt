@@ -84,12 +84,13 @@ internal object LivelineNotifications {
         val isStale = message.staleDate != null && message.staleDate * 1000 <= now
         // The app's renderer must not cost the notification: if it throws (a key its content state lacks), or gives no
         // title (a promoted notification needs one), the default rendering stands in.
-        val content = try {
+        val rendered = try {
             config.renderer.render(context, message, isStale).takeIf { it.title.isNotBlank() }
         } catch (e: RuntimeException) {
             Log.e(Liveline.TAG, "The LivelineRenderer failed for ${message.activityId}; using the default rendering", e)
             null
-        } ?: DefaultLivelineRenderer.render(context, message, isStale)
+        }
+        val content = rendered ?: DefaultLivelineRenderer.render(context, message, isStale)
         val notification = if (message.event != LivelineEvent.END && Build.VERSION.SDK_INT >= 36) {
             promoted(context, config, message, content, alert)
         } else {
