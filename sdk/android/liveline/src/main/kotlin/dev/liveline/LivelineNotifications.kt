@@ -86,7 +86,7 @@ internal object LivelineNotifications {
         // title (a promoted notification needs one), the default rendering stands in.
         val rendered = try {
             config.renderer.render(context, message, isStale).takeIf { it.title.isNotBlank() }
-        } catch (e: RuntimeException) {
+        } catch (e: Exception) { // org.json's JSONException is not a RuntimeException
             Log.e(Liveline.TAG, "The LivelineRenderer failed for ${message.activityId}; using the default rendering", e)
             null
         }
