@@ -39,6 +39,8 @@ object Liveline {
     fun configure(context: Context, config: LivelineConfig) {
         this.config = config
         LivelineNotifications.ensureChannel(context.applicationContext, config)
+        // Requests left by a process that ended before they were sent (or sent before the SDK was configured).
+        if (Outbox.pending(context).isNotEmpty()) OutboxWorker.sendNow(context.applicationContext)
         refreshToken(context.applicationContext)
     }
 
