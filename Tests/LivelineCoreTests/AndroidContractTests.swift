@@ -120,7 +120,7 @@ struct AndroidContractTests {
         contentState: ["home": 2, "away": 1, "minute": 90], staleDate: 1_763_709_000, dismissalDate: 1_763_706_000,
         alert: LiveActivityAlert(title: "Full time", body: "Lions win 2–1")
     )
-    /// The same events with no optional field: only the required keys remain.
+    /// The same events with no optional field: only the keys each event requires remain.
     static let bare: [FCMLiveUpdateMessage] = [
         FCMLiveUpdateMessage(
             activityID: "a", event: .start, sequence: 1, timestamp: 1, contentState: [:], attributesType: "T", attributes: [:]
