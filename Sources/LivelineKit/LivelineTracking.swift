@@ -54,7 +54,7 @@ extension LivelineClient {
     }
 
     /// Follows `activity` until its sequences end, it is dismissed, or the calling task is cancelled: every update
-    /// token is registered (``registerActivity(id:attributesType:pushToken:)-swift.method``, so a rotation replaces the
+    /// token is registered (``registerActivity(id:attributesType:pushToken:)``, so a rotation replaces the
     /// old token), `ended` is reported as ``LivelineActivityEvent/ended`` and `dismissed` as
     /// ``LivelineActivityEvent/dismissed`` (after which nothing more is followed).
     public nonisolated func track<Activity: LivelineTrackableActivity>(_ activity: Activity) async {

@@ -200,11 +200,14 @@ struct KitEndToEndTests {
             }
             #expect(newest != firstToken)
             let expectedToken = newest
-            #expect(try await Self.waitFor {
+            let waitsOffline = try await Self.waitFor {
                 let waiting = await kit.pendingOperations()
                 return waiting.count == 1 && waiting[0].attempts >= 1
                     && waiting[0].kind == .registerActivity(activityID: "kit-match", attributesType: "MatchAttributes", pushToken: expectedToken)
-            })
+            }
+            let stillWaiting = await kit.pendingOperations()
+            try #require(waitsOffline, "\(stillWaiting)")
+            // It failed and said so (the events before it are the earlier sends).
             var sawRetry = false
             var iterator = events.makeAsyncIterator()
             while let event = await iterator.next() {
