@@ -3,12 +3,13 @@ import PackageDescription
 
 let package = Package(
     name: "liveline",
-    platforms: [.macOS(.v15)],
+    platforms: [.macOS(.v15), .iOS(.v16)],
     products: [
         .executable(name: "liveline", targets: ["liveline"]),
         .library(name: "LivelineCore", targets: ["LivelineCore"]),
         .library(name: "LivelineStore", targets: ["LivelineStore"]),
         .library(name: "LivelineServer", targets: ["LivelineServer"]),
+        .library(name: "LivelineKit", targets: ["LivelineKit"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -135,6 +136,9 @@ let package = Package(
             // The OpenAPI document, served at /openapi.json and printed by `liveline openapi`.
             resources: [.embedInCode("Resources/openapi.json")]
         ),
+        // The client SDK for apps: a platform-neutral core (outbox, registration, rotation, retry) over Foundation only,
+        // and a thin ActivityKit adapter (`#if canImport(ActivityKit)`).
+        .target(name: "LivelineKit"),
         // The `liveline` command.
         .executableTarget(
             name: "liveline",
@@ -174,6 +178,19 @@ let package = Package(
             path: "Tests/LivelineTestSupport"
         ),
         .testTarget(name: "LivelineCoreTests", dependencies: ["LivelineCore"]),
+        // The client SDK's outbox, retry schedule and persistence; end to end against a real `liveline serve --dev`.
+        .testTarget(
+            name: "LivelineKitTests",
+            dependencies: [
+                "LivelineKit",
+                "LivelineCore",
+                "LivelineTestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         // `liveline bench`: request building, percentiles, h2load's output, the round's figures; the load generator against a small server.
         // Also the executable's other pure decisions (where `serve`'s simulated phones register).
         .testTarget(

@@ -22,6 +22,7 @@ import NIOCore
 /// | `POST /phones` `{"attributesTypes": [..], "id"?, "deviceId"?, "userId"?, "tags"?, "bundleId"?, "osVersion"? (default "18.0"), "registerWith"?: {"url", "publishableKey"} or null}` | 201, a simulated iPhone with a push-to-start token per attributes type |
 /// | `GET /phones`, `GET /phones/{id}` | phones with their push-to-start tokens and Live Activities |
 /// | `POST /phones/{id}/push-to-start-tokens/{attributesType}/rotate` | a new token; the old one answers 410 |
+/// | `POST /phones/{id}/activities/{activityId}/rotate-token` | the phone's Live Activity for that Liveline activity gets a new update token (re-registered with `registerWith`); the old one answers 410 |
 /// | `GET /channels` | `{"channels": [{"channelId", "bundleId", "storagePolicy", "createdAt", "subscribers", "broadcasts"}]}`, deleted channels excluded |
 /// | `GET /channels/{channelId}` | the same object plus `"subscribersByTimestamp": {"<timestamp>" or "none": n}`, `"ended"`, `"stale"` |
 /// | `POST /channels/{channelId}/subscribers` `{"count": N, "attributesType"?}` | 201 `{"channelId", "created", "subscribers"}`: N anonymous iOS 18 Live Activities subscribed (memory only; N ≤ 200,000 a call) |
@@ -161,6 +162,21 @@ struct APNsControlAPI: Sendable {
             guard emulator.phone(id: id) != nil else { throw ControlAPIError.phoneNotFound(id) }
             guard let phone = emulator.rotatePushToStartToken(phoneID: id, attributesType: type) else {
                 throw ControlAPIError(.notFound, "attributes_type_not_found", "Phone \(id) has no push-to-start token for \(type).", field: "type")
+            }
+            return try ControlAPI.json(phone)
+        }
+        router.post("phones/:id/activities/:activityId/rotate-token") { _, context in
+            let id = try context.parameters.require("id")
+            let activityID = try context.parameters.require("activityId")
+            let phone: SimulatedPhoneDisplay
+            do throws(APNsEmulator.ActivityTokenRotationError) {
+                phone = try emulator.rotateActivityToken(phoneID: id, activityID: activityID)
+            } catch {
+                switch error {
+                case .noPhone: throw ControlAPIError.phoneNotFound(id)
+                case .noActivity: throw ControlAPIError(.notFound, "activity_not_found", error.description, field: "activityId")
+                case .noUpdateToken: throw ControlAPIError(.conflict, "no_update_token", error.description, field: "activityId")
+                }
             }
             return try ControlAPI.json(phone)
         }

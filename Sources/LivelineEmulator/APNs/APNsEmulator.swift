@@ -356,6 +356,37 @@ public final class APNsEmulator: Service, Sendable {
         core.rotatePushToStartToken(phoneID: phoneID, attributesType: attributesType)
     }
 
+    /// Why ``rotateActivityToken(phoneID:activityID:)`` cannot rotate.
+    public enum ActivityTokenRotationError: Error, Equatable, CustomStringConvertible {
+        /// No phone with this id.
+        case noPhone(String)
+        /// The phone shows no Live Activity with this Liveline activity id.
+        case noActivity(String)
+        /// The activity is subscribed to a broadcast channel and has no update token.
+        case noUpdateToken(String)
+
+        /// A sentence for humans.
+        public var description: String {
+            switch self {
+            case .noPhone(let id): "No phone with id \(id)."
+            case .noActivity(let id): "The phone shows no Live Activity for activity \(id)."
+            case .noUpdateToken(let id): "The Live Activity for activity \(id) is subscribed to a broadcast channel without an update token."
+            }
+        }
+    }
+
+    /// The phone's Live Activity for Liveline activity `activityID` gets a new update token (and registers it, with
+    /// register-with); the old token answers 410 `Unregistered` from now on. Returns the phone as it now is.
+    @discardableResult
+    public func rotateActivityToken(phoneID: String, activityID: String) throws(ActivityTokenRotationError) -> SimulatedPhoneDisplay {
+        switch core.rotateActivityToken(phoneID: phoneID, activityID: activityID) {
+        case .success(let phone): return phone
+        case .failure(.noPhone): throw .noPhone(phoneID)
+        case .failure(.noActivity): throw .noActivity(activityID)
+        case .failure(.noUpdateToken): throw .noUpdateToken(activityID)
+        }
+    }
+
     /// One simulated iPhone with its push-to-start tokens and Live Activities, or `nil`.
     public func phone(id: String) -> SimulatedPhoneDisplay? {
         core.phone(id: id)

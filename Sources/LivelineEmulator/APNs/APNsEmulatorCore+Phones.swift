@@ -78,6 +78,61 @@ extension APNsEmulatorCore {
         return display
     }
 
+    /// Why an activity's update token cannot rotate.
+    enum ActivityTokenRotationError: Error, Equatable {
+        /// No phone with this id.
+        case noPhone
+        /// The phone shows no Live Activity with this Liveline activity id.
+        case noActivity
+        /// The activity is subscribed to a broadcast channel without an update token.
+        case noUpdateToken
+    }
+
+    /// The phone's Live Activity showing Liveline activity `activityID` (its `attributes.liveline.activityId`; the newest
+    /// such activity) gets a new update token, as ActivityKit's `pushTokenUpdates` yields one: the activity, with what
+    /// it shows, moves to the new token; the old token answers 410 `Unregistered` from now on; and the app registers the
+    /// new token with Liveline (`PUT /v1/activities/{activityId}/instances/{deviceId}`) when the phone has
+    /// `registerWith`.
+    func rotateActivityToken(phoneID: String, activityID: String) -> Result<SimulatedPhoneDisplay, ActivityTokenRotationError> {
+        let now = clock()
+        let rotated = state.withLock { state -> Result<(SimulatedPhoneDisplay, PendingRegistration?), ActivityTokenRotationError> in
+            guard var phone = state.phones[phoneID] else { return .failure(.noPhone) }
+            guard let index = phone.activityTokens.lastIndex(where: { state.devices[$0]?.activityID == activityID }) else {
+                return .failure(.noActivity)
+            }
+            let old = phone.activityTokens[index]
+            guard Self.isHexToken(old), var device = state.devices[old] else { return .failure(.noUpdateToken) }
+            let token = APNsEmulator.randomToken()
+            device.sequence = state.nextDeviceSequence
+            state.nextDeviceSequence += 1
+            device.unregisteredAt = nil
+            device.lastRegistration = nil
+            state.devices[token] = device
+            if state.devices[old]?.unregisteredAt == nil { state.devices[old]?.unregisteredAt = now }
+            phone.activityTokens[index] = token
+            state.phones[phoneID] = phone
+            let registration = phone.registerWith.map { target in
+                PendingRegistration(
+                    target: target,
+                    request: .instance(
+                        activityID: activityID, deviceID: phone.deviceID, platform: "ios", pushToken: token,
+                        attributesType: device.activity.attributesType
+                    ),
+                    subject: .activity(token)
+                )
+            }
+            return .success((Self.display(phone, state: state, now: now), registration))
+        }
+        switch rotated {
+        case .failure(let error):
+            return .failure(error)
+        case .success(let (display, registration)):
+            changed()
+            if let registration { submit(registration) }
+            return .success(display)
+        }
+    }
+
     func phone(id: String) -> SimulatedPhoneDisplay? {
         let now = clock()
         return state.withLock { state in state.phones[id].map { Self.display($0, state: state, now: now) } }
