@@ -85,7 +85,7 @@ struct NodeWakeService: Service {
     let onWake: @Sendable () -> Void
 
     func run() async throws {
-        try? await cancelWhenGracefulShutdown { await channel.run(onWake: onWake) }
+        await cancelWhenGracefulShutdown { await channel.run(onWake: onWake) }
     }
 }
 
