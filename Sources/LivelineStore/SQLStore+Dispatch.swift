@@ -216,7 +216,7 @@ extension SQLStore {
             """
             UPDATE activities SET
                 dispatched_sequence = CASE WHEN pass.behind THEN activities.dispatched_sequence ELSE activities.sequence END,
-                next_dispatch_at = CASE WHEN pass.behind THEN ? ELSE NULL END,
+                next_dispatch_at = CASE WHEN pass.behind THEN CAST(? AS BIGINT) ELSE NULL END,
                 claim_owner = NULL, claim_expires_at = NULL
             FROM (
                 SELECT EXISTS (
@@ -233,6 +233,8 @@ extension SQLStore {
             WHERE activities.app_id = ? AND activities.activity_id = ? AND activities.claim_owner = ?
             RETURNING dispatched_sequence = sequence AS done
             """,
+            // Typed in the statement: a NULL bind (no retry time) has no type of its own, and PostgreSQL would read the
+            // CASE as text.
             [retryAt.map { .integer(Self.millis($0)) } ?? .null, .text(appID), .text(activityID)]
                 + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
                 + [.text(appID), .text(activityID), .text(appID), .text(activityID)]

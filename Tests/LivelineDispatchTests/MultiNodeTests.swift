@@ -151,6 +151,7 @@ struct MultiNodeTests {
             let engine = DispatcherConfiguration()
             let bound = engine.pushesInFlight + (engine.progressBatchesBehind + 1) * engine.progressBatchSize
             #expect(tally.duplicates <= bound, "duplicates: \(tally.duplicates), at most \(bound)")
+            if tally.duplicates > bound || tally.maximumPerPhone > 2 { print("MultiNodeTests kill -9, the survivor's log:\n\(survivor.logTail)") }
             // Every push the emulator accepted was the update's first to a phone or one of those duplicates.
             #expect(cluster.emulator.statistics.accepted == 20_000 + tally.duplicates)
             #expect(survivorPushes > 0, "the survivor took the fan-out over")

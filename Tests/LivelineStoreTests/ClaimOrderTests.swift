@@ -41,4 +41,27 @@ struct ClaimOrderTests {
             #expect(due?.activity.activityID == "a", "a's lease ran out")
         }
     }
+
+    @Test("a claim handed back with no retry time (shutdown, a lost pass) leaves the activity pending and claimable at once", arguments: StoreKind.available)
+    func releaseUnscheduled(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            _ = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: "app_test", activityID: "a", deviceID: "d1", platform: .ios, pushToken: String(repeating: "ab", count: 32),
+                    attributesType: nil, attributes: nil, userID: nil
+                ),
+                at: t0
+            )
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 1]), at: t0)
+            let claim = try #require(try await store.claimPendingActivity(owner: "w1", now: t0, lease: 30))
+            // The instance is still behind: the release keeps the activity pending, due at once (no retry time).
+            let done = try await store.releaseClaim(appID: "app_test", activityID: "a", owner: claim.owner, platforms: [.ios, .android], retryAt: nil)
+            #expect(!done)
+            #expect(try await store.nextClaimableAt().map { $0 <= t0 } == true)
+            let again = try await store.claimPendingActivity(owner: "w2", now: t0, lease: 30)
+            #expect(again?.activity.activityID == "a")
+        }
+    }
 }
