@@ -99,9 +99,13 @@ public final class Dispatcher: Service, Sendable {
     }
 
     private func workerLoop(index: Int) async {
+        // Each worker claims under a name of its own: were a pass's lease to run out (a paused process, a Store too busy
+        // to renew it), another worker of this engine claiming the activity must not pass for its holder, or both
+        // would renew it and send every phone the state twice.
+        let workerOwner = "\(owner)-w\(index)"
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             do {
-                if let claim = try await store.claimPendingActivity(owner: owner, now: now(), lease: configuration.claimLease) {
+                if let claim = try await store.claimPendingActivity(owner: workerOwner, now: now(), lease: configuration.claimLease) {
                     try await deliver(claim)
                     continue
                 }
@@ -323,7 +327,7 @@ public final class Dispatcher: Service, Sendable {
             if let interval = activity.minUpdateInterval, interval > 0, activity.event != .end, let last = activity.lastSentAt {
                 let allowed = last.addingTimeInterval(interval)
                 if now() < allowed {
-                    try await store.deferClaim(appID: appID, activityID: activityID, owner: owner, sequence: activity.sequence, until: allowed)
+                    try await store.deferClaim(appID: appID, activityID: activityID, owner: claim.owner, sequence: activity.sequence, until: allowed)
                     return
                 }
             }
@@ -332,7 +336,7 @@ public final class Dispatcher: Service, Sendable {
 
         // From here on the claim's lease is renewed on a timer, whatever the pass waits for (a slow push service, a
         // long admission), so that no other node takes the activity while this one is still sending it.
-        let passRelease = try await keepingClaim(appID: appID, activityID: activityID) { claimWatch in
+        let passRelease = try await keepingClaim(claim) { claimWatch in
             try await pass(claim, budget: budget, claimWatch: claimWatch)
         }
         // A lost claim is its new holder's to release.
@@ -348,11 +352,11 @@ public final class Dispatcher: Service, Sendable {
         // An unsettled broadcast keeps the activity pending: it is looked at again when it falls due, never at once.
         let due = [retryAt, broadcastDue].compactMap { $0 }.min()
         try await store.releaseClaim(
-            appID: appID, activityID: activityID, owner: owner, platforms: configuration.platforms, retryAt: due
+            appID: appID, activityID: activityID, owner: claim.owner, platforms: configuration.platforms, retryAt: due
         )
     }
 
-    /// The claimed activity's pass, under ``keepingClaim(appID:activityID:_:)``: admits a remote start's audience,
+    /// The claimed activity's pass, under ``keepingClaim(_:_:)``: admits a remote start's audience,
     /// publishes on the broadcast channel, and fans the state out. For the fan-out the ``FanOutStateMachine`` decides
     /// and this performs its actions — reads pages, sends, records progress — each as a child task whose outcome is fed
     /// back as the machine's next event. Returns when to look at the activity again and when its broadcast falls due,
@@ -474,18 +478,17 @@ public final class Dispatcher: Service, Sendable {
     /// lease ran out, e.g. while this process was paused), `body`'s ``ClaimWatch`` says so and the pass stops sending.
     /// A renewal that fails (the Store is busy) is tried again at the next tick. The renewals have stopped when it
     /// returns.
-    private func keepingClaim<T: Sendable>(
-        appID: String, activityID: String, _ body: (ClaimWatch) async throws -> T
-    ) async throws -> T {
+    private func keepingClaim<T: Sendable>(_ claim: DispatchClaim, _ body: (ClaimWatch) async throws -> T) async throws -> T {
         let watch = ClaimWatch()
         return try await withThrowingTaskGroup(of: Void.self, returning: T.self) { group in
-            group.addTask { await self.renewLease(appID: appID, activityID: activityID, watch: watch) }
+            group.addTask { await self.renewLease(claim, watch: watch) }
             defer { group.cancelAll() }
             return try await body(watch)
         }
     }
 
-    private func renewLease(appID: String, activityID: String, watch: ClaimWatch) async {
+    private func renewLease(_ claim: DispatchClaim, watch: ClaimWatch) async {
+        let (appID, activityID, owner) = (claim.activity.appID, claim.activity.activityID, claim.owner)
         let interval = Duration.milliseconds(Int64(max(configuration.claimLease / 3, 0.001) * 1000))
         while true {
             do { try await Task.sleep(for: interval) } catch { return }
@@ -507,7 +510,7 @@ public final class Dispatcher: Service, Sendable {
     /// Reads a page of the pass as the fan-out asked. A platform's first page (`below` nil) is read at the claim's
     /// sequence and, when it has instances, comes with the platform's transport and the rendered state. A later page
     /// first re-reads the claim (only reading it, on the Store's reader, so a page never waits for a progress write;
-    /// the lease is renewed by ``keepingClaim(appID:activityID:_:)``) and comes with the newest state when a newer one
+    /// the lease is renewed by ``keepingClaim(_:_:)``) and comes with the newest state when a newer one
     /// was accepted.
     private func readPage(
         _ claim: DispatchClaim, platform: Platform, below: Int64?, after cursor: String?
@@ -529,7 +532,7 @@ public final class Dispatcher: Service, Sendable {
                 return .pageRead(instances: instances, cursor: instances.last?.deviceID, rendition: rendition)
             }
             let at = now()
-            guard let held = try await store.heldClaim(appID: appID, activityID: activityID, owner: owner, now: at) else { return .claimLost }
+            guard let held = try await store.heldClaim(appID: appID, activityID: activityID, owner: claim.owner, now: at) else { return .claimLost }
             var newer: Rendition?
             if held.activity.sequence != below, let transport = try await transports.transport(appID: appID, platform: platform) {
                 newer = render(held, for: platform, transport: transport)

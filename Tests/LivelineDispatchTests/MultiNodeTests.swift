@@ -20,15 +20,11 @@ import Glibc
 /// per token and `aps.timestamp`, and Liveline gives each sequence of an activity its own timestamp), never taken from
 /// the nodes' own account.
 ///
-/// Runs only with a test PostgreSQL server (`LIVELINE_TEST_POSTGRES_URL`) and `LIVELINE_MULTINODE_TESTS=1`: the suite
-/// takes 6 – 10 minutes of a 2-core machine (debug builds of three processes and 20,000 phones per test), more than CI's
-/// budget leaves. Every test has a database of its own. The tests run one after another: each starts several processes
-/// and a fan-out to 20,000 phones, and on a 2-core machine a second one beside it would only blur their timing (the
-/// kill test's above all).
-///
-/// Known to fail (issue 21 stays open): an engine renews its claim between pages, not while a page waits for APNs, so
-/// APNs answering slower than the lease (the slow-APNs test), or a loaded machine with a short lease (the kill test),
-/// lets another node claim the activity and send its pushes again.
+/// Runs only with a test PostgreSQL server (`LIVELINE_TEST_POSTGRES_URL`) and `LIVELINE_MULTINODE_TESTS=1` (CI sets
+/// both, in a step of its own after the other tests): the suite takes about 4 minutes of a 2-core machine (debug builds
+/// of three processes and 20,000 phones per test). Every test has a database of its own. The tests run one after
+/// another: each starts several processes and a fan-out to 20,000 phones, and on a 2-core machine a second one beside
+/// it would only blur their timing (the kill test's above all).
 @Suite(
     "Several liveline serve nodes on one PostgreSQL database", .tags(.slow), .unlessSkippingSlowTests,
     .enabled(
