@@ -490,16 +490,29 @@ public final class Dispatcher: Service, Sendable {
     private func renewLease(_ claim: DispatchClaim, watch: ClaimWatch) async {
         let (appID, activityID, owner) = (claim.activity.appID, claim.activity.activityID, claim.owner)
         let interval = Duration.milliseconds(Int64(max(configuration.claimLease / 3, 0.001) * 1000))
+        var renewed = ContinuousClock.now
         while true {
             do { try await Task.sleep(for: interval) } catch { return }
             do {
+                let asked = ContinuousClock.now
                 guard try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: now(), lease: configuration.claimLease) != nil
                 else {
                     if Task.isCancelled { return }
-                    logger.warning("The activity's claim was lost mid-pass; another engine has it", metadata: ["app": "\(appID)", "activity": "\(activityID)"])
+                    logger.warning(
+                        "The activity's claim was lost mid-pass; another engine has it",
+                        metadata: ["app": "\(appID)", "activity": "\(activityID)", "sinceRenewal": "\(ContinuousClock.now - renewed)"]
+                    )
                     watch.markLost()
                     return
                 }
+                let answered = ContinuousClock.now
+                if answered - renewed > .milliseconds(Int64(configuration.claimLease * 1000 / 2)) {
+                    logger.warning(
+                        "A claim was renewed late",
+                        metadata: ["activity": "\(activityID)", "sinceRenewal": "\(answered - renewed)", "renewalTook": "\(answered - asked)"]
+                    )
+                }
+                renewed = answered
             } catch {
                 if Task.isCancelled { return }
                 logger.warning("Renewing a claim failed; trying again", metadata: ["activity": "\(activityID)", "error": "\(error)"])

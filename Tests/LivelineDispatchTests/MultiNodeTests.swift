@@ -99,8 +99,10 @@ struct MultiNodeTests {
     @Test("kill -9 of one node mid-fan-out: the other takes over once its claim's lease ran out, every phone ends at the update")
     func killOneNodeMidFanOut() async throws {
         try await withCluster(activities: ["match": 20_000]) { cluster in
-            // A 3 s lease: the survivor takes over 3 s after the last renewal.
-            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "3"])
+            // A 10 s lease (the default is 30): the survivor takes over 10 s after the last renewal. Shorter is not safe
+            // here: with three debug processes and PostgreSQL on two cores, a renewal (every third of the lease) was
+            // seen to take up to 2.6 s to be written, and a 3 s lease then lapsed under the survivor's own pass.
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "10"])
             defer { nodes.forEach { $0.stop() } }
             // Slow answers keep the fan-out going long enough to be caught half-way (the phone applies a push when it
             // arrives; the answer comes 50 ms later).
