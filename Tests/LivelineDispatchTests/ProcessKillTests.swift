@@ -12,45 +12,6 @@ import Testing
 import Glibc
 #endif
 
-/// The `liveline` executable: `LIVELINE_BINARY` when set, otherwise the one SwiftPM built next to the tests.
-///
-/// SwiftPM puts every product of a build, the test bundle and `liveline` alike, in one directory
-/// (`.build/<triple>/<configuration>`, or under `--scratch-path`), so the executable is found beside the running
-/// test binary whatever the configuration, triple or scratch path.
-func livelineExecutable() -> URL {
-    if let path = ProcessInfo.processInfo.environment["LIVELINE_BINARY"], !path.isEmpty {
-        return URL(fileURLWithPath: path)
-    }
-    return builtProductsDirectory().appendingPathComponent("liveline")
-}
-
-/// The directory the running tests were built into.
-func builtProductsDirectory() -> URL {
-    #if os(macOS)
-    // Xcode's `xctest` runner loads the tests as a bundle: `<products>/livelinePackageTests.xctest`.
-    if let bundle = Bundle.allBundles.first(where: { $0.bundleURL.pathExtension == "xctest" }) {
-        return bundle.bundleURL.deletingLastPathComponent()
-    }
-    #endif
-    // On Linux the tests are an executable of their own: `<products>/livelinePackageTests.xctest`.
-    let executable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
-    return executable.resolvingSymlinksInPath().deletingLastPathComponent()
-}
-
-func freePort() -> Int {
-    // The kernel picks a free port for a socket bound to port 0.
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
-
 @Suite("A real liveline process, killed mid-fan-out", .tags(.slow), .unlessSkippingSlowTests)
 struct ProcessKillTests {
     @Test("SIGKILL during a fan-out to thousands of instances, then a restart: every phone ends at the latest state")

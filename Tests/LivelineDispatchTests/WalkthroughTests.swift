@@ -15,51 +15,7 @@ import Glibc
 @Suite("The README walkthrough against a real serve --dev", .tags(.slow), .unlessSkippingSlowTests)
 struct WalkthroughTests {
     /// A running `liveline serve --dev` and the ports it was given.
-    struct Server {
-        var process: Process
-        var output: URL
-        var api: String
-        var apnsControl: String
-        var fcmControl: String
-
-        static func start(root: URL, ports: [Int], environment: [String: String] = [:]) throws -> Server {
-            let process = Process()
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-            process.executableURL = livelineExecutable()
-            process.arguments = [
-                "serve", "--dev", "--data-dir", root.appendingPathComponent("data").path, "--port", "\(ports[0])",
-                "--emulator-port", "\(ports[1])", "--emulator-control-port", "\(ports[2])",
-                "--fcm-emulator-port", "\(ports[3])", "--fcm-emulator-control-port", "\(ports[4])",
-                "--emulator-channels-port", "\(ports[5])",
-            ]
-            let output = root.appendingPathComponent("serve-\(UUID().uuidString).log")
-            _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-            let handle = try FileHandle(forWritingTo: output)
-            process.standardOutput = handle
-            process.standardError = handle
-            try process.run()
-            return Server(
-                process: process, output: output, api: "http://127.0.0.1:\(ports[0])", apnsControl: "http://127.0.0.1:\(ports[2])",
-                fcmControl: "http://127.0.0.1:\(ports[4])"
-            )
-        }
-
-        /// The value of `export NAME=value` in what the server printed, once it has.
-        func exported(_ name: String) -> String? {
-            guard let text = try? String(contentsOf: output, encoding: .utf8) else { return nil }
-            for line in text.split(separator: "\n") {
-                let trimmed = line.trimmingCharacters(in: .whitespaces)
-                if trimmed.hasPrefix("export \(name)=") { return String(trimmed.dropFirst("export \(name)=".count)) }
-            }
-            return nil
-        }
-
-        func stop() {
-            guard process.isRunning else { return }
-            kill(process.processIdentifier, SIGTERM)
-            process.waitUntilExit()
-        }
-    }
+    typealias Server = ServeDevProcess
 
     struct Reply {
         var status: UInt

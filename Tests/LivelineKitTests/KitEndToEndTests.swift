@@ -24,49 +24,7 @@ struct PhoneActivity: LivelineTrackableActivity {
 /// The "done when": LivelineKit as the app on a simulated iPhone, against a real `liveline serve --dev`.
 @Suite("LivelineKit against a real serve --dev", .tags(.slow), .unlessSkippingSlowTests)
 struct KitEndToEndTests {
-    /// A running `liveline serve --dev` (as WalkthroughTests starts it).
-    struct Server {
-        var process: Process
-        var output: URL
-        var apiPort: Int
-        var api: String { "http://127.0.0.1:\(apiPort)" }
-        var apnsControl: String
-
-        static func start(root: URL) throws -> Server {
-            let ports = (0..<6).map { _ in freePort() }
-            let process = Process()
-            process.executableURL = livelineExecutable()
-            process.arguments = [
-                "serve", "--dev", "--data-dir", root.appendingPathComponent("data").path, "--port", "\(ports[0])",
-                "--emulator-port", "\(ports[1])", "--emulator-control-port", "\(ports[2])",
-                "--fcm-emulator-port", "\(ports[3])", "--fcm-emulator-control-port", "\(ports[4])",
-                "--emulator-channels-port", "\(ports[5])",
-            ]
-            let output = root.appendingPathComponent("serve.log")
-            _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-            let handle = try FileHandle(forWritingTo: output)
-            process.standardOutput = handle
-            process.standardError = handle
-            try process.run()
-            return Server(process: process, output: output, apiPort: ports[0], apnsControl: "http://127.0.0.1:\(ports[2])")
-        }
-
-        /// The value of `export NAME=value` in what the server printed, once it has.
-        func exported(_ name: String) -> String? {
-            guard let text = try? String(contentsOf: output, encoding: .utf8) else { return nil }
-            for line in text.split(separator: "\n") {
-                let trimmed = line.trimmingCharacters(in: .whitespaces)
-                if trimmed.hasPrefix("export \(name)=") { return String(trimmed.dropFirst("export \(name)=".count)) }
-            }
-            return nil
-        }
-
-        func stop() {
-            guard process.isRunning else { return }
-            kill(process.processIdentifier, SIGTERM)
-            process.waitUntilExit()
-        }
-    }
+    typealias Server = ServeDevProcess
 
     static func call(_ client: HTTPClient, _ method: HTTPMethod, _ url: String, key: String? = nil, body: JSONValue? = nil) async throws -> (
         status: UInt, json: JSONValue

@@ -1,0 +1,99 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `liveline` executable: `LIVELINE_BINARY` when set, otherwise the one SwiftPM built next to the tests.
+///
+/// SwiftPM puts every product of a build, the test bundle and `liveline` alike, in one directory
+/// (`.build/<triple>/<configuration>`, or under `--scratch-path`), so the executable is found beside the running
+/// test binary whatever the configuration, triple or scratch path.
+public func livelineExecutable() -> URL {
+    if let path = ProcessInfo.processInfo.environment["LIVELINE_BINARY"], !path.isEmpty {
+        return URL(fileURLWithPath: path)
+    }
+    return builtProductsDirectory().appendingPathComponent("liveline")
+}
+
+/// The directory the running tests were built into.
+public func builtProductsDirectory() -> URL {
+    #if os(macOS)
+    // Xcode's `xctest` runner loads the tests as a bundle: `<products>/livelinePackageTests.xctest`.
+    if let bundle = Bundle.allBundles.first(where: { $0.bundleURL.pathExtension == "xctest" }) {
+        return bundle.bundleURL.deletingLastPathComponent()
+    }
+    #endif
+    // On Linux the tests are an executable of their own: `<products>/livelinePackageTests.xctest`.
+    let executable = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
+    return executable.resolvingSymlinksInPath().deletingLastPathComponent()
+}
+
+/// A port on 127.0.0.1 the kernel says is free now (it picks one for a socket bound to port 0).
+public func freePort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// A running `liveline serve --dev` child process (SQLite in `root/data`, the built-in emulators), as a newcomer runs
+/// it, and the ports it was given; what it prints goes to `output`.
+public struct ServeDevProcess {
+    public var process: Process
+    public var output: URL
+    /// The API's port and base URL (`http://127.0.0.1:PORT`).
+    public var apiPort: Int
+    public var api: String
+    /// The base URLs of the APNs and FCM emulators' control APIs.
+    public var apnsControl: String
+    public var fcmControl: String
+
+    /// Starts the server with `ports`: API, APNs emulator, its control API, FCM emulator, its control API, channel
+    /// management (six free ports when nil), and `environment` laid over this process's.
+    public static func start(root: URL, ports: [Int]? = nil, environment: [String: String] = [:]) throws -> ServeDevProcess {
+        let ports = ports ?? (0..<6).map { _ in freePort() }
+        let process = Process()
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.executableURL = livelineExecutable()
+        process.arguments = [
+            "serve", "--dev", "--data-dir", root.appendingPathComponent("data").path, "--port", "\(ports[0])",
+            "--emulator-port", "\(ports[1])", "--emulator-control-port", "\(ports[2])",
+            "--fcm-emulator-port", "\(ports[3])", "--fcm-emulator-control-port", "\(ports[4])",
+            "--emulator-channels-port", "\(ports[5])",
+        ]
+        let output = root.appendingPathComponent("serve-\(UUID().uuidString).log")
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: output)
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        return ServeDevProcess(
+            process: process, output: output, apiPort: ports[0], api: "http://127.0.0.1:\(ports[0])",
+            apnsControl: "http://127.0.0.1:\(ports[2])", fcmControl: "http://127.0.0.1:\(ports[4])"
+        )
+    }
+
+    /// The value of `export NAME=value` in what the server printed, once it has.
+    public func exported(_ name: String) -> String? {
+        guard let text = try? String(contentsOf: output, encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.hasPrefix("export \(name)=") { return String(trimmed.dropFirst("export \(name)=".count)) }
+        }
+        return nil
+    }
+
+    /// Stops it with SIGTERM and waits for it to exit.
+    public func stop() {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+    }
+}
