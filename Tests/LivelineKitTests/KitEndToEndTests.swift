@@ -207,7 +207,8 @@ struct KitEndToEndTests {
                 let activity = try await Self.call(http, .GET, server.api + "/v1/activities/kit-match", key: secret).json.objectValue
                 return activity?["instances"]?.objectValue?["dismissed"] == 1
             })
-            #expect(await kit.pendingOperations().isEmpty)
+            // The server commits the report before LivelineKit reads its answer: the outbox empties a moment later.
+            #expect(try await Self.waitFor { await kit.pendingOperations().isEmpty })
             tokenInput.finish()
             stateInput.finish()
         } catch {
