@@ -168,13 +168,14 @@ struct EndToEndTests {
         try await withEmulatedAPNs { env in
             var tokens: [String] = []
             for index in 0..<20 { tokens.append(try await env.addPhone("iphone-\(index)", activity: "match")) }
-            // Every answer takes 1.5 s, longer than the 0.6 s lease: a lease renewed only when a page is read would run
-            // out mid-pass, and the other engine would claim the activity and send every phone the update again.
+            // Every answer takes 5 s, longer than the 4 s lease: a lease renewed only when a page is read would run out
+            // mid-pass, and the other engine would claim the activity and send every phone the update again. (Renewals
+            // come every third of the lease; under a loaded test run they may be late, hence not a shorter lease.)
             var slow = APNsFaults()
-            slow.delayMilliseconds = 1_500
+            slow.delayMilliseconds = 5_000
             env.emulator.setFaults(slow)
             var configuration = e2eConfiguration()
-            configuration.claimLease = 0.6
+            configuration.claimLease = 4
             let first = env.makeDispatcher(configuration)
             let second = env.makeDispatcher(configuration)
             try await running(first) { () async throws in
@@ -185,8 +186,9 @@ struct EndToEndTests {
                     first.wake()
                     second.wake()
                     #expect(try await waitFor { tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["minute": 1] } })
-                    // Longer than a lease after the last answer: a second sender would have sent by now.
-                    try await Task.sleep(for: .seconds(2))
+                    // The phones show it when the pushes arrive; the answers come 5 s later, and only then does the pass
+                    // end: a second sender would have sent by then.
+                    try await Task.sleep(for: .seconds(6))
                 }
             }
             for token in tokens {
