@@ -379,12 +379,7 @@ public final class APNsEmulator: Service, Sendable {
     /// register-with); the old token answers 410 `Unregistered` from now on. Returns the phone as it now is.
     @discardableResult
     public func rotateActivityToken(phoneID: String, activityID: String) throws(ActivityTokenRotationError) -> SimulatedPhoneDisplay {
-        switch core.rotateActivityToken(phoneID: phoneID, activityID: activityID) {
-        case .success(let phone): return phone
-        case .failure(.noPhone): throw .noPhone(phoneID)
-        case .failure(.noActivity): throw .noActivity(activityID)
-        case .failure(.noUpdateToken): throw .noUpdateToken(activityID)
-        }
+        try core.rotateActivityToken(phoneID: phoneID, activityID: activityID)
     }
 
     /// One simulated iPhone with its push-to-start tokens and Live Activities, or `nil`.

@@ -78,30 +78,22 @@ extension APNsEmulatorCore {
         return display
     }
 
-    /// Why an activity's update token cannot rotate.
-    enum ActivityTokenRotationError: Error, Equatable {
-        /// No phone with this id.
-        case noPhone
-        /// The phone shows no Live Activity with this Liveline activity id.
-        case noActivity
-        /// The activity is subscribed to a broadcast channel without an update token.
-        case noUpdateToken
-    }
-
     /// The phone's Live Activity showing Liveline activity `activityID` (its `attributes.liveline.activityId`; the newest
     /// such activity) gets a new update token, as ActivityKit's `pushTokenUpdates` yields one: the activity, with what
     /// it shows, moves to the new token; the old token answers 410 `Unregistered` from now on; and the app registers the
     /// new token with Liveline (`PUT /v1/activities/{activityId}/instances/{deviceId}`) when the phone has
     /// `registerWith`.
-    func rotateActivityToken(phoneID: String, activityID: String) -> Result<SimulatedPhoneDisplay, ActivityTokenRotationError> {
+    func rotateActivityToken(
+        phoneID: String, activityID: String
+    ) throws(APNsEmulator.ActivityTokenRotationError) -> SimulatedPhoneDisplay {
         let now = clock()
-        let rotated = state.withLock { state -> Result<(SimulatedPhoneDisplay, PendingRegistration?), ActivityTokenRotationError> in
-            guard var phone = state.phones[phoneID] else { return .failure(.noPhone) }
+        let rotated = state.withLock { state -> Result<(SimulatedPhoneDisplay, PendingRegistration?), APNsEmulator.ActivityTokenRotationError> in
+            guard var phone = state.phones[phoneID] else { return .failure(.noPhone(phoneID)) }
             guard let index = phone.activityTokens.lastIndex(where: { state.devices[$0]?.activityID == activityID }) else {
-                return .failure(.noActivity)
+                return .failure(.noActivity(activityID))
             }
             let old = phone.activityTokens[index]
-            guard Self.isHexToken(old), var device = state.devices[old] else { return .failure(.noUpdateToken) }
+            guard Self.isHexToken(old), var device = state.devices[old] else { return .failure(.noUpdateToken(activityID)) }
             let token = APNsEmulator.randomToken()
             device.sequence = state.nextDeviceSequence
             state.nextDeviceSequence += 1
@@ -125,11 +117,11 @@ extension APNsEmulatorCore {
         }
         switch rotated {
         case .failure(let error):
-            return .failure(error)
+            throw error
         case .success(let (display, registration)):
             changed()
             if let registration { submit(registration) }
-            return .success(display)
+            return display
         }
     }
 
