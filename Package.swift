@@ -32,11 +32,14 @@ let package = Package(
     targets: [
         // Domain values and pure rules. No I/O, no server or database imports.
         .target(name: "LivelineCore"),
+        // SQLite settings Swift cannot reach (a C variadic function), for the Store's connections.
+        .target(name: "CSQLiteSettings", dependencies: [.product(name: "SQLiteNIO", package: "sqlite-nio")]),
         // The Store protocol and its implementations.
         .target(
             name: "LivelineStore",
             dependencies: [
                 "LivelineCore",
+                "CSQLiteSettings",
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -1,3 +1,4 @@
+import CSQLiteSettings
 import NIOCore
 import SQLiteNIO
 import VaporCSQLite
@@ -35,6 +36,14 @@ final class SQLiteHandle: SQLConnection {
         }
         raw = handle
         sqlite_nio_sqlite3_busy_timeout(handle, 10_000)
+        // Statements are prepared once and kept (see `statement(for:)`): their plans must not depend on bound values, or
+        // SQLite compiles them again at each run.
+        let stability = liveline_sqlite_enable_query_planner_stability(UnsafeMutableRawPointer(handle))
+        guard stability == SQLITE_OK else {
+            sqlite_nio_sqlite3_close(handle)
+            raw = nil
+            throw SQLiteFailure(code: stability, message: "could not turn on the query planner stability guarantee (\(path))")
+        }
     }
 
     deinit {
@@ -72,6 +81,13 @@ final class SQLiteHandle: SQLConnection {
             }
             rows.append(StoreRow(columns: columns, values: values))
         }
+    }
+
+    /// How many times SQLite compiled the kept statement for `sql` again since it was first prepared (0 for a statement
+    /// not prepared yet): what the query planner stability guarantee keeps at 0.
+    func recompilations(of sql: String) -> Int {
+        guard let prepared = statements[sql] else { return 0 }
+        return Int(sqlite_nio_sqlite3_stmt_status(prepared.statement, SQLITE_STMTSTATUS_REPREPARE, 0))
     }
 
     /// Closes the connection, finalizing its statements. Closing again does nothing.

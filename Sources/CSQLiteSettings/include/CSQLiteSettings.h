@@ -1,0 +1,13 @@
+#ifndef C_SQLITE_SETTINGS_H
+#define C_SQLITE_SETTINGS_H
+
+/// Connection settings SQLite only offers through `sqlite3_db_config`, a C variadic function Swift cannot call.
+
+/// Turns on the query planner stability guarantee (`SQLITE_DBCONFIG_ENABLE_QPSG`) on the connection `db` (an
+/// `sqlite3 *`): a statement's plan no longer depends on the values bound to it. Without it SQLite compiles a
+/// statement again whenever a new value is bound to a parameter its planner looked at, and SQLite 3.54 looks at the
+/// parameters of every statement with an `ORDER BY` or a join against `VALUES`: the Store's hot statements were compiled
+/// again at every run. Returns SQLite's result code (0 when the guarantee is on).
+int liveline_sqlite_enable_query_planner_stability(void *db);
+
+#endif

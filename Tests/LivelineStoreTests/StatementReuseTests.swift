@@ -1,0 +1,36 @@
+import Foundation
+import SQLiteNIO
+import Testing
+
+@testable import LivelineStore
+
+@Suite("SQLite statements are compiled once")
+struct StatementReuseTests {
+    /// Without the query planner stability guarantee, SQLite 3.54 compiles a statement with an `ORDER BY` (or a join
+    /// against `VALUES`) again each time a new value is bound: the fan-out's page read and its progress write were
+    /// compiled at every run.
+    @Test("a statement with ORDER BY, and one joined against VALUES, run with new values are not compiled again")
+    func keptStatementsAreNotRecompiled() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-reuse-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let handle = try SQLiteHandle(path: directory.appendingPathComponent("reuse.sqlite").path)
+        defer { handle.close() }
+        try handle.query("CREATE TABLE rows (app TEXT NOT NULL, id TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (app, id)) WITHOUT ROWID", [])
+        for index in 0..<20 {
+            try handle.query("INSERT INTO rows (app, id, n) VALUES (?, ?, ?)", [.text("a\(index % 2)"), .text("id-\(index)"), .integer(index)])
+        }
+        let page = "SELECT * FROM rows WHERE app = ? AND n < ? AND id > ? ORDER BY id LIMIT 3"
+        let progress = """
+            UPDATE rows SET n = v.column2 FROM (VALUES (?, ?), (?, ?)) AS v WHERE rows.app = ? AND rows.id = v.column1
+            """
+        var read = 0
+        for run in 0..<5 {
+            read += try handle.query(page, [.text("a\(run % 2)"), .integer(100 + run), .text("id-\(run)")]).count
+            try handle.query(progress, [.text("id-\(run)"), .integer(run), .text("id-\(run + 2)"), .integer(run), .text("a\(run % 2)")])
+        }
+        #expect(read > 0)
+        #expect(handle.recompilations(of: page) == 0)
+        #expect(handle.recompilations(of: progress) == 0)
+    }
+}
