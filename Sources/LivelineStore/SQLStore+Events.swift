@@ -90,7 +90,7 @@ extension SQLStore: EventStore {
     /// Records `event` on the writer, inside the caller's transaction.
     static func record(_ event: NewEvent, at now: Date, on db: any SQLConnection) throws {
         let statement = eventStatement(event, at: now)
-        _ = try db.query(statement.sql, statement.binds)
+        try db.execute(statement.sql, statement.binds)
     }
 
     /// The public id of the event at `position`: `evt_` and the position in base 36, the same wherever the event goes.
@@ -109,17 +109,25 @@ extension SQLStore: EventStore {
         // A read first (the partial index `events_unsequenced`): an idle deliverer's pass, or a feed read with nothing
         // new, takes no write transaction.
         guard try await !reader.query("SELECT 1 AS waiting FROM events WHERE id IS NULL LIMIT 1").isEmpty else { return }
-        _ = try await write(
-            """
-            UPDATE events SET id = s.position FROM (
-                SELECT seq, (SELECT COALESCE(MAX(id), 0) FROM events) + ROW_NUMBER() OVER (ORDER BY seq) AS position
-                FROM events WHERE id IS NULL AND txid < pg_snapshot_xmin(pg_current_snapshot())
-                ORDER BY seq LIMIT 10000
-            ) AS s WHERE events.seq = s.seq
-            """,
-            []
-        )
+        // One sequencer at a time (on every node), at READ COMMITTED: each statement reads what the one before it
+        // committed, and the sequencer holds no predicate locks, which made every write that records an event fail
+        // and run again while it ran serializable beside them.
+        _ = try await writer.write(durability: .full, isolation: .exclusive(lock: Self.eventSequencerLock)) { db in
+            try db.query(
+                """
+                UPDATE events SET id = s.position FROM (
+                    SELECT seq, (SELECT COALESCE(MAX(id), 0) FROM events) + ROW_NUMBER() OVER (ORDER BY seq) AS position
+                    FROM events WHERE id IS NULL AND txid < pg_snapshot_xmin(pg_current_snapshot())
+                    ORDER BY seq LIMIT 10000
+                ) AS s WHERE events.seq = s.seq
+                """,
+                []
+            )
+        }
     }
+
+    /// The advisory lock the event sequencer takes on PostgreSQL: one sequencer at a time.
+    static let eventSequencerLock: Int64 = 0x4C49_5645_4556_4E54  // "LIVEEVNT"
 
     /// On PostgreSQL, gives feed positions to every event committed before the call, waiting (up to five seconds) for
     /// the transactions that were still running then to settle: a client reads the events of its own writes, as on

@@ -147,15 +147,15 @@ public final class SQLStore: Store, DispatchStore {
     /// Runs `body` as one write transaction (shared, through group commit, with the writes that arrive with it):
     /// its changes commit together, or not at all when it throws.
     func transaction<T: Sendable>(
-        durability: Durability = .full, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+        durability: Durability = .full, isolation: WriteIsolation = .serializable, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
-        try await writer.write(durability: durability, body)
+        try await writer.write(durability: durability, isolation: isolation, body)
     }
 
     /// Runs `statements` in one write transaction.
     func transaction(statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full) async throws {
         try await writer.write(durability: durability) { db in
-            for statement in statements { try db.query(statement.sql, statement.binds) }
+            for statement in statements { try db.execute(statement.sql, statement.binds) }
         }
     }
 
@@ -233,10 +233,15 @@ public final class SQLStore: Store, DispatchStore {
 
     public func registerInstance(_ registration: InstanceRegistration, at now: Date) async throws -> RegistrationResult {
         let r = registration
-        return try await transaction { db in
+        // On PostgreSQL the registration reads the activity's row under a share lock: an update or an end of the
+        // activity (which change its row) waits for it, or it for them, and reads what they committed; registrations
+        // beside it wait for nothing. Serializable, concurrent registrations to one activity failed one another on
+        // the index pages their new instances share.
+        return try await transaction(isolation: .lockingRows) { db in
             let nowMillis = Self.millis(now)
             let activity = try db.query(
-                "SELECT state, attributes_type, sequence, channel_id FROM activities WHERE app_id = ? AND activity_id = ?",
+                "SELECT state, attributes_type, sequence, channel_id FROM activities WHERE app_id = ? AND activity_id = ?"
+                    + (db.dialect == .postgres ? " FOR SHARE" : ""),
                 [.text(r.appID), .text(r.activityID)]
             ).first
             // A phone subscribed to a channel names the activity's own.
@@ -245,13 +250,13 @@ public final class SQLStore: Store, DispatchStore {
                 if try activity.string("state") == ActivityState.ended.rawValue { throw StoreError.activityEnded }
                 if activity.column("attributes_type")?.string == nil, r.attributesType != nil {
                     // Attributes come from the first registration that carries them.
-                    _ = try db.query(
+                    try db.execute(
                         "UPDATE activities SET attributes_type = ?, attributes = ?, updated_at = ? WHERE app_id = ? AND activity_id = ?",
                         [Self.text(r.attributesType), Self.json(r.attributes), .integer(nowMillis), .text(r.appID), .text(r.activityID)]
                     )
                 }
             } else {
-                _ = try db.query(
+                try db.execute(
                     """
                     INSERT INTO activities (app_id, activity_id, attributes_type, attributes, state, sequence, created_at, updated_at)
                     VALUES (?, ?, ?, ?, ?, 0, ?, ?)
@@ -267,7 +272,7 @@ public final class SQLStore: Store, DispatchStore {
                 [.text(r.appID), .text(r.activityID), .text(r.deviceID)]
             ).first.map(Self.instance(from:))
             guard var instance = existing else {
-                _ = try db.query(
+                try db.execute(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
                         priority10_sent, channel_id)
@@ -318,7 +323,7 @@ public final class SQLStore: Store, DispatchStore {
                 // new token belongs to the activity its start created, which shows what the start carried.)
                 instance.deliveredSequence = 0
             }
-            _ = try db.query(
+            try db.execute(
                 """
                 UPDATE instances SET platform = ?, push_token = ?, user_id = ?, state = ?, delivered_sequence = ?, updated_at = ?,
                     channel_id = ?
@@ -345,21 +350,23 @@ public final class SQLStore: Store, DispatchStore {
         }
     }
 
+    // An update only reads and writes its activity's row, which it locks first on PostgreSQL (``head(appID:activityID:withState:locking:on:)``):
+    // updates of one activity run one after another, and updates of different activities never fail each other.
     public func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence {
-        try await transaction { db in try Self.acceptUpdate(update, at: now, on: db) }
+        try await transaction(isolation: .lockingRows) { db in try Self.acceptUpdate(update, at: now, on: db) }
     }
 
     public func acceptUpdate(
         _ update: ActivityUpdate, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?
     ) async throws -> IdempotentOutcome<AcceptedSequence> {
-        try await transaction { db in
+        try await transaction(isolation: .lockingRows) { db in
             try Self.idempotently(idempotency, appID: update.appID, at: now, on: db) { try Self.acceptUpdate(update, at: now, on: db) }
         }
     }
 
     /// Accepts `update` on the writer, inside its transaction.
     static func acceptUpdate(_ update: ActivityUpdate, at now: Date, on db: any SQLConnection) throws -> AcceptedSequence {
-        let head = try Self.head(appID: update.appID, activityID: update.activityID, withState: false, on: db)
+        let head = try Self.head(appID: update.appID, activityID: update.activityID, withState: false, locking: true, on: db)
         let next: LiveActivityState
         do throws(NextStateRefusal) {
             next = try LiveActivityState.update(
@@ -461,16 +468,19 @@ public final class SQLStore: Store, DispatchStore {
 
     /// Reads, on the writer (inside its transaction), what the activity's next state depends on; `nil` when there is no
     /// such activity yet. Only an end needs the current state (`withState`): an update reads and parses no JSON.
-    static func head(appID: String, activityID: String, withState: Bool, on db: any SQLConnection) throws -> ActivityHead? {
-        let rows = try db.query(
+    /// `locking`: on PostgreSQL the row is read `FOR UPDATE`, for a write at ``WriteIsolation/lockingRows`` that
+    /// changes it.
+    static func head(
+        appID: String, activityID: String, withState: Bool, locking: Bool = false, on db: any SQLConnection
+    ) throws -> ActivityHead? {
+        let select =
             withState
-                ? """
-                SELECT state, sequence, timestamp_seconds, content_state, stale_date, relevance_score
-                FROM activities WHERE app_id = ? AND activity_id = ?
-                """
-                : "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?",
-            [.text(appID), .text(activityID)]
-        )
+            ? """
+            SELECT state, sequence, timestamp_seconds, content_state, stale_date, relevance_score
+            FROM activities WHERE app_id = ? AND activity_id = ?
+            """
+            : "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?"
+        let rows = try db.query(select + (locking && db.dialect == .postgres ? " FOR UPDATE" : ""), [.text(appID), .text(activityID)])
         guard let row = rows.first else { return nil }
         return ActivityHead(
             state: ActivityState(rawValue: try row.string("state")) ?? .ended,
@@ -657,7 +667,7 @@ public final class SQLStore: Store, DispatchStore {
 
     /// Makes an activity with accepted state pending again, so a newly registered token is caught up.
     static func markPending(appID: String, activityID: String, in db: any SQLConnection) throws {
-        _ = try db.query(
+        try db.execute(
             "UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL WHERE app_id = ? AND activity_id = ? AND sequence > 0",
             [.text(appID), .text(activityID)]
         )

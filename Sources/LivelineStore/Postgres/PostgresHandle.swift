@@ -18,6 +18,10 @@ final class PostgresHandle: SQLConnection {
     private let url: PostgresDatabaseURL
     private let logger: Logger
     private var connection: PostgresConnection?
+    /// Answers still to come of the statements sent with ``execute(_:_:)``, oldest first.
+    private var unsettled: [EventLoopFuture<PostgresQueryResult>] = []
+    /// The first failure among them in the transaction under way.
+    private var transactionFailure: (any Error)?
     private static let ids = Atomic<Int>(0)
 
     /// Opens a connection to `url`. Call it off the event loops: it waits.
@@ -36,24 +40,13 @@ final class PostgresHandle: SQLConnection {
 
     @discardableResult
     func query(_ sql: String, _ binds: [SQLiteData]) throws -> [StoreRow] {
-        guard let connection, !connection.isClosed else {
-            throw PostgresFailure(sqlState: nil, message: "the connection to PostgreSQL was lost")
-        }
-        var bindings = PostgresBindings(capacity: binds.count)
-        for value in binds {
-            switch value {
-            case .integer(let integer): bindings.append(Int64(integer))
-            case .float(let double): bindings.append(double)
-            case .text(let text): bindings.append(text)
-            case .blob(let buffer): bindings.append(buffer)
-            case .null: bindings.appendNull()
-            }
-        }
-        let query = PostgresQuery(unsafeSQL: PostgresDialect.cachedTranslation(sql), binds: bindings)
         let result: PostgresQueryResult
         do {
-            result = try connection.query(query, logger: logger).wait()
+            result = try openConnection().query(Self.query(sql, binds), logger: logger).wait()
         } catch let error as PSQLError {
+            // A statement sent before without waiting may have failed first, aborting the transaction (this one then
+            // only says so): that failure is the one to report.
+            try settle()
             throw PostgresFailure(error)
         }
         guard let first = result.rows.first else { return [] }
@@ -66,6 +59,56 @@ final class PostgresHandle: SQLConnection {
         }
     }
 
+    /// Sends the statement without waiting for its answer: the connection runs it after those sent before, and
+    /// ``settle()`` (or a failing ``query(_:_:)``) reports its failure.
+    func execute(_ sql: String, _ binds: [SQLiteData]) throws {
+        unsettled.append(try openConnection().query(Self.query(sql, binds), logger: logger))
+    }
+
+    /// Waits for the answers of the statements sent with ``execute(_:_:)`` and throws the first failure among them, or
+    /// one found before in the same transaction: such a failure aborted the transaction, so it is thrown again by every
+    /// settling until ``endTransaction()`` (a write that swallowed it never passes for committed).
+    func settle() throws {
+        let pending = unsettled
+        unsettled = []
+        for answer in pending {
+            do {
+                _ = try answer.wait()
+            } catch {
+                if transactionFailure == nil { transactionFailure = (error as? PSQLError).map(PostgresFailure.init) ?? error }
+            }
+        }
+        if let transactionFailure { throw transactionFailure }
+    }
+
+    /// Forgets what the ended transaction sent without waiting and how it failed: call it after its COMMIT or ROLLBACK,
+    /// or before a new one.
+    func endTransaction() {
+        _ = try? settle()
+        transactionFailure = nil
+    }
+
+    private func openConnection() throws -> PostgresConnection {
+        guard let connection, !connection.isClosed else {
+            throw PostgresFailure(sqlState: nil, message: "the connection to PostgreSQL was lost")
+        }
+        return connection
+    }
+
+    private static func query(_ sql: String, _ binds: [SQLiteData]) -> PostgresQuery {
+        var bindings = PostgresBindings(capacity: binds.count)
+        for value in binds {
+            switch value {
+            case .integer(let integer): bindings.append(Int64(integer))
+            case .float(let double): bindings.append(double)
+            case .text(let text): bindings.append(text)
+            case .blob(let buffer): bindings.append(buffer)
+            case .null: bindings.appendNull()
+            }
+        }
+        return PostgresQuery(unsafeSQL: PostgresDialect.cachedTranslation(sql), binds: bindings)
+    }
+
     /// Closes the connection. Closing again does nothing.
     func close() {
         guard let connection else { return }
@@ -76,6 +119,7 @@ final class PostgresHandle: SQLConnection {
     /// Opens the connection again if the server closed it. Call it only outside a transaction.
     func reconnectIfNeeded() throws {
         if let connection, !connection.isClosed { return }
+        endTransaction()
         if let connection { try? connection.close().wait() }
         connection = nil
         connection = try Self.connect(url, logger: logger)

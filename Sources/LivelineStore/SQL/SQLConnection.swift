@@ -21,14 +21,44 @@ protocol SQLConnection: AnyObject {
     /// Runs `sql` with `binds` and returns its rows (none for a statement that returns none).
     @discardableResult
     func query(_ sql: String, _ binds: [SQLiteData]) throws -> [StoreRow]
+
+    /// Runs `sql` with `binds` where its rows and its outcome are not needed before the next statement: inside a write,
+    /// a statement nothing after it depends on having succeeded (the write fails all the same if it did not).
+    ///
+    /// SQLite runs it at once, as ``query(_:_:)``. PostgreSQL sends it without waiting for the answer, so that a
+    /// transaction's statements follow one another on the connection without a round trip each: a failure is
+    /// reported by the next statement that waits (the transaction is aborted then) or at the commit, and the write
+    /// fails with it, so nothing is lost or committed half.
+    func execute(_ sql: String, _ binds: [SQLiteData]) throws
 }
 
 extension SQLConnection {
+    func execute(_ sql: String, _ binds: [SQLiteData]) throws {
+        _ = try query(sql, binds)
+    }
+
     /// Runs `sql`, which binds nothing, and returns its rows.
     @discardableResult
     func query(_ sql: String) throws -> [StoreRow] {
         try query(sql, [])
     }
+}
+
+/// How a write is kept apart from the writes running beside it on PostgreSQL. (SQLite's one writer runs writes one
+/// after another, whatever the choice.)
+enum WriteIsolation: Sendable, Hashable {
+    /// As if the writes had run one after another (`SERIALIZABLE`): the Store's default.
+    case serializable
+    /// `READ COMMITTED`, once the transaction-scoped advisory lock `lock` is taken: the writes that take the same lock
+    /// run one after another (on every node), each reading what the one before committed, and take no predicate
+    /// locks, so they never fail the serializable writes beside them. Only for work whose sole conflict is with
+    /// itself, such as giving events their feed positions.
+    case exclusive(lock: Int64)
+    /// `READ COMMITTED`, for a write whose body first locks the rows its decisions rest on (an activity's row, `FOR
+    /// SHARE` or `FOR UPDATE`): the writes that touch the same rows wait for one another and read what the one before
+    /// committed, and writes that touch other rows never fail each other, as serializable writes do when their index
+    /// entries share a page. A unique key two such writes insert at once still fails one of them, which runs again.
+    case lockingRows
 }
 
 /// How the Store writes: each write is a closure that runs its statements inside a transaction, and returns once
@@ -37,10 +67,19 @@ protocol StoreWriter: Sendable {
     /// Runs `body` inside a write transaction (which may be shared with other writes, or run again after a
     /// serialization failure: `body` must depend only on what it reads through the connection), and returns once it
     /// is committed. Changes `body` made are rolled back when it throws.
-    func write<T: Sendable>(durability: Durability, _ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+    func write<T: Sendable>(
+        durability: Durability, isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T
 
     /// Refuses new writes, lets the queued ones finish, and closes the connections.
     func close() async throws
+}
+
+extension StoreWriter {
+    /// A serializable write.
+    func write<T: Sendable>(durability: Durability, _ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await write(durability: durability, isolation: .serializable, body)
+    }
 }
 
 /// How the Store reads: each read runs on a connection of its own that sees committed data.

@@ -64,9 +64,10 @@ final class SQLiteWriter: StoreWriter {
     /// returns once that transaction is committed (synced to disk for ``Durability/full``).
     ///
     /// Changes `body` made are rolled back when it throws. Once queued, the write runs to its end even if the caller
-    /// is cancelled: the caller only learns the outcome.
+    /// is cancelled: the caller only learns the outcome. Every write is isolated from the others (one writer), whatever
+    /// `isolation` asks.
     func write<T: Sendable>(
-        durability: Durability = .full, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+        durability: Durability = .full, isolation: WriteIsolation = .serializable, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             let write = Write(durability: durability, body: body, continuation: continuation)
