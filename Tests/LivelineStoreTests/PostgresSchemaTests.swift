@@ -188,9 +188,10 @@ struct PostgresTestServerTests {
         #expect(plain.port == 5432)
         #expect(plain.database == "other")
 
-        #expect(try PostgresTestServer.configuration(url: "postgres://liveline@localhost:5433", database: nil).database == nil)
-        #expect(throws: PostgresTestServerError.self) { try PostgresTestServer.configuration(url: "http://liveline@localhost/x", database: nil) }
-        #expect(throws: PostgresTestServerError.self) { try PostgresTestServer.configuration(url: "postgres://localhost/x", database: nil) }
+        // The URL is read as `--database-url` reads it.
+        #expect(throws: PostgresDatabaseURL.Invalid.self) { try PostgresTestServer.configuration(url: "postgres://liveline@localhost:5433", database: nil) }
+        #expect(throws: PostgresDatabaseURL.Invalid.self) { try PostgresTestServer.configuration(url: "http://liveline@localhost/x", database: nil) }
+        #expect(throws: PostgresDatabaseURL.Invalid.self) { try PostgresTestServer.configuration(url: "postgres://localhost/x", database: nil) }
     }
 
     struct Planned: Error {}

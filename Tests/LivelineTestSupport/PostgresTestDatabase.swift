@@ -1,4 +1,5 @@
 import Foundation
+import LivelineStore
 import Logging
 import PostgresNIO
 
@@ -16,18 +17,11 @@ public struct PostgresTestServer {
         return url
     }
 
-    /// How to connect to the server at `url`, a `postgres://` (or `postgresql://`) URL: user, optional password,
-    /// host, optional port (5432), database (the URL's path). User and password may be percent-encoded. TLS is off;
-    /// the URL's query (`?sslmode=…`) is ignored.
-    ///
-    /// - Parameter database: the database to connect to instead of the URL's; `nil`: the URL's, or, if it names
-    ///   none, the user's (PostgreSQL's default).
+    /// How to connect to the server at `url`, a `postgres://` (or `postgresql://`) URL as `--database-url` reads it
+    /// (``PostgresDatabaseURL``), to `database` instead of the URL's when given.
     public static func configuration(url: String, database: String?) throws -> PostgresConnection.Configuration {
-        let parts = try PostgresURL(url)
-        return PostgresConnection.Configuration(
-            host: parts.host, port: parts.port, username: parts.user, password: parts.password,
-            database: database ?? parts.database, tls: .disable
-        )
+        let parsed = try PostgresDatabaseURL(url)
+        return try (database.map(parsed.with(database:)) ?? parsed).configuration()
     }
 
     /// Runs `body` with a new connection to the server at `url` (to `database`, or the URL's own), and closes the
@@ -82,7 +76,7 @@ public func withTemporaryPostgresDatabase<T>(prefix: String, _ body: (_ url: Str
     await temporaryDatabases.acquire()
     defer { Task { await temporaryDatabases.release() } }
     let name = "\(prefix)_\(UInt64.random(in: 0...UInt64.max).hexPadded)"
-    let databaseURL = try PostgresURL(serverURL).replacingDatabase(with: name)
+    let databaseURL = try PostgresDatabaseURL(serverURL).with(database: name).urlString
     try await PostgresTestServer.withConnection(url: serverURL) { connection in
         try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: PostgresTestServer.logger)
     }
@@ -135,47 +129,6 @@ extension UInt64 {
     fileprivate var hexPadded: String {
         let hex = String(self, radix: 16)
         return String(repeating: "0", count: 16 - hex.count) + hex
-    }
-}
-
-/// The parts of a `postgres://user[:password]@host[:port][/database][?query]` URL.
-private struct PostgresURL {
-    var components: URLComponents
-    var user: String
-    var password: String?
-    var host: String
-    var port: Int
-    var database: String?
-
-    init(_ url: String) throws {
-        func malformed(_ why: String) -> PostgresTestServerError {
-            PostgresTestServerError(description: "PostgreSQL URL \(url.debugDescription): \(why) (expected postgres://user[:password]@host[:port]/database)")
-        }
-        guard let components = URLComponents(string: url) else { throw malformed("not a URL") }
-        guard let scheme = components.scheme?.lowercased(), scheme == "postgres" || scheme == "postgresql" else {
-            throw malformed("the scheme is not postgres or postgresql")
-        }
-        guard let user = components.user, !user.isEmpty else { throw malformed("no user") }
-        guard var host = components.host, !host.isEmpty else { throw malformed("no host") }
-        // An IPv6 address in brackets: PostgresNIO wants it without.
-        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        self.components = components
-        self.user = user
-        self.password = components.password
-        self.host = host
-        self.port = components.port ?? 5432
-        let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
-        self.database = path.isEmpty ? nil : path
-    }
-
-    /// The same URL with `database` as its path.
-    func replacingDatabase(with database: String) throws -> String {
-        var components = self.components
-        components.path = "/" + database
-        guard let url = components.string else {
-            throw PostgresTestServerError(description: "could not make a URL for database \(database)")
-        }
-        return url
     }
 }
 

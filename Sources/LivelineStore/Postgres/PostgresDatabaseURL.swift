@@ -83,8 +83,8 @@ public struct PostgresDatabaseURL: Sendable, Hashable, CustomStringConvertible {
 
     private var isLoopback: Bool { ["127.0.0.1", "localhost", "::1"].contains(host) }
 
-    /// A connection's configuration.
-    func configuration() throws -> PostgresConnection.Configuration {
+    /// How PostgresNIO connects to this database (TLS as ``sslMode`` asks, a 10-second connect timeout).
+    public func configuration() throws -> PostgresConnection.Configuration {
         let tls: PostgresConnection.Configuration.TLS
         switch sslMode {
         case .disable: tls = .disable
