@@ -134,32 +134,34 @@ extension SQLStore {
         return Page(items: page, nextCursor: next)
     }
 
+    /// Prunes a little at a time: each write deletes at most ``segmentsPerPruneWrite`` segments, so accepted writes,
+    /// which share SQLite's one writer with it, never wait behind it for long. (A 100,000-instance fan-out records 400
+    /// segments; after ten of them, pruning in one write held the writer for 0.7 s, and accepts waited as long.)
     public func pruneDeliveries(olderThan: Date, keepPerActivity: Int) async throws {
-        try await transaction { db in
-            // Segments are appended as they are recorded, so ids follow time: every segment before the first with a
-            // recent attempt goes (found by walking from the oldest, which stops there).
-            _ = try db.query(
-                """
-                DELETE FROM delivery_segments WHERE id < COALESCE(
-                    (SELECT id FROM delivery_segments WHERE newest_attempt_at >= ? ORDER BY id LIMIT 1),
-                    (SELECT COALESCE(MAX(id), 0) + 1 FROM delivery_segments)
-                )
-                """,
-                [.integer(Self.millis(olderThan))]
-            )
-            let crowded = try db.query(
-                """
-                SELECT app_id, activity_id FROM delivery_segments GROUP BY app_id, activity_id HAVING SUM(attempt_count) > ?
-                """,
-                [.integer(keepPerActivity)]
-            )
-            for row in crowded {
-                let appID = try row.string("app_id")
-                let activityID = try row.string("activity_id")
-                // Newest first: keep whole segments while they fit, trim the one that crosses the limit, drop the rest.
+        // Segments are appended as they are recorded, so ids follow time: every segment before the first with a
+        // recent attempt goes (found by walking from the oldest, which stops there).
+        let oldestKept = try await reader.query(
+            """
+            SELECT COALESCE(
+                (SELECT id FROM delivery_segments WHERE newest_attempt_at >= ? ORDER BY id LIMIT 1),
+                (SELECT COALESCE(MAX(id), 0) + 1 FROM delivery_segments)
+            ) AS id
+            """,
+            [.integer(Self.millis(olderThan))]
+        ).first?.column("id")?.integer ?? 0
+        try await deleteSegments(below: oldestKept, of: nil)
+
+        let crowded = try await reader.query(
+            "SELECT app_id, activity_id FROM delivery_segments GROUP BY app_id, activity_id HAVING SUM(attempt_count) > ?",
+            [.integer(keepPerActivity)]
+        )
+        for row in crowded {
+            let activity = ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))
+            // Newest first: keep whole segments while they fit, trim the one that crosses the limit; the older ones go.
+            let firstKept: Int? = try await transaction(durability: .bookkeeping) { db in
                 let segments = try db.query(
                     "SELECT id, attempt_count FROM delivery_segments WHERE app_id = ? AND activity_id = ? ORDER BY id DESC",
-                    [.text(appID), .text(activityID)]
+                    [.text(activity.appID), .text(activity.activityID)]
                 )
                 var kept = 0
                 for segment in segments {
@@ -171,16 +173,35 @@ extension SQLStore {
                         continue
                     }
                     let room = keepPerActivity - kept
-                    if room > 0 {
-                        try Self.trim(segment: id, keepingNewest: room, of: count, in: db)
-                    }
-                    _ = try db.query(
-                        "DELETE FROM delivery_segments WHERE app_id = ? AND activity_id = ? AND id \(room > 0 ? "<" : "<=") ?",
-                        [.text(appID), .text(activityID), .integer(id)]
-                    )
-                    break
+                    guard room > 0 else { return id + 1 }
+                    try Self.trim(segment: id, keepingNewest: room, of: count, in: db)
+                    return id
                 }
+                return nil
             }
+            if let firstKept { try await deleteSegments(below: firstKept, of: activity) }
+        }
+    }
+
+    /// Segments deleted per write when pruning.
+    static let segmentsPerPruneWrite = 64
+
+    /// Deletes the segments below `id` (of `activity` only, if given), oldest first, ``segmentsPerPruneWrite`` a write.
+    private func deleteSegments(below id: Int, of activity: ActivityKey?) async throws {
+        let scope = activity == nil ? "" : "app_id = ? AND activity_id = ? AND "
+        let binds: [SQLiteData] = (activity.map { [.text($0.appID), .text($0.activityID)] } ?? []) + [.integer(id)]
+        while true {
+            let deleted = try await transaction(durability: .bookkeeping) { db in
+                try db.query(
+                    """
+                    DELETE FROM delivery_segments WHERE id IN (
+                        SELECT id FROM delivery_segments WHERE \(scope)id < ? ORDER BY id LIMIT \(Self.segmentsPerPruneWrite)
+                    ) RETURNING id
+                    """,
+                    binds
+                ).count
+            }
+            if deleted < Self.segmentsPerPruneWrite { return }
         }
     }
 

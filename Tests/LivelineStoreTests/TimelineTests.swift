@@ -71,6 +71,28 @@ struct TimelineTests {
         }
     }
 
+    @Test("pruning more segments than one write deletes takes several writes and leaves exactly what it keeps", arguments: StoreKind.available)
+    func pruneInSeveralWrites(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let segments = SQLStore.segmentsPerPruneWrite * 2 + 9
+            let old = t0.addingTimeInterval(-30 * 86400)
+            // "old": one attempt per segment, all past the retention. "a": one per segment, recent, over its limit.
+            for n in 0..<segments {
+                try await store.recordProgress(DeliveryProgress(appID: "app_test", activityID: "old", attempts: [attempt("old", n, at: old)]), at: old)
+            }
+            for n in 0..<segments {
+                try await store.recordProgress(DeliveryProgress(appID: "app_test", activityID: "a", attempts: [attempt("a", n)]), at: t0)
+            }
+            try await store.pruneDeliveries(olderThan: t0.addingTimeInterval(-86400), keepPerActivity: 5)
+            #expect(try await store.deliveries(appID: "app_test", activityID: "old", cursor: nil, limit: 100).items.isEmpty)
+            let kept = try await store.deliveries(appID: "app_test", activityID: "a", cursor: nil, limit: 100).items
+            #expect(kept.map(\.deviceID) == (segments - 5..<segments).reversed().map { "d\($0)" })
+            let rows = try await store.reader.query("SELECT COUNT(*) AS n FROM delivery_segments").first?.column("n")?.integer
+            #expect(rows == 5)
+        }
+    }
+
     @Test("attempts recorded before the timeline was kept in segments are still there after the migration, in order")
     func migrationFromRows() async throws {
         try await withTemporaryStore { store, path in
