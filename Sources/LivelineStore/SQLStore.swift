@@ -267,8 +267,10 @@ public final class SQLStore: Store, DispatchStore {
             }
             // Whether the activity has an accepted state for a new instance or token to be caught up on.
             let hasState = (activity?.column("sequence")?.integer ?? 0) > 0
+            // The device's instance under an exclusive lock on PostgreSQL: two registrations of one device (a new token
+            // and a retry of the old one) take turns, the second deciding on what the first wrote.
             let existing = try db.query(
-                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?" + (db.dialect == .postgres ? " FOR UPDATE" : ""),
                 [.text(r.appID), .text(r.activityID), .text(r.deviceID)]
             ).first.map(Self.instance(from:))
             guard var instance = existing else {

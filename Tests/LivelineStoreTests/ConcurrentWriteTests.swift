@@ -63,4 +63,29 @@ struct ConcurrentWriteTests {
             #expect(try await store.activity(appID: "app_test", activityID: "match")?.sequence == 8)
         }
     }
+
+    @Test("one device registering the same new token many times at once rotates it once", arguments: StoreKind.available)
+    func sameTokenAtOnceRotatesOnce(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            func registration(_ token: String) -> InstanceRegistration {
+                InstanceRegistration(
+                    appID: "app_test", activityID: "match", deviceID: "device-1", platform: .ios, pushToken: token,
+                    attributesType: "MatchAttributes", attributes: ["home": "A"], userID: nil
+                )
+            }
+            _ = try await store.registerInstance(registration(String(repeating: "1", count: 64)), at: t0)
+            let changes = try await withThrowingTaskGroup(of: RegistrationChange.self) { group in
+                for _ in 0..<12 {
+                    group.addTask { try await store.registerInstance(registration(String(repeating: "2", count: 64)), at: t0).change }
+                }
+                return try await group.reduce(into: [RegistrationChange]()) { $0.append($1) }
+            }
+            #expect(changes.filter { $0 == .updated }.count == 1)
+            #expect(changes.filter { $0 == .unchanged }.count == 11)
+            let rotations = try await store.events(appID: "app_test", after: nil, types: [.instanceTokenRotated], limit: 100)
+            #expect(rotations.count == 1)
+        }
+    }
 }
