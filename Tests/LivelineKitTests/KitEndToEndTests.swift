@@ -73,7 +73,7 @@ struct KitEndToEndTests {
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
-        let server = try Server.start(root: root)
+        let server = try await Server.startListening(root: root)
         var relay: TCPRelay?
         do {
             #expect(try await Self.waitFor(60) { server.exported("LIVELINE_PUBLISHABLE_KEY") != nil })

@@ -43,11 +43,30 @@ public func freePort() -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
+/// Whether something on 127.0.0.1 accepts a TCP connection on `port` now.
+public func acceptsConnections(_ port: Int) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = UInt16(port).bigEndian
+    let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) } } == 0
+}
+
+/// `liveline serve --dev` would not start.
+public struct ServeDevProcessFailure: Error, CustomStringConvertible {
+    public var description: String
+}
+
 /// A running `liveline serve --dev` child process (SQLite in `root/data`, the built-in emulators), as a newcomer runs
 /// it, and the ports it was given; what it prints goes to `output`.
 public struct ServeDevProcess {
     public var process: Process
     public var output: URL
+    /// The six ports it was given, in ``start(root:ports:environment:)``'s order.
+    public var ports: [Int]
     /// The API's port and base URL (`http://127.0.0.1:PORT`).
     public var apiPort: Int
     public var api: String
@@ -75,9 +94,35 @@ public struct ServeDevProcess {
         process.standardError = handle
         try process.run()
         return ServeDevProcess(
-            process: process, output: output, apiPort: ports[0], api: "http://127.0.0.1:\(ports[0])",
+            process: process, output: output, ports: ports, apiPort: ports[0], api: "http://127.0.0.1:\(ports[0])",
             apnsControl: "http://127.0.0.1:\(ports[2])", fcmControl: "http://127.0.0.1:\(ports[4])"
         )
+    }
+
+    /// Starts the server on fresh free ports and returns once all six accept connections. A port found free can be
+    /// taken by another test before the server binds it (tests run side by side, and CI saw `Address already in
+    /// use`): the server then exits, and is started again on other ports, up to `attempts` times. Throws with the
+    /// end of what the server printed when it exits for another reason or is not listening within `timeout`.
+    public static func startListening(
+        root: URL, environment: [String: String] = [:], attempts: Int = 4, timeout: Duration = .seconds(60)
+    ) async throws -> ServeDevProcess {
+        var attempt = 1
+        while true {
+            let ports = (0..<6).map { _ in freePort() }
+            let server = try start(root: root, ports: ports, environment: environment)
+            let deadline = ContinuousClock.now + timeout
+            while server.process.isRunning, !ports.allSatisfy(acceptsConnections), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            if server.process.isRunning, ports.allSatisfy(acceptsConnections) { return server }
+            server.stop()
+            let printed = (try? String(contentsOf: server.output, encoding: .utf8)) ?? ""
+            if printed.contains("Address already in use"), attempt < attempts {
+                attempt += 1
+                continue
+            }
+            throw ServeDevProcessFailure(description: "liveline serve --dev did not start: \(printed.suffix(2000))")
+        }
     }
 
     /// The value of `export NAME=value` in what the server printed, once it has.
