@@ -241,7 +241,7 @@ public final class SQLStore: Store, DispatchStore {
             let nowMillis = Self.millis(now)
             let activity = try db.query(
                 "SELECT state, attributes_type, sequence, channel_id FROM activities WHERE app_id = ? AND activity_id = ?"
-                    + (db.dialect == .postgres ? " FOR SHARE" : ""),
+                    + db.rowLock("FOR SHARE"),
                 [.text(r.appID), .text(r.activityID)]
             ).first
             // A phone subscribed to a channel names the activity's own.
@@ -270,7 +270,7 @@ public final class SQLStore: Store, DispatchStore {
             // The device's instance under an exclusive lock on PostgreSQL: two registrations of one device (a new token
             // and a retry of the old one) take turns, the second deciding on what the first wrote.
             let existing = try db.query(
-                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?" + (db.dialect == .postgres ? " FOR UPDATE" : ""),
+                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?" + db.rowLock("FOR UPDATE"),
                 [.text(r.appID), .text(r.activityID), .text(r.deviceID)]
             ).first.map(Self.instance(from:))
             guard var instance = existing else {
@@ -482,7 +482,7 @@ public final class SQLStore: Store, DispatchStore {
             FROM activities WHERE app_id = ? AND activity_id = ?
             """
             : "SELECT state, sequence, timestamp_seconds FROM activities WHERE app_id = ? AND activity_id = ?"
-        let rows = try db.query(select + (locking && db.dialect == .postgres ? " FOR UPDATE" : ""), [.text(appID), .text(activityID)])
+        let rows = try db.query(select + (locking ? db.rowLock("FOR UPDATE") : ""), [.text(appID), .text(activityID)])
         guard let row = rows.first else { return nil }
         return ActivityHead(
             state: ActivityState(rawValue: try row.string("state")) ?? .ended,

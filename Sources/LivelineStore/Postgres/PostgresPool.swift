@@ -57,7 +57,6 @@ final class PostgresPool: StoreWriter, StoreReader {
                 do {
                     // BEGIN and the bookkeeping setting go out with the body's first statement, without a round trip
                     // each; the body's other statements whose outcome nothing waits for too (``SQLConnection/execute``).
-                    db.endTransaction()
                     switch isolation {
                     case .serializable:
                         try db.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", [])
@@ -93,9 +92,9 @@ final class PostgresPool: StoreWriter, StoreReader {
         }
     }
 
-    /// Ends a failed write's transaction, once the answers to what it sent without waiting are in.
+    /// Ends a failed write's transaction. The connection answers ROLLBACK after what the write sent without waiting, so
+    /// those answers are in when it returns.
     private static func rollBack(_ db: PostgresHandle) {
-        db.endTransaction()
         _ = try? db.query("ROLLBACK")
         db.endTransaction()
     }

@@ -37,6 +37,13 @@ extension SQLConnection {
         _ = try query(sql, binds)
     }
 
+    /// `clause` (`FOR UPDATE`, `FOR SHARE`) to end a `SELECT` with on PostgreSQL, where a write at
+    /// ``WriteIsolation/lockingRows`` locks the rows its decisions rest on; nothing on SQLite, whose one writer runs
+    /// writes one after another.
+    func rowLock(_ clause: String) -> String {
+        dialect == .postgres ? " " + clause : ""
+    }
+
     /// Runs `sql`, which binds nothing, and returns its rows.
     @discardableResult
     func query(_ sql: String) throws -> [StoreRow] {
