@@ -305,21 +305,14 @@ private struct Cluster: Sendable {
             let directory = root.appendingPathComponent("node-\(name)")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let port = freePort()
-            let process = Process()
-            process.executableURL = executable
-            process.arguments = [
-                "serve", "--database-url", databaseURL, "--port", "\(port)", "--no-emulator", "--data-dir", directory.path,
-                "--log-level", "warning",
-            ]
-            process.environment = ProcessInfo.processInfo.environment.merging(
-                ["LIVELINE_MASTER_KEY": masterKey].merging(environment) { $1 }
-            ) { $1 }
             let log = root.appendingPathComponent("node-\(name).log")
-            _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-            let handle = try FileHandle(forWritingTo: log)
-            process.standardOutput = handle
-            process.standardError = handle
-            try process.run()
+            let process = try runLiveline(
+                [
+                    "serve", "--database-url", databaseURL, "--port", "\(port)", "--no-emulator", "--data-dir", directory.path,
+                    "--log-level", "warning",
+                ],
+                environment: ["LIVELINE_MASTER_KEY": masterKey].merging(environment) { $1 }, output: log
+            )
             nodes.append(Node(name: name, process: process, api: "http://127.0.0.1:\(port)", log: log))
         }
         let started = nodes

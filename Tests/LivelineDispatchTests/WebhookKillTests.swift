@@ -19,11 +19,12 @@ struct WebhookKillTests {
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
         let (receiver, stopReceiver) = try await WebhookReceiver.start()
-        let ports = (0..<6).map { _ in freePort() }
         let client = HTTPClient(eventLoopGroupProvider: .singleton)
         // A budget of 1 priority-10 push an hour: the first update an iPhone gets reaches the warning share.
         let environment = ["LIVELINE_BUDGET_HOURLY": "1", "LIVELINE_BUDGET_HOURLY_WITH_FREQUENT_PUSHES": "1"]
-        var server = try WalkthroughTests.Server.start(root: root, ports: ports, environment: environment)
+        var server = try await WalkthroughTests.Server.startListening(root: root, environment: environment)
+        // The restart after the kill comes back on the same ports.
+        let ports = server.ports
         do {
             #expect(try await waitFor(timeout: .seconds(60)) { server.exported("LIVELINE_PUBLISHABLE_KEY") != nil })
             let secretKey = try #require(server.exported("LIVELINE_SECRET_KEY"))

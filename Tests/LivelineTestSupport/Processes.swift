@@ -43,6 +43,21 @@ public func freePort() -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
+/// Starts the `liveline` executable (``livelineExecutable()``) with `arguments` and `environment` laid over this
+/// process's, writing what it prints (both streams) to a new file at `output`.
+public func runLiveline(_ arguments: [String], environment: [String: String] = [:], output: URL) throws -> Process {
+    let process = Process()
+    process.executableURL = livelineExecutable()
+    process.arguments = arguments
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+    let handle = try FileHandle(forWritingTo: output)
+    process.standardOutput = handle
+    process.standardError = handle
+    try process.run()
+    return process
+}
+
 /// Whether something on 127.0.0.1 accepts a TCP connection on `port` now.
 public func acceptsConnections(_ port: Int) -> Bool {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -78,21 +93,16 @@ public struct ServeDevProcess {
     /// management (six free ports when nil), and `environment` laid over this process's.
     public static func start(root: URL, ports: [Int]? = nil, environment: [String: String] = [:]) throws -> ServeDevProcess {
         let ports = ports ?? (0..<6).map { _ in freePort() }
-        let process = Process()
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        process.executableURL = livelineExecutable()
-        process.arguments = [
-            "serve", "--dev", "--data-dir", root.appendingPathComponent("data").path, "--port", "\(ports[0])",
-            "--emulator-port", "\(ports[1])", "--emulator-control-port", "\(ports[2])",
-            "--fcm-emulator-port", "\(ports[3])", "--fcm-emulator-control-port", "\(ports[4])",
-            "--emulator-channels-port", "\(ports[5])",
-        ]
         let output = root.appendingPathComponent("serve-\(UUID().uuidString).log")
-        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-        let handle = try FileHandle(forWritingTo: output)
-        process.standardOutput = handle
-        process.standardError = handle
-        try process.run()
+        let process = try runLiveline(
+            [
+                "serve", "--dev", "--data-dir", root.appendingPathComponent("data").path, "--port", "\(ports[0])",
+                "--emulator-port", "\(ports[1])", "--emulator-control-port", "\(ports[2])",
+                "--fcm-emulator-port", "\(ports[3])", "--fcm-emulator-control-port", "\(ports[4])",
+                "--emulator-channels-port", "\(ports[5])",
+            ],
+            environment: environment, output: output
+        )
         return ServeDevProcess(
             process: process, output: output, ports: ports, apiPort: ports[0], api: "http://127.0.0.1:\(ports[0])",
             apnsControl: "http://127.0.0.1:\(ports[2])", fcmControl: "http://127.0.0.1:\(ports[4])"
