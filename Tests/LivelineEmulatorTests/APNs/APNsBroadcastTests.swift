@@ -473,6 +473,9 @@ struct APNsBroadcastTests {
 
                 // With input-push-token as well, it also gets an update token and registers it as before.
                 let second = try fixture.emulator.createPhone(id: "phone-18b", attributesTypes: ["MatchAttributes"], registerWith: target)
+                // The new phone's device registration first: it runs in the background, and could otherwise land after
+                // the instance registration looked at below (CI saw it last).
+                await fixture.emulator.waitForRegistrations()
                 aps["input-push-token"] = 1
                 start["aps"] = .object(aps)
                 let secondToken = try #require(second.pushToStartTokens["MatchAttributes"])
