@@ -146,6 +146,11 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         let stored = try await store.credentials(appID: appID, provider: .apns)
         if let cached = clients[appID], cached.version == stored?.updatedAt { return APNsPushTransport(client: cached.client) }
         guard let credentials = try await credentials(appID: appID)?.credentials else { return nil }
+        // The actor is reentrant: while this call waited for the Store, another may have built the client for these
+        // credentials (or newer ones). Replacing it would shut it down under the pushes it is sending — several passes
+        // of one app start at once (a shared fan-out's slices), and each failed its pushes with "The APNs client was
+        // shut down", retried them into the dead client and sent the ones APNs had already taken again.
+        if let cached = clients[appID], Self.serves(cached.version, stored?.updatedAt) { return APNsPushTransport(client: cached.client) }
         let client = try APNsClient(
             endpoint: try credentials.endpoint(channelManagement: false), tokens: try credentials.providerTokens(now: now),
             connections: connections, logger: logger
@@ -156,6 +161,16 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         // finish first). The actor is reentrant: other apps' transports are not held up meanwhile.
         await previous?.shutdown()
         return APNsPushTransport(client: client)
+    }
+
+    /// Whether an entry cached for credentials of version `cached` serves credentials of version `version`: the same
+    /// ones or newer (`nil`: the emulator's, which never change).
+    static func serves(_ cached: Date?, _ version: Date?) -> Bool {
+        switch (cached, version) {
+        case (nil, nil): true
+        case (let cached?, let version?): cached >= version
+        default: false
+        }
     }
 
     public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
@@ -210,6 +225,8 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
             guard let app = try await store.app(id: appID), let (credentials, version) = try await credentials(appID: appID) else {
                 throw ChannelManagementError(.noCredentials, "the app has no APNs credentials")
             }
+            // Built meanwhile by another call (see `transport(appID:platform:)`).
+            if let cached = channelManagers[appID], Self.serves(cached.version, stored?.updatedAt) { return (cached.manager, cached.bundleID) }
             let manager = try APNsChannelManager(
                 tokens: try credentials.providerTokens(now: now), endpoint: try credentials.endpoint(channelManagement: true), logger: logger
             )

@@ -1,0 +1,52 @@
+import APNs
+import Crypto
+import Foundation
+import LivelineCore
+import LivelineStore
+import LivelineTestSupport
+import Testing
+
+@testable import LivelineDispatch
+
+@Suite("APNs transport directory")
+struct APNsTransportDirectoryTests {
+    @Test("one app's passes asking for its transport at once share one APNs client: none is replaced, and shut down, under another's pushes")
+    func concurrentAsksShareOneClient() async throws {
+        try await withTemporaryStore { store, _ in
+            try await store.createApp(AppRecord(id: "app_c", name: "C", bundleID: "com.example.c", androidPackage: nil, createdAt: Date()), keys: [])
+            let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
+            let credentials = APNsCredentials(
+                teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: P256.Signing.PrivateKey().pemRepresentation, environment: .sandbox,
+                baseURL: "https://127.0.0.1:9"
+            )
+            try await store.saveCredentials(try credentials.stored(appID: "app_c", sealer: sealer, at: Date()))
+            let directory = APNsTransportDirectory(store: store, sealer: sealer)
+            // Sixteen passes starting together, as a shared fan-out's slices do: each asks while the others wait for the
+            // Store.
+            let clients = try await withThrowingTaskGroup(of: ObjectIdentifier?.self) { group in
+                for _ in 0..<16 {
+                    group.addTask {
+                        (try await directory.transport(appID: "app_c", platform: .ios) as? APNsPushTransport).map { ObjectIdentifier($0.client) }
+                    }
+                }
+                var clients: [ObjectIdentifier?] = []
+                for try await client in group { clients.append(client) }
+                return clients
+            }
+            #expect(clients.count == 16 && clients.allSatisfy { $0 != nil })
+            #expect(Set(clients).count == 1, "every pass got the one client")
+            await directory.shutdown()
+        }
+    }
+
+    @Test("a cached client serves the credentials it was built from and older ones, never newer ones")
+    func cachedVersions() {
+        let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+        #expect(APNsTransportDirectory.serves(nil, nil))
+        #expect(APNsTransportDirectory.serves(t0, t0))
+        #expect(APNsTransportDirectory.serves(t0.addingTimeInterval(1), t0))
+        #expect(!APNsTransportDirectory.serves(t0, t0.addingTimeInterval(1)))
+        #expect(!APNsTransportDirectory.serves(nil, t0), "the emulator's client does not serve stored credentials")
+        #expect(!APNsTransportDirectory.serves(t0, nil))
+    }
+}
