@@ -27,7 +27,14 @@ public struct DispatcherConfiguration: Sendable {
     /// other for long: a 100,000-instance fan-out went about a quarter faster than at 4, and its progress was recorded
     /// sooner too, for about 5 MB more memory.
     public var progressBatchesBehind: Int = 16
-    /// How long a claim on an activity lasts without renewal.
+    /// Shares a large fan-out between the engines (of every node on a shared database): an activity with more
+    /// instances to send than this is cut into slices of this many, each claimed and sent by whichever engine is free.
+    /// `nil`: each activity's fan-out is sent by the engine that claimed it (SQLite, one node).
+    public var sliceSize: Int?
+    /// How often the engine holding a shared fan-out looks whether its slices are all sent, once it has none left to
+    /// claim.
+    public var slicePollInterval: Duration = .milliseconds(100)
+    /// How long a claim on an activity (or a slice of its fan-out) lasts without renewal.
     public var claimLease: TimeInterval = 30
     /// The longest an idle engine rests before it looks for work again when nobody wakes it. Accepted work wakes it
     /// at once, and work waiting for a retry or a lease is claimed when it falls due, so this only bounds how late a
@@ -64,14 +71,18 @@ public final class Dispatcher: Service, Sendable {
     let metrics: DeliveryMetrics
     private let owner: String
     private let wakeSignal = WakeSignal()
+    /// The engines of the other nodes sharing the Store, woken when a fan-out is shared (nil: no other node).
+    private let peers: (any DeliveryWaking)?
 
     /// Creates the engine.
     public init(
         store: any DispatchStore & TimelineStore & BroadcastStore, transports: any PushTransportDirectory, configuration: DispatcherConfiguration = .init(),
         logger: Logger = Logger(label: "liveline.dispatch"), now: @escaping @Sendable () -> Date = { Date() },
-        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }, metrics: DeliveryMetrics = DeliveryMetrics()
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0...1) }, metrics: DeliveryMetrics = DeliveryMetrics(),
+        peers: (any DeliveryWaking)? = nil
     ) {
         self.metrics = metrics
+        self.peers = peers
         self.store = store
         self.transports = transports
         self.configuration = configuration
@@ -107,6 +118,13 @@ public final class Dispatcher: Service, Sendable {
             do {
                 if let claim = try await store.claimPendingActivity(owner: workerOwner, now: now(), lease: configuration.claimLease) {
                     try await deliver(claim)
+                    continue
+                }
+                // A slice of a fan-out another engine shares.
+                if configuration.sliceSize != nil,
+                    let slice = try await store.claimSlice(owner: workerOwner, now: now(), lease: configuration.claimLease, of: nil)
+                {
+                    await send(slice)
                     continue
                 }
             } catch is CancellationError {
@@ -357,10 +375,10 @@ public final class Dispatcher: Service, Sendable {
     }
 
     /// The claimed activity's pass, under ``keepingClaim(_:_:)``: admits a remote start's audience,
-    /// publishes on the broadcast channel, and fans the state out. For the fan-out the ``FanOutStateMachine`` decides
-    /// and this performs its actions — reads pages, sends, records progress — each as a child task whose outcome is fed
-    /// back as the machine's next event. Returns when to look at the activity again and when its broadcast falls due,
-    /// or `nil` when the claim was lost (its new holder releases it).
+    /// publishes on the broadcast channel, and fans the state out — alone (``fanOut(_:budget:claimWatch:slice:)``), or,
+    /// when ``DispatcherConfiguration/sliceSize`` is set and the activity has more instances to send, in slices shared
+    /// with the other engines (``sendSlices(of:claimWatch:)``). Returns when to look at the activity again and when its
+    /// broadcast falls due, or `nil` when the claim was lost (its new holder releases it).
     private func pass(
         _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch
     ) async throws -> (FanOut.ReleaseTiming, broadcastDue: Date?)? {
@@ -383,6 +401,104 @@ public final class Dispatcher: Service, Sendable {
             broadcastDue = await publish(claim, on: channel)
         }
 
+        if let size = configuration.sliceSize {
+            // A large fan-out is shared: cut into slices that every engine of every node may claim and send.
+            let slices: Int
+            do {
+                slices = try await store.planSlices(
+                    appID: appID, activityID: activityID, owner: claim.owner, below: activity.sequence, platforms: configuration.platforms,
+                    size: size, now: now()
+                )
+            } catch {
+                logger.error("Planning a shared fan-out failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
+                return claimWatch.isLost ? nil : (.afterStoreRetryDelay, broadcastDue)
+            }
+            if slices > 0 {
+                wakeSignal.wake()
+                peers?.wake()
+                guard let shared = await sendSlices(of: claim, claimWatch: claimWatch) else { return nil }
+                return (shared, broadcastDue)
+            }
+        }
+        let release = await fanOut(claim, budget: budget, claimWatch: claimWatch, slice: nil)
+        if claimWatch.isLost { return nil }
+        return (release, broadcastDue)
+    }
+
+    /// Sends the claimed activity's slices with the other engines, as the holder of its claim: claims the ones nobody
+    /// has taken (or whose lease ran out) and sends them, then waits until every slice is sent, drops them and says when
+    /// to look at the activity again, from their outcomes. `nil` when the activity's claim was lost meanwhile.
+    private func sendSlices(of claim: DispatchClaim, claimWatch: ClaimWatch) async -> FanOut.ReleaseTiming? {
+        let key = ActivityKey(appID: claim.activity.appID, activityID: claim.activity.activityID)
+        while true {
+            if claimWatch.isLost { return nil }
+            // The slices stay for whoever claims the activity next.
+            if Task.isShuttingDownGracefully || Task.isCancelled { return .unscheduled }
+            do {
+                if let taken = try await store.claimSlice(owner: claim.owner, now: now(), lease: configuration.claimLease, of: key) {
+                    await send(taken)
+                    continue
+                }
+                let outcomes = try await store.sliceOutcomes(appID: key.appID, activityID: key.activityID)
+                if outcomes.allSatisfy({ $0 != nil }) {
+                    try await store.dropSlices(appID: key.appID, activityID: key.activityID, owner: claim.owner)
+                    return Self.releaseTiming(after: outcomes.compactMap { $0 })
+                }
+            } catch {
+                if Task.isCancelled { return .unscheduled }
+                logger.error("Following a shared fan-out failed", metadata: ["activity": "\(key.activityID)", "error": "\(error)"])
+            }
+            // Other engines hold the rest: look again shortly.
+            try? await Task.sleep(for: configuration.slicePollInterval)
+        }
+    }
+
+    /// When to look at an activity again once its slices were sent with these outcomes: soon after a Store failure,
+    /// after the pass-retry delay when instances still failed, at once otherwise (it may be pending again).
+    static func releaseTiming(after outcomes: [SliceOutcome]) -> FanOutStateMachine<InstanceRecord, Rendition, InstanceResult>.ReleaseTiming {
+        if outcomes.contains(.storeFailed) { return .afterStoreRetryDelay }
+        if outcomes.contains(.retryLater) { return .afterPassRetryDelay }
+        return .now
+    }
+
+    /// Sends one claimed slice while its lease is kept, and records how its pass ended — or hands it back unsent when
+    /// this engine stopped, and leaves it when its lease was lost (another engine has it).
+    private func send(_ taken: SliceClaim) async {
+        let slice = taken.slice
+        let owner = taken.claim.owner
+        let budget = taken.claim.budget.applied(to: configuration.budget)
+        let passed = try? await keepingLease(
+            of: "slice \(slice.index) of activity \(slice.activityID)",
+            renew: { try await self.store.renewSlice(slice, owner: owner, now: self.now(), lease: self.configuration.claimLease) }
+        ) { watch in
+            (await fanOut(taken.claim, budget: budget, claimWatch: watch, slice: slice), watch.isLost)
+        }
+        // Lost: another engine has it now.
+        guard let (timing, lost) = passed, !lost else { return }
+        let outcome: SliceOutcome? =
+            switch timing {
+            case .now: .done
+            case .afterPassRetryDelay: .retryLater
+            case .afterStoreRetryDelay: .storeFailed
+            case .unscheduled: nil
+            }
+        do {
+            // Recorded even when this engine's task is being cancelled: a slice left held waits out its lease.
+            try await Task { try await self.store.finishSlice(slice, owner: owner, outcome: outcome) }.value
+        } catch {
+            // Its lease runs out, and another engine sends it again.
+            logger.error("Recording a slice's outcome failed", metadata: ["activity": "\(slice.activityID)", "error": "\(error)"])
+        }
+    }
+
+    /// The fan-out of one pass, over the whole activity or one `slice` of it: the ``FanOutStateMachine`` decides and this
+    /// performs its actions — reads pages, sends, records progress — each as a child task whose outcome is fed back as the
+    /// machine's next event. Returns when to look at the activity (or slice) again.
+    private func fanOut(
+        _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch, slice: FanOutSlice?
+    ) async -> FanOut.ReleaseTiming {
+        let appID = claim.activity.appID
+        let activityID = claim.activity.activityID
         var machine = FanOut(
             platforms: configuration.platforms,
             limits: FanOutLimits(
@@ -390,7 +506,7 @@ public final class Dispatcher: Service, Sendable {
                 progressBatchSize: configuration.progressBatchSize, progressBatchesBehind: configuration.progressBatchesBehind
             )
         )
-        let release: FanOut.ReleaseTiming = await withTaskGroup(of: FanOut.Event.self) { group in
+        return await withTaskGroup(of: FanOut.Event.self) { group in
             // Only one page read runs at a time.
             var stopping = false
             var leaseLost = false
@@ -406,7 +522,7 @@ public final class Dispatcher: Service, Sendable {
                 switch machine.nextAction() {
                 case .readPage(let platform, let below, let cursor):
                     group.addTask {
-                        await self.readPage(claim, platform: platform, below: below, after: cursor)
+                        await self.readPage(claim, slice: slice, platform: platform, below: below, after: cursor)
                     }
                 case .send(let instances, let rendition):
                     var pushes: [OutgoingPush] = []
@@ -469,8 +585,6 @@ public final class Dispatcher: Service, Sendable {
                 }
             }
         }
-        if claimWatch.isLost { return nil }
-        return (release, broadcastDue)
     }
 
     /// Runs `body` while a child task renews the claim's lease every third of the lease, so a pass keeps its claim
@@ -479,28 +593,42 @@ public final class Dispatcher: Service, Sendable {
     /// A renewal that fails (the Store is busy) is tried again at the next tick. The renewals have stopped when it
     /// returns.
     private func keepingClaim<T: Sendable>(_ claim: DispatchClaim, _ body: (ClaimWatch) async throws -> T) async throws -> T {
+        let (appID, activityID, owner) = (claim.activity.appID, claim.activity.activityID, claim.owner)
+        return try await keepingLease(
+            of: "activity \(activityID)",
+            renew: {
+                try await self.store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: self.now(), lease: self.configuration.claimLease)
+                    != nil
+            },
+            body
+        )
+    }
+
+    /// Runs `body` while a child task calls `renew` every third of the claim lease (a claim on an activity, or on a
+    /// slice of its fan-out); `renew` answers false when the claim was lost, and `body`'s ``ClaimWatch`` then says so.
+    private func keepingLease<T: Sendable>(
+        of what: String, renew: @escaping @Sendable () async throws -> Bool, _ body: (ClaimWatch) async throws -> T
+    ) async throws -> T {
         let watch = ClaimWatch()
         return try await withThrowingTaskGroup(of: Void.self, returning: T.self) { group in
-            group.addTask { await self.renewLease(claim, watch: watch) }
+            group.addTask { await self.renewLease(of: what, renew: renew, watch: watch) }
             defer { group.cancelAll() }
             return try await body(watch)
         }
     }
 
-    private func renewLease(_ claim: DispatchClaim, watch: ClaimWatch) async {
-        let (appID, activityID, owner) = (claim.activity.appID, claim.activity.activityID, claim.owner)
+    private func renewLease(of what: String, renew: @Sendable () async throws -> Bool, watch: ClaimWatch) async {
         let interval = Duration.milliseconds(Int64(max(configuration.claimLease / 3, 0.001) * 1000))
         var renewed = ContinuousClock.now
         while true {
             do { try await Task.sleep(for: interval) } catch { return }
             do {
                 let asked = ContinuousClock.now
-                guard try await store.renewClaim(appID: appID, activityID: activityID, owner: owner, now: now(), lease: configuration.claimLease) != nil
-                else {
+                guard try await renew() else {
                     if Task.isCancelled { return }
                     logger.warning(
-                        "The activity's claim was lost mid-pass; another engine has it",
-                        metadata: ["app": "\(appID)", "activity": "\(activityID)", "sinceRenewal": "\(ContinuousClock.now - renewed)"]
+                        "A claim was lost mid-pass; another engine has it",
+                        metadata: ["claim": "\(what)", "sinceRenewal": "\(ContinuousClock.now - renewed)"]
                     )
                     watch.markLost()
                     return
@@ -509,13 +637,13 @@ public final class Dispatcher: Service, Sendable {
                 if answered - renewed > .milliseconds(Int64(configuration.claimLease * 1000 / 2)) {
                     logger.warning(
                         "A claim was renewed late",
-                        metadata: ["activity": "\(activityID)", "sinceRenewal": "\(answered - renewed)", "renewalTook": "\(answered - asked)"]
+                        metadata: ["claim": "\(what)", "sinceRenewal": "\(answered - renewed)", "renewalTook": "\(answered - asked)"]
                     )
                 }
                 renewed = answered
             } catch {
                 if Task.isCancelled { return }
-                logger.warning("Renewing a claim failed; trying again", metadata: ["activity": "\(activityID)", "error": "\(error)"])
+                logger.warning("Renewing a claim failed; trying again", metadata: ["claim": "\(what)", "error": "\(error)"])
             }
         }
     }
@@ -525,16 +653,18 @@ public final class Dispatcher: Service, Sendable {
     /// first re-reads the claim (only reading it, on the Store's reader, so a page never waits for a progress write;
     /// the lease is renewed by ``keepingClaim(_:_:)``) and comes with the newest state when a newer one
     /// was accepted.
+    ///
+    /// A `slice`'s pages are its range's, and its claim is the slice's.
     private func readPage(
-        _ claim: DispatchClaim, platform: Platform, below: Int64?, after cursor: String?
+        _ claim: DispatchClaim, slice: FanOutSlice?, platform: Platform, below: Int64?, after cursor: String?
     ) async -> FanOut.Event {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
         do {
             guard let below else {
                 let instances = try await store.pendingInstances(
-                    appID: appID, activityID: activityID, below: claim.activity.sequence, platforms: [platform], after: nil,
-                    limit: configuration.pageSize
+                    appID: appID, activityID: activityID, below: claim.activity.sequence, platforms: [platform], after: slice?.after,
+                    through: slice?.through, limit: configuration.pageSize
                 )
                 if instances.isEmpty { return .pageRead(instances: [], cursor: nil, rendition: nil) }
                 guard let transport = try await transports.transport(appID: appID, platform: platform) else {
@@ -545,14 +675,20 @@ public final class Dispatcher: Service, Sendable {
                 return .pageRead(instances: instances, cursor: instances.last?.deviceID, rendition: rendition)
             }
             let at = now()
-            guard let held = try await store.heldClaim(appID: appID, activityID: activityID, owner: claim.owner, now: at) else { return .claimLost }
+            let held =
+                if let slice {
+                    try await store.heldSlice(slice, owner: claim.owner, now: at)
+                } else {
+                    try await store.heldClaim(appID: appID, activityID: activityID, owner: claim.owner, now: at)
+                }
+            guard let held else { return .claimLost }
             var newer: Rendition?
             if held.activity.sequence != below, let transport = try await transports.transport(appID: appID, platform: platform) {
                 newer = render(held, for: platform, transport: transport)
             }
             let instances = try await store.pendingInstances(
-                appID: appID, activityID: activityID, below: newer?.sequence ?? below, platforms: [platform], after: cursor,
-                limit: configuration.pageSize
+                appID: appID, activityID: activityID, below: newer?.sequence ?? below, platforms: [platform], after: cursor ?? slice?.after,
+                through: slice?.through, limit: configuration.pageSize
             )
             return .pageRead(instances: instances, cursor: instances.last?.deviceID, rendition: newer)
         } catch {

@@ -59,6 +59,10 @@ public struct LivelineConfiguration: Sendable {
     /// Seconds a delivery engine's claim on an activity lasts from its last renewal: how long the other nodes wait
     /// before they take over the fan-out of a node that died.
     public var claimLease: Int = 30
+    /// On a PostgreSQL database, a fan-out of more instances than this is cut into slices of this many that every
+    /// node's engines claim and send together; 0: each activity's fan-out is sent by the one engine that claimed it.
+    /// (On SQLite, one node, a fan-out is never shared.)
+    public var sliceSize: Int = 10_000
     /// How long a client connection may take to send a request's headers and body, how long it may idle, and how
     /// many may be open at once.
     public var connections: ConnectionLimits = ConnectionLimits()
@@ -147,6 +151,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "… and at most this many."),
         Key(name: "liveline.claimLease", environment: "LIVELINE_CLAIM_LEASE", flag: nil, defaultValue: "30",
             summary: "Seconds an engine's claim on an activity lasts unless renewed: with several nodes, how soon the others take over a dead node's fan-out."),
+        Key(name: "liveline.sliceSize", environment: "LIVELINE_SLICE_SIZE", flag: nil, defaultValue: "10000",
+            summary: "PostgreSQL: a fan-out of more instances is cut into slices of this many, sent by every node's engines together; 0 for none."),
         Key(name: "liveline.fcmRetryFloor", environment: "LIVELINE_FCM_RETRY_FLOOR", flag: nil, defaultValue: "10",
             summary: "Seconds an FCM push waits at least before a retry (QUOTA_EXCEEDED, UNAVAILABLE, INTERNAL), however short the backoff or Retry-After."),
         Key(name: "liveline.budget.hourly", environment: "LIVELINE_BUDGET_HOURLY", flag: nil, defaultValue: "10",
@@ -260,6 +266,10 @@ public struct LivelineConfiguration: Sendable {
         fcmRetryFloor = scoped.int(forKey: "fcmRetryFloor", default: 10)
         claimLease = scoped.int(forKey: "claimLease", default: 30)
         guard (3...3600).contains(claimLease) else { throw ConfigurationError("claimLease must be between 3 and 3600 seconds.") }
+        sliceSize = scoped.int(forKey: "sliceSize", default: 10_000)
+        guard sliceSize == 0 || (100...10_000_000).contains(sliceSize) else {
+            throw ConfigurationError("sliceSize must be 0 (no shared fan-outs) or between 100 and 10000000 instances.")
+        }
         guard (0...3600).contains(fcmRetryFloor) else { throw ConfigurationError("fcmRetryFloor must be between 0 and 3600 seconds.") }
         let defaultBudget = PriorityBudget()
         let hourly = scoped.int(forKey: "budget.hourly", default: defaultBudget.hourly)

@@ -168,9 +168,11 @@ public protocol DispatchStore: Sendable {
     /// Re-reads a claimed activity without extending the lease (no write, so it never waits for one).
     /// Returns nil when `owner` no longer holds it or its lease ran out.
     func heldClaim(appID: String, activityID: String, owner: String, now: Date) async throws -> DispatchClaim?
-    /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`.
+    /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`
+    /// and up to `last` (to the end when `nil`: a slice's end).
     func pendingInstances(
-        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?,
+        limit: Int
     ) async throws -> [InstanceRecord]
     /// Records a page's progress and attempts in one transaction.
     func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws
@@ -181,7 +183,7 @@ public protocol DispatchStore: Sendable {
     func releaseClaim(
         appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
     ) async throws -> Bool
-    /// At start-up, drops the claims a crashed process left: every claim on a store only this process uses (SQLite);
+    /// At start-up, drops the claims (on activities and slices) a crashed process left: every claim on a store only this process uses (SQLite);
     /// none on a store several nodes share (PostgreSQL), where a dead node's claims run out with their lease.
     func releaseAllClaims() async throws
     /// Hands back a claim without sending: the activity is due again at `until` — unless a newer sequence than
@@ -193,6 +195,82 @@ public protocol DispatchStore: Sendable {
     /// each device with a usable token for the start's attributes type becomes a `starting` instance (devices already
     /// watching the activity are left as they are). Returns whether any audience remains to be admitted.
     func admitStartAudience(appID: String, activityID: String, limit: Int, at now: Date) async throws -> Bool
+
+    // MARK: Shared fan-outs
+
+    /// Cuts the claimed activity's instances behind `sequence` on `platforms` into slices of `size` by device id, so
+    /// that the engines of every node sharing the Store send one fan-out together (``claimSlice(owner:now:lease:of:)``).
+    /// Only the holder of the activity's claim plans. When the activity has slices already (planned by a holder that
+    /// died), they are kept as they are. Returns how many slices the activity has: 0 when `owner` does not hold the
+    /// claim, or when its pending instances fit in one slice (the holder sends them alone).
+    func planSlices(
+        appID: String, activityID: String, owner: String, below sequence: Int64, platforms: [Platform], size: Int, now: Date
+    ) async throws -> Int
+    /// Claims one slice not yet sent (unclaimed, or whose lease ran out) — only `activity`'s when given — leasing it to
+    /// `owner` until `now + lease`, with the activity as it is now (its newest state is what the slice sends).
+    func claimSlice(owner: String, now: Date, lease: TimeInterval, of activity: ActivityKey?) async throws -> SliceClaim?
+    /// Extends a slice's lease; false when `owner` no longer holds it.
+    func renewSlice(_ slice: FanOutSlice, owner: String, now: Date, lease: TimeInterval) async throws -> Bool
+    /// The slice's activity as it is now, while `owner` holds the slice (a read; nil when the slice was lost).
+    func heldSlice(_ slice: FanOutSlice, owner: String, now: Date) async throws -> DispatchClaim?
+    /// Ends `owner`'s claim on a slice: with its outcome once it was sent, or — `nil` — handed back unsent (the engine
+    /// stopped), for another engine to claim.
+    func finishSlice(_ slice: FanOutSlice, owner: String, outcome: SliceOutcome?) async throws
+    /// The outcome of each of the activity's slices, `nil` for one not sent yet.
+    func sliceOutcomes(appID: String, activityID: String) async throws -> [SliceOutcome?]
+    /// Drops the activity's slices once they are all sent: only the holder of the activity's claim (`owner`) does.
+    func dropSlices(appID: String, activityID: String, owner: String) async throws
+}
+
+extension DispatchStore {
+    /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`.
+    public func pendingInstances(
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int
+    ) async throws -> [InstanceRecord] {
+        try await pendingInstances(appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: nil, limit: limit)
+    }
+}
+
+/// One slice of a shared fan-out: the pending instances of one activity whose device ids come after `after` (from the
+/// first when `nil`), up to and including `through` (to the last when `nil`).
+public struct FanOutSlice: Sendable, Hashable {
+    /// The activity's app.
+    public var appID: String
+    /// The activity.
+    public var activityID: String
+    /// The slice's place in the activity's plan, from 0.
+    public var index: Int
+    /// The device id the slice starts after (`nil`: from the first).
+    public var after: String?
+    /// The last device id of the slice (`nil`: to the last).
+    public var through: String?
+
+    /// Creates a slice.
+    public init(appID: String, activityID: String, index: Int, after: String?, through: String?) {
+        self.appID = appID
+        self.activityID = activityID
+        self.index = index
+        self.after = after
+        self.through = through
+    }
+}
+
+/// A claimed slice and its activity as of the claim.
+public struct SliceClaim: Sendable, Hashable {
+    /// The slice.
+    public var slice: FanOutSlice
+    /// Its activity, owned (for the slice only) by the slice's holder.
+    public var claim: DispatchClaim
+}
+
+/// How a slice's pass ended, as the engine that sent it records it for the activity's claim holder.
+public enum SliceOutcome: String, Sendable, Hashable, CaseIterable {
+    /// Every instance of the slice is done for the sequence sent.
+    case done
+    /// Some instances still failed after their retries: the activity is tried again after the pass-retry delay.
+    case retryLater = "retry_later"
+    /// The Store failed during the slice's pass: the activity is tried again soon.
+    case storeFailed = "store_failed"
 }
 
 /// Who does the housekeeping (lifetime sweeps, purges, pruning of old rows) when several nodes share the database: one

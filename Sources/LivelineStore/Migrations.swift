@@ -427,5 +427,36 @@ enum SQLiteMigrations {
                 "CREATE INDEX webhook_deliveries_order ON webhook_deliveries(webhook_id, ordering_key, id) WHERE status = 'pending'",
             ]
         ),
+        Migration(
+            version: 17,
+            name: "fan-out slices",
+            statements: [FanOutSliceSchema.sqlite]
+        ),
     ]
+}
+
+/// The slices of a shared fan-out (``DispatchStore/planSlices(appID:activityID:owner:below:platforms:size:now:)``):
+/// one activity's pending instances cut into ranges of device ids, `(after_device, through_device]`, each claimed and
+/// sent by whichever engine takes it, and marked with its outcome once sent. The same table in both dialects.
+enum FanOutSliceSchema {
+    static let sqlite = table(text: "TEXT", integer: "INTEGER")
+    static let postgres = table(text: #"TEXT COLLATE "C""#, integer: "BIGINT")
+
+    private static func table(text: String, integer: String) -> String {
+        """
+        CREATE TABLE fanout_slices (
+            app_id \(text) NOT NULL,
+            activity_id \(text) NOT NULL,
+            slice \(integer) NOT NULL,
+            after_device \(text),
+            through_device \(text),
+            claim_owner \(text),
+            claim_expires_at \(integer),
+            outcome \(text),
+            created_at \(integer) NOT NULL,
+            PRIMARY KEY (app_id, activity_id, slice),
+            FOREIGN KEY (app_id, activity_id) REFERENCES activities(app_id, activity_id) ON DELETE CASCADE
+        )
+        """
+    }
 }

@@ -153,15 +153,17 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     /// Runs `statements` in one write transaction.
-    func transaction(statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full) async throws {
-        try await writer.write(durability: durability) { db in
+    func transaction(
+        statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full, isolation: WriteIsolation = .serializable
+    ) async throws {
+        try await writer.write(durability: durability, isolation: isolation) { db in
             for statement in statements { try db.execute(statement.sql, statement.binds) }
         }
     }
 
     /// Runs one statement as a write of its own.
-    func write(_ sql: String, _ binds: [SQLiteData]) async throws -> [StoreRow] {
-        try await writer.write(durability: .full) { db in try db.query(sql, binds) }
+    func write(_ sql: String, _ binds: [SQLiteData], isolation: WriteIsolation = .serializable) async throws -> [StoreRow] {
+        try await writer.write(durability: .full, isolation: isolation) { db in try db.query(sql, binds) }
     }
 
     public func ping() async throws {

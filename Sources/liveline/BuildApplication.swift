@@ -34,8 +34,11 @@ func buildApplication(
         dispatch.budget = configuration.budget
         dispatch.fcmRetryFloor = .seconds(configuration.fcmRetryFloor)
         dispatch.claimLease = TimeInterval(configuration.claimLease)
+        // Fan-outs are shared between nodes only where nodes share the database.
+        if store.nodeWakeChannel != nil, configuration.sliceSize > 0 { dispatch.sliceSize = configuration.sliceSize }
         let dispatcher = Dispatcher(
-            store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger
+            store: store, transports: PlatformTransports(ios: apns, android: fcm), configuration: dispatch, logger: logger,
+            peers: store.nodeWakeChannel.map(AnnouncingToNodes.init)
         )
         // Work committed here wakes this node's engine, and every other node's when they share a database.
         let delivery = WakingEveryNode(local: dispatcher, nodes: store.nodeWakeChannel)
@@ -77,6 +80,13 @@ struct WakingEveryNode: DeliveryWaking {
         local.wake()
         nodes?.announce()
     }
+}
+
+/// Tells every node sharing the database (this one too) that work waits: a fan-out cut into slices for them.
+struct AnnouncingToNodes: DeliveryWaking {
+    let channel: NodeWakeChannel
+
+    func wake() { channel.announce() }
 }
 
 /// Hears the other nodes' wake-ups (and sends this node's) until graceful shutdown.

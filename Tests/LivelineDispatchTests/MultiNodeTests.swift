@@ -37,7 +37,8 @@ struct MultiNodeTests {
     @Test("two nodes: one update to 20,000 instances reaches every instance exactly once")
     func twoNodesExactlyOnce() async throws {
         try await withCluster(activities: ["match": 20_000]) { cluster in
-            let nodes = try await cluster.start(count: 2)
+            // Slices of 1,000: twenty, more than one node's four engine workers take at once, so both nodes send.
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_SLICE_SIZE": "1000"])
             defer { nodes.forEach { $0.stop() } }
             let accepted = try await cluster.postUpdate(to: nodes[0], activity: "match", contentState: ["score": "1-0"])
             #expect(accepted == 202)
@@ -55,8 +56,60 @@ struct MultiNodeTests {
             #expect(cluster.emulator.statistics.accepted == 20_000)
             let pushed = try await cluster.pushCounts(nodes)
             #expect(pushed.reduce(0, +) == 20_000, "the nodes count the pushes the emulator accepted")
+            #expect(pushed.allSatisfy { $0 > 0 }, "both nodes sent part of the one fan-out: \(pushed)")
             try await cluster.expectDispatched(["match"])
+            #expect(try await postgresRows(cluster.databaseURL, "SELECT slice::text FROM fanout_slices").isEmpty, "the slices are dropped")
             try cluster.expectAlive(nodes)
+        }
+    }
+
+    @Test("kill -9 of one node sharing a fan-out: the survivor takes its slices over, every phone ends at the update")
+    func killOneNodeSharingAFanOut() async throws {
+        try await withCluster(activities: ["match": 20_000]) { cluster in
+            // Ten slices of 2,000, shared by both nodes; a 10 s lease, as in the test above.
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "10", "LIVELINE_SLICE_SIZE": "2000"])
+            defer { nodes.forEach { $0.stop() } }
+            var slow = APNsFaults()
+            slow.delayMilliseconds = 50
+            cluster.emulator.setFaults(slow)
+            #expect(try await cluster.postUpdate(to: nodes[0], activity: "match", contentState: ["score": "1-0"]) == 202)
+
+            let bothSending = try await poll(timeout: .seconds(60)) {
+                // A node busy sending may answer /metrics late: asked again at the next poll.
+                (try? await cluster.pushCounts(nodes))?.allSatisfy { $0 > 0 } ?? false
+            }
+            let sentBeforeKill = try await cluster.pushCounts(nodes)
+            #expect(bothSending, "both nodes send part of the fan-out: \(sentBeforeKill)")
+            if !bothSending { print("MultiNodeTests kill -9 (shared), the nodes' logs:\n\(nodes.map(\.logTail).joined(separator: "\n-----\n"))") }
+            nodes[0].kill9()
+            let atKill = cluster.emulator.statistics.accepted
+            #expect(atKill < 20_000, "the node was killed part-way through the fan-out")
+            cluster.emulator.setFaults(APNsFaults())
+
+            let survivor = nodes[1]
+            let arrived = try await cluster.waitUntilEveryPhone(shows: ["score": "1-0"], timeout: .seconds(180))
+            #expect(arrived, "every phone ends at the update")
+            if !arrived {
+                let slices = try await postgresRows(
+                    cluster.databaseURL, "SELECT slice::text, claim_owner, claim_expires_at::text, outcome FROM fanout_slices ORDER BY slice"
+                )
+                print("MultiNodeTests kill -9 (shared), stuck: accepted \(cluster.emulator.statistics), slices \(slices)\n\(survivor.logTail)")
+            }
+            try await cluster.waitUntilReleased(["match"])
+            try await Task.sleep(for: .seconds(2))
+            let tally = try cluster.tally(activity: "match")
+            let survivorPushes = try await cluster.pushCounts([survivor])[0]
+            print("MultiNodeTests kill -9 (shared): killed node A at \(atKill) accepted pushes (\(sentBeforeKill) per node); the survivor sent \(survivorPushes); \(tally)")
+            #expect(tally.missing == 0)
+            #expect(tally.other == 0)
+            // Only the killed node's slices can go twice, and each at most once more: its engine's four workers hold a
+            // slice of 2,000 each at most.
+            #expect(tally.duplicates <= 4 * 2_000, "duplicates: \(tally.duplicates)")
+            #expect(tally.maximumPerPhone <= 2, "no phone got the update more than twice")
+            #expect(cluster.emulator.statistics.accepted == 20_000 + tally.duplicates)
+            try await cluster.expectDispatched(["match"])
+            #expect(try await postgresRows(cluster.databaseURL, "SELECT slice::text FROM fanout_slices").isEmpty, "the slices are dropped")
+            try cluster.expectAlive([survivor])
         }
     }
 
@@ -102,7 +155,8 @@ struct MultiNodeTests {
             // A 10 s lease (the default is 30): the survivor takes over 10 s after the last renewal. Shorter is not safe
             // here: with three debug processes and PostgreSQL on two cores, a renewal (every third of the lease) was
             // seen to take up to 2.6 s to be written, and a 3 s lease then lapsed under the survivor's own pass.
-            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "10"])
+            // Fan-outs are not shared here (LIVELINE_SLICE_SIZE=0): one node sends, and the other takes over from it.
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "10", "LIVELINE_SLICE_SIZE": "0"])
             defer { nodes.forEach { $0.stop() } }
             // Slow answers keep the fan-out going long enough to be caught half-way (the phone applies a push when it
             // arrives; the answer comes 50 ms later).
@@ -160,15 +214,18 @@ struct MultiNodeTests {
         }
     }
 
-    @Test("a slow APNs: the node sending keeps its claim while its pushes wait for answers longer than the lease")
+    @Test("a slow APNs: the nodes sending keep their claims while their pushes wait for answers longer than the lease")
     func slowAnswersKeepTheClaim() async throws {
         try await withCluster(activities: ["match": 1_000]) { cluster in
-            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "3"])
+            // Five slices of 200, shared by the nodes: each slice's lease, too, is kept while its answers wait. A 6 s lease,
+            // renewed every 2 s: at 3 s, with the other multi-node tests' load just before, a slice's lease lapsed under
+            // renewals written late (the activity's claim and five slices' are renewed here).
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "6", "LIVELINE_SLICE_SIZE": "200"])
             defer { nodes.forEach { $0.stop() } }
-            // Every answer takes 4 s, longer than the 3 s lease: a claim renewed only when the next page is read would
+            // Every answer takes 8 s, longer than the 6 s lease: a claim renewed only when the next page is read would
             // run out while the first pages' pushes wait for their answers, and the other node would send them again.
             var slow = APNsFaults()
-            slow.delayMilliseconds = 4_000
+            slow.delayMilliseconds = 8_000
             cluster.emulator.setFaults(slow)
             #expect(try await cluster.postUpdate(to: nodes[0], activity: "match", contentState: ["score": "1-0"]) == 202)
             let arrived = try await cluster.waitUntilEveryPhone(shows: ["score": "1-0"], timeout: .seconds(120))
@@ -180,6 +237,14 @@ struct MultiNodeTests {
             print("MultiNodeTests slow APNs: \(tally); pushes per node: \(try await cluster.pushCounts(nodes))")
             #expect(tally.missing == 0)
             #expect(tally.duplicates == 0, "no phone was sent the update twice")
+            if tally.duplicates > 0 {
+                for node in nodes {
+                    var request = HTTPClientRequest(url: node.api + "/metrics")
+                    request.method = .GET
+                    let text = String(buffer: try await cluster.client.execute(request, timeout: .seconds(10)).body.collect(upTo: 1 << 22))
+                    print("MultiNodeTests slow APNs, \(node.name)'s pushes:\n" + text.split(separator: "\n").filter { $0.hasPrefix("liveline_pushes_total{") }.joined(separator: "\n"))
+                }
+            }
             try await cluster.expectDispatched(["match"])
             try cluster.expectAlive(nodes)
         }

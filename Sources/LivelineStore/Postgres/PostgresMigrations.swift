@@ -309,5 +309,6 @@ enum PostgresMigrations {
                 """
             ]
         ),
+        Migration(version: 3, name: "fan-out slices (SQLite step 17)", statements: [FanOutSliceSchema.postgres]),
     ]
 }

@@ -1,0 +1,160 @@
+import Foundation
+import LivelineCore
+import SQLiteNIO
+
+/// Shared fan-outs: the holder of an activity's claim cuts its pending instances into slices by device id
+/// (`fanout_slices`), and any engine of any node claims a slice, sends it and records its outcome, while the holder
+/// waits for them all before it releases the activity. Slices are leased like activities: a node that dies holding one
+/// has it taken over once its lease ran out.
+///
+/// Every write here changes only rows it names, or locks first (`FOR UPDATE SKIP LOCKED`, the activity's row), so on
+/// PostgreSQL they run at `READ COMMITTED` (``WriteIsolation/lockingRows``): serializable, the engines' claims,
+/// renewals and outcomes on the one small table failed one another (its reads are scans, whose predicate locks cover
+/// the whole table), and a renewal retried long enough let its slice's lease run out.
+extension SQLStore {
+    public func planSlices(
+        appID: String, activityID: String, owner: String, below sequence: Int64, platforms: [Platform], size: Int, now: Date
+    ) async throws -> Int {
+        guard !platforms.isEmpty, size > 0 else { return 0 }
+        let placeholders = Array(repeating: "?", count: platforms.count).joined(separator: ",")
+        // At READ COMMITTED behind the activity's row lock: planning is the claim holder's alone, and reads the
+        // instances as progress writes change them beside it.
+        return try await transaction(isolation: .lockingRows) { db in
+            let held = try db.query(
+                "SELECT 1 FROM activities WHERE app_id = ? AND activity_id = ? AND claim_owner = ?\(db.rowLock("FOR UPDATE"))",
+                [.text(appID), .text(activityID), .text(owner)]
+            )
+            guard !held.isEmpty else { return 0 }
+            let existing = try db.query(
+                "SELECT COUNT(*) AS n FROM fanout_slices WHERE app_id = ? AND activity_id = ?", [.text(appID), .text(activityID)]
+            ).first?.column("n")?.integer ?? 0
+            if existing > 0 { return existing }
+            // Every `size`-th pending device id ends a slice (in one walk of the primary key's order); the last slice
+            // runs to the end, so one never ends on the very last instance (it would leave an empty one).
+            let bounds = try db.query(
+                """
+                SELECT device_id FROM (
+                    SELECT device_id, ROW_NUMBER() OVER (ORDER BY device_id) AS n, COUNT(*) OVER () AS total FROM instances
+                    WHERE app_id = ? AND activity_id = ? AND \(Self.deliverableInstance) AND delivered_sequence < ?
+                      AND platform IN (\(placeholders))
+                ) AS pending
+                WHERE n % \(size) = 0 AND n < total ORDER BY device_id
+                """,
+                [.text(appID), .text(activityID), .integer(Int(sequence))] + platforms.map { .text($0.rawValue) }
+            ).map { try $0.string("device_id") }
+            guard !bounds.isEmpty else { return 0 }
+            for index in 0...bounds.count {
+                try db.execute(
+                    """
+                    INSERT INTO fanout_slices (app_id, activity_id, slice, after_device, through_device, created_at)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(appID), .text(activityID), .integer(index), index == 0 ? .null : .text(bounds[index - 1]),
+                        index < bounds.count ? .text(bounds[index]) : .null, .integer(Self.millis(now)),
+                    ]
+                )
+            }
+            return bounds.count + 1
+        }
+    }
+
+    public func claimSlice(owner: String, now: Date, lease: TimeInterval, of activity: ActivityKey?) async throws -> SliceClaim? {
+        let nowMillis = Self.millis(now)
+        var binds: [SQLiteData] = [.text(owner), .integer(nowMillis + Int(lease * 1000)), .integer(nowMillis)]
+        var scope = ""
+        if let activity {
+            scope = " AND app_id = ? AND activity_id = ?"
+            binds += [.text(activity.appID), .text(activity.activityID)]
+        }
+        // As the activities' claim: several nodes claim at once on PostgreSQL, so the subquery skips the rows another
+        // node's claim has locked.
+        let skipLocked = dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+        guard let row = try await write(
+            """
+            UPDATE fanout_slices SET claim_owner = ?, claim_expires_at = ?
+            WHERE (app_id, activity_id, slice) = (
+                SELECT app_id, activity_id, slice FROM fanout_slices
+                WHERE outcome IS NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)\(scope)
+                ORDER BY created_at, slice LIMIT 1\(skipLocked)
+            )
+            RETURNING app_id, activity_id, slice, after_device, through_device
+            """,
+            binds, isolation: .lockingRows
+        ).first else { return nil }
+        let slice = try Self.slice(from: row)
+        guard let activityRow = try await reader.query(
+            "SELECT \(Self.claimColumns) FROM activities WHERE app_id = ? AND activity_id = ?", [.text(slice.appID), .text(slice.activityID)]
+        ).first else {
+            // The activity is gone (and its slices with it).
+            return nil
+        }
+        return SliceClaim(slice: slice, claim: try Self.claim(from: activityRow, owner: owner))
+    }
+
+    public func renewSlice(_ slice: FanOutSlice, owner: String, now: Date, lease: TimeInterval) async throws -> Bool {
+        try await !write(
+            """
+            UPDATE fanout_slices SET claim_expires_at = ?
+            WHERE app_id = ? AND activity_id = ? AND slice = ? AND claim_owner = ? AND outcome IS NULL
+            RETURNING slice
+            """,
+            [.integer(Self.millis(now) + Int(lease * 1000)), .text(slice.appID), .text(slice.activityID), .integer(slice.index), .text(owner)],
+            isolation: .lockingRows
+        ).isEmpty
+    }
+
+    public func heldSlice(_ slice: FanOutSlice, owner: String, now: Date) async throws -> DispatchClaim? {
+        guard let row = try await reader.query(
+            """
+            SELECT \(Self.claimColumns) FROM activities
+            WHERE app_id = ? AND activity_id = ? AND EXISTS (
+                SELECT 1 FROM fanout_slices s WHERE s.app_id = activities.app_id AND s.activity_id = activities.activity_id
+                  AND s.slice = ? AND s.claim_owner = ? AND s.claim_expires_at > ? AND s.outcome IS NULL
+            )
+            """,
+            [.text(slice.appID), .text(slice.activityID), .integer(slice.index), .text(owner), .integer(Self.millis(now))]
+        ).first else { return nil }
+        return try Self.claim(from: row, owner: owner)
+    }
+
+    public func finishSlice(_ slice: FanOutSlice, owner: String, outcome: SliceOutcome?) async throws {
+        _ = try await write(
+            """
+            UPDATE fanout_slices SET outcome = ?, claim_owner = NULL, claim_expires_at = NULL
+            WHERE app_id = ? AND activity_id = ? AND slice = ? AND claim_owner = ? AND outcome IS NULL
+            """,
+            [outcome.map { .text($0.rawValue) } ?? .null, .text(slice.appID), .text(slice.activityID), .integer(slice.index), .text(owner)],
+            isolation: .lockingRows
+        )
+    }
+
+    public func sliceOutcomes(appID: String, activityID: String) async throws -> [SliceOutcome?] {
+        try await reader.query(
+            "SELECT outcome FROM fanout_slices WHERE app_id = ? AND activity_id = ? ORDER BY slice", [.text(appID), .text(activityID)]
+        ).map { row in
+            guard let text = row.column("outcome")?.string else { return nil }
+            guard let outcome = SliceOutcome(rawValue: text) else { throw CorruptRow(column: "outcome") }
+            return outcome
+        }
+    }
+
+    public func dropSlices(appID: String, activityID: String, owner: String) async throws {
+        _ = try await write(
+            """
+            DELETE FROM fanout_slices WHERE app_id = ? AND activity_id = ? AND EXISTS (
+                SELECT 1 FROM activities WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
+            )
+            """,
+            [.text(appID), .text(activityID), .text(appID), .text(activityID), .text(owner)], isolation: .lockingRows
+        )
+    }
+
+    private static func slice(from row: StoreRow) throws -> FanOutSlice {
+        guard let index = row.column("slice")?.integer else { throw CorruptRow(column: "slice") }
+        return FanOutSlice(
+            appID: try row.string("app_id"), activityID: try row.string("activity_id"), index: index,
+            after: row.column("after_device")?.string, through: row.column("through_device")?.string
+        )
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import LivelineCore
+import LivelineStore
+import LivelineTestSupport
+import Testing
+
+@Suite("Store: shared fan-outs cut into slices")
+struct SliceTests {
+    private let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+
+    /// Registers `count` iPhones on `activity` (device ids `d000`, `d001`, …) and accepts one update.
+    private func seed(_ store: SQLStore, activity: String = "a", count: Int) async throws {
+        try await makeApp(store)
+        for index in 0..<count {
+            _ = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: "app_test", activityID: activity, deviceID: String(format: "d%03d", index), platform: .ios,
+                    pushToken: String(format: "%064x", index + 1), attributesType: nil, attributes: nil, userID: nil
+                ),
+                at: t0
+            )
+        }
+        _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0)
+    }
+
+    /// The device ids a slice's pages read, page by page, as the engine reads them.
+    private func devices(of slice: FanOutSlice, in store: SQLStore, pageSize: Int = 4) async throws -> [String] {
+        var devices: [String] = []
+        var cursor = slice.after
+        while true {
+            let page = try await store.pendingInstances(
+                appID: slice.appID, activityID: slice.activityID, below: 1, platforms: [.ios], after: cursor, through: slice.through,
+                limit: pageSize
+            )
+            devices += page.map(\.deviceID)
+            guard page.count == pageSize, let last = page.last else { return devices }
+            cursor = last.deviceID
+        }
+    }
+
+    @Test("the claim's holder cuts the pending instances into slices that cover each instance once", arguments: StoreKind.available)
+    func planCoversEveryInstanceOnce(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 25)
+            let claim = try #require(try await store.claimPendingActivity(owner: "lead", now: t0, lease: 30))
+            #expect(
+                try await store.planSlices(appID: "app_test", activityID: "a", owner: "other", below: 1, platforms: [.ios], size: 10, now: t0) == 0,
+                "only the claim's holder plans"
+            )
+            let count = try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0)
+            #expect(count == 3)
+            var slices: [FanOutSlice] = []
+            while let taken = try await store.claimSlice(owner: "w", now: t0, lease: 30, of: nil) {
+                #expect(taken.claim.activity.sequence == 1, "a slice comes with its activity's state")
+                slices.append(taken.slice)
+            }
+            #expect(slices.map(\.index) == [0, 1, 2])
+            #expect(slices.map(\.after) == [nil, "d009", "d019"])
+            #expect(slices.map(\.through) == ["d009", "d019", nil])
+            var covered: [String] = []
+            for slice in slices { covered += try await devices(of: slice, in: store) }
+            #expect(covered == (0..<25).map { String(format: "d%03d", $0) })
+            #expect(
+                try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 5, now: t0) == 3,
+                "a plan that exists is kept (its holder died, a new one adopts it)"
+            )
+        }
+    }
+
+    @Test("a fan-out that fits in one slice, or an exact multiple's last slice, is not cut needlessly", arguments: StoreKind.available)
+    func smallFanOutsAreNotCut(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 20)
+            let claim = try #require(try await store.claimPendingActivity(owner: "lead", now: t0, lease: 30))
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 20, now: t0) == 0)
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 2)
+            #expect(try await store.sliceOutcomes(appID: "app_test", activityID: "a") == [nil, nil])
+        }
+    }
+
+    @Test("slices are leased: held ones are not claimed twice, a lapsed one is taken over, one handed back is claimed again", arguments: StoreKind.available)
+    func leases(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 30)
+            let claim = try #require(try await store.claimPendingActivity(owner: "lead", now: t0, lease: 30))
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
+            let key = ActivityKey(appID: "app_test", activityID: "a")
+            let first = try #require(try await store.claimSlice(owner: "node-1", now: t0, lease: 30, of: key))
+            let second = try #require(try await store.claimSlice(owner: "node-2", now: t0, lease: 30, of: nil))
+            let third = try #require(try await store.claimSlice(owner: "node-2", now: t0, lease: 30, of: nil))
+            #expect(Set([first.slice.index, second.slice.index, third.slice.index]) == [0, 1, 2])
+            #expect(try await store.claimSlice(owner: "node-3", now: t0.addingTimeInterval(10), lease: 30, of: nil) == nil)
+            #expect(try await store.nextClaimableAt() == t0.addingTimeInterval(30), "the slices' leases run out first")
+
+            // node-1 renews and reads its slice; node-2 cannot.
+            #expect(try await store.renewSlice(first.slice, owner: "node-1", now: t0.addingTimeInterval(20), lease: 30))
+            #expect(try await !store.renewSlice(first.slice, owner: "node-2", now: t0.addingTimeInterval(20), lease: 30))
+            #expect(try await store.heldSlice(first.slice, owner: "node-1", now: t0.addingTimeInterval(21))?.activity.sequence == 1)
+            #expect(try await store.heldSlice(first.slice, owner: "node-2", now: t0.addingTimeInterval(21)) == nil)
+
+            // node-1 sends its slice; node-2 hands one back and then dies holding the other.
+            try await store.finishSlice(first.slice, owner: "node-1", outcome: .done)
+            try await store.finishSlice(second.slice, owner: "node-2", outcome: nil)
+            let handedBack = try #require(try await store.claimSlice(owner: "node-3", now: t0.addingTimeInterval(25), lease: 30, of: nil))
+            #expect(handedBack.slice == second.slice)
+            #expect(try await store.claimSlice(owner: "node-3", now: t0.addingTimeInterval(25), lease: 30, of: nil) == nil)
+            let takenOver = try #require(try await store.claimSlice(owner: "node-3", now: t0.addingTimeInterval(31), lease: 30, of: nil))
+            #expect(takenOver.slice == third.slice, "the dead node's lease ran out")
+            #expect(try await !store.renewSlice(third.slice, owner: "node-2", now: t0.addingTimeInterval(32), lease: 30))
+            try await store.finishSlice(third.slice, owner: "node-2", outcome: .done)
+            #expect(try await store.sliceOutcomes(appID: "app_test", activityID: "a") == [.done, nil, nil], "a lost slice's outcome is not its old holder's")
+
+            try await store.finishSlice(handedBack.slice, owner: "node-3", outcome: .retryLater)
+            try await store.finishSlice(takenOver.slice, owner: "node-3", outcome: .done)
+            #expect(try await store.sliceOutcomes(appID: "app_test", activityID: "a") == [.done, .retryLater, .done])
+            #expect(try await store.claimSlice(owner: "node-3", now: t0.addingTimeInterval(100), lease: 30, of: nil) == nil, "sent slices stay sent")
+
+            try await store.dropSlices(appID: "app_test", activityID: "a", owner: "node-3")
+            #expect(try await store.sliceOutcomes(appID: "app_test", activityID: "a").count == 3, "only the activity's holder drops them")
+            try await store.dropSlices(appID: "app_test", activityID: "a", owner: claim.owner)
+            #expect(try await store.sliceOutcomes(appID: "app_test", activityID: "a").isEmpty)
+        }
+    }
+}
