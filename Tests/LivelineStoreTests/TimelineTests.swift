@@ -134,6 +134,7 @@ struct TimelineTests {
                 "ALTER TABLE instances DROP COLUMN unconfirmed_reported_at",
                 "DROP TABLE webhook_deliveries",
                 "DROP TABLE webhooks",
+                "DROP TABLE fanout_slices",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])
