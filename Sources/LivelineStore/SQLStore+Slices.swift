@@ -69,19 +69,20 @@ extension SQLStore {
         }
         // As the activities' claim: several nodes claim at once on PostgreSQL, so the subquery skips the rows another
         // node's claim has locked.
-        let skipLocked = dialect == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
-        guard let row = try await write(
-            """
-            UPDATE fanout_slices SET claim_owner = ?, claim_expires_at = ?
-            WHERE (app_id, activity_id, slice) = (
-                SELECT app_id, activity_id, slice FROM fanout_slices
-                WHERE outcome IS NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)\(scope)
-                ORDER BY created_at, slice LIMIT 1\(skipLocked)
-            )
-            RETURNING app_id, activity_id, slice, after_device, through_device
-            """,
-            binds, isolation: .lockingRows
-        ).first else { return nil }
+        guard let row = try await transaction(isolation: .lockingRows, { [scope, binds] db in
+            try db.query(
+                """
+                UPDATE fanout_slices SET claim_owner = ?, claim_expires_at = ?
+                WHERE (app_id, activity_id, slice) = (
+                    SELECT app_id, activity_id, slice FROM fanout_slices
+                    WHERE outcome IS NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)\(scope)
+                    ORDER BY created_at, slice LIMIT 1\(db.rowLock("FOR UPDATE SKIP LOCKED"))
+                )
+                RETURNING app_id, activity_id, slice, after_device, through_device
+                """,
+                binds
+            ).first
+        }) else { return nil }
         let slice = try Self.slice(from: row)
         guard let activityRow = try await reader.query(
             "SELECT \(Self.claimColumns) FROM activities WHERE app_id = ? AND activity_id = ?", [.text(slice.appID), .text(slice.activityID)]
