@@ -238,14 +238,21 @@ public final class SQLStore: Store, DispatchStore {
         // On PostgreSQL the registration reads the activity's row under a share lock: an update or an end of the
         // activity (which change its row) waits for it, or it for them, and reads what they committed; registrations
         // beside it wait for nothing. Serializable, concurrent registrations to one activity failed one another on
-        // the index pages their new instances share.
-        return try await transaction(isolation: .lockingRows) { db in
+        // the index pages their new instances share. Registrations and updates arriving together share a commit
+        // (``WriteIsolation/grouped(key:)``): the activity's row first, then the device's instance.
+        return try await transaction(isolation: .grouped(key: WriteIsolation.groupKey(r.appID, r.activityID, r.deviceID))) { db in
             let nowMillis = Self.millis(now)
-            let activity = try db.query(
-                "SELECT state, attributes_type, sequence, channel_id FROM activities WHERE app_id = ? AND activity_id = ?"
-                    + db.rowLock("FOR SHARE"),
-                [.text(r.appID), .text(r.activityID)]
-            ).first
+            let key: [SQLiteData] = [.text(r.appID), .text(r.activityID)]
+            // The activity's row, and the device's instance under an exclusive lock on PostgreSQL: two registrations of
+            // one device (a new token and a retry of the old one) take turns, the second deciding on what the first
+            // wrote. Both reads go out together (one round trip on PostgreSQL), the activity's lock first.
+            let found = try db.queries([
+                ("SELECT state, attributes_type, sequence, channel_id FROM activities WHERE app_id = ? AND activity_id = ?"
+                    + db.rowLock("FOR SHARE"), key),
+                ("SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?" + db.rowLock("FOR UPDATE"),
+                 key + [.text(r.deviceID)]),
+            ])
+            let activity = found[0].first
             // A phone subscribed to a channel names the activity's own.
             if let channelID = r.channelID, activity?.column("channel_id")?.string != channelID { throw StoreError.channelMismatch }
             if let activity {
@@ -269,12 +276,7 @@ public final class SQLStore: Store, DispatchStore {
             }
             // Whether the activity has an accepted state for a new instance or token to be caught up on.
             let hasState = (activity?.column("sequence")?.integer ?? 0) > 0
-            // The device's instance under an exclusive lock on PostgreSQL: two registrations of one device (a new token
-            // and a retry of the old one) take turns, the second deciding on what the first wrote.
-            let existing = try db.query(
-                "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?" + db.rowLock("FOR UPDATE"),
-                [.text(r.appID), .text(r.activityID), .text(r.deviceID)]
-            ).first.map(Self.instance(from:))
+            let existing = try found[1].first.map(Self.instance(from:))
             guard var instance = existing else {
                 try db.execute(
                     """
@@ -357,13 +359,15 @@ public final class SQLStore: Store, DispatchStore {
     // An update only reads and writes its activity's row, which it locks first on PostgreSQL (``head(appID:activityID:withState:locking:on:)``):
     // updates of one activity run one after another, and updates of different activities never fail each other.
     public func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence {
-        try await transaction(isolation: .lockingRows) { db in try Self.acceptUpdate(update, at: now, on: db) }
+        try await transaction(isolation: .grouped(key: WriteIsolation.groupKey(update.appID, update.activityID))) { db in
+            try Self.acceptUpdate(update, at: now, on: db)
+        }
     }
 
     public func acceptUpdate(
         _ update: ActivityUpdate, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?
     ) async throws -> IdempotentOutcome<AcceptedSequence> {
-        try await transaction(isolation: .lockingRows) { db in
+        try await transaction(isolation: .grouped(key: WriteIsolation.groupKey(update.appID, update.activityID))) { db in
             try Self.idempotently(idempotency, appID: update.appID, at: now, on: db) { try Self.acceptUpdate(update, at: now, on: db) }
         }
     }

@@ -40,15 +40,28 @@ final class PostgresHandle: SQLConnection {
 
     @discardableResult
     func query(_ sql: String, _ binds: [SQLiteData]) throws -> [StoreRow] {
-        let result: PostgresQueryResult
+        try rows(of: waitFor(openConnection().query(Self.query(sql, binds), logger: logger)))
+    }
+
+    func queries(_ statements: [(sql: String, binds: [SQLiteData])]) throws -> [[StoreRow]] {
+        let connection = try openConnection()
+        let answers = statements.map { connection.query(Self.query($0.sql, $0.binds), logger: logger) }
+        return try answers.map { try rows(of: waitFor($0)) }
+    }
+
+    /// Waits for one statement's answer.
+    private func waitFor(_ answer: EventLoopFuture<PostgresQueryResult>) throws -> PostgresQueryResult {
         do {
-            result = try openConnection().query(Self.query(sql, binds), logger: logger).wait()
+            return try answer.wait()
         } catch let error as PSQLError {
             // A statement sent before without waiting may have failed first, aborting the transaction (this one then
             // only says so): that failure is the one to report.
             try settle()
             throw PostgresFailure(error)
         }
+    }
+
+    private func rows(of result: PostgresQueryResult) throws -> [StoreRow] {
         guard let first = result.rows.first else { return [] }
         let columns = StoreRow.Columns(names: first.map(\.columnName))
         return try result.rows.map { row in

@@ -14,11 +14,32 @@ import Synchronization
 /// share the server's WAL flush (its own group commit); a ``Durability/bookkeeping`` write commits with
 /// `synchronous_commit = off`. Statements whose answer nothing waits for are sent without waiting
 /// (``SQLConnection/execute(_:_:)``) and settled at the commit.
+///
+/// Writes that may share a transaction (``WriteIsolation/grouped(key:)``: a registration, an update) have group
+/// commit, as on SQLite: they queue, and a connection that comes free takes every one queued so far (up to
+/// ``groupLimit``) and runs them in one `READ COMMITTED` transaction, in the order of their keys, with one `COMMIT`.
+/// Each caller resumes once that commit is done, so an acknowledgement still means committed and synced. Writes that
+/// arrive together no longer pay a commit (and its round trip) each. A serialization failure, deadlock or concurrent
+/// insert runs the whole group again; a write whose body throws fails alone, and the others run again without it;
+/// any other failure of the database runs each write of the group in a transaction of its own, so that one write's
+/// fault is never another's.
 final class PostgresPool: StoreWriter, StoreReader {
     private let connections: ConnectionLeases<PostgresHandle>
     private let metrics: StoreCommitMetrics
+    /// Grouped writes waiting for a connection, and how many connections are (or are about to be) taking them.
+    private let groups = Mutex(GroupQueue())
+    /// At most this many connections run grouped writes at once: the rest stay free for the other writes.
+    private let groupDrainers: Int
     /// How many times a write runs at most before its serialization failure is the caller's.
     static let attempts = 30
+    /// The most writes one shared transaction takes (a bound on how long the first waits for the last, and on the
+    /// locks one transaction holds).
+    static let groupLimit = 16
+
+    private struct GroupQueue {
+        var writes: [any GroupedWrite] = []
+        var drainers = 0
+    }
 
     /// Opens `count` connections to `url`.
     init(url: PostgresDatabaseURL, count: Int, logger: Logger, metrics: StoreCommitMetrics = StoreCommitMetrics()) async throws {
@@ -45,51 +66,172 @@ final class PostgresPool: StoreWriter, StoreReader {
         }
         let handles = opened.handles
         connections = ConnectionLeases(handles: handles, threads: threads)
+        groupDrainers = max(1, handles.count - 1)
     }
 
     func write<T: Sendable>(
         durability: Durability, isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
-        try await connections.run { db in
-            try db.reconnectIfNeeded()
-            var attempt = 1
-            while true {
-                do {
-                    // BEGIN and the bookkeeping setting go out with the body's first statement, without a round trip
-                    // each; the body's other statements whose outcome nothing waits for too (``SQLConnection/execute``).
-                    switch isolation {
-                    case .serializable:
-                        try db.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", [])
-                    case .lockingRows:
-                        try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
-                    case .exclusive(let lock):
-                        try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
-                        try db.execute("SELECT pg_advisory_xact_lock(\(lock))", [])
-                    }
-                    if durability == .bookkeeping { try db.execute("SET LOCAL synchronous_commit = off", []) }
-                    let result = try body(db)
-                    let committing = ContinuousClock.now
-                    // PostgreSQL answers COMMIT with success even for a transaction a failed statement aborted (it
-                    // rolls back): the statements sent without waiting are settled after it, and a failure among them
-                    // means nothing was committed.
-                    try db.query("COMMIT")
-                    try db.settle()
-                    db.endTransaction()
-                    self.metrics.committed(durability, took: ContinuousClock.now - committing)
-                    return result
-                } catch let failure as PostgresFailure where failure.isRetryable && attempt < Self.attempts {
-                    Self.rollBack(db)
-                    self.metrics.retried(sqlState: failure.sqlState ?? "?")
-                    // A short pause, longer each time and never in step with the other writer: 0.1 ms – 25 ms.
-                    let ceiling = min(25_000, 100 << min(attempt, 8))
-                    usleep(UInt32.random(in: 100...UInt32(ceiling)))
-                    attempt += 1
-                } catch {
-                    Self.rollBack(db)
-                    throw error
+        if case .grouped(let key) = isolation, durability == .full {
+            return try await withCheckedThrowingContinuation { continuation in
+                let write = GroupWrite(key: key, body: body, continuation: continuation)
+                let startDrainer = groups.withLock { queue in
+                    queue.writes.append(write)
+                    guard queue.drainers < groupDrainers else { return false }
+                    queue.drainers += 1
+                    return true
+                }
+                if startDrainer { drainGroups() }
+            }
+        }
+        return try await connections.run { db in
+            try self.runAlone(durability: durability, isolation: isolation, body, on: db)
+        }
+    }
+
+    /// Runs `body` in a transaction of its own on `db`, again after a retryable failure, and returns once it is committed.
+    fileprivate func runAlone<T>(
+        durability: Durability, isolation: WriteIsolation, _ body: (any SQLConnection) throws -> T, on db: PostgresHandle
+    ) throws -> T {
+        try db.reconnectIfNeeded()
+        var attempt = 1
+        while true {
+            do {
+                // BEGIN and the bookkeeping setting go out with the body's first statement, without a round trip
+                // each; the body's other statements whose outcome nothing waits for too (``SQLConnection/execute``).
+                switch isolation {
+                case .serializable:
+                    try db.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", [])
+                case .lockingRows, .grouped:
+                    try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
+                case .exclusive(let lock):
+                    try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
+                    try db.execute("SELECT pg_advisory_xact_lock(\(lock))", [])
+                }
+                if durability == .bookkeeping { try db.execute("SET LOCAL synchronous_commit = off", []) }
+                let result = try body(db)
+                let committing = ContinuousClock.now
+                // PostgreSQL answers COMMIT with success even for a transaction a failed statement aborted (it
+                // rolls back): the statements sent without waiting are settled after it, and a failure among them
+                // means nothing was committed.
+                try db.query("COMMIT")
+                try db.settle()
+                db.endTransaction()
+                self.metrics.committed(durability, took: ContinuousClock.now - committing)
+                return result
+            } catch let failure as PostgresFailure where failure.isRetryable && attempt < Self.attempts {
+                Self.rollBack(db)
+                self.metrics.retried(sqlState: failure.sqlState ?? "?")
+                // A short pause, longer each time and never in step with the other writer: 0.1 ms – 25 ms.
+                let ceiling = min(25_000, 100 << min(attempt, 8))
+                usleep(UInt32.random(in: 100...UInt32(ceiling)))
+                attempt += 1
+            } catch {
+                Self.rollBack(db)
+                throw error
+            }
+        }
+    }
+
+    // MARK: Group commit
+
+    /// Grouped writes waiting for a connection.
+    var queuedGroupedWrites: Int { groups.withLock { $0.writes.count } }
+
+    /// Has a connection take the grouped writes queued so far, once one is free; it asks for another turn while writes
+    /// are left, so the other writes waiting for a connection get theirs in between.
+    private func drainGroups() {
+        connections.submit { [self] db in
+            guard let db else {
+                // The pool is closing: nothing more runs.
+                let left = groups.withLock { queue in
+                    defer { queue.writes = []; queue.drainers = 0 }
+                    return queue.writes
+                }
+                for write in left { write.fail(PostgresFailure(sqlState: nil, message: "the store is closed")) }
+                return
+            }
+            let batch = groups.withLock { queue in
+                let taken = Array(queue.writes.prefix(Self.groupLimit))
+                queue.writes.removeFirst(taken.count)
+                return taken
+            }
+            if !batch.isEmpty { commitGroup(batch, on: db) }
+            let again = groups.withLock { queue in
+                if queue.writes.isEmpty {
+                    queue.drainers -= 1
+                    return false
+                }
+                return true
+            }
+            if again { drainGroups() }
+        }
+    }
+
+    /// Runs `batch` in one transaction, in the order of the writes' keys, and completes each write once its outcome is
+    /// known: committed, failed by its own body, or run alone after a database failure.
+    private func commitGroup(_ batch: [any GroupedWrite], on db: PostgresHandle) {
+        var pending = Self.lockOrder(batch)
+        var attempt = 1
+        while !pending.isEmpty {
+            if pending.count == 1 {
+                pending[0].runAlone(in: self, on: db)
+                return
+            }
+            do {
+                try db.reconnectIfNeeded()
+            } catch {
+                for write in pending { write.fail(error) }
+                return
+            }
+            var running = 0
+            do {
+                try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
+                while running < pending.count {
+                    try pending[running].run(on: db)
+                    running += 1
+                }
+                let committing = ContinuousClock.now
+                try db.query("COMMIT")
+                try db.settle()
+                db.endTransaction()
+                metrics.committed(.full, took: ContinuousClock.now - committing)
+                for write in pending { write.succeed() }
+                return
+            } catch let failure as PostgresFailure where failure.isRetryable && attempt < Self.attempts {
+                Self.rollBack(db)
+                metrics.retried(sqlState: failure.sqlState ?? "?")
+                let ceiling = min(25_000, 100 << min(attempt, 8))
+                usleep(UInt32.random(in: 100...UInt32(ceiling)))
+                attempt += 1
+            } catch is PostgresFailure {
+                // The database failed (not a write's own logic), and which write caused it is not known: a statement
+                // sent without waiting fails at a later statement, perhaps another write's. Each runs alone.
+                Self.rollBack(db)
+                for write in pending {
+                    write.runAlone(in: self, on: db)
+                }
+                return
+            } catch {
+                // The write running refused (its activity ended, say): it fails alone; the others run again without
+                // what it may have changed.
+                Self.rollBack(db)
+                if running < pending.count {
+                    pending.remove(at: running).fail(error)
+                } else {
+                    for write in pending { write.fail(error) }
+                    return
                 }
             }
         }
+    }
+
+    /// `writes` in the order a shared transaction runs them: by key (ties in the order they arrived), so that every
+    /// shared transaction takes its row locks in one order.
+    static func lockOrder(_ writes: [any GroupedWrite]) -> [any GroupedWrite] {
+        writes.enumerated().sorted { a, b in
+            a.element.key != b.element.key ? a.element.key < b.element.key : a.offset < b.offset
+        }.map(\.element)
     }
 
     /// Ends a failed write's transaction. The connection answers ROLLBACK after what the write sent without waiting, so
@@ -120,5 +262,53 @@ private final class HandleBox: @unchecked Sendable {
 
     init(handles: [PostgresHandle]) {
         self.handles = handles
+    }
+}
+
+/// A grouped write waiting for a shared transaction, whatever its result type.
+protocol GroupedWrite: Sendable {
+    /// Orders the writes of one transaction (``WriteIsolation/grouped(key:)``).
+    var key: String { get }
+    /// Runs the write's body inside the shared transaction, keeping its result until the commit.
+    func run(on db: PostgresHandle) throws
+    /// Runs the write in a transaction of its own on `db`, and completes it.
+    func runAlone(in pool: PostgresPool, on db: PostgresHandle)
+    /// The shared transaction committed.
+    func succeed()
+    func fail(_ error: any Error)
+}
+
+/// A grouped write and its caller. Its result is set and read on one pool thread at a time (hence unchecked).
+private final class GroupWrite<T: Sendable>: GroupedWrite, @unchecked Sendable {
+    let key: String
+    private let body: @Sendable (any SQLConnection) throws -> T
+    private let continuation: CheckedContinuation<T, any Error>
+    private var result: T?
+
+    init(key: String, body: @escaping @Sendable (any SQLConnection) throws -> T, continuation: CheckedContinuation<T, any Error>) {
+        self.key = key
+        self.body = body
+        self.continuation = continuation
+    }
+
+    func run(on db: PostgresHandle) throws {
+        result = try body(db)
+    }
+
+    func runAlone(in pool: PostgresPool, on db: PostgresHandle) {
+        do {
+            continuation.resume(returning: try pool.runAlone(durability: .full, isolation: .lockingRows, body, on: db))
+        } catch {
+            continuation.resume(throwing: error)
+        }
+    }
+
+    func succeed() {
+        guard let result else { return fail(PostgresFailure(sqlState: nil, message: "a write committed without its result")) }
+        continuation.resume(returning: result)
+    }
+
+    func fail(_ error: any Error) {
+        continuation.resume(throwing: error)
     }
 }

@@ -33,6 +33,16 @@ final class ConnectionLeases<Handle: SQLConnection>: Sendable {
         }
     }
 
+    /// Runs `body` with a free connection on a thread of the pool, without waiting for it: `body` gets nil instead when
+    /// the pool is shutting down and will run nothing more.
+    func submit(_ body: @escaping @Sendable (Handle?) -> Void) {
+        threads.submit { [self] state in
+            guard case .active = state, let lease = idle.withLock({ $0.popLast() }) else { return body(nil) }
+            defer { idle.withLock { $0.append(lease) } }
+            body(lease.handle)
+        }
+    }
+
     /// Waits for the calls under way, stops the threads and closes every connection with `close`.
     func close(_ close: (Handle) -> Void) async throws {
         try await threads.shutdownGracefully()

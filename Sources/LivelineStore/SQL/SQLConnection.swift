@@ -30,11 +30,20 @@ protocol SQLConnection: AnyObject {
     /// reported by the next statement that waits (the transaction is aborted then) or at the commit, and the write
     /// fails with it, so nothing is lost or committed half.
     func execute(_ sql: String, _ binds: [SQLiteData]) throws
+
+    /// Runs `statements` one after another and returns the rows of each, in order: for statements whose answers are
+    /// all needed but none of which depends on another's. PostgreSQL sends them together and waits once, not once
+    /// each.
+    func queries(_ statements: [(sql: String, binds: [SQLiteData])]) throws -> [[StoreRow]]
 }
 
 extension SQLConnection {
     func execute(_ sql: String, _ binds: [SQLiteData]) throws {
         _ = try query(sql, binds)
+    }
+
+    func queries(_ statements: [(sql: String, binds: [SQLiteData])]) throws -> [[StoreRow]] {
+        try statements.map { try query($0.sql, $0.binds) }
     }
 
     /// `clause` (`FOR UPDATE`, `FOR SHARE`) to end a `SELECT` with on PostgreSQL, where a write at
@@ -66,6 +75,19 @@ enum WriteIsolation: Sendable, Hashable {
     /// committed, and writes that touch other rows never fail each other, as serializable writes do when their index
     /// entries share a page. A unique key two such writes insert at once still fails one of them, which runs again.
     case lockingRows
+    /// As ``lockingRows``, for a short write acknowledged to a client (``Durability/full``) whose body locks only rows
+    /// under `key` (its activity's row first, then that activity's instance of one device), and which may therefore
+    /// share one transaction and one commit with other such writes (group commit). `key` orders the writes of a shared
+    /// transaction, so that every transaction takes its locks in one order and none waits for another in a cycle:
+    /// build it with ``groupKey(_:)``, coarsest part first (an activity's writes before its instances').
+    case grouped(key: String)
+
+    /// A key for ``grouped(key:)``: the parts joined by NUL, so that a key sorts before every key it is a prefix of and
+    /// the parts compare one by one (`app`, `activity` before `app`, `activity`, `device`, and before `app`,
+    /// `activity2`).
+    static func groupKey(_ parts: String...) -> String {
+        parts.joined(separator: "\u{0}")
+    }
 }
 
 /// How the Store writes: each write is a closure that runs its statements inside a transaction, and returns once

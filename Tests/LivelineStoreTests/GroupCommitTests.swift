@@ -1,0 +1,153 @@
+import Foundation
+@testable import LivelineStore
+import LivelineTestSupport
+import MetricsTestKit
+import SQLiteNIO
+import Synchronization
+import Testing
+
+/// PostgreSQL's group commit (``WriteIsolation/grouped(key:)``): writes queued together share one transaction, run
+/// in the order of their keys, and one write's failure is never another's.
+@Suite("PostgreSQL group commit", .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set"))
+struct GroupCommitTests {
+    /// A refusal of a write's own logic, as a Store body throws one.
+    struct Refused: Error, Equatable {}
+
+    /// Set by the write holding the connection once it holds it.
+    final class Flag: Sendable {
+        let value = Atomic<Bool>(false)
+    }
+
+    /// Runs `body` with a one-connection pool on a fresh database holding the table `log (seq, key)`, and the pool's
+    /// metrics.
+    private func withPool(_ body: (PostgresPool, TestMetrics) async throws -> Void) async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let metrics = TestMetrics()
+            let pool = try await PostgresPool(
+                url: try PostgresDatabaseURL(url), count: 1, logger: PostgresTestServer.logger, metrics: StoreCommitMetrics(factory: metrics)
+            )
+            do {
+                try await pool.write(durability: .full) { db in
+                    try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
+                }
+                try await body(pool, metrics)
+            } catch {
+                try? await pool.close()
+                throw error
+            }
+            try await pool.close()
+        }
+    }
+
+    /// Holds the pool's one connection with a write that waits for `gate`, queues `writes` grouped writes (each
+    /// logging its key, `refusing` ones throwing after that), opens the gate once all are queued, and returns each
+    /// write's outcome by key.
+    private func queueBehindGate(
+        _ pool: PostgresPool, keys: [String], refusing: Set<String> = [], failingInDatabase: Set<String> = []
+    ) async throws -> [String: Result<Int, any Error>] {
+        let gate = DispatchSemaphore(value: 0)
+        let holding = Flag()
+        return try await withThrowingTaskGroup(of: (String, Result<Int, any Error>)?.self) { group in
+            group.addTask {
+                try await pool.write(durability: .full) { _ in
+                    holding.value.store(true, ordering: .releasing)
+                    gate.wait()
+                }
+                return nil
+            }
+            while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+            for key in keys {
+                group.addTask {
+                    do {
+                        let seq = try await pool.write(durability: .full, isolation: .grouped(key: key)) { db in
+                            if failingInDatabase.contains(key) {
+                                // Sent without waiting: its failure shows at a later statement, perhaps another write's.
+                                try db.execute("INSERT INTO no_such_table (key) VALUES (?)", [.text(key)])
+                            }
+                            let row = try db.query("INSERT INTO log (key) VALUES (?) RETURNING seq", [.text(printable(key))]).first
+                            if refusing.contains(key) { throw Refused() }
+                            return row?.column("seq")?.integer ?? -1
+                        }
+                        return (key, .success(seq))
+                    } catch {
+                        return (key, .failure(error))
+                    }
+                }
+            }
+            while pool.queuedGroupedWrites < keys.count { try await Task.sleep(for: .milliseconds(5)) }
+            gate.signal()
+            var outcomes: [String: Result<Int, any Error>] = [:]
+            for try await outcome in group {
+                if let (key, result) = outcome { outcomes[key] = result }
+            }
+            return outcomes
+        }
+    }
+
+    /// A key as the log keeps it: PostgreSQL's text holds no NUL.
+    private func printable(_ key: String) -> String {
+        key.replacingOccurrences(of: "\u{0}", with: "/")
+    }
+
+    private func committed(_ metrics: TestMetrics) throws -> Int64 {
+        try metrics.expectCounter(StoreCommitMetrics.commitsName, [("durability", "full")]).totalValue
+    }
+
+    @Test("grouped writes queued together commit once, in the order of their keys")
+    func shareOneCommitInKeyOrder() async throws {
+        try await withPool { pool, metrics in
+            let keys = (0..<12).map { WriteIsolation.groupKey("app", "activity-\($0 % 3)", "device-\(11 - $0)") }.shuffled()
+            #expect(keys.count <= PostgresPool.groupLimit)
+            let before = try committed(metrics)
+            let outcomes = try await queueBehindGate(pool, keys: keys)
+            // The gate's write and one for the twelve.
+            #expect(try committed(metrics) - before == 2)
+            let logged = try await pool.read { db in try db.query("SELECT key FROM log ORDER BY seq").map { try $0.string("key") } }
+            #expect(logged == keys.sorted().map(printable))
+            for (key, outcome) in outcomes { #expect(throws: Never.self, "\(key)") { try outcome.get() } }
+        }
+    }
+
+    @Test("a write whose body throws fails alone and leaves nothing; the rest of its group commits")
+    func refusalFailsAlone() async throws {
+        try await withPool { pool, _ in
+            let keys = (0..<12).map { WriteIsolation.groupKey("app", "activity-\($0)") }
+            let refusing: Set = [keys[3], keys[8]]
+            let outcomes = try await queueBehindGate(pool, keys: keys, refusing: refusing)
+            for key in keys {
+                let outcome = try #require(outcomes[key])
+                if refusing.contains(key) {
+                    #expect(throws: Refused.self) { try outcome.get() }
+                } else {
+                    #expect((try? outcome.get()) != nil, "\(key) committed")
+                }
+            }
+            let logged = try await pool.read { db in try db.query("SELECT key FROM log ORDER BY seq").map { try $0.string("key") } }
+            #expect(logged == keys.sorted().filter { !refusing.contains($0) }.map(printable))
+        }
+    }
+
+    @Test("a database failure inside a group fails only the write that caused it: the others run alone and commit")
+    func databaseFailureRunsEachAlone() async throws {
+        try await withPool { pool, _ in
+            let keys = (0..<8).map { WriteIsolation.groupKey("app", "activity-\($0)") }
+            let outcomes = try await queueBehindGate(pool, keys: keys, failingInDatabase: [keys[2]])
+            #expect(throws: PostgresFailure.self) { try outcomes[keys[2]]?.get() }
+            for key in keys where key != keys[2] {
+                #expect((try? outcomes[key]?.get()) != nil, "\(key) committed")
+            }
+            let logged = try await pool.read { db in try db.query("SELECT key FROM log ORDER BY seq").map { try $0.string("key") } }
+            #expect(Set(logged) == Set(keys.map(printable)).subtracting([printable(keys[2])]))
+        }
+    }
+
+    @Test("group keys compare part by part: an activity's key before its devices', and before a longer activity id")
+    func groupKeysOrderPartByPart() {
+        let activity = WriteIsolation.groupKey("app", "match")
+        let device = WriteIsolation.groupKey("app", "match", "device")
+        let longer = WriteIsolation.groupKey("app", "match2")
+        #expect(activity < device)
+        #expect(device < longer)
+        #expect([longer, device, activity].sorted() == [activity, device, longer])
+    }
+}
