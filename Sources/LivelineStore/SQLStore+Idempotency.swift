@@ -50,7 +50,7 @@ extension SQLStore {
         }
         let result = try write()
         let response = claim.respond(result)
-        try db.query(
+        try db.execute(
             "INSERT INTO idempotency_keys (app_id, key, request_hash, status, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             [.text(appID), .text(claim.key), .blob(ByteBuffer(bytes: claim.fingerprint)), .integer(response.status),
              .blob(ByteBuffer(bytes: response.body)), .integer(millis(now))]

@@ -385,8 +385,10 @@ public final class SQLStore: Store, DispatchStore {
             throw Self.storeError(error)
         }
         let nowMillis = Self.millis(now)
+        // The row is locked (or new), so nothing after depends on these statements' answers: on PostgreSQL they go out
+        // without a round trip each, and a failure fails the write at its commit.
         if head != nil {
-            try db.query(
+            try db.execute(
                 """
                 UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
                     stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
@@ -400,7 +402,7 @@ public final class SQLStore: Store, DispatchStore {
                  Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
             )
         } else {
-            try db.query(
+            try db.execute(
                 """
                 INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
                     alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
