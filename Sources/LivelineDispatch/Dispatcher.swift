@@ -359,7 +359,7 @@ public final class Dispatcher: Service, Sendable {
         }
         // A lost claim is its new holder's to release.
         guard let passRelease else { return }
-        let (release, broadcastDue) = passRelease
+        let (release, broadcastDue, attempts) = passRelease
         let retryAt: Date?
         switch release {
         case .now: retryAt = now()
@@ -372,16 +372,27 @@ public final class Dispatcher: Service, Sendable {
         try await store.releaseClaim(
             appID: appID, activityID: activityID, owner: claim.owner, platforms: configuration.platforms, retryAt: due
         )
+        // A pass that recorded as many attempts as the timeline keeps for an activity has pushed the older ones out:
+        // they go now, a pass's worth at a time, rather than all at once at the next periodic prune (which, after
+        // a minute of large fan-outs, stalled the writer under a whole minute's deletions).
+        if attempts >= configuration.deliveriesPerActivity {
+            do {
+                try await store.pruneDeliveries(appID: appID, activityID: activityID, keepNewest: configuration.deliveriesPerActivity)
+            } catch {
+                logger.warning("Pruning an activity's delivery timeline failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
+            }
+        }
     }
 
     /// The claimed activity's pass, under ``keepingClaim(_:_:)``: admits a remote start's audience,
     /// publishes on the broadcast channel, and fans the state out — alone (``fanOut(_:budget:claimWatch:slice:)``), or,
     /// when ``DispatcherConfiguration/sliceSize`` is set and the activity has more instances to send, in slices shared
     /// with the other engines (``sendSlices(of:claimWatch:)``). Returns when to look at the activity again and when its
-    /// broadcast falls due, or `nil` when the claim was lost (its new holder releases it).
+    /// broadcast falls due, and how many attempts it recorded in the timeline (0 when it shared the fan-out in slices),
+    /// or `nil` when the claim was lost (its new holder releases it).
     private func pass(
         _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch
-    ) async throws -> (FanOut.ReleaseTiming, broadcastDue: Date?)? {
+    ) async throws -> (FanOut.ReleaseTiming, broadcastDue: Date?, attempts: Int)? {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
         let activity = claim.activity
@@ -389,7 +400,7 @@ public final class Dispatcher: Service, Sendable {
         // A remote start's audience becomes `starting` instances first, a page per write.
         while claim.audienceWaiting, try await store.admitStartAudience(appID: appID, activityID: activityID, limit: configuration.admissionPageSize, at: now()) {
             if claimWatch.isLost { return nil }
-            if Task.isShuttingDownGracefully || Task.isCancelled { return (.unscheduled, nil) }
+            if Task.isShuttingDownGracefully || Task.isCancelled { return (.unscheduled, nil, 0) }
         }
         if claimWatch.isLost { return nil }
 
@@ -411,18 +422,18 @@ public final class Dispatcher: Service, Sendable {
                 )
             } catch {
                 logger.error("Planning a shared fan-out failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
-                return claimWatch.isLost ? nil : (.afterStoreRetryDelay, broadcastDue)
+                return claimWatch.isLost ? nil : (.afterStoreRetryDelay, broadcastDue, 0)
             }
             if slices > 0 {
                 wakeSignal.wake()
                 peers?.wake()
                 guard let shared = await sendSlices(of: claim, claimWatch: claimWatch) else { return nil }
-                return (shared, broadcastDue)
+                return (shared, broadcastDue, 0)
             }
         }
-        let release = await fanOut(claim, budget: budget, claimWatch: claimWatch, slice: nil)
+        let (release, attempts) = await fanOut(claim, budget: budget, claimWatch: claimWatch, slice: nil)
         if claimWatch.isLost { return nil }
-        return (release, broadcastDue)
+        return (release, broadcastDue, attempts)
     }
 
     /// Sends the claimed activity's slices with the other engines, as the holder of its claim: claims the ones nobody
@@ -471,7 +482,7 @@ public final class Dispatcher: Service, Sendable {
             of: "slice \(slice.index) of activity \(slice.activityID)",
             renew: { try await self.store.renewSlice(slice, owner: owner, now: self.now(), lease: self.configuration.claimLease) }
         ) { watch in
-            (await fanOut(taken.claim, budget: budget, claimWatch: watch, slice: slice), watch.isLost)
+            (await fanOut(taken.claim, budget: budget, claimWatch: watch, slice: slice).release, watch.isLost)
         }
         // Lost: another engine has it now.
         guard let (timing, lost) = passed, !lost else { return }
@@ -493,10 +504,11 @@ public final class Dispatcher: Service, Sendable {
 
     /// The fan-out of one pass, over the whole activity or one `slice` of it: the ``FanOutStateMachine`` decides and this
     /// performs its actions — reads pages, sends, records progress — each as a child task whose outcome is fed back as the
-    /// machine's next event. Returns when to look at the activity (or slice) again.
+    /// machine's next event. Returns when to look at the activity (or slice) again, and how many attempts it handed to
+    /// the timeline.
     private func fanOut(
         _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch, slice: FanOutSlice?
-    ) async -> FanOut.ReleaseTiming {
+    ) async -> (release: FanOut.ReleaseTiming, attempts: Int) {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
         var machine = FanOut(
@@ -510,6 +522,7 @@ public final class Dispatcher: Service, Sendable {
             // Only one page read runs at a time.
             var stopping = false
             var leaseLost = false
+            var attempts = 0
             while true {
                 if !stopping, Task.isShuttingDownGracefully || Task.isCancelled {
                     stopping = true
@@ -567,6 +580,7 @@ public final class Dispatcher: Service, Sendable {
                         return .resultsReceived(cancelled + results)
                     }
                 case .recordProgress(let batch):
+                    for result in batch { attempts += result.attempts.count }
                     group.addTask {
                         await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget)
                         return .progressRecorded
@@ -581,7 +595,7 @@ public final class Dispatcher: Service, Sendable {
                     }
                     machine.receive(event)
                 case .release(let timing):
-                    return timing
+                    return (timing, attempts)
                 }
             }
         }

@@ -293,6 +293,9 @@ public protocol TimelineStore: HousekeepingStore {
     func deliveries(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<DeliveryRecord>
     /// Keeps the timeline bounded: drops attempts older than `olderThan` and all but the newest `keepPerActivity` per activity.
     func pruneDeliveries(olderThan: Date, keepPerActivity: Int) async throws
+    /// Drops all but the newest `keepNewest` attempts of one activity: after a pass that recorded that many or more,
+    /// so that a large fan-out's timeline is trimmed as it grows rather than all at once by the next periodic prune.
+    func pruneDeliveries(appID: String, activityID: String, keepNewest: Int) async throws
 }
 
 /// Apps' provider credentials at rest (sealed by the caller) and their health.

@@ -156,31 +156,35 @@ extension SQLStore {
             [.integer(keepPerActivity)]
         )
         for row in crowded {
-            let activity = ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))
-            // Newest first: keep whole segments while they fit, trim the one that crosses the limit; the older ones go.
-            let firstKept: Int? = try await transaction(durability: .bookkeeping) { db in
-                let segments = try db.query(
-                    "SELECT id, attempt_count FROM delivery_segments WHERE app_id = ? AND activity_id = ? ORDER BY id DESC",
-                    [.text(activity.appID), .text(activity.activityID)]
-                )
-                var kept = 0
-                for segment in segments {
-                    guard let id = segment.column("id")?.integer, let count = segment.column("attempt_count")?.integer else {
-                        throw CorruptRow(column: "attempt_count")
-                    }
-                    if kept + count <= keepPerActivity {
-                        kept += count
-                        continue
-                    }
-                    let room = keepPerActivity - kept
-                    guard room > 0 else { return id + 1 }
-                    try Self.trim(segment: id, keepingNewest: room, of: count, in: db)
-                    return id
-                }
-                return nil
-            }
-            if let firstKept { try await deleteSegments(below: firstKept, of: activity) }
+            try await pruneDeliveries(appID: try row.string("app_id"), activityID: try row.string("activity_id"), keepNewest: keepPerActivity)
         }
+    }
+
+    public func pruneDeliveries(appID: String, activityID: String, keepNewest keepPerActivity: Int) async throws {
+        let activity = ActivityKey(appID: appID, activityID: activityID)
+        // Newest first: keep whole segments while they fit, trim the one that crosses the limit; the older ones go.
+        let firstKept: Int? = try await transaction(durability: .bookkeeping) { db in
+            let segments = try db.query(
+                "SELECT id, attempt_count FROM delivery_segments WHERE app_id = ? AND activity_id = ? ORDER BY id DESC",
+                [.text(activity.appID), .text(activity.activityID)]
+            )
+            var kept = 0
+            for segment in segments {
+                guard let id = segment.column("id")?.integer, let count = segment.column("attempt_count")?.integer else {
+                    throw CorruptRow(column: "attempt_count")
+                }
+                if kept + count <= keepPerActivity {
+                    kept += count
+                    continue
+                }
+                let room = keepPerActivity - kept
+                guard room > 0 else { return id + 1 }
+                try Self.trim(segment: id, keepingNewest: room, of: count, in: db)
+                return id
+            }
+            return nil
+        }
+        if let firstKept { try await deleteSegments(below: firstKept, of: activity) }
     }
 
     /// Segments deleted per write when pruning.

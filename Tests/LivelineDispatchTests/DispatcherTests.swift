@@ -140,6 +140,37 @@ struct DispatcherTests {
         }
     }
 
+    @Test("a pass that recorded as many attempts as the timeline keeps trims the activity's timeline itself", arguments: StoreKind.available)
+    func passTrimsTimeline(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "crowd", devices: 0..<250)
+            try await register(store, activity: "other", devices: 0..<30)
+            var configuration = fastConfiguration()
+            configuration.deliveriesPerActivity = 100
+            let transport = ScriptedTransport()
+            func timeline(_ activity: String) async throws -> [DeliveryRecord] {
+                try await store.deliveries(appID: appID, activityID: activity, cursor: nil, limit: 1000).items
+            }
+            try await whileDispatching(store, transport, configuration: configuration) { dispatcher in
+                // The periodic prune ran when the engine started, before anything was sent; it runs again only after
+                // a minute, so what trims the timeline from here on is the passes themselves.
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "other", contentState: ["n": 1]), at: Date())
+                for n in 1...2 {
+                    _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "crowd", contentState: ["n": .integer(Int64(n))]), at: Date())
+                    dispatcher.wake()
+                    #expect(try await eventually { try await allCaughtUp(store, "crowd") })
+                    #expect(try await eventually(timeout: .seconds(20)) { try await timeline("crowd").count == 100 })
+                }
+            }
+            let kept = try await timeline("crowd")
+            // The newest: all from the second pass.
+            #expect(kept.allSatisfy { $0.sequence == 2 })
+            // A small pass trims nothing.
+            #expect(try await timeline("other").count == 30)
+        }
+    }
+
     @Test("latest state wins: intermediate states may be skipped, the final one always arrives, end ends instances", arguments: StoreKind.available)
     func coalescing(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
