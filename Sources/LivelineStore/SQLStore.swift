@@ -367,6 +367,10 @@ public final class SQLStore: Store, DispatchStore {
     public func acceptUpdate(
         _ update: ActivityUpdate, at now: Date, idempotency: IdempotencyClaim<AcceptedSequence>?
     ) async throws -> IdempotentOutcome<AcceptedSequence> {
+        // Besides its activity's row, an update with an Idempotency-Key inserts the key's record, which a concurrent
+        // retry of the same request waits for: two groups that each hold the other's key would wait in a cycle, which
+        // PostgreSQL breaks as a deadlock (the group runs again). Retries of one request go to one activity, so they
+        // queue on its row first.
         try await transaction(isolation: .grouped(key: WriteIsolation.groupKey(update.appID, update.activityID))) { db in
             try Self.idempotently(idempotency, appID: update.appID, at: now, on: db) { try Self.acceptUpdate(update, at: now, on: db) }
         }

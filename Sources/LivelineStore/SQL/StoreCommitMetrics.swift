@@ -3,8 +3,8 @@ import CoreMetrics
 /// The Store writers' metrics, through swift-metrics (the process's factory, as bootstrapped when the Store opens):
 ///
 /// - `liveline_store_commit_duration_seconds{durability}`: how long each COMMIT took (for `full`, the sync to disk);
-/// - `liveline_store_commits_total{durability}`: transactions committed (on SQLite fewer than the writes: they share
-///   commits);
+/// - `liveline_store_commits_total{durability}`: transactions committed (fewer than the writes where they share
+///   commits: on SQLite, and PostgreSQL's registrations and updates);
 /// - `liveline_store_write_retries_total{sqlstate}` (PostgreSQL): write transactions run again after a serialization
 ///   failure (`40001`), a deadlock (`40P01`) or a concurrent insert of the same key (`23505`).
 ///
