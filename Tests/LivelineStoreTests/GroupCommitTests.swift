@@ -39,9 +39,9 @@ struct GroupCommitTests {
         }
     }
 
-    /// Holds the pool's one connection with a write that waits for `gate`, queues `writes` grouped writes (each
-    /// logging its key, `refusing` ones throwing after that), opens the gate once all are queued, and returns each
-    /// write's outcome by key.
+    /// Holds the pool's one connection with a write that waits for a gate, queues a grouped write for each of `keys`
+    /// (each logging its key; `refusing` ones throw after that, `failingInDatabase` ones first send a statement that
+    /// fails), opens the gate once all are queued, and returns each write's outcome by key.
     private func queueBehindGate(
         _ pool: PostgresPool, keys: [String], refusing: Set<String> = [], failingInDatabase: Set<String> = []
     ) async throws -> [String: Result<Int, any Error>] {
@@ -74,7 +74,13 @@ struct GroupCommitTests {
                     }
                 }
             }
-            while pool.queuedGroupedWrites < keys.count { try await Task.sleep(for: .milliseconds(5)) }
+            do {
+                while pool.queuedGroupedWrites < keys.count { try await Task.sleep(for: .milliseconds(5)) }
+            } catch {
+                // A connection left waiting at the gate would hang the pool's close.
+                gate.signal()
+                throw error
+            }
             gate.signal()
             var outcomes: [String: Result<Int, any Error>] = [:]
             for try await outcome in group {
