@@ -15,6 +15,18 @@ struct PostgresDialectTests {
         #expect(PostgresDialect.translate("SELECT 'it''s ?' WHERE a = ?") == "SELECT 'it''s ?' WHERE a = $1")
     }
 
+    @Test("placeholders of a prepared statement carry the types of their values; a NULL's is left to PostgreSQL")
+    func typedPlaceholders() {
+        #expect(
+            PostgresDialect.translate("SELECT '?' WHERE a = ? AND b = ? AND c = ? AND d = ? AND e = ?", parameterTypes: [.int8, .text, .float8, .bytea, .unspecified])
+                == "SELECT '?' WHERE a = $1::int8 AND b = $2::text AND c = $3::float8 AND d = $4::bytea AND e = $5"
+        )
+        #expect(
+            PostgresDialect.translate("x IN (SELECT value FROM json_each(?)) AND y = MAX(?, 0)", parameterTypes: [.text, .int8])
+                == "x IN (SELECT value FROM json_array_elements_text(CAST($1::text AS json))) AND y = GREATEST($2::int8, 0)"
+        )
+    }
+
     @Test("two-argument MAX and MIN become GREATEST and LEAST; the aggregates stay")
     func extremes() {
         #expect(PostgresDialect.translate("SET d = MAX(d, COALESCE(v.column3, d))") == "SET d = GREATEST(d, COALESCE(v.column3, d))")

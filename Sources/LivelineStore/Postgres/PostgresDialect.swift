@@ -21,12 +21,19 @@ public enum PostgresDialect {
 
     /// `sql` as PostgreSQL reads it.
     public static func translate(_ sql: String) -> String {
+        translate(sql, parameterTypes: [])
+    }
+
+    /// `translate(sql)` with each placeholder cast to the type of the value bound to it (`$1::int8`), where that type is
+    /// known: a statement prepared once and bound many times reads its values as the types an unprepared statement's
+    /// values carry, rather than types PostgreSQL infers from where they stand.
+    static func translate(_ sql: String, parameterTypes: [PostgresParameterType]) -> String {
         let rewritten = rewriteScalarExtremes(
             in: sql.replacingOccurrences(of: "json_each(?)", with: "json_array_elements_text(CAST(? AS json))")
                 .replacingOccurrences(of: "CROSS JOIN", with: "JOIN")
                 .replacing(/\s+INDEXED BY\s+\w+/, with: "")
         )
-        return numberPlaceholders(in: rewritten)
+        return numberPlaceholders(in: rewritten, casts: parameterTypes.map(\.cast))
     }
 
     /// `translate(sql)`, remembered: the Store says the same few statements again and again.
@@ -43,8 +50,9 @@ public enum PostgresDialect {
 
     private static let cache = Mutex<[String: String]>([:])
 
-    /// `?` → `$n`, skipping quoted text (`'…'`, `"…"`) and comments (`-- …`).
-    static func numberPlaceholders(in sql: String) -> String {
+    /// `?` → `$n`, skipping quoted text (`'…'`, `"…"`) and comments (`-- …`); `$n::type` where `casts` names a type
+    /// for the n-th.
+    static func numberPlaceholders(in sql: String, casts: [String?] = []) -> String {
         var output = ""
         output.reserveCapacity(sql.utf8.count + 16)
         var number = 0
@@ -71,6 +79,7 @@ public enum PostgresDialect {
             case "?":
                 number += 1
                 output += "$\(number)"
+                if number <= casts.count, let cast = casts[number - 1] { output += "::\(cast)" }
             default:
                 output.append(character)
             }

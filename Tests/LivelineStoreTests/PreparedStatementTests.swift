@@ -1,0 +1,121 @@
+import Foundation
+import LivelineTestSupport
+import PostgresNIO
+import SQLiteNIO
+import Testing
+
+@testable import LivelineStore
+
+/// A statement said again on one PostgreSQL connection is prepared, and then only bound and run: what it answers, how
+/// it fails and what it costs the server must not change.
+@Suite("PostgreSQL prepared statements", .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set"))
+struct PreparedStatementTests {
+    /// A connection of its own to a fresh database, closed afterwards. The handle waits, so it runs off the cooperative pool.
+    private func withHandle(_ body: @escaping @Sendable (PostgresHandle) throws -> Void) async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let databaseURL = try PostgresDatabaseURL(url)
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                Thread.detachNewThread {
+                    do {
+                        let handle = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger)
+                        defer { handle.close() }
+                        try body(handle)
+                        continuation.resume()
+                    } catch {
+                        continuation.resume(throwing: error)
+                    }
+                }
+            }
+        }
+    }
+
+    /// How many statements this connection has prepared, as PostgreSQL counts them.
+    private func preparedCount(_ db: PostgresHandle) throws -> Int {
+        try db.query("SELECT COUNT(*) AS n FROM pg_prepared_statements", []).first?.column("n")?.integer ?? -1
+    }
+
+    @Test("the second call prepares the statement, later calls reuse it, and every call answers alike")
+    func preparedOnSecondCall() async throws {
+        try await withHandle { db throws in
+            for n in 1...5 {
+                let row = try db.query("SELECT ? + 1 AS n, ? AS label, ? AS ratio, ? AS bytes", [
+                    .integer(n), .text("call \(n)"), .float(Double(n) / 2), .blob(ByteBuffer(bytes: [UInt8(n), 0, 255])),
+                ]).first
+                #expect(row?.column("n")?.integer == n + 1)
+                #expect(row?.column("label")?.string == "call \(n)")
+                #expect(row?.column("ratio")?.double == Double(n) / 2)
+                #expect(row?.column("bytes")?.blob == ByteBuffer(bytes: [UInt8(n), 0, 255]))
+                // Not after the first call; once from the second on.
+                #expect(try preparedCount(db) == (n == 1 ? 0 : 1))
+            }
+            // The same text bound to other types is another statement; NULL takes the type PostgreSQL infers.
+            for _ in 1...2 {
+                let row = try db.query("SELECT ? + 1 AS n, ? AS label, ? AS ratio, ? AS bytes", [.integer(1), .null, .float(1), .null]).first
+                #expect(row?.column("n")?.integer == 2)
+                #expect(row?.column("label")?.isNull == true && row?.column("bytes")?.isNull == true)
+            }
+            #expect(try preparedCount(db) == 2)
+        }
+    }
+
+    @Test("prepared statements are planned for each call's values, so partial indexes naming values stay usable")
+    func customPlans() async throws {
+        try await withHandle { db throws in
+            #expect(try db.query("SHOW plan_cache_mode", []).first?.column("plan_cache_mode")?.string == "force_custom_plan")
+        }
+    }
+
+    @Test("a prepared statement fails as an unprepared one does: its SQLSTATE decides whether the write runs again")
+    func failuresKeepTheirState() async throws {
+        try await withHandle { db throws in
+            try db.query("CREATE TABLE scratch (id BIGINT PRIMARY KEY, label TEXT NOT NULL)", [])
+            try db.query("INSERT INTO scratch (id, label) VALUES (?, ?)", [.integer(1), .text("one")])
+            try db.query("INSERT INTO scratch (id, label) VALUES (?, ?)", [.integer(2), .text("two")])
+            #expect(try preparedCount(db) == 1)
+            do {
+                try db.query("INSERT INTO scratch (id, label) VALUES (?, ?)", [.integer(1), .text("again")])
+                Issue.record("a duplicate key was accepted")
+            } catch let failure as PostgresFailure {
+                #expect(failure.sqlState == "23505" && failure.isRetryable)
+            }
+            // A failure in a transaction: the prepared statement sent without waiting reports it at the next settling,
+            // and a ROLLBACK leaves the statement usable.
+            try db.query("BEGIN", [])
+            try db.execute("INSERT INTO scratch (id, label) VALUES (?, ?)", [.integer(2), .text("dup")])
+            #expect(throws: PostgresFailure.self) { try db.settle() }
+            try db.query("ROLLBACK", [])
+            db.endTransaction()
+            try db.query("INSERT INTO scratch (id, label) VALUES (?, ?)", [.integer(3), .text("three")])
+            #expect(try db.query("SELECT COUNT(*) AS n FROM scratch", []).first?.column("n")?.integer == 3)
+        }
+    }
+
+    @Test("at most preparedLimit statements are prepared on a connection; others still run, unprepared")
+    func limit() async throws {
+        try await withHandle { db throws in
+            let statements = PostgresHandle.preparedLimit + 20
+            for round in 0..<2 {
+                for index in 0..<statements {
+                    let sql = "SELECT ? + \(index) AS n"
+                    #expect(try db.query(sql, [.integer(round)]).first?.column("n")?.integer == round + index)
+                }
+            }
+            #expect(try preparedCount(db) == PostgresHandle.preparedLimit)
+        }
+    }
+
+    @Test("a connection opened again after the server closed it prepares its statements anew")
+    func afterReconnect() async throws {
+        try await withHandle { db throws in
+            for _ in 1...3 { try db.query("SELECT ? AS n", [.integer(7)]) }
+            #expect(try preparedCount(db) == 1)
+            // The connection's own backend ends it, as a server restart would.
+            _ = try? db.query("SELECT pg_terminate_backend(pg_backend_pid())", [])
+            Thread.sleep(forTimeInterval: 0.3)
+            try db.reconnectIfNeeded()
+            #expect(try db.query("SELECT ? AS n", [.integer(8)]).first?.column("n")?.integer == 8)
+            #expect(try db.query("SELECT ? AS n", [.integer(9)]).first?.column("n")?.integer == 9)
+            #expect(try preparedCount(db) == 1)
+        }
+    }
+}
