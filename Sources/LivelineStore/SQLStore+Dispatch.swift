@@ -227,6 +227,9 @@ extension SQLStore {
         appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
     ) async throws -> Bool {
         let placeholders = Array(repeating: "?", count: max(platforms.count, 1)).joined(separator: ",")
+        // `LIMIT 1` keeps `pass` whole: PostgreSQL would otherwise pull the subquery up and copy `behind` into both
+        // CASEs, searching twice for an instance still behind (through all of an activity's instances when none is:
+        // 77 – 105 ms for 100,000, against 37 – 57 ms once).
         let done = try await write(
             """
             UPDATE activities SET
@@ -244,6 +247,7 @@ extension SQLStore {
                     SELECT 1 FROM activities b WHERE b.app_id = ? AND b.activity_id = ? AND b.channel_status = 'active'
                       AND b.broadcast_sequence < b.sequence AND 'ios' IN (\(placeholders))
                 ) AS behind
+                LIMIT 1
             ) AS pass
             WHERE activities.app_id = ? AND activities.activity_id = ? AND activities.claim_owner = ?
             RETURNING dispatched_sequence = sequence AS done
