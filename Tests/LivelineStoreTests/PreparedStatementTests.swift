@@ -6,8 +6,8 @@ import Testing
 
 @testable import LivelineStore
 
-/// A statement said again on one PostgreSQL connection is prepared, and then only bound and run: what it answers, how
-/// it fails and what it costs the server must not change.
+/// A statement said again on one PostgreSQL connection is prepared, and then bound, planned and run without being parsed
+/// again: what it answers and how it fails must not change.
 @Suite("PostgreSQL prepared statements", .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set"))
 struct PreparedStatementTests {
     /// A connection of its own to a fresh database, closed afterwards. The handle waits, so it runs off the cooperative pool.
