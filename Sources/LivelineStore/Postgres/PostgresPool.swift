@@ -122,9 +122,7 @@ final class PostgresPool: StoreWriter, StoreReader {
             } catch let failure as PostgresFailure where failure.isRetryable && attempt < Self.attempts {
                 Self.rollBack(db)
                 self.metrics.retried(sqlState: failure.sqlState ?? "?")
-                // A short pause, longer each time and never in step with the other writer: 0.1 ms – 25 ms.
-                let ceiling = min(25_000, 100 << min(attempt, 8))
-                usleep(UInt32.random(in: 100...UInt32(ceiling)))
+                Self.pauseBeforeRetry(attempt)
                 attempt += 1
             } catch {
                 Self.rollBack(db)
@@ -201,8 +199,7 @@ final class PostgresPool: StoreWriter, StoreReader {
             } catch let failure as PostgresFailure where failure.isRetryable && attempt < Self.attempts {
                 Self.rollBack(db)
                 metrics.retried(sqlState: failure.sqlState ?? "?")
-                let ceiling = min(25_000, 100 << min(attempt, 8))
-                usleep(UInt32.random(in: 100...UInt32(ceiling)))
+                Self.pauseBeforeRetry(attempt)
                 attempt += 1
             } catch is PostgresFailure {
                 // The database failed (not a write's own logic), and which write caused it is not known: a statement
@@ -232,6 +229,13 @@ final class PostgresPool: StoreWriter, StoreReader {
         writes.enumerated().sorted { a, b in
             a.element.key != b.element.key ? a.element.key < b.element.key : a.offset < b.offset
         }.map(\.element)
+    }
+
+    /// Waits before running a transaction again: a short pause, longer with each `attempt` and never in step with the
+    /// other writers, 0.1 ms – 25 ms.
+    private static func pauseBeforeRetry(_ attempt: Int) {
+        let ceiling = min(25_000, 100 << min(attempt, 8))
+        usleep(UInt32.random(in: 100...UInt32(ceiling)))
     }
 
     /// Ends a failed write's transaction. The connection answers ROLLBACK after what the write sent without waiting, so
