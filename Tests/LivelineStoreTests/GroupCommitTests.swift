@@ -21,21 +21,11 @@ struct GroupCommitTests {
     /// Runs `body` with a one-connection pool on a fresh database holding the table `log (seq, key)`, and the pool's
     /// metrics.
     private func withPool(_ body: (PostgresPool, TestMetrics) async throws -> Void) async throws {
-        try await withTemporaryPostgresDatabase { url in
-            let metrics = TestMetrics()
-            let pool = try await PostgresPool(
-                url: try PostgresDatabaseURL(url), count: 1, logger: PostgresTestServer.logger, metrics: StoreCommitMetrics(factory: metrics)
-            )
-            do {
-                try await pool.write(durability: .full) { db in
-                    try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
-                }
-                try await body(pool, metrics)
-            } catch {
-                try? await pool.close()
-                throw error
+        try await withTemporaryPostgresPool(count: 1) { pool, metrics in
+            try await pool.write(durability: .full) { db in
+                try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
             }
-            try await pool.close()
+            try await body(pool, metrics)
         }
     }
 

@@ -118,41 +118,31 @@ struct PostgresConnectionTests {
 
     @Test("a write PostgreSQL refuses as a serialization failure is run again, and counted; each commit is counted")
     func retriesCounted() async throws {
-        try await withTemporaryPostgresDatabase { url in
-            let metrics = TestMetrics()
-            let pool = try await PostgresPool(
-                url: try PostgresDatabaseURL(url), count: 4, logger: PostgresTestServer.logger, metrics: StoreCommitMetrics(factory: metrics)
-            )
-            do {
-                try await pool.write(durability: .full) { db in
-                    try db.query("CREATE TABLE counter (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)")
-                    try db.query("INSERT INTO counter (id, n) VALUES (1, 0)")
-                }
-                // Read, pause, write back: concurrent serializable transactions collide, and only their retries make
-                // every increment count.
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for _ in 0..<12 {
-                        group.addTask {
-                            try await pool.write(durability: .full) { db in
-                                let n = try db.query("SELECT n FROM counter WHERE id = 1").first?.column("n")?.integer ?? -1
-                                try db.query("SELECT pg_sleep(0.005)")
-                                try db.query("UPDATE counter SET n = ? WHERE id = 1", [.integer(n + 1)])
-                            }
+        try await withTemporaryPostgresPool(count: 4) { pool, metrics in
+            try await pool.write(durability: .full) { db in
+                try db.query("CREATE TABLE counter (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)")
+                try db.query("INSERT INTO counter (id, n) VALUES (1, 0)")
+            }
+            // Read, pause, write back: concurrent serializable transactions collide, and only their retries make
+            // every increment count.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<12 {
+                    group.addTask {
+                        try await pool.write(durability: .full) { db in
+                            let n = try db.query("SELECT n FROM counter WHERE id = 1").first?.column("n")?.integer ?? -1
+                            try db.query("SELECT pg_sleep(0.005)")
+                            try db.query("UPDATE counter SET n = ? WHERE id = 1", [.integer(n + 1)])
                         }
                     }
-                    try await group.waitForAll()
                 }
-                let n = try await pool.read { db in try db.query("SELECT n FROM counter WHERE id = 1").first?.column("n")?.integer }
-                #expect(n == 12)
-                let retries = metrics.counters(label: StoreCommitMetrics.writeRetriesName, dimensions: [("sqlstate", "40001")])
-                #expect(retries.map(\.totalValue).reduce(0, +) > 0, "the collisions were run again")
-                let commits = try metrics.expectCounter(StoreCommitMetrics.commitsName, [("durability", "full")])
-                #expect(commits.totalValue == 13)
-            } catch {
-                try? await pool.close()
-                throw error
+                try await group.waitForAll()
             }
-            try await pool.close()
+            let n = try await pool.read { db in try db.query("SELECT n FROM counter WHERE id = 1").first?.column("n")?.integer }
+            #expect(n == 12)
+            let retries = metrics.counters(label: StoreCommitMetrics.writeRetriesName, dimensions: [("sqlstate", "40001")])
+            #expect(retries.map(\.totalValue).reduce(0, +) > 0, "the collisions were run again")
+            let commits = try metrics.expectCounter(StoreCommitMetrics.commitsName, [("durability", "full")])
+            #expect(commits.totalValue == 13)
         }
     }
 }
