@@ -107,12 +107,21 @@ extension SQLStore: EventStore {
     func sequenceEvents() async throws {
         guard dialect == .postgres else { return }
         // A read first (the partial index `events_unsequenced`): an idle deliverer's pass, or a feed read with nothing
-        // new, takes no write transaction.
-        guard try await !reader.query("SELECT 1 AS waiting FROM events WHERE id IS NULL LIMIT 1").isEmpty else { return }
+        // new, takes no write transaction. `ORDER BY seq` is the index's order, which keeps PostgreSQL on it: without
+        // it, statistics taken while many events waited made a scan of the whole table look quicker (5.5 ms for 30,000
+        // events, none waiting, against 0.5 ms), and the table only grows.
+        guard try await !reader.query("SELECT 1 AS waiting FROM events WHERE id IS NULL ORDER BY seq LIMIT 1").isEmpty else { return }
         // One sequencer at a time (on every node), at READ COMMITTED: each statement reads what the one before it
         // committed, and the sequencer holds no predicate locks, which made every write that records an event fail
         // and run again while it ran serializable beside them.
         _ = try await writer.write(durability: .full, isolation: .exclusive(lock: Self.eventSequencerLock)) { db in
+            // The waiting events through `events_unsequenced`, then each one by its key, whatever the statistics say:
+            // the waiting events are a few among all those kept, and statistics taken while many waited made plans
+            // that read the whole table (a sequential scan, or a merge join along the primary key) look cheaper, at a
+            // cost that grows with the table at every call: 24 ms for 150 events among 30,000, against 2.5 ms.
+            for setting in ["enable_seqscan", "enable_mergejoin", "enable_hashjoin"] {
+                try db.execute("SET LOCAL \(setting) = off", [])
+            }
             try db.query(
                 """
                 UPDATE events SET id = s.position FROM (

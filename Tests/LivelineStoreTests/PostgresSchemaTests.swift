@@ -149,6 +149,8 @@ struct PostgresSchemaTests {
         expected.tables["events"]?["txid"] = .init(type: "xid8", notNull: true)
         expected.tables["events"]?["id"]?.notNull = false
         expected.indexes["events_unsequenced"] = .init(table: "events", columns: ["seq"], partial: true)
+        // The feed's positions, unique (step 4): SQLite's `id` is the rowid, which needs no index.
+        expected.indexes["events_position"] = .init(table: "events", columns: ["id"], partial: true)
         // The node that does the housekeeping when several share the database (step 2).
         expected.tables["housekeeping_lease"] = [
             "id": .init(type: "integer", notNull: true), "owner": .init(type: "text", notNull: true),
