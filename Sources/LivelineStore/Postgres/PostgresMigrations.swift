@@ -316,9 +316,10 @@ enum PostgresMigrations {
             statements: [
                 // `id UNIQUE`'s index held an entry for every event written, position or not, and PostgreSQL read the
                 // sequencer's `id IS NULL` from it (then sorted by `seq`) rather than from `events_unsequenced`. Only
-                // the positions are indexed as unique now: an event's insert writes one index entry less (0.109 ms
-                // against 0.085 – 0.095 in `bench api`), and `events_unsequenced` is the one index of the events
-                // waiting. SQLite has no counterpart: its `id` is the rowid.
+                // the positions are indexed as unique now: an event's insert writes no entry there, and
+                // `events_unsequenced` is the one index of the events waiting. Building the index holds the table's
+                // writes back once, for as long as it takes on the events kept. SQLite has no counterpart: its `id`
+                // is the rowid.
                 "ALTER TABLE events DROP CONSTRAINT events_id_key",
                 "CREATE UNIQUE INDEX events_position ON events(id) WHERE id IS NOT NULL",
             ]
