@@ -278,7 +278,7 @@ public final class SQLStore: Store, DispatchStore {
             let hasState = (activity?.column("sequence")?.integer ?? 0) > 0
             let existing = try found[1].first.map(Self.instance(from:))
             guard var instance = existing else {
-                try db.execute(
+                var statements: [(sql: String, binds: [SQLiteData])] = [(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
                         priority10_sent, channel_id)
@@ -288,18 +288,20 @@ public final class SQLStore: Store, DispatchStore {
                      Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis),
                      // An iPhone's room for its first priority-10 times, so recording them rewrites the row in place.
                      r.platform == .ios ? .text(Priority10Times.encode([])) : .null, Self.text(r.channelID)]
-                )
+                )]
                 // A newcomer to an activity with accepted state is caught up (a channel subscriber by the channel); a new
                 // activity has none yet.
                 let catchUp = hasState && r.channelID == nil
-                if catchUp { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
-                try Self.record(
+                if catchUp { statements.append(Self.markPendingStatement(appID: r.appID, activityID: r.activityID)) }
+                statements.append(Self.eventStatement(
                     NewEvent(
                         .instanceRegistered, appID: r.appID, activityID: r.activityID, deviceID: r.deviceID,
                         data: Self.registrationData(r, confirmedStart: false)
                     ),
-                    at: now, on: db
-                )
+                    at: now
+                ))
+                // The new instance, the activity's row and the event: rows of their own, none read by another.
+                try db.executeTogether(statements)
                 let created = InstanceRecord(
                     appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
                     userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
@@ -390,9 +392,10 @@ public final class SQLStore: Store, DispatchStore {
         }
         let nowMillis = Self.millis(now)
         // The row is locked (or new), so nothing after depends on these statements' answers: on PostgreSQL they go out
-        // without a round trip each, and a failure fails the write at its commit.
+        // as one statement without waiting, and a failure fails the write at its commit.
+        let activityRow: (sql: String, binds: [SQLiteData])
         if head != nil {
-            try db.execute(
+            activityRow = (
                 """
                 UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
                     stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
@@ -406,7 +409,7 @@ public final class SQLStore: Store, DispatchStore {
                  Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
             )
         } else {
-            try db.execute(
+            activityRow = (
                 """
                 INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
                     alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
@@ -419,13 +422,17 @@ public final class SQLStore: Store, DispatchStore {
                  Self.real(update.minUpdateInterval)]
             )
         }
-        try record(
-            NewEvent(
-                (head?.sequence ?? 0) == 0 ? .activityStarted : .activityUpdated, appID: update.appID, activityID: update.activityID,
-                data: ["sequence": .integer(next.sequence), "via": "update"]
+        // The activity's row and the event: rows of their own, neither read by the other.
+        try db.executeTogether([
+            activityRow,
+            eventStatement(
+                NewEvent(
+                    (head?.sequence ?? 0) == 0 ? .activityStarted : .activityUpdated, appID: update.appID, activityID: update.activityID,
+                    data: ["sequence": .integer(next.sequence), "via": "update"]
+                ),
+                at: now
             ),
-            at: now, on: db
-        )
+        ])
         return AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
     }
 
@@ -681,7 +688,13 @@ public final class SQLStore: Store, DispatchStore {
 
     /// Makes an activity with accepted state pending again, so a newly registered token is caught up.
     static func markPending(appID: String, activityID: String, in db: any SQLConnection) throws {
-        try db.execute(
+        let statement = markPendingStatement(appID: appID, activityID: activityID)
+        try db.execute(statement.sql, statement.binds)
+    }
+
+    /// The statement of ``markPending(appID:activityID:in:)``.
+    static func markPendingStatement(appID: String, activityID: String) -> (sql: String, binds: [SQLiteData]) {
+        (
             "UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL WHERE app_id = ? AND activity_id = ? AND sequence > 0",
             [.text(appID), .text(activityID)]
         )

@@ -27,6 +27,61 @@ struct PostgresDialectTests {
         )
     }
 
+    @Test("inserts, updates and deletes run together as one statement, their binds in order; anything else is not joined")
+    func together() {
+        let joined = PostgresDialect.together([
+            ("INSERT INTO a (x) VALUES (?)", [.integer(1)]),
+            ("\n  UPDATE b SET y = ? WHERE k = ?", [.text("y"), .text("k")]),
+            ("DELETE FROM c WHERE k = ?", [.integer(3)]),
+        ])
+        #expect(joined?.sql == "WITH s1 AS (INSERT INTO a (x) VALUES (?)), s2 AS (UPDATE b SET y = ? WHERE k = ?) DELETE FROM c WHERE k = ?")
+        #expect(joined?.binds == [.integer(1), .text("y"), .text("k"), .integer(3)])
+        let translated = PostgresDialect.translate(joined.map(\.sql) ?? "")
+        #expect(translated.hasSuffix("WHERE k = $3) DELETE FROM c WHERE k = $4"))
+        // One statement needs no joining; a read, a statement with its own WITH or one that returns rows is not joined.
+        #expect(PostgresDialect.together([("INSERT INTO a (x) VALUES (?)", [.integer(1)])]) == nil)
+        #expect(PostgresDialect.together([("INSERT INTO a (x) VALUES (1)", []), ("SELECT 1", [])]) == nil)
+        #expect(PostgresDialect.together([("WITH w AS (SELECT 1) INSERT INTO a SELECT * FROM w", []), ("DELETE FROM a", [])]) == nil)
+        #expect(PostgresDialect.together([("INSERT INTO a (x) VALUES (1) RETURNING x", []), ("DELETE FROM b", [])]) == nil)
+    }
+
+    @Test(
+        "statements run together on PostgreSQL all take effect, and one failing fails the write, leaving nothing",
+        .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set")
+    )
+    func togetherOnPostgres() async throws {
+        try await withTemporaryPostgresPool(count: 1) { pool, _ in
+            try await pool.write(durability: .full) { db in
+                try db.query("CREATE TABLE a (k BIGINT PRIMARY KEY, v TEXT NOT NULL)")
+                try db.query("CREATE TABLE b (k BIGINT PRIMARY KEY, v TEXT NOT NULL)")
+                try db.query("INSERT INTO b (k, v) VALUES (1, 'old')")
+            }
+            try await pool.write(durability: .full) { db in
+                try db.executeTogether([
+                    ("INSERT INTO a (k, v) VALUES (?, ?)", [.integer(1), .text("one")]),
+                    ("UPDATE b SET v = ? WHERE k = ?", [.text("new"), .integer(1)]),
+                    ("INSERT INTO a (k, v) VALUES (?, ?)", [.integer(2), .text("two")]),
+                ])
+            }
+            let rows = try await pool.read { db in
+                try db.query("SELECT (SELECT string_agg(v, ',' ORDER BY k) FROM a) AS a, (SELECT v FROM b WHERE k = 1) AS b")
+            }
+            #expect(rows.first?.column("a")?.string == "one,two")
+            #expect(rows.first?.column("b")?.string == "new")
+            // A duplicate key among them fails the write: neither the update beside it nor the insert is kept.
+            await #expect(throws: (any Error).self) {
+                try await pool.write(durability: .full) { db in
+                    try db.executeTogether([
+                        ("UPDATE b SET v = ? WHERE k = ?", [.text("lost"), .integer(1)]),
+                        ("INSERT INTO a (k, v) VALUES (?, ?)", [.integer(1), .text("again")]),
+                    ])
+                }
+            }
+            let after = try await pool.read { db in try db.query("SELECT v FROM b WHERE k = 1") }
+            #expect(after.first?.column("v")?.string == "new")
+        }
+    }
+
     @Test("two-argument MAX and MIN become GREATEST and LEAST; the aggregates stay")
     func extremes() {
         #expect(PostgresDialect.translate("SET d = MAX(d, COALESCE(v.column3, d))") == "SET d = GREATEST(d, COALESCE(v.column3, d))")

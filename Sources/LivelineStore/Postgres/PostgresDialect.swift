@@ -1,3 +1,4 @@
+import SQLiteNIO
 import Synchronization
 
 /// How the Store's SQL, written in SQLite's spelling, is said to PostgreSQL: a pure rewrite of the text, made once per
@@ -18,6 +19,28 @@ import Synchronization
 public enum PostgresDialect {
     /// The advisory lock nodes take, one at a time, to bring the schema up to date.
     static let migrationLockKey: Int64 = 0x4C49_5645_4C49_4E45  // "LIVELINE"
+
+    /// `statements` as one PostgreSQL statement, or `nil` when they are not two or more plain inserts, updates or
+    /// deletes: all but the last become `WITH` queries of the last (`WITH s1 AS (…), s2 AS (…) …`), their placeholders
+    /// in the same order, so the binds follow one another.
+    ///
+    /// PostgreSQL runs a statement's `WITH` queries and its main query on one snapshot, in no set order, none seeing
+    /// the others' changes: only for statements that touch rows of their own and read nothing another writes (see
+    /// ``SQLConnection/executeTogether(_:)``). A statement that starts with its own `WITH`, or that returns rows, is
+    /// not joined.
+    static func together(_ statements: [(sql: String, binds: [SQLiteData])]) -> (sql: String, binds: [SQLiteData])? {
+        guard statements.count > 1 else { return nil }
+        var parts: [String] = []
+        for statement in statements {
+            let text = String(statement.sql.drop(while: \.isWhitespace))
+            let verb = text.prefix(while: { !$0.isWhitespace }).uppercased()
+            guard ["INSERT", "UPDATE", "DELETE"].contains(verb), !text.uppercased().contains("RETURNING") else { return nil }
+            parts.append(text)
+        }
+        let last = parts.removeLast()
+        let with = parts.enumerated().map { "s\($0.offset + 1) AS (\($0.element))" }.joined(separator: ", ")
+        return ("WITH \(with) \(last)", statements.flatMap(\.binds))
+    }
 
     /// `sql` as PostgreSQL reads it.
     public static func translate(_ sql: String) -> String {

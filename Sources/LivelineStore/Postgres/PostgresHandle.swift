@@ -122,6 +122,16 @@ final class PostgresHandle: SQLConnection {
         }
     }
 
+    /// Sends `statements` as one (``PostgresDialect/together(_:)``) without waiting for its answer, or one by one
+    /// when they cannot be joined.
+    func executeTogether(_ statements: [(sql: String, binds: [SQLiteData])]) throws {
+        if let joined = PostgresDialect.together(statements) {
+            try execute(joined.sql, joined.binds)
+        } else {
+            for statement in statements { try execute(statement.sql, statement.binds) }
+        }
+    }
+
     /// Sends the statement without waiting for its answer: the connection runs it after those sent before, and
     /// ``settle()`` (or a failing ``query(_:_:)``) reports its failure.
     func execute(_ sql: String, _ binds: [SQLiteData]) throws {

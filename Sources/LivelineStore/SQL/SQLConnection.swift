@@ -35,6 +35,15 @@ protocol SQLConnection: AnyObject {
     /// all needed but none of which depends on another's. PostgreSQL sends them together and waits once, not once
     /// each.
     func queries(_ statements: [(sql: String, binds: [SQLiteData])]) throws -> [[StoreRow]]
+
+    /// Runs `statements` as ``execute(_:_:)`` runs one: for inserts, updates and deletes inside a write that return
+    /// nothing, none of which reads or changes what another writes (each touches rows of its own), so that their order
+    /// does not matter.
+    ///
+    /// SQLite runs them one after another. PostgreSQL runs them as one statement (``PostgresDialect/together(_:)``):
+    /// its client sends a statement only once the one before has been answered, so each statement saved is a round
+    /// trip saved, on both sides of the connection.
+    func executeTogether(_ statements: [(sql: String, binds: [SQLiteData])]) throws
 }
 
 extension SQLConnection {
@@ -44,6 +53,10 @@ extension SQLConnection {
 
     func queries(_ statements: [(sql: String, binds: [SQLiteData])]) throws -> [[StoreRow]] {
         try statements.map { try query($0.sql, $0.binds) }
+    }
+
+    func executeTogether(_ statements: [(sql: String, binds: [SQLiteData])]) throws {
+        for statement in statements { try execute(statement.sql, statement.binds) }
     }
 
     /// `clause` (`FOR UPDATE`, `FOR SHARE`) to end a `SELECT` with on PostgreSQL, where a write at
