@@ -1,4 +1,5 @@
 import Foundation
+import LivelineCore
 import NIOCore
 
 /// One broadcast push (iOS 18 and later): a single request that APNs delivers to every device subscribed to a

@@ -1,4 +1,5 @@
 import Foundation
+import LivelineCore
 import Logging
 import NIOCore
 import NIOPosix

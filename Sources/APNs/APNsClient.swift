@@ -1,4 +1,5 @@
 import Foundation
+import LivelineCore
 import Logging
 import NIOCore
 import NIOHTTP2
@@ -475,30 +476,6 @@ final class BatchCollector: Sendable {
         }
         if let (continuation, results) = done {
             continuation.resume(returning: results)
-        }
-    }
-}
-
-extension UUID {
-    /// The canonical 8-4-4-4-12 form in lowercase, built without intermediate strings.
-    var lowercasedString: String {
-        let digits: StaticString = "0123456789abcdef"
-        return withUnsafeBytes(of: uuid) { bytes in
-            String(unsafeUninitializedCapacity: 36) { buffer in
-                digits.withUTF8Buffer { hex in
-                    var out = 0
-                    for (index, byte) in bytes.enumerated() {
-                        if index == 4 || index == 6 || index == 8 || index == 10 {
-                            buffer[out] = UInt8(ascii: "-")
-                            out += 1
-                        }
-                        buffer[out] = hex[Int(byte >> 4)]
-                        buffer[out + 1] = hex[Int(byte & 0x0F)]
-                        out += 2
-                    }
-                    return out
-                }
-            }
         }
     }
 }

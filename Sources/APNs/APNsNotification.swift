@@ -1,4 +1,5 @@
 import Foundation
+import LivelineCore
 import NIOCore
 
 /// One push to one device token.
@@ -37,7 +38,7 @@ public struct APNsNotification: Sendable {
         self.pushType = pushType
         self.priority = priority
         self.expiration = expiration
-        self.apnsID = apnsID ?? APNsIDGenerator.next()
+        self.apnsID = apnsID ?? RandomUUID.next()
         self.payload = payload
     }
 }

@@ -32,11 +32,25 @@ struct Authenticator: Sendable {
     }
 
     static func bearerToken(_ request: Request) -> String? {
-        guard let header = request.headers[.authorization] else { return nil }
-        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
-        let token = parts[1].trimmingCharacters(in: .whitespaces)
-        return token.isEmpty ? nil : token
+        request.headers[.authorization].flatMap(bearerToken(header:))
+    }
+
+    /// The credentials of an `Authorization` value of the `Bearer` scheme (RFC 6750), named in any case: what follows
+    /// the scheme and its spaces, without the spaces and tabs around it (RFC 9110's whitespace); `nil` for another
+    /// scheme or no credentials. Read byte by byte: Foundation's string functions cost a measurable share of every
+    /// request on Linux.
+    static func bearerToken(header: String) -> String? {
+        let bytes = header.utf8
+        let blank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        guard let schemeStart = bytes.firstIndex(where: { !blank($0) }),
+            let schemeEnd = bytes[schemeStart...].firstIndex(where: blank)
+        else { return nil }
+        let scheme = bytes[schemeStart..<schemeEnd]
+        guard scheme.count == 6, zip(scheme, "bearer".utf8).allSatisfy({ $0 | 0x20 == $1 }) else { return nil }
+        guard let tokenStart = bytes[schemeEnd...].firstIndex(where: { !blank($0) }),
+            let tokenLast = bytes[tokenStart...].lastIndex(where: { !blank($0) })
+        else { return nil }
+        return String(Substring(header.utf8[tokenStart...tokenLast]))
     }
 }
 

@@ -1,10 +1,11 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import LivelineCore
 import Logging
 
 /// Gives every HTTP request an id: the caller's `X-Request-Id` when it is 1–128 printable ASCII characters, else a new
-/// UUID. The id is echoed in the response's `X-Request-Id` and is the `request.id` of the request's logger metadata,
+/// random UUID (``RandomUUID``: unique, not secret, and without a system call). The id is echoed in the response's `X-Request-Id` and is the `request.id` of the request's logger metadata,
 /// so every line logged while handling the request carries it.
 ///
 /// Once the request is answered it logs one line at debug level: method, route template, status and duration. Never
@@ -46,6 +47,6 @@ struct RequestIDMiddleware<Context: RequestContext>: RouterMiddleware {
         if let given, (1...128).contains(given.utf8.count), given.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) {
             return given
         }
-        return UUID().uuidString.lowercased()
+        return RandomUUID.next().lowercasedString
     }
 }

@@ -1,17 +1,18 @@
 import Foundation
 import Synchronization
 
-/// Fresh `apns-id` values: version 4 (random) UUIDs, without a system call per push.
+/// Fresh version 4 (random) UUIDs for identifiers that only have to be unique, without a system call each: the
+/// `apns-id` of every push, the id of every HTTP request that came without one.
 ///
 /// `UUID()` reads the system's random source for every value (on Linux it opens, reads and closes `/dev/urandom`),
-/// which is a measurable share of a fan-out's CPU. An `apns-id` only has to be unique (APNs echoes it so an answer can
-/// be matched to its push; it is not a secret), so the values come from a xoshiro256** generator seeded once from the
-/// system's random source.
-enum APNsIDGenerator {
+/// which is a measurable share of a fan-out's CPU, and of every API request's. These identifiers are not secrets (APNs
+/// echoes an `apns-id` so an answer can be matched to its push; a request id marks log lines), so the values come from
+/// a xoshiro256** generator seeded once from the system's random source. Never use them for keys, tokens or secrets.
+public enum RandomUUID {
     private static let generator = Mutex(Xoshiro256StarStar(seed: SystemRandomNumberGenerator()))
 
     /// The next identifier.
-    static func next() -> UUID {
+    public static func next() -> UUID {
         let (high, low) = generator.withLock { generator in (generator.next(), generator.next()) }
         return uuid(high: high, low: low)
     }
@@ -57,5 +58,29 @@ struct Xoshiro256StarStar: RandomNumberGenerator {
 extension UInt64 {
     fileprivate func rotatedLeft(by count: UInt64) -> UInt64 {
         (self << count) | (self >> (64 - count))
+    }
+}
+
+extension UUID {
+    /// The canonical 8-4-4-4-12 form in lowercase, built without intermediate strings.
+    public var lowercasedString: String {
+        let digits: StaticString = "0123456789abcdef"
+        return withUnsafeBytes(of: uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { buffer in
+                digits.withUTF8Buffer { hex in
+                    var out = 0
+                    for (index, byte) in bytes.enumerated() {
+                        if index == 4 || index == 6 || index == 8 || index == 10 {
+                            buffer[out] = UInt8(ascii: "-")
+                            out += 1
+                        }
+                        buffer[out] = hex[Int(byte >> 4)]
+                        buffer[out + 1] = hex[Int(byte & 0x0F)]
+                        out += 2
+                    }
+                    return out
+                }
+            }
+        }
     }
 }
