@@ -30,10 +30,12 @@ struct HTTPMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 
 /// The request counters and timers, made once per label combination and kept.
 final class HTTPRequestMetrics: Sendable {
+    /// What a request's counter and timer are found by: the method's label, the matched route as the router names it
+    /// (its template is made from it once, with the pair) and the status class's digit (0 for none).
     private struct Key: Hashable {
         var method: String
-        var route: String
-        var statusClass: String
+        var endpointPath: String?
+        var statusClass: Int
     }
 
     private let factory: any MetricsFactory
@@ -45,10 +47,12 @@ final class HTTPRequestMetrics: Sendable {
 
     func record(method: HTTPRequest.Method, route: String?, status: Int, since started: ContinuousClock.Instant) {
         let elapsed = ContinuousClock.now - started
-        let key = Key(method: Self.methodLabel(method), route: Self.routeLabel(route), statusClass: Self.statusClass(status))
+        // A route that matched nothing is one key, whatever the router called it.
+        let matched = route.flatMap { $0.isEmpty || $0 == "NotFound" ? nil : $0 }
+        let key = Key(method: Self.methodLabel(method), endpointPath: matched, statusClass: (1...5).contains(status / 100) ? status / 100 : 0)
         let (counter, timer) = made.withLock { made in
             if let existing = made[key] { return existing }
-            let dimensions = [("method", key.method), ("route", key.route), ("status_class", key.statusClass)]
+            let dimensions = [("method", key.method), ("route", Self.routeLabel(matched)), ("status_class", Self.statusClass(status))]
             let pair = (
                 Counter(label: MetricNames.httpRequests, dimensions: dimensions, factory: factory),
                 CoreMetrics.Timer(label: MetricNames.httpRequestDuration, dimensions: dimensions, factory: factory)
