@@ -36,10 +36,11 @@ struct ConnectionDeadlinesTests {
     func slowBody() {
         var machine = ConnectionDeadlines(limits: limits)
         _ = machine.opened(at: at(0))
-        _ = machine.bytesReceived(at: at(1))
-        #expect(machine.requestHeadReceived(at: at(2)) == .arm(at(32)))
+        #expect(machine.bytesReceived(at: at(1)) == .arm(at(11)))
+        #expect(machine.requestHeadReceived(at: at(2)) == .keep, "a later deadline: the timer fires early")
         for second in 3...31 {
             #expect(machine.bytesReceived(at: at(Double(second))) == .keep)
+            if second == 11 { #expect(machine.timerFired(at: at(11)) == .rearm(at(32))) }
         }
         #expect(machine.timerFired(at: at(32)) == .answerTimeoutAndClose)
     }
@@ -67,9 +68,11 @@ struct ConnectionDeadlinesTests {
     func pipelinedBody() {
         var machine = ConnectionDeadlines(limits: limits)
         _ = machine.opened(at: at(0))
-        _ = machine.requestHeadReceived(at: at(1))
-        #expect(machine.requestEndReceived(at: at(1)) == .disarm, "the answer is being worked on: no deadline")
-        #expect(machine.requestHeadReceived(at: at(2)) == .arm(at(32)))
+        #expect(machine.requestHeadReceived(at: at(1)) == .arm(at(31)))
+        #expect(machine.requestEndReceived(at: at(1)) == .keep, "the answer is being worked on: no deadline, the timer finds none")
+        #expect(machine.deadline == nil)
+        #expect(machine.requestHeadReceived(at: at(2)) == .keep)
+        #expect(machine.timerFired(at: at(31)) == .rearm(at(32)))
         #expect(machine.timerFired(at: at(32)) == .close(.body))
     }
 
@@ -79,27 +82,31 @@ struct ConnectionDeadlinesTests {
         _ = machine.opened(at: at(0))
         _ = machine.bytesReceived(at: at(1))
         _ = machine.requestHeadReceived(at: at(1))
-        #expect(machine.requestEndReceived(at: at(1)) == .disarm)
+        #expect(machine.requestEndReceived(at: at(1)) == .keep)
         #expect(machine.deadline == nil)
-        #expect(machine.timerFired(at: at(500)) == .nothing)
+        #expect(machine.timerFired(at: at(11)) == .nothing)
         _ = machine.responseHeadWritten(at: at(500))
         #expect(machine.responseEndWritten(at: at(600)) == .arm(at(660)))
         #expect(machine.timerFired(at: at(660)) == .close(.idle))
     }
 
-    @Test("a keep-alive connection's requests each start their own deadlines")
+    @Test("a keep-alive connection's requests set no timer each: it fires at the first deadline and follows the one running")
     func keepAlive() {
         var machine = ConnectionDeadlines(limits: limits)
-        _ = machine.opened(at: at(0))
-        for round in 0..<3 {
-            let t = Double(round) * 50 + 1
-            #expect(machine.bytesReceived(at: at(t)) == .arm(at(t + 10)))
-            #expect(machine.requestHeadReceived(at: at(t)) == .arm(at(t + 30)))
-            #expect(machine.requestEndReceived(at: at(t + 1)) == .disarm)
-            _ = machine.responseHeadWritten(at: at(t + 2))
-            #expect(machine.responseEndWritten(at: at(t + 2)) == .arm(at(t + 62)))
+        #expect(machine.opened(at: at(0)) == .arm(at(60)))
+        #expect(machine.bytesReceived(at: at(1)) == .arm(at(11)), "an earlier deadline sets the timer again")
+        for round in 0..<10 {
+            let t = 1 + Double(round) / 2
+            #expect(machine.bytesReceived(at: at(t)) == .keep)
+            #expect(machine.requestHeadReceived(at: at(t)) == .keep)
+            #expect(machine.requestEndReceived(at: at(t)) == .keep)
+            #expect(machine.responseHeadWritten(at: at(t)) == .keep)
+            #expect(machine.responseEndWritten(at: at(t)) == .keep)
         }
-        #expect(machine.timerFired(at: at(101 + 62)) == .close(.idle))
+        // The last answer ended at 5.5: the idle deadline counts from it.
+        #expect(machine.timerFired(at: at(11)) == .rearm(at(65.5)))
+        #expect(machine.bytesReceived(at: at(20)) == .arm(at(30)), "a request's header deadline before it")
+        #expect(machine.timerFired(at: at(30)) == .close(.header))
     }
 
     @Test("bytes of the next request that came during an answer start its header deadline when the answer ends")
@@ -109,6 +116,7 @@ struct ConnectionDeadlinesTests {
         _ = machine.requestHeadReceived(at: at(1))
         _ = machine.requestEndReceived(at: at(1))
         #expect(machine.bytesReceived(at: at(2)) == .keep, "no deadline while the answer is worked on")
+        #expect(machine.timerFired(at: at(31)) == .nothing)
         _ = machine.responseHeadWritten(at: at(40))
         #expect(machine.responseEndWritten(at: at(40)) == .arm(at(50)))
         #expect(machine.timerFired(at: at(50)) == .close(.header))
@@ -122,11 +130,12 @@ struct ConnectionDeadlinesTests {
         _ = machine.requestHeadReceived(at: at(1))
         _ = machine.requestEndReceived(at: at(1))
         _ = machine.requestHeadReceived(at: at(1))
-        #expect(machine.requestEndReceived(at: at(1)) == .disarm)
+        #expect(machine.requestEndReceived(at: at(1)) == .keep)
         _ = machine.responseHeadWritten(at: at(2))
         #expect(machine.responseEndWritten(at: at(2)) == .keep, "one answer still to write")
         _ = machine.responseHeadWritten(at: at(3))
-        #expect(machine.responseEndWritten(at: at(3)) == .arm(at(63)))
+        #expect(machine.responseEndWritten(at: at(3)) == .keep)
+        #expect(machine.timerFired(at: at(11)) == .rearm(at(63)), "the idle deadline counts from the second answer")
     }
 
     @Test("a closed connection cancels its timer and takes no more decisions")
