@@ -5,8 +5,9 @@ import LivelineCore
 import Logging
 
 /// Gives every HTTP request an id: the caller's `X-Request-Id` when it is 1–128 printable ASCII characters, else a new
-/// random UUID (``RandomUUID``: unique, not secret, and without a system call). The id is echoed in the response's `X-Request-Id` and is the `request.id` of the request's logger metadata,
-/// so every line logged while handling the request carries it.
+/// random UUID (``RandomUUID``: unique, not secret, and without a system call). The id is echoed in the response's
+/// `X-Request-Id` and is the `request.id` of the request's logger metadata, so every line logged while handling the
+/// request carries it.
 ///
 /// Once the request is answered it logs one line at debug level: method, route template, status and duration. Never
 /// the raw path, the query, the headers or the body: those carry ids, cursors and credentials (`Authorization`).

@@ -49,7 +49,8 @@ final class HTTPRequestMetrics: Sendable {
         let elapsed = ContinuousClock.now - started
         // A route that matched nothing is one key, whatever the router called it.
         let matched = route.flatMap { $0.isEmpty || $0 == "NotFound" ? nil : $0 }
-        let key = Key(method: Self.methodLabel(method), endpointPath: matched, statusClass: (1...5).contains(status / 100) ? status / 100 : 0)
+        let statusClass = (1...5).contains(status / 100) ? status / 100 : 0
+        let key = Key(method: Self.methodLabel(method), endpointPath: matched, statusClass: statusClass)
         let (counter, timer) = made.withLock { made in
             if let existing = made[key] { return existing }
             let dimensions = [("method", key.method), ("route", Self.routeLabel(matched)), ("status_class", Self.statusClass(status))]
