@@ -19,7 +19,7 @@ struct WebhookKillTests {
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
         let (receiver, stopReceiver) = try await WebhookReceiver.start()
-        let client = HTTPClient(eventLoopGroupProvider: .singleton)
+        var client = HTTPClient(eventLoopGroupProvider: .singleton)
         // A budget of 1 priority-10 push an hour: the first update an iPhone gets reaches the warning share.
         let environment = ["LIVELINE_BUDGET_HOURLY": "1", "LIVELINE_BUDGET_HOURLY_WITH_FREQUENT_PUSHES": "1"]
         var server = try await WalkthroughTests.Server.startListening(root: root, environment: environment)
@@ -59,6 +59,10 @@ struct WebhookKillTests {
             // kill -9 while the engine and the deliverer are at work.
             kill(server.process.processIdentifier, SIGKILL)
             server.process.waitUntilExit()
+            // A new client for the new process: one kept from before could send its next request on a keep-alive
+            // connection to the killed one (CI once saw `remoteConnectionClosed` on the first call after the restart).
+            try await client.shutdown()
+            client = HTTPClient(eventLoopGroupProvider: .singleton)
             server = try WalkthroughTests.Server.start(root: root, ports: ports, environment: environment)
             #expect(try await waitFor(timeout: .seconds(60)) { (try? await WalkthroughTests.call(client, .GET, server.api + "/healthz"))?.status == 200 })
             try await phase(5...6)
