@@ -30,12 +30,12 @@ struct HTTPMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 
 /// The request counters and timers, made once per label combination and kept.
 final class HTTPRequestMetrics: Sendable {
-    /// What a request's counter and timer are found by: the method's label, the matched route as the router names it
-    /// (its template is made from it once, with the pair) and the status class's digit (0 for none).
+    /// What a request's counter and timer are found by: the method's and status class's labels, and the matched route
+    /// as the router names it (its template is made from it once, with the pair).
     private struct Key: Hashable {
         var method: String
         var endpointPath: String?
-        var statusClass: Int
+        var statusClass: String
     }
 
     private let factory: any MetricsFactory
@@ -47,13 +47,11 @@ final class HTTPRequestMetrics: Sendable {
 
     func record(method: HTTPRequest.Method, route: String?, status: Int, since started: ContinuousClock.Instant) {
         let elapsed = ContinuousClock.now - started
-        // A route that matched nothing is one key, whatever the router called it.
-        let matched = route.flatMap { $0.isEmpty || $0 == "NotFound" ? nil : $0 }
-        let statusClass = (1...5).contains(status / 100) ? status / 100 : 0
-        let key = Key(method: Self.methodLabel(method), endpointPath: matched, statusClass: statusClass)
+        let matched = Self.matchedRoute(route)
+        let key = Key(method: Self.methodLabel(method), endpointPath: matched, statusClass: Self.statusClass(status))
         let (counter, timer) = made.withLock { made in
             if let existing = made[key] { return existing }
-            let dimensions = [("method", key.method), ("route", Self.routeLabel(matched)), ("status_class", Self.statusClass(status))]
+            let dimensions = [("method", key.method), ("route", Self.routeLabel(matched)), ("status_class", key.statusClass)]
             let pair = (
                 Counter(label: MetricNames.httpRequests, dimensions: dimensions, factory: factory),
                 CoreMetrics.Timer(label: MetricNames.httpRequestDuration, dimensions: dimensions, factory: factory)
@@ -75,14 +73,23 @@ final class HTTPRequestMetrics: Sendable {
     /// The route template as the OpenAPI document writes it (`/v1/activities/{activityId}`); `unmatched` when no route
     /// matched.
     static func routeLabel(_ endpointPath: String?) -> String {
-        guard let endpointPath, !endpointPath.isEmpty, endpointPath != "NotFound" else { return "unmatched" }
+        guard let endpointPath = matchedRoute(endpointPath) else { return "unmatched" }
         let components = endpointPath.split(separator: "/").map { component in
             component.hasPrefix(":") ? "{\(component.dropFirst())}" : String(component)
         }
         return "/" + components.joined(separator: "/")
     }
 
+    /// The route the router names, or `nil` when none matched (whatever it called that).
+    static func matchedRoute(_ endpointPath: String?) -> String? {
+        guard let endpointPath, !endpointPath.isEmpty, endpointPath != "NotFound" else { return nil }
+        return endpointPath
+    }
+
+    private static let statusClasses = ["1xx", "2xx", "3xx", "4xx", "5xx"]
+
+    /// The status class's label (`2xx`), made of no new string: it is part of every request's key.
     static func statusClass(_ status: Int) -> String {
-        (1...5).contains(status / 100) ? "\(status / 100)xx" : "other"
+        (1...5).contains(status / 100) ? statusClasses[status / 100 - 1] : "other"
     }
 }
