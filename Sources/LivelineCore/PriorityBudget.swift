@@ -3,12 +3,13 @@ import Foundation
 /// Apple's budget for priority-10 Live Activity pushes, and the rule that keeps each instance inside it.
 ///
 /// iOS throttles a Live Activity that receives too many priority-10 pushes: beyond a budget Apple does not
-/// publish, pushes arrive late or not at all. Liveline counts priority-10 pushes per instance over a sliding hour
-/// and sends ordinary updates at priority 10 only while the instance is within its budget — a higher one when the
-/// app reported that the user enabled frequent updates (`NSSupportsLiveActivitiesFrequentUpdates`) — and at 5 beyond
-/// it. Alerts and ends always go at 10, and an explicit caller priority is honoured; both are counted.
+/// publish, pushes arrive late or not at all. Liveline counts priority-10 pushes per instance over the last hour
+/// (``Priority10Tally``: per quarter of an hour, so a push counts for 60 to 75 minutes) and sends ordinary updates at
+/// priority 10 only while the instance is within its budget — a higher one when the app reported that the user enabled
+/// frequent updates (`NSSupportsLiveActivitiesFrequentUpdates`) — and at 5 beyond it. Alerts and ends always go at 10,
+/// and an explicit caller priority is honoured; both are counted.
 public struct PriorityBudget: Sendable, Hashable {
-    /// Priority-10 pushes per instance per sliding hour.
+    /// Priority-10 pushes per instance per hour (as ``Priority10Tally`` counts them).
     public var hourly: Int
     /// The same, for an instance whose app reported frequent updates enabled.
     public var hourlyWithFrequentPushes: Int
@@ -45,15 +46,5 @@ public struct PriorityBudget: Sendable, Hashable {
     public func warns(used: Int, frequentPushes: Bool?) -> Bool {
         let limit = limit(frequentPushes: frequentPushes)
         return limit > 0 && Double(used) >= Double(limit) * warningShare
-    }
-
-    /// How many of `sent` (seconds since 1970) fall in the hour up to `now`.
-    public static func used(_ sent: [Int64], now: Int64) -> Int {
-        sent.reduce(0) { $0 + ($1 > now - window && $1 <= now ? 1 : 0) }
-    }
-
-    /// `sent` with the times older than an hour dropped and `now` added.
-    public static func recording(_ sent: [Int64], at now: Int64) -> [Int64] {
-        sent.filter { $0 > now - window } + [now]
     }
 }

@@ -820,7 +820,7 @@ public final class Dispatcher: Service, Sendable {
         guard instance.platform == .ios else { return 10 }
         return budget.priority(
             event: rendition.event, hasAlert: rendition.hasAlert, requested: rendition.requestedPriority,
-            used: PriorityBudget.used(instance.priority10Sent, now: Int64(now().timeIntervalSince1970)),
+            used: instance.priority10.used(at: Int64(now().timeIntervalSince1970)),
             frequentPushes: instance.frequentPushesEnabled
         )
     }
@@ -832,9 +832,9 @@ public final class Dispatcher: Service, Sendable {
             progress.attempts += result.attempts
             let pushed = PushedInstance(deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence)
             if result.final == .delivered, result.priority == 10, result.instance.platform == .ios, result.event != .start {
-                let sent = PriorityBudget.recording(result.instance.priority10Sent, at: nowSeconds)
-                progress.priority10Sent.append((pushed, sent))
-                let used = PriorityBudget.used(sent, now: nowSeconds)
+                let tally = result.instance.priority10.recording(at: nowSeconds)
+                progress.priority10Sent.append((pushed, tally))
+                let used = tally.used(at: nowSeconds)
                 if budget.warns(used: used, frequentPushes: result.instance.frequentPushesEnabled),
                     !budget.warns(used: used - 1, frequentPushes: result.instance.frequentPushesEnabled)
                 {

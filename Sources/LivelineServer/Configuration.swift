@@ -156,7 +156,7 @@ public struct LivelineConfiguration: Sendable {
         Key(name: "liveline.fcmRetryFloor", environment: "LIVELINE_FCM_RETRY_FLOOR", flag: nil, defaultValue: "10",
             summary: "Seconds an FCM push waits at least before a retry (QUOTA_EXCEEDED, UNAVAILABLE, INTERNAL), however short the backoff or Retry-After."),
         Key(name: "liveline.budget.hourly", environment: "LIVELINE_BUDGET_HOURLY", flag: nil, defaultValue: "10",
-            summary: "Priority-10 pushes per iOS instance per sliding hour; updates beyond it go at priority 5 (alerts and ends always at 10)."),
+            summary: "Priority-10 pushes per iOS instance per hour (counted per quarter of an hour: a push counts for 60 to 75 minutes); updates beyond it go at priority 5 (alerts and ends always at 10)."),
         Key(name: "liveline.budget.hourlyWithFrequentPushes", environment: "LIVELINE_BUDGET_HOURLY_WITH_FREQUENT_PUSHES", flag: nil,
             defaultValue: "40", summary: "The same for an instance whose app reported frequent updates enabled."),
         Key(name: "liveline.lifetime.endAfter", environment: "LIVELINE_LIFETIME_END_AFTER", flag: nil, defaultValue: "27900",

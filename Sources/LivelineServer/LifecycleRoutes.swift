@@ -300,7 +300,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         var atLimit = 0
         var warned = 0
         for usage in try await store.priority10Usage(appID: record.appID, activityID: record.activityID) {
-            let used = PriorityBudget.used(usage.sent, now: now)
+            let used = usage.tally.used(at: now)
             maximum = max(maximum, used)
             if used >= budget.limit(frequentPushes: usage.frequentPushes) { atLimit += 1 }
             if budget.warns(used: used, frequentPushes: usage.frequentPushes) { warned += 1 }

@@ -432,6 +432,16 @@ enum SQLiteMigrations {
             name: "fan-out slices",
             statements: [FanOutSliceSchema.sqlite]
         ),
+        Migration(
+            version: 18,
+            name: "priority-10 pushes as a tally",
+            statements: [
+                // An instance's priority-10 pushes of the last hour as one integer (`Priority10Tally`): counts per
+                // quarter of an hour, which a fan-out rewrites in place, where the list of times in `priority10_sent`
+                // grew with every push. Rows written before keep their list, read until their first tally is written.
+                "ALTER TABLE instances ADD COLUMN priority10_tally INTEGER"
+            ]
+        ),
     ]
 }
 

@@ -208,13 +208,13 @@ public struct StoredSchema: Sendable, Hashable {
     }
 }
 
-/// One instance's priority-10 pushes (seconds since 1970) and its frequent-updates setting.
+/// One instance's priority-10 pushes and its frequent-updates setting.
 public struct Priority10Usage: Sendable, Hashable {
-    public var sent: [Int64]
+    public var tally: Priority10Tally
     public var frequentPushes: Bool?
 
-    public init(sent: [Int64], frequentPushes: Bool?) {
-        self.sent = sent
+    public init(tally: Priority10Tally, frequentPushes: Bool?) {
+        self.tally = tally
         self.frequentPushes = frequentPushes
     }
 }
@@ -501,8 +501,8 @@ public struct InstanceRecord: Sendable, Hashable {
     public var deliveredSequence: Int64
     public var createdAt: Date
     public var updatedAt: Date
-    /// When (seconds since 1970) the instance received priority-10 pushes in the last hour or so.
-    public var priority10Sent: [Int64]
+    /// The instance's priority-10 pushes of the last hour or so.
+    public var priority10: Priority10Tally
     /// The broadcast channel the instance subscribed to (an iPhone on iOS 18 or later): it takes the activity's
     /// broadcasts, not pushes to a token of its own (``pushToken`` is empty, or its push-to-start token until its start
     /// went out).
@@ -511,10 +511,10 @@ public struct InstanceRecord: Sendable, Hashable {
     public init(
         appID: String, activityID: String, deviceID: String, platform: Platform, pushToken: String, userID: String?,
         state: InstanceState, frequentPushesEnabled: Bool?, deliveredSequence: Int64, createdAt: Date, updatedAt: Date,
-        priority10Sent: [Int64] = [], channelID: String? = nil
+        priority10: Priority10Tally = Priority10Tally(packed: 0), channelID: String? = nil
     ) {
         self.channelID = channelID
-        self.priority10Sent = priority10Sent
+        self.priority10 = priority10
         self.appID = appID
         self.activityID = activityID
         self.deviceID = deviceID

@@ -143,19 +143,19 @@ extension SQLStore {
         // Each statement joins a VALUES list on the primary key (app, activity, device): one lookup per instance,
         // whatever the number of instances on the activity, and only for the token that was pushed to.
         //
-        // Delivered sequences (they only ever rise) and priority-10 lists, one row write per instance.
+        // Delivered sequences (they only ever rise) and priority-10 tallies, one row write per instance.
         struct PushedToken: Hashable {
             var deviceID: String
             var token: String
         }
-        var rows: [PushedToken: (sequence: Int64?, sent: [Int64]?)] = [:]
+        var rows: [PushedToken: (sequence: Int64?, tally: Priority10Tally?)] = [:]
         rows.reserveCapacity(progress.delivered.count)
         for pushed in progress.delivered {
             let key = PushedToken(deviceID: pushed.deviceID, token: pushed.token)
             rows[key, default: (nil, nil)].sequence = max(rows[key]?.sequence ?? pushed.sequence, pushed.sequence)
         }
-        for (pushed, sent) in progress.priority10Sent {
-            rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].sent = sent
+        for (pushed, tally) in progress.priority10Sent {
+            rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].tally = tally
         }
         // Up to 1,000 instances a statement (4,000 bound values, well under SQLite's limit): a batch is one statement.
         for chunk in Array(rows).chunked(into: 1000) {
@@ -164,7 +164,7 @@ extension SQLStore {
             for (instance, row) in chunk {
                 binds += [
                     .text(instance.deviceID), .text(instance.token), row.sequence.map { .integer(Int($0)) } ?? .null,
-                    row.sent.map { .text(Priority10Times.encode($0)) } ?? .null,
+                    row.tally.map { .integer(Int($0.packed)) } ?? .null,
                 ]
             }
             binds += [.text(progress.appID), .text(progress.activityID)]
@@ -172,7 +172,7 @@ extension SQLStore {
                 """
                 UPDATE instances SET
                     delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column3, instances.delivered_sequence)),
-                    priority10_sent = COALESCE(v.column4, instances.priority10_sent)
+                    priority10_tally = COALESCE(CAST(v.column4 AS BIGINT), instances.priority10_tally)
                 FROM (VALUES \(Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
                 WHERE instances.app_id = ? AND instances.activity_id = ?
                   AND instances.device_id = v.column1 AND instances.push_token = v.column2

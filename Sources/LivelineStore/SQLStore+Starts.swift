@@ -223,13 +223,14 @@ extension SQLStore {
                     binds += [
                         .text(appID), .text(activityID), .text(device.deviceID), .text(device.platform), .text(device.token),
                         Self.text(device.userID), .text(InstanceState.starting.rawValue), .integer(nowMillis), .integer(nowMillis),
-                        device.platform == Platform.ios.rawValue ? .text(Priority10Times.encode([])) : .null, Self.text(device.channelID),
+                        Self.emptyPriority10Tally(for: Platform(rawValue: device.platform), at: nowMillis),
+                        Self.text(device.channelID),
                     ]
                 }
                 _ = try db.query(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
-                        priority10_sent, channel_id)
+                        priority10_tally, channel_id)
                     VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ","))
                     ON CONFLICT (app_id, activity_id, device_id) DO UPDATE SET
                         state = excluded.state, push_token = excluded.push_token, delivered_sequence = 0, updated_at = excluded.updated_at,

@@ -281,13 +281,12 @@ public final class SQLStore: Store, DispatchStore {
                 var statements: [(sql: String, binds: [SQLiteData])] = [(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
-                        priority10_sent, channel_id)
+                        priority10_tally, channel_id)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [.text(r.appID), .text(r.activityID), .text(r.deviceID), .text(r.platform.rawValue), .text(r.pushToken),
                      Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis),
-                     // An iPhone's room for its first priority-10 times, so recording them rewrites the row in place.
-                     r.platform == .ios ? .text(Priority10Times.encode([])) : .null, Self.text(r.channelID)]
+                     Self.emptyPriority10Tally(for: r.platform, at: nowMillis), Self.text(r.channelID)]
                 )]
                 // A newcomer to an activity with accepted state is caught up (a channel subscriber by the channel); a new
                 // activity has none yet.
@@ -804,9 +803,24 @@ public final class SQLStore: Store, DispatchStore {
             deliveredSequence: Int64(row.column("delivered_sequence")?.integer ?? 0),
             createdAt: try row.date("created_at"),
             updatedAt: try row.date("updated_at"),
-            priority10Sent: Priority10Times.decode(row.column("priority10_sent")?.string),
+            priority10: priority10Tally(from: row),
             channelID: row.column("channel_id")?.string
         )
+    }
+}
+
+extension SQLStore {
+    /// An instance's priority-10 tally from its row; a row last written before the tally (schema step 18 on SQLite, 6
+    /// on PostgreSQL) has its list of times instead.
+    static func priority10Tally(from row: StoreRow) -> Priority10Tally {
+        if let packed = row.column("priority10_tally")?.integer { return Priority10Tally(packed: Int64(packed)) }
+        return Priority10Tally(times: Priority10Times.decode(row.column("priority10_sent")?.string))
+    }
+
+    /// A new instance's tally: for an iPhone, none counted as of now, which SQLite keeps in the 8 bytes every later
+    /// tally takes, so that recording pushes rewrites the row in place; nothing for an Android phone (no budget).
+    static func emptyPriority10Tally(for platform: Platform?, at nowMillis: Int) -> SQLiteData {
+        platform == .ios ? .integer(Int(Priority10Tally.empty(at: Int64(nowMillis / 1000)).packed)) : .null
     }
 }
 

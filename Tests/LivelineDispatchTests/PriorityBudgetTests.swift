@@ -46,10 +46,12 @@ struct PriorityBudgetDispatchTests {
             #expect(try await update(at: 180) == 5, "the fourth in the hour is over the budget of 3")
             #expect(try await update(at: 240, alert: true) == 10, "alerts always go at 10 …")
             #expect(try await update(at: 300, priority: 5) == 5, "an explicit priority is honoured")
-            // … and are counted: at 3600 s the first push (0 s) has left the window, three remain (60, 120, 240).
+            // … and are counted. The pushes count per quarter of an hour (`Priority10Tally`), and the start is a
+            // quarter's first second: at 3600 s all four (0, 60, 120, 240 s) still count, their quarter being four
+            // quarters old, so this one goes at 5 …
             #expect(try await update(at: 3600) == 5)
-            // At 3661 s the one at 60 s has left too: two in the window, so 10 again.
-            #expect(try await update(at: 3661) == 10)
+            // … and at 4500 s, five quarters on, none does: 10 again.
+            #expect(try await update(at: 4500) == 10)
             #expect(try await store.activity(appID: appID, activityID: "match")?.budgetWarnedAt != nil, "crossing 80 % was recorded")
             // … and told as a lifecycle event, in the same transaction as the progress.
             let warnings = try await store.events(appID: appID, after: nil, types: [.budgetWarning], limit: 10)
@@ -59,10 +61,10 @@ struct PriorityBudgetDispatchTests {
 
             // The app reports frequent updates enabled: a larger budget.
             _ = try await store.setFrequentPushes(appID: appID, activityID: "match", deviceID: "device-00000", enabled: true, at: clock.now)
-            #expect(try await update(at: 3662) == 10)
+            #expect(try await update(at: 4501) == 10)
             let usage = try await store.priority10Usage(appID: appID, activityID: "match")
             #expect(usage.count == 1)
-            #expect(PriorityBudget.used(usage[0].sent, now: Int64(clock.now.timeIntervalSince1970)) == 4)
+            #expect(usage[0].tally.used(at: Int64(clock.now.timeIntervalSince1970)) == 2)
             #expect(usage[0].frequentPushes == true)
             task.cancel()
             _ = await task.result

@@ -252,7 +252,7 @@ struct DeliveryProgressTests {
         }
     }
 
-    @Test("progress raises delivered sequences (never lowers them), keeps priority-10 lists and moves states, per instance", arguments: StoreKind.available)
+    @Test("progress raises delivered sequences (never lowers them), keeps priority-10 tallies and moves states, per instance", arguments: StoreKind.available)
     func progressPerInstance(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
@@ -267,7 +267,8 @@ struct DeliveryProgressTests {
                 delivered: [PushedInstance(deviceID: "d1", token: "aa1", sequence: 3), PushedInstance(deviceID: "d2", token: "aa2", sequence: 2)],
                 invalidated: [PushedInstance(deviceID: "d3", token: "aa3", sequence: 3)]
             )
-            progress.priority10Sent = [(PushedInstance(deviceID: "d1", token: "aa1", sequence: 3), [100, 200])]
+            let tally = Priority10Tally(times: [1_795_255_100, 1_795_255_200])
+            progress.priority10Sent = [(PushedInstance(deviceID: "d1", token: "aa1", sequence: 3), tally)]
             try await store.recordProgress(progress, at: t0)
             // A late batch for an older sequence does not lower d1.
             try await store.recordProgress(
@@ -277,9 +278,10 @@ struct DeliveryProgressTests {
             let instances = try await store.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items
             let byDevice = Dictionary(uniqueKeysWithValues: instances.map { ($0.deviceID, $0) })
             #expect(byDevice["d1"]?.deliveredSequence == 3)
-            #expect(byDevice["d1"]?.priority10Sent == [100, 200])
+            #expect(byDevice["d1"]?.priority10 == tally)
+            #expect(byDevice["d1"]?.priority10.used(at: 1_795_255_200) == 2)
             #expect(byDevice["d2"]?.deliveredSequence == 2)
-            #expect(byDevice["d2"]?.priority10Sent == [])
+            #expect(byDevice["d2"]?.priority10.used(at: 1_795_255_200) == 0)
             #expect(byDevice["d3"]?.state == .invalidated)
             #expect(byDevice["d4"]?.deliveredSequence == 0)
             #expect(byDevice["d4"]?.state == .active)

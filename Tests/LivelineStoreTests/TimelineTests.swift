@@ -135,6 +135,7 @@ struct TimelineTests {
                 "DROP TABLE webhook_deliveries",
                 "DROP TABLE webhooks",
                 "DROP TABLE fanout_slices",
+                "ALTER TABLE instances DROP COLUMN priority10_tally",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])

@@ -336,5 +336,10 @@ enum PostgresMigrations {
                 "ALTER TABLE instances SET (fillfactor = 50)"
             ]
         ),
+        Migration(
+            version: 6,
+            name: "priority-10 pushes as a tally (SQLite step 18)",
+            statements: ["ALTER TABLE instances ADD COLUMN priority10_tally BIGINT"]
+        ),
     ]
 }
