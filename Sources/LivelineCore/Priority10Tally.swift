@@ -44,13 +44,15 @@ public struct Priority10Tally: Sendable, Hashable {
     }
 
     private init(newestQuarter: Int64, counts: UInt64) {
-        packed = Int64(bitPattern: UInt64(clamping: max(0, newestQuarter)) << 40 | (counts & Self.countsMask))
+        packed = Int64(newestQuarter) << 40 | Int64(counts & Self.countsMask)
     }
 
     private static let countsMask: UInt64 = (1 << 40) - 1
+    /// The last quarter the 23 bits hold (in the year 2209); later times count in it.
+    private static let lastQuarter: Int64 = (1 << 23) - 1
 
     private static func quarter(of time: Int64) -> Int64 {
-        time >= 0 ? time / quarterSeconds : (time - quarterSeconds + 1) / quarterSeconds
+        min(max(0, time) / quarterSeconds, lastQuarter)
     }
 
     private var newestQuarter: Int64 { packed >> 40 }
