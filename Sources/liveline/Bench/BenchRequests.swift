@@ -68,6 +68,13 @@ enum BenchRequests {
         return String(format: "%.2f × h2load", rate / reference)
     }
 
+    /// The slowest of `rates` as a share of the fastest, the figure issue 17 sets at 90 %: `slowest 83 % of the best`;
+    /// empty for fewer than two rounds.
+    static func slowestShare(_ rates: [Double]) -> String {
+        guard rates.count > 1, let best = rates.max(), let slowest = rates.min(), best > 0 else { return "" }
+        return String(format: "slowest %.0f %% of the best", (slowest / best * 100).rounded(.down))
+    }
+
     /// A count with thousands separators: 1,000,000.
     static func grouped(_ value: Int) -> String {
         let digits = String(value.magnitude)

@@ -232,6 +232,8 @@ extension Bench.FanOut {
             if referenceMean != nil {
                 range += "   (\(BenchRequests.ratio(rates.min() ?? 0, to: referenceMean)) – \(BenchRequests.ratio(rates.max() ?? 0, to: referenceMean)); h2load before and after averaged)"
             }
+            let share = BenchRequests.slowestShare(rates)
+            if !share.isEmpty { range += "   \(share)" }
             print(range)
             if !sideLatencies.isEmpty {
                 print("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
