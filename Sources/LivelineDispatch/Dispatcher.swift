@@ -833,7 +833,7 @@ public final class Dispatcher: Service, Sendable {
             let pushed = PushedInstance(deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence)
             if result.final == .delivered, result.priority == 10, result.instance.platform == .ios, result.event != .start {
                 let tally = result.instance.priority10.recording(at: nowSeconds)
-                progress.priority10Sent.append((pushed, tally))
+                progress.priority10Tallies.append((pushed, tally))
                 let used = tally.used(at: nowSeconds)
                 if budget.warns(used: used, frequentPushes: result.instance.frequentPushesEnabled),
                     !budget.warns(used: used - 1, frequentPushes: result.instance.frequentPushesEnabled)

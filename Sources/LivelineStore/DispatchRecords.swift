@@ -103,7 +103,7 @@ public struct DeliveryProgress: Sendable {
     /// Every attempt, for the timeline.
     public var attempts: [DeliveryRecord]
     /// Instances that received a priority-10 push: their new priority-10 tally.
-    public var priority10Sent: [(instance: PushedInstance, tally: Priority10Tally)] = []
+    public var priority10Tallies: [(instance: PushedInstance, tally: Priority10Tally)] = []
     /// How many instances reached the warning share of their budget (a `budget.warning`).
     public var budgetWarnings = 0
     /// Devices' push-to-start or FCM tokens the push service refused when a start went to them, with its reason: they

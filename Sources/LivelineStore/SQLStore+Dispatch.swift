@@ -154,7 +154,7 @@ extension SQLStore {
             let key = PushedToken(deviceID: pushed.deviceID, token: pushed.token)
             rows[key, default: (nil, nil)].sequence = max(rows[key]?.sequence ?? pushed.sequence, pushed.sequence)
         }
-        for (pushed, tally) in progress.priority10Sent {
+        for (pushed, tally) in progress.priority10Tallies {
             rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].tally = tally
         }
         // Up to 1,000 instances a statement (4,000 bound values, well under SQLite's limit): a batch is one statement.

@@ -33,7 +33,7 @@ struct Priority10TimesTests {
             var progress = DeliveryProgress(
                 appID: "app_test", activityID: "order-1", delivered: [PushedInstance(deviceID: "d1", token: "aa1", sequence: 1)]
             )
-            progress.priority10Sent = [(PushedInstance(deviceID: "d1", token: "aa1", sequence: 1), before.priority10.recording(at: now))]
+            progress.priority10Tallies = [(PushedInstance(deviceID: "d1", token: "aa1", sequence: 1), before.priority10.recording(at: now))]
             try await store.recordProgress(progress, at: t0)
             let after = try #require(try await instance("d1", in: store))
             #expect(after.priority10.used(at: now) == 3)

@@ -268,7 +268,7 @@ struct DeliveryProgressTests {
                 invalidated: [PushedInstance(deviceID: "d3", token: "aa3", sequence: 3)]
             )
             let tally = Priority10Tally(times: [1_795_255_100, 1_795_255_200])
-            progress.priority10Sent = [(PushedInstance(deviceID: "d1", token: "aa1", sequence: 3), tally)]
+            progress.priority10Tallies = [(PushedInstance(deviceID: "d1", token: "aa1", sequence: 3), tally)]
             try await store.recordProgress(progress, at: t0)
             // A late batch for an older sequence does not lower d1.
             try await store.recordProgress(
