@@ -240,7 +240,11 @@ public final class SQLStore: Store, DispatchStore {
         // beside it wait for nothing. Serializable, concurrent registrations to one activity failed one another on
         // the index pages their new instances share. Registrations and updates arriving together share a commit
         // (``WriteIsolation/grouped(key:)``): the activity's row first, then the device's instance.
-        return try await transaction(isolation: .grouped(key: WriteIsolation.groupKey(r.appID, r.activityID, r.deviceID))) { db in
+        // On PostgreSQL, registrations queued together run as one set (``RegistrationWrite``) where they can.
+        return try await writer.write(
+            durability: .full, isolation: .grouped(key: WriteIsolation.groupKey(r.appID, r.activityID, r.deviceID)),
+            member: RegistrationWrite(registration: r, now: now)
+        ) { db in
             let nowMillis = Self.millis(now)
             let key: [SQLiteData] = [.text(r.appID), .text(r.activityID)]
             // The activity's row, and the device's instance under an exclusive lock on PostgreSQL: two registrations of
@@ -292,21 +296,10 @@ public final class SQLStore: Store, DispatchStore {
                 // activity has none yet.
                 let catchUp = hasState && r.channelID == nil
                 if catchUp { statements.append(Self.markPendingStatement(appID: r.appID, activityID: r.activityID)) }
-                statements.append(Self.eventStatement(
-                    NewEvent(
-                        .instanceRegistered, appID: r.appID, activityID: r.activityID, deviceID: r.deviceID,
-                        data: Self.registrationData(r, confirmedStart: false)
-                    ),
-                    at: now
-                ))
+                statements.append(Self.eventStatement(Self.registrationEvent(r, confirmedStart: false), at: now))
                 // The new instance, the activity's row and the event: rows of their own, none read by another.
                 try db.executeTogether(statements)
-                let created = InstanceRecord(
-                    appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
-                    userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
-                    createdAt: Self.date(nowMillis), updatedAt: Self.date(nowMillis), channelID: r.channelID
-                )
-                return RegistrationResult(change: .created, instance: created, needsDelivery: catchUp)
+                return RegistrationResult(change: .created, instance: Self.newInstance(r, nowMillis: nowMillis), needsDelivery: catchUp)
             }
             let newUserID = r.userID ?? instance.userID
             // A subscription to the channel counts as a token of its own: it replaces the token (or the push-to-start
@@ -372,24 +365,53 @@ public final class SQLStore: Store, DispatchStore {
         // retry of the same request waits for: two groups that each hold the other's key would wait in a cycle, which
         // PostgreSQL breaks as a deadlock (the group runs again). Retries of one request go to one activity, so they
         // queue on its row first.
-        try await transaction(isolation: .grouped(key: WriteIsolation.groupKey(update.appID, update.activityID))) { db in
+        guard idempotency != nil else {
+            // Without a key to remember, updates queued together run as one set on PostgreSQL (``UpdateWrite``).
+            return try await writer.write(
+                durability: .full, isolation: .grouped(key: WriteIsolation.groupKey(update.appID, update.activityID)),
+                member: UpdateWrite(update: update, now: now)
+            ) { db in .performed(try Self.acceptUpdate(update, at: now, on: db)) }
+        }
+        return try await transaction(isolation: .grouped(key: WriteIsolation.groupKey(update.appID, update.activityID))) { db in
             try Self.idempotently(idempotency, appID: update.appID, at: now, on: db) { try Self.acceptUpdate(update, at: now, on: db) }
         }
+    }
+
+    /// The state `update` makes after `head` at `now` (Core's rule), or the Store's refusal.
+    static func nextState(_ update: ActivityUpdate, after head: ActivityHead?, at now: Date) throws(StoreError) -> LiveActivityState {
+        do throws(NextStateRefusal) {
+            return try LiveActivityState.update(
+                activityID: update.activityID, after: head, contentState: update.contentState, staleDate: update.staleDate,
+                relevanceScore: update.relevanceScore, alert: update.alert, now: now
+            )
+        } catch {
+            throw storeError(error)
+        }
+    }
+
+    /// The values an accepted update writes in its activity's row, in this order: `sequence`, `event`, `sequence_at`,
+    /// `timestamp_seconds`, `content_state`, `alert`, `stale_date`, `relevance_score`, `priority`, `updated_at`,
+    /// `content_shape` and `min_update_interval` (the last two are kept when nil).
+    static func updatedActivityValues(_ update: ActivityUpdate, next: LiveActivityState, nowMillis: Int) -> [SQLiteData] {
+        [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
+         json(next.contentState), json(next.alert?.json), integer(next.staleDate), real(next.relevanceScore),
+         integer(update.priority.map(Int64.init)), .integer(nowMillis), shape(update.contentShape), real(update.minUpdateInterval)]
+    }
+
+    /// The event of an accepted update: the activity's start when it had no state before, an update otherwise.
+    static func updateEvent(_ update: ActivityUpdate, after head: ActivityHead?, next: LiveActivityState) -> NewEvent {
+        NewEvent(
+            (head?.sequence ?? 0) == 0 ? .activityStarted : .activityUpdated, appID: update.appID, activityID: update.activityID,
+            data: ["sequence": .integer(next.sequence), "via": "update"]
+        )
     }
 
     /// Accepts `update` on the writer, inside its transaction.
     static func acceptUpdate(_ update: ActivityUpdate, at now: Date, on db: any SQLConnection) throws -> AcceptedSequence {
         let head = try Self.head(appID: update.appID, activityID: update.activityID, withState: false, locking: true, on: db)
-        let next: LiveActivityState
-        do throws(NextStateRefusal) {
-            next = try LiveActivityState.update(
-                activityID: update.activityID, after: head, contentState: update.contentState, staleDate: update.staleDate,
-                relevanceScore: update.relevanceScore, alert: update.alert, now: now
-            )
-        } catch {
-            throw Self.storeError(error)
-        }
+        let next = try nextState(update, after: head, at: now)
         let nowMillis = Self.millis(now)
+        let values = updatedActivityValues(update, next: next, nowMillis: nowMillis)
         // The row is locked (or new), so nothing after depends on these statements' answers: on PostgreSQL they go out
         // as one statement without waiting, and a failure fails the write at its commit.
         let activityRow: (sql: String, binds: [SQLiteData])
@@ -401,37 +423,20 @@ public final class SQLStore: Store, DispatchStore {
                     min_update_interval = COALESCE(?, min_update_interval)
                 WHERE app_id = ? AND activity_id = ?
                 """,
-                [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),
-                 Self.json(next.contentState),
-                 Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
-                 Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), Self.shape(update.contentShape),
-                 Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
+                values + [.text(update.appID), .text(update.activityID)]
             )
         } else {
             activityRow = (
                 """
-                INSERT INTO activities (app_id, activity_id, state, sequence, event, sequence_at, timestamp_seconds, content_state,
-                    alert, stale_date, relevance_score, priority, created_at, updated_at, content_shape, min_update_interval)
+                INSERT INTO activities (app_id, activity_id, state, created_at, sequence, event, sequence_at, timestamp_seconds,
+                    content_state, alert, stale_date, relevance_score, priority, updated_at, content_shape, min_update_interval)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
-                [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue), .integer(Int(next.sequence)),
-                 .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)), Self.json(next.contentState),
-                 Self.json(next.alert?.json), Self.integer(next.staleDate), Self.real(next.relevanceScore),
-                 Self.integer(update.priority.map(Int64.init)), .integer(nowMillis), .integer(nowMillis), Self.shape(update.contentShape),
-                 Self.real(update.minUpdateInterval)]
+                [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue), .integer(nowMillis)] + values
             )
         }
         // The activity's row and the event: rows of their own, neither read by the other.
-        try db.executeTogether([
-            activityRow,
-            eventStatement(
-                NewEvent(
-                    (head?.sequence ?? 0) == 0 ? .activityStarted : .activityUpdated, appID: update.appID, activityID: update.activityID,
-                    data: ["sequence": .integer(next.sequence), "via": "update"]
-                ),
-                at: now
-            ),
-        ])
+        try db.executeTogether([activityRow, eventStatement(updateEvent(update, after: head, next: next), at: now)])
         return AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
     }
 
@@ -509,6 +514,23 @@ public final class SQLStore: Store, DispatchStore {
             contentState: try row.json("content_state"),
             staleDate: row.column("stale_date")?.integer.map(Int64.init),
             relevanceScore: row.column("relevance_score")?.double
+        )
+    }
+
+    /// The instance a registration of a device new to its activity creates at `nowMillis`.
+    static func newInstance(_ r: InstanceRegistration, nowMillis: Int) -> InstanceRecord {
+        InstanceRecord(
+            appID: r.appID, activityID: r.activityID, deviceID: r.deviceID, platform: r.platform, pushToken: r.pushToken,
+            userID: r.userID, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0,
+            createdAt: date(nowMillis), updatedAt: date(nowMillis), channelID: r.channelID
+        )
+    }
+
+    /// The `instance.registered` event of a registration (`confirmedStart`: the phone confirming a remote start).
+    static func registrationEvent(_ r: InstanceRegistration, confirmedStart: Bool) -> NewEvent {
+        NewEvent(
+            .instanceRegistered, appID: r.appID, activityID: r.activityID, deviceID: r.deviceID,
+            data: registrationData(r, confirmedStart: confirmedStart)
         )
     }
 

@@ -113,11 +113,25 @@ protocol StoreWriter: Sendable {
         durability: Durability, isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T
 
+    /// Runs `body` as ``write(durability:isolation:_:)`` does, except that a writer with group commit may instead run the
+    /// write as one of a set: `member` together with the other writes of its type queued beside it, in one set of
+    /// statements for all of them (``SetWrite``). Either way the outcome is the one `body` would have had.
+    func write<W: SetWrite>(
+        durability: Durability, isolation: WriteIsolation, member: W, _ body: @escaping @Sendable (any SQLConnection) throws -> W.Outcome
+    ) async throws -> W.Outcome
+
     /// Refuses new writes, lets the queued ones finish, and closes the connections.
     func close() async throws
 }
 
 extension StoreWriter {
+    /// Runs `body` alone: a writer whose statements cost little each (SQLite, in the process) gains nothing from sets.
+    func write<W: SetWrite>(
+        durability: Durability, isolation: WriteIsolation, member: W, _ body: @escaping @Sendable (any SQLConnection) throws -> W.Outcome
+    ) async throws -> W.Outcome {
+        try await write(durability: durability, isolation: isolation, body)
+    }
+
     /// A serializable write.
     func write<T: Sendable>(durability: Durability, _ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await write(durability: durability, isolation: .serializable, body)
@@ -138,4 +152,32 @@ extension StoreReader {
     func query(_ sql: String, _ binds: [SQLiteData] = []) async throws -> [StoreRow] {
         try await read { try $0.query(sql, binds) }
     }
+}
+
+/// A grouped write (``WriteIsolation/grouped(key:)``) that can also run as one of a set: when several writes of one
+/// such type share a transaction, one call writes them all with a few statements, instead of a few statements each.
+///
+/// On PostgreSQL each statement is a round trip and is parsed, planned and run on its own: writes that arrive together
+/// (registrations of many devices) cost far less as one multi-row insert than as one insert each. The set gives each
+/// member the outcome its own body would have given, had the members run one after another in the order given; a
+/// member it cannot decide for (an uncommon case the set leaves out) runs its own body afterwards, in the same
+/// transaction.
+protocol SetWrite: Sendable {
+    /// What one member's write returns.
+    associatedtype Outcome: Sendable
+
+    /// Writes `members` (in the shared transaction's order: by key) and returns each one's outcome, in the same order.
+    /// Locks the rows its decisions rest on first, as each body would. Throws only when the database fails; a refusal
+    /// of one member's own logic is that member's outcome, and nothing of it is written.
+    static func runTogether(_ members: [Self], on db: any SQLConnection) throws -> [SetWriteOutcome<Outcome>]
+}
+
+/// What a set (``SetWrite``) decided for one of its members.
+enum SetWriteOutcome<Outcome: Sendable>: Sendable {
+    /// Written: the member's result, final once the transaction commits.
+    case done(Outcome)
+    /// Refused by the member's own logic (its activity ended, say); nothing of it was written.
+    case refused(any Error)
+    /// Not decided by the set: the member runs its own body, after the set, in the same transaction.
+    case alone
 }

@@ -6,18 +6,24 @@ import CoreMetrics
 /// - `liveline_store_commits_total{durability}`: transactions committed (fewer than the writes where they share
 ///   commits: on SQLite, and PostgreSQL's registrations and updates);
 /// - `liveline_store_write_retries_total{sqlstate}` (PostgreSQL): write transactions run again after a serialization
-///   failure (`40001`), a deadlock (`40P01`) or a concurrent insert of the same key (`23505`).
+///   failure (`40001`), a deadlock (`40P01`) or a concurrent insert of the same key (`23505`);
+/// - `liveline_store_set_members_total{decided}` (PostgreSQL): committed writes that shared their transaction with
+///   others of their kind as one set (``SetWrite``): `decided="set"` the set wrote or refused, `decided="body"` it left
+///   to their own bodies.
 ///
 /// `durability` is `full` (what the API acknowledges) or `bookkeeping` (delivery progress).
 struct StoreCommitMetrics: Sendable {
     static let commitDurationName = "liveline_store_commit_duration_seconds"
     static let commitsName = "liveline_store_commits_total"
     static let writeRetriesName = "liveline_store_write_retries_total"
+    static let setMembersName = "liveline_store_set_members_total"
 
     private let fullTimer: CoreMetrics.Timer
     private let bookkeepingTimer: CoreMetrics.Timer
     private let fullCommits: Counter
     private let bookkeepingCommits: Counter
+    private let membersDecidedBySet: Counter
+    private let membersDecidedByBody: Counter
     private let factory: any MetricsFactory
 
     init(factory: any MetricsFactory = MetricsSystem.factory) {
@@ -26,6 +32,8 @@ struct StoreCommitMetrics: Sendable {
         bookkeepingTimer = CoreMetrics.Timer(label: Self.commitDurationName, dimensions: [("durability", "bookkeeping")], factory: factory)
         fullCommits = Counter(label: Self.commitsName, dimensions: [("durability", "full")], factory: factory)
         bookkeepingCommits = Counter(label: Self.commitsName, dimensions: [("durability", "bookkeeping")], factory: factory)
+        membersDecidedBySet = Counter(label: Self.setMembersName, dimensions: [("decided", "set")], factory: factory)
+        membersDecidedByBody = Counter(label: Self.setMembersName, dimensions: [("decided", "body")], factory: factory)
     }
 
     /// Records one commit of `durability` that took `duration`.
@@ -40,6 +48,12 @@ struct StoreCommitMetrics: Sendable {
             bookkeepingTimer.recordNanoseconds(nanoseconds)
             bookkeepingCommits.increment()
         }
+    }
+
+    /// Records the members of a committed set: `bySet` decided by the set, `byBody` by their own bodies.
+    func setCommitted(bySet: Int, byBody: Int) {
+        if bySet > 0 { membersDecidedBySet.increment(by: bySet) }
+        if byBody > 0 { membersDecidedByBody.increment(by: byBody) }
     }
 
     /// Records that a write transaction is run again after PostgreSQL refused it with `sqlState`.

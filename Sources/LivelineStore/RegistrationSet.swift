@@ -1,0 +1,123 @@
+import Foundation
+import LivelineCore
+
+/// The decision of ``SQLStore/registerInstance(_:at:)`` for many registrations at once, apart from the I/O: what a set
+/// of registrations sharing one transaction writes, given the activities and instances its reads found.
+///
+/// The set decides the common case, a device new to its activity, exactly as the registration's own body does, as if
+/// the registrations ran one after another in the order given: the first registration to an unknown activity creates
+/// it (the ones after it find it), a registration naming another channel than its activity's, or to an ended activity,
+/// is refused, and one to an activity with accepted state is caught up. It leaves to the body (``Decision/alone``)
+/// what it does not decide: a device that already has an instance (a new token, a confirmed start, the same
+/// registration again) or that comes twice, and the attributes of an activity created earlier without them.
+struct RegistrationSet {
+    /// An activity, by its key.
+    struct ActivityKey: Hashable, Sendable {
+        var appID: String
+        var activityID: String
+    }
+
+    /// An instance, by its key.
+    struct InstanceKey: Hashable, Sendable {
+        var appID: String
+        var activityID: String
+        var deviceID: String
+    }
+
+    /// What a registration's decisions rest on in its activity's row.
+    struct FoundActivity: Hashable, Sendable {
+        var state: ActivityState
+        var attributesType: String?
+        var sequence: Int64
+        var channelID: String?
+    }
+
+    /// An activity the set creates, with the attributes of its first registration that carries them, at the time of
+    /// its first registration.
+    struct NewActivity: Hashable, Sendable {
+        var key: ActivityKey
+        var attributesType: String?
+        var attributes: JSONValue?
+        var nowMillis: Int
+    }
+
+    /// A registration, and the time it is made at (milliseconds since 1970).
+    struct Member: Hashable, Sendable {
+        var registration: InstanceRegistration
+        var nowMillis: Int
+    }
+
+    /// The set's decision for one registration.
+    enum Decision: Hashable, Sendable {
+        /// A new instance: its result (``RegistrationResult/change`` is ``RegistrationChange/created``).
+        case created(RegistrationResult)
+        /// Refused by the registration's own rules; nothing of it is written.
+        case refused(StoreError)
+        /// Left to the registration's body, which runs after the set in the same transaction.
+        case alone
+    }
+
+    /// One decision per registration, in the order given.
+    private(set) var decisions: [Decision] = []
+    /// The activities to create, in the order of their first registration.
+    private(set) var newActivities: [NewActivity] = []
+    /// The instances to insert, in order.
+    private(set) var newInstances: [Member] = []
+    /// The activities with accepted state that new instances joined: each is made pending, so they are caught up.
+    private(set) var catchingUp: [ActivityKey] = []
+    /// The events to record, each at its registration's time, in order.
+    private(set) var events: [(event: NewEvent, nowMillis: Int)] = []
+
+    /// Decides `members`, in order: `activities` holds the rows found of their activities (by key; an activity missing
+    /// from it does not exist), `existing` the instances found of their devices.
+    init(_ members: [Member], activities found: [ActivityKey: FoundActivity], existing: Set<InstanceKey>) {
+        var activities = found
+        var instances = existing
+        var catchingUp = Set<ActivityKey>()
+        for member in members {
+            let r = member.registration
+            let key = ActivityKey(appID: r.appID, activityID: r.activityID)
+            let instanceKey = InstanceKey(appID: r.appID, activityID: r.activityID, deviceID: r.deviceID)
+            guard !instances.contains(instanceKey) else {
+                decisions.append(.alone)
+                continue
+            }
+            let activity = activities[key]
+            // A phone subscribed to a channel names the activity's own.
+            if let channelID = r.channelID, activity?.channelID != channelID {
+                decisions.append(.refused(.channelMismatch))
+                continue
+            }
+            if let activity {
+                if activity.state == .ended {
+                    decisions.append(.refused(.activityEnded))
+                    continue
+                }
+                if activity.attributesType == nil, r.attributesType != nil {
+                    // Attributes come from the first registration that carries them: of an activity this set creates,
+                    // they are part of its insert; an existing row is updated by the body.
+                    guard let index = newActivities.firstIndex(where: { $0.key == key }) else {
+                        decisions.append(.alone)
+                        continue
+                    }
+                    newActivities[index].attributesType = r.attributesType
+                    newActivities[index].attributes = r.attributes
+                    activities[key]?.attributesType = r.attributesType
+                }
+            } else {
+                newActivities.append(
+                    NewActivity(key: key, attributesType: r.attributesType, attributes: r.attributes, nowMillis: member.nowMillis)
+                )
+                activities[key] = FoundActivity(state: .active, attributesType: r.attributesType, sequence: 0, channelID: nil)
+            }
+            // A newcomer to an activity with accepted state is caught up (a channel subscriber by the channel).
+            let catchUp = (activity?.sequence ?? 0) > 0 && r.channelID == nil
+            if catchUp, catchingUp.insert(key).inserted { self.catchingUp.append(key) }
+            instances.insert(instanceKey)
+            newInstances.append(member)
+            events.append((SQLStore.registrationEvent(r, confirmedStart: false), member.nowMillis))
+            let instance = SQLStore.newInstance(r, nowMillis: member.nowMillis)
+            decisions.append(.created(RegistrationResult(change: .created, instance: instance, needsDelivery: catchUp)))
+        }
+    }
+}

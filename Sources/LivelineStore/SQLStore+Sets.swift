@@ -1,0 +1,280 @@
+import Foundation
+import LivelineCore
+import SQLiteNIO
+
+/// A registration as a member of a set (``SetWrite``): on PostgreSQL, registrations queued together are written with
+/// four statements for all of them (two reads, the new activities, then the new instances with their catch-ups and
+/// events) instead of two round trips each. What they decide is ``RegistrationSet``'s; the registrations it leaves out
+/// run ``SQLStore/registerInstance(_:at:)``'s own body after it.
+struct RegistrationWrite: SetWrite {
+    var registration: InstanceRegistration
+    var now: Date
+
+    static func runTogether(_ members: [RegistrationWrite], on db: any SQLConnection) throws -> [SetWriteOutcome<RegistrationResult>] {
+        // The statements bind arrays, which only PostgreSQL has (SQLite's writer never runs sets).
+        guard db.dialect == .postgres else { return members.map { _ in .alone } }
+        let registrations = members.map(\.registration)
+        // The activities' rows first, under a share lock, in key order (as each body locks its activity's row); then
+        // which devices have instances already (a new instance's key is kept by its primary key: a concurrent insert
+        // of the same one fails this transaction, which runs again). One round trip for both.
+        var activityKeys: [RegistrationSet.ActivityKey] = []
+        var seen = Set<RegistrationSet.ActivityKey>()
+        for r in registrations {
+            let key = RegistrationSet.ActivityKey(appID: r.appID, activityID: r.activityID)
+            if seen.insert(key).inserted { activityKeys.append(key) }
+        }
+        let found = try db.queries([
+            (
+                """
+                SELECT a.app_id, a.activity_id, a.state, a.attributes_type, a.sequence, a.channel_id
+                FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
+                JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
+                ORDER BY a.app_id, a.activity_id FOR SHARE OF a
+                """,
+                [PostgresArray.text(activityKeys.map(\.appID)), PostgresArray.text(activityKeys.map(\.activityID))]
+            ),
+            (
+                """
+                SELECT i.app_id, i.activity_id, i.device_id
+                FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id, device_id)
+                JOIN instances i ON i.app_id = k.app_id AND i.activity_id = k.activity_id AND i.device_id = k.device_id
+                """,
+                [PostgresArray.text(registrations.map(\.appID)), PostgresArray.text(registrations.map(\.activityID)),
+                 PostgresArray.text(registrations.map(\.deviceID))]
+            ),
+        ])
+        var activities: [RegistrationSet.ActivityKey: RegistrationSet.FoundActivity] = [:]
+        for row in found[0] {
+            let key = RegistrationSet.ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))
+            activities[key] = RegistrationSet.FoundActivity(
+                state: ActivityState(rawValue: try row.string("state")) ?? .ended,
+                attributesType: row.column("attributes_type")?.string,
+                sequence: Int64(row.column("sequence")?.integer ?? 0),
+                channelID: row.column("channel_id")?.string
+            )
+        }
+        var existing = Set<RegistrationSet.InstanceKey>()
+        for row in found[1] {
+            existing.insert(
+                RegistrationSet.InstanceKey(
+                    appID: try row.string("app_id"), activityID: try row.string("activity_id"), deviceID: try row.string("device_id")
+                )
+            )
+        }
+        let set = RegistrationSet(
+            members.map { RegistrationSet.Member(registration: $0.registration, nowMillis: SQLStore.millis($0.now)) },
+            activities: activities, existing: existing
+        )
+        try write(set, on: db)
+        return set.decisions.map { decision in
+            switch decision {
+            case .created(let result): .done(result)
+            case .refused(let error): .refused(error)
+            case .alone: .alone
+            }
+        }
+    }
+
+    /// Sends the set's writes without waiting for their answers (a failure fails the transaction at its commit).
+    private static func write(_ set: RegistrationSet, on db: any SQLConnection) throws {
+        if !set.newActivities.isEmpty {
+            // On its own, before the instances that refer to it: the statements joined below see one snapshot.
+            let new = set.newActivities
+            try db.execute(
+                """
+                INSERT INTO activities (app_id, activity_id, attributes_type, attributes, state, sequence, created_at, updated_at)
+                SELECT a.app_id, a.activity_id, a.attributes_type, a.attributes, ?, 0, a.now, a.now
+                FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS bigint[]))
+                    AS a(app_id, activity_id, attributes_type, attributes, now)
+                """,
+                [.text(ActivityState.active.rawValue), PostgresArray.text(new.map(\.key.appID)),
+                 PostgresArray.text(new.map(\.key.activityID)), PostgresArray.text(new.map(\.attributesType)),
+                 PostgresArray.text(new.map { $0.attributes?.encodedString }), PostgresArray.integer(new.map(\.nowMillis))]
+            )
+        }
+        guard !set.newInstances.isEmpty else { return }
+        let instances = set.newInstances
+        var statements: [(sql: String, binds: [SQLiteData])] = [(
+            """
+            INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
+                priority10_tally, channel_id)
+            SELECT r.app_id, r.activity_id, r.device_id, r.platform, r.push_token, r.user_id, ?, r.now, r.now, r.tally, r.channel_id
+            FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]),
+                CAST(? AS text[]), CAST(? AS bigint[]), CAST(? AS bigint[]), CAST(? AS text[]))
+                AS r(app_id, activity_id, device_id, platform, push_token, user_id, now, tally, channel_id)
+            """,
+            [.text(InstanceState.active.rawValue), PostgresArray.text(instances.map(\.registration.appID)),
+             PostgresArray.text(instances.map(\.registration.activityID)), PostgresArray.text(instances.map(\.registration.deviceID)),
+             PostgresArray.text(instances.map(\.registration.platform.rawValue)),
+             PostgresArray.text(instances.map(\.registration.pushToken)), PostgresArray.text(instances.map(\.registration.userID)),
+             PostgresArray.integer(instances.map(\.nowMillis)),
+             PostgresArray.integer(instances.map { SQLStore.emptyPriority10Tally(for: $0.registration.platform, at: $0.nowMillis).integer }),
+             PostgresArray.text(instances.map(\.registration.channelID))]
+        )]
+        if !set.catchingUp.isEmpty {
+            statements.append((
+                """
+                UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL
+                WHERE (app_id, activity_id) IN (
+                    SELECT k.app_id, k.activity_id FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
+                ) AND sequence > 0
+                """,
+                [PostgresArray.text(set.catchingUp.map(\.appID)), PostgresArray.text(set.catchingUp.map(\.activityID))]
+            ))
+        }
+        statements.append(eventsStatement(set.events))
+        // The new instances, their activities' catch-ups and their events: rows of their own, none read by another.
+        try db.executeTogether(statements)
+    }
+}
+
+/// An update as a member of a set (``SetWrite``): on PostgreSQL, updates queued together (without an `Idempotency-Key`)
+/// are written with three statements for all of them (their activities' heads under a lock, the activities' rows, the
+/// events) instead of two each. What they decide is ``UpdateSet``'s; the updates it leaves out run their own body
+/// after it.
+struct UpdateWrite: SetWrite {
+    var update: ActivityUpdate
+    var now: Date
+
+    static func runTogether(
+        _ members: [UpdateWrite], on db: any SQLConnection
+    ) throws -> [SetWriteOutcome<IdempotentOutcome<AcceptedSequence>>] {
+        guard db.dialect == .postgres else { return members.map { _ in .alone } }
+        var keys: [RegistrationSet.ActivityKey] = []
+        var seen = Set<RegistrationSet.ActivityKey>()
+        for member in members {
+            let key = RegistrationSet.ActivityKey(appID: member.update.appID, activityID: member.update.activityID)
+            if seen.insert(key).inserted { keys.append(key) }
+        }
+        // The heads under an exclusive lock, in key order, as each body locks its activity's row.
+        let rows = try db.query(
+            """
+            SELECT a.app_id, a.activity_id, a.state, a.sequence, a.timestamp_seconds
+            FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
+            JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
+            ORDER BY a.app_id, a.activity_id FOR UPDATE OF a
+            """,
+            [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))]
+        )
+        var heads: [RegistrationSet.ActivityKey: ActivityHead] = [:]
+        for row in rows {
+            heads[RegistrationSet.ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))] = ActivityHead(
+                state: ActivityState(rawValue: try row.string("state")) ?? .ended,
+                sequence: Int64(row.column("sequence")?.integer ?? 0),
+                timestamp: row.column("timestamp_seconds")?.integer.map(Int64.init),
+                contentState: nil, staleDate: nil, relevanceScore: nil
+            )
+        }
+        let set = UpdateSet(members.map { UpdateSet.Member(update: $0.update, now: $0.now) }, heads: heads)
+        // The columns of ``SQLStore/updatedActivityValues(_:next:nowMillis:)``, in its order, with their array types.
+        let columns = [
+            ("sequence", "bigint"), ("event", "text"), ("sequence_at", "bigint"), ("timestamp_seconds", "bigint"),
+            ("content_state", "text"), ("alert", "text"), ("stale_date", "bigint"), ("relevance_score", "float8"),
+            ("priority", "bigint"), ("updated_at", "bigint"), ("content_shape", "text"), ("min_update_interval", "float8"),
+        ]
+        let unnest = "unnest(CAST(? AS text[]), CAST(? AS text[]), "
+            + columns.map { "CAST(? AS \($0.1)[])" }.joined(separator: ", ")
+            + ") AS v(app_id, activity_id, " + columns.map(\.0).joined(separator: ", ") + ")"
+        func binds(_ rows: [UpdateSet.Row]) -> [SQLiteData] {
+            [PostgresArray.text(rows.map(\.key.appID)), PostgresArray.text(rows.map(\.key.activityID))]
+                + columns.indices.map { column in PostgresArray.values(rows.map { $0.values[column] }) }
+        }
+        var statements: [(sql: String, binds: [SQLiteData])] = []
+        if !set.changed.isEmpty {
+            statements.append((
+                """
+                UPDATE activities AS a SET sequence = v.sequence, event = v.event, sequence_at = v.sequence_at,
+                    timestamp_seconds = v.timestamp_seconds, content_state = v.content_state, alert = v.alert,
+                    stale_date = v.stale_date, relevance_score = v.relevance_score, priority = v.priority, updated_at = v.updated_at,
+                    content_shape = COALESCE(v.content_shape, a.content_shape),
+                    min_update_interval = COALESCE(v.min_update_interval, a.min_update_interval)
+                FROM \(unnest)
+                WHERE a.app_id = v.app_id AND a.activity_id = v.activity_id
+                """,
+                binds(set.changed)
+            ))
+        }
+        if !set.created.isEmpty {
+            statements.append((
+                """
+                INSERT INTO activities (app_id, activity_id, state, created_at, \(columns.map(\.0).joined(separator: ", ")))
+                SELECT v.app_id, v.activity_id, ?, v.updated_at, \(columns.map { "v." + $0.0 }.joined(separator: ", "))
+                FROM \(unnest)
+                """,
+                [.text(ActivityState.active.rawValue)] + binds(set.created)
+            ))
+        }
+        if !set.events.isEmpty { statements.append(eventsStatement(set.events)) }
+        // The activities' rows (each its own, locked or new) and the events: none read by another.
+        try db.executeTogether(statements)
+        return set.decisions.map { decision in
+            switch decision {
+            case .accepted(let accepted): .done(.performed(accepted))
+            case .refused(let error): .refused(error)
+            case .alone: .alone
+            }
+        }
+    }
+}
+
+/// The statement that records `events`, each at its time, in order, as one multi-row insert (PostgreSQL).
+private func eventsStatement(_ events: [(event: NewEvent, nowMillis: Int)]) -> (sql: String, binds: [SQLiteData]) {
+    (
+        """
+        INSERT INTO events (app_id, type, activity_id, device_id, data, created_at)
+        SELECT e.app_id, e.type, e.activity_id, e.device_id, e.data, e.created_at
+        FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]),
+            CAST(? AS bigint[])) AS e(app_id, type, activity_id, device_id, data, created_at)
+        """,
+        [PostgresArray.text(events.map(\.event.appID)), PostgresArray.text(events.map(\.event.type.rawValue)),
+         PostgresArray.text(events.map(\.event.activityID)), PostgresArray.text(events.map(\.event.deviceID)),
+         PostgresArray.text(events.map(\.event.data.encodedString)), PostgresArray.integer(events.map(\.nowMillis))]
+    )
+}
+
+/// PostgreSQL array values, bound as text in the array's input syntax (`{"a","b",NULL}`) and cast where they are used
+/// (`CAST(? AS text[])`): one placeholder for any number of rows, so the statement's text, and its prepared form, stay
+/// the same whatever the count.
+enum PostgresArray {
+    /// A `text[]`: each element quoted, its backslashes and double quotes escaped; nil is `NULL`.
+    static func text(_ values: [String?]) -> SQLiteData {
+        var literal = "{"
+        for (index, value) in values.enumerated() {
+            if index > 0 { literal += "," }
+            literal += value.map(quoted) ?? "NULL"
+        }
+        return .text(literal + "}")
+    }
+
+    /// An array of a column's values as the Store binds them (text, integer, float or null; no set writes a blob), for a
+    /// cast to the column's array type.
+    static func values(_ values: [SQLiteData]) -> SQLiteData {
+        var literal = "{"
+        for (index, value) in values.enumerated() {
+            if index > 0 { literal += "," }
+            switch value {
+            case .text(let text): literal += quoted(text)
+            case .integer(let integer): literal += String(integer)
+            case .float(let double): literal += "\(double)"
+            case .null: literal += "NULL"
+            case .blob: preconditionFailure("a set binds no blob column")
+            }
+        }
+        return .text(literal + "}")
+    }
+
+    /// `value` as a quoted array element: its backslashes and double quotes escaped.
+    private static func quoted(_ value: String) -> String {
+        var element = "\""
+        for character in value.unicodeScalars {
+            if character == "\\" || character == "\"" { element += "\\" }
+            element.unicodeScalars.append(character)
+        }
+        return element + "\""
+    }
+
+    /// A `bigint[]`; nil is `NULL`.
+    static func integer(_ values: [Int?]) -> SQLiteData {
+        .text("{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}")
+    }
+}
