@@ -64,6 +64,8 @@ public enum MetricNames {
     public static let storeCommits = "liveline_store_commits_total"
     /// PostgreSQL write transactions run again, by `sqlstate`.
     public static let storeWriteRetries = "liveline_store_write_retries_total"
+    /// PostgreSQL writes committed as members of a set, by `decided` (`set`, `body`).
+    public static let storeSetMembers = "liveline_store_set_members_total"
     /// Push attempts, by `platform`, `status`, `reason` (recorded by the delivery engine).
     public static let pushes = "liveline_pushes_total"
     /// Push attempt latency, by `platform`.
