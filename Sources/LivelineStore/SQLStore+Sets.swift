@@ -238,43 +238,70 @@ private func eventsStatement(_ events: [(event: NewEvent, nowMillis: Int)]) -> (
 enum PostgresArray {
     /// A `text[]`: each element quoted, its backslashes and double quotes escaped; nil is `NULL`.
     static func text(_ values: [String?]) -> SQLiteData {
-        var literal = "{"
-        for (index, value) in values.enumerated() {
-            if index > 0 { literal += "," }
-            literal += value.map(quoted) ?? "NULL"
+        var literal = Literal(capacity: values.reduce(2) { $0 + ($1?.utf8.count ?? 4) + 3 })
+        for value in values {
+            if let value { literal.append(quoting: value) } else { literal.append(unquoted: "NULL") }
         }
-        return .text(literal + "}")
+        return literal.finished
     }
 
     /// An array of a column's values as the Store binds them (text, integer, float or null; no set writes a blob), for a
     /// cast to the column's array type.
     static func values(_ values: [SQLiteData]) -> SQLiteData {
-        var literal = "{"
-        for (index, value) in values.enumerated() {
-            if index > 0 { literal += "," }
+        var literal = Literal(capacity: 64)
+        for value in values {
             switch value {
-            case .text(let text): literal += quoted(text)
-            case .integer(let integer): literal += String(integer)
-            case .float(let double): literal += "\(double)"
-            case .null: literal += "NULL"
+            case .text(let text): literal.append(quoting: text)
+            case .integer(let integer): literal.append(unquoted: String(integer))
+            case .float(let double): literal.append(unquoted: "\(double)")
+            case .null: literal.append(unquoted: "NULL")
             case .blob: preconditionFailure("a set binds no blob column")
             }
         }
-        return .text(literal + "}")
+        return literal.finished
     }
 
-    /// `value` as a quoted array element: its backslashes and double quotes escaped.
-    private static func quoted(_ value: String) -> String {
-        var element = "\""
-        for character in value.unicodeScalars {
-            if character == "\\" || character == "\"" { element += "\\" }
-            element.unicodeScalars.append(character)
+    /// An array literal built as UTF-8 bytes: the sets bind one per column, of every row's value, for each write.
+    private struct Literal {
+        private var bytes: [UInt8] = [UInt8(ascii: "{")]
+        private var empty = true
+
+        init(capacity: Int) {
+            bytes.reserveCapacity(capacity)
         }
-        return element + "\""
+
+        mutating func append(unquoted element: String) {
+            separate()
+            bytes.append(contentsOf: element.utf8)
+        }
+
+        /// `element` in double quotes, its backslashes and double quotes escaped.
+        mutating func append(quoting element: String) {
+            separate()
+            bytes.append(UInt8(ascii: "\""))
+            for byte in element.utf8 {
+                if byte == UInt8(ascii: "\\") || byte == UInt8(ascii: "\"") { bytes.append(UInt8(ascii: "\\")) }
+                bytes.append(byte)
+            }
+            bytes.append(UInt8(ascii: "\""))
+        }
+
+        private mutating func separate() {
+            if !empty { bytes.append(UInt8(ascii: ",")) }
+            empty = false
+        }
+
+        var finished: SQLiteData {
+            var closed = bytes
+            closed.append(UInt8(ascii: "}"))
+            return .text(String(decoding: closed, as: UTF8.self))
+        }
     }
 
     /// A `bigint[]`; nil is `NULL`.
     static func integer(_ values: [Int?]) -> SQLiteData {
-        .text("{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}")
+        var literal = Literal(capacity: 2 + values.count * 14)
+        for value in values { literal.append(unquoted: value.map(String.init) ?? "NULL") }
+        return literal.finished
     }
 }
