@@ -188,4 +188,37 @@ struct RegistrationSetTests {
             }
         }
     }
+
+    @Test("registrations and updates queued together are each written as a set, in a transaction of their own", arguments: StoreKind.available)
+    func mixedQueueSplitsByKind(on kind: StoreKind) async throws {
+        try await withOneWriter(kind) { store, queued, metrics in
+            try await makeApp(store)
+            let commits = { try metrics?.expectCounter(StoreCommitMetrics.commitsName, [("durability", "full")]).totalValue ?? 0 }
+            let before = try commits()
+            let later = t0.addingTimeInterval(60)
+            let writes: [@Sendable () async throws -> Int64] = [
+                { try await store.registerInstance(registration("r1", activity: "watched"), at: later).instance.deliveredSequence },
+                { try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "u1", contentState: ["n": 1]), at: later, idempotency: nil).sequence },
+                { try await store.registerInstance(registration("r2", activity: "watched"), at: later).instance.deliveredSequence },
+                { try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "u2", contentState: ["n": 1]), at: later, idempotency: nil).sequence },
+                { try await store.registerInstance(registration("r3", activity: "watched"), at: later).instance.deliveredSequence },
+            ]
+            let outcomes = try await queuedTogether(store, queued: queued, writes)
+            #expect(try outcomes.map { try $0.get() } == [0, 1, 0, 1, 0])
+            #expect(try await store.instances(appID: "app_test", activityID: "watched", cursor: nil, limit: 10).items.map(\.deviceID) == ["r1", "r2", "r3"])
+            if let metrics {
+                // The gate's write, then one transaction for the three registrations and one for the two updates.
+                #expect(try commits() - before == 3)
+                #expect(try metrics.expectCounter(StoreCommitMetrics.setMembersName, [("decided", "set")]).totalValue == 5)
+            }
+        }
+    }
+}
+
+extension IdempotentOutcome {
+    /// The result of a performed write; a replay has none here (no write in these tests carries a key).
+    fileprivate var sequence: Int64 {
+        if case .performed(let accepted) = self, let accepted = accepted as? AcceptedSequence { return accepted.sequence }
+        return -1
+    }
 }

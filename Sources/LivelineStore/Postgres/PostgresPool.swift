@@ -17,7 +17,8 @@ import Synchronization
 ///
 /// Writes that may share a transaction (``WriteIsolation/grouped(key:)``: a registration, an update) have group
 /// commit, as on SQLite: they queue, and a connection that comes free takes every one queued so far (up to
-/// ``groupLimit``) and runs them in one `READ COMMITTED` transaction, in the order of their keys, with one `COMMIT`.
+/// ``groupLimit``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED` transaction, in the order of
+/// their keys, with one `COMMIT`.
 /// Each caller resumes once that commit is done, so an acknowledgement still means committed and synced. Writes that
 /// arrive together no longer pay a commit (and its round trip) each. When every write of a group belongs to one set
 /// (``SetWrite``: registrations; updates without an `Idempotency-Key`), the set writes them all with a few multi-row
@@ -180,7 +181,7 @@ final class PostgresPool: StoreWriter, StoreReader {
                 queue.writes.removeFirst(taken.count)
                 return taken
             }
-            if !batch.isEmpty { commitGroup(batch, on: db) }
+            for group in Self.byKind(batch) { commitGroup(group, on: db) }
             let again = groups.withLock { queue in
                 if queue.writes.isEmpty {
                     queue.drainers -= 1
@@ -216,8 +217,9 @@ final class PostgresPool: StoreWriter, StoreReader {
                 var bodies = pending
                 var setMembers = 0
                 // A group of one set's members runs as that set (its leftovers by their bodies, after it). Only a whole
-                // group: a set locks all its rows first, and writes of other kinds beside it would take theirs after,
-                // out of the key order that keeps shared transactions from waiting for one another in a cycle.
+                // group (``byKind(_:)`` makes them): a set locks all its rows first, and writes of other kinds beside it
+                // would take theirs after, out of the key order that keeps shared transactions from waiting for one
+                // another in a cycle.
                 if let kind = pending[0].setKind, pending.allSatisfy({ $0.setKind == kind }) {
                     bodies = try pending[0].runSet(pending, on: db)
                     setMembers = pending.count
@@ -265,6 +267,23 @@ final class PostgresPool: StoreWriter, StoreReader {
                 }
             }
         }
+    }
+
+    /// `writes` split into groups of one kind each (the members of one set, ``SetWrite``; or the writes that run only by
+    /// their bodies), in the order each kind first came, each group in the order its writes came: each group is a
+    /// shared transaction of its own, so that registrations and updates arriving together are each written as a set.
+    static func byKind(_ writes: [any GroupedWrite]) -> [[any GroupedWrite]] {
+        var groups: [[any GroupedWrite]] = []
+        var index: [ObjectIdentifier?: Int] = [:]
+        for write in writes {
+            if let at = index[write.setKind] {
+                groups[at].append(write)
+            } else {
+                index[write.setKind] = groups.count
+                groups.append([write])
+            }
+        }
+        return groups
     }
 
     /// `writes` in the order a shared transaction runs them: by key (ties in the order they arrived), so that every
