@@ -312,11 +312,11 @@ private func poll(
 /// One `liveline serve` process of a cluster.
 private final class Node: @unchecked Sendable {
     let name: String
-    let process: Process
+    let process: ChildProcess
     let api: String
     let log: URL
 
-    init(name: String, process: Process, api: String, log: URL) {
+    init(name: String, process: ChildProcess, api: String, log: URL) {
         self.name = name
         self.process = process
         self.api = api
@@ -331,7 +331,7 @@ private final class Node: @unchecked Sendable {
     }
 
     func kill9() {
-        kill(process.processIdentifier, SIGKILL)
+        process.signal(SIGKILL)
         process.waitUntilExit()
     }
 

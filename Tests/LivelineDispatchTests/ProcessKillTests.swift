@@ -55,14 +55,12 @@ struct ProcessKillTests {
         }
         _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_kill", activityID: "match", contentState: ["score": "1-0"]), at: Date())
 
-        func launch() throws -> Process {
-            let process = Process()
-            process.executableURL = executable
-            process.arguments = ["serve", "--data-dir", root.path, "--port", "\(freePort())", "--no-emulator", "--log-level", "warning"]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            return process
+        func launch() throws -> ChildProcess {
+            try ChildProcess(
+                executable: executable,
+                arguments: ["serve", "--data-dir", root.path, "--port", "\(freePort())", "--no-emulator", "--log-level", "warning"],
+                output: nil
+            )
         }
 
         var slow = APNsFaults()
@@ -70,7 +68,7 @@ struct ProcessKillTests {
         emulator.setFaults(slow)
         let first = try launch()
         let started = try await waitFor(timeout: .seconds(60)) { emulator.statistics.accepted >= 300 }
-        kill(first.processIdentifier, SIGKILL)
+        first.signal(SIGKILL)
         first.waitUntilExit()
         #expect(started)
         let beforeRestart = emulator.statistics.accepted

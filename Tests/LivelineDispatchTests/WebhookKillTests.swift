@@ -57,7 +57,7 @@ struct WebhookKillTests {
             }
             try await phase(1...4)
             // kill -9 while the engine and the deliverer are at work.
-            kill(server.process.processIdentifier, SIGKILL)
+            server.process.signal(SIGKILL)
             server.process.waitUntilExit()
             // A new client for the new process: one kept from before could send its next request on a keep-alive
             // connection to the killed one (CI once saw `remoteConnectionClosed` on the first call after the restart).

@@ -45,17 +45,8 @@ public func freePort() -> Int {
 
 /// Starts the `liveline` executable (``livelineExecutable()``) with `arguments` and `environment` laid over this
 /// process's, writing what it prints (both streams) to a new file at `output`.
-public func runLiveline(_ arguments: [String], environment: [String: String] = [:], output: URL) throws -> Process {
-    let process = Process()
-    process.executableURL = livelineExecutable()
-    process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-    let handle = try FileHandle(forWritingTo: output)
-    process.standardOutput = handle
-    process.standardError = handle
-    try process.run()
-    return process
+public func runLiveline(_ arguments: [String], environment: [String: String] = [:], output: URL) throws -> ChildProcess {
+    try ChildProcess(executable: livelineExecutable(), arguments: arguments, environment: environment, output: output)
 }
 
 /// Whether something on 127.0.0.1 accepts a TCP connection on `port` now.
@@ -78,7 +69,7 @@ public struct ServeDevProcessFailure: Error, CustomStringConvertible {
 /// A running `liveline serve --dev` child process (SQLite in `root/data`, the built-in emulators), as a newcomer runs
 /// it, and the ports it was given; what it prints goes to `output`.
 public struct ServeDevProcess {
-    public var process: Process
+    public var process: ChildProcess
     public var output: URL
     /// The six ports it was given, in ``start(root:ports:environment:)``'s order.
     public var ports: [Int]
@@ -148,7 +139,7 @@ public struct ServeDevProcess {
     /// Stops it with SIGTERM and waits for it to exit.
     public func stop() {
         guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
+        process.terminate()
         process.waitUntilExit()
     }
 }

@@ -61,14 +61,10 @@ public func verifiedByPython(secret: String, id: String, timestamp: String, body
         expected = base64.b64encode(hmac.new(key, msg_id.encode() + b"." + timestamp.encode() + b"." + body, hashlib.sha256).digest()).decode()
         sys.exit(0 if any(part == "v1," + expected for part in signature.split(" ")) else 1)
         """
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["python3", "-c", script, secret, id, timestamp, signature]
-    let input = Pipe()
-    process.standardInput = input
-    try process.run()
-    input.fileHandleForWriting.write(Data(body))
-    try input.fileHandleForWriting.close()
+    let process = try ChildProcess(
+        executable: URL(fileURLWithPath: "/usr/bin/env"), arguments: ["python3", "-c", script, secret, id, timestamp, signature],
+        environment: ProcessInfo.processInfo.environment, output: nil, input: body
+    )
     process.waitUntilExit()
     return process.terminationStatus == 0
 }
