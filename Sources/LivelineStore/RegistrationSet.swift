@@ -11,12 +11,6 @@ import LivelineCore
 /// what it does not decide: a device that already has an instance (a new token, a confirmed start, the same
 /// registration again) or that comes twice, and the attributes of an activity created earlier without them.
 struct RegistrationSet {
-    /// An activity, by its key.
-    struct ActivityKey: Hashable, Sendable {
-        var appID: String
-        var activityID: String
-    }
-
     /// An instance, by its key.
     struct InstanceKey: Hashable, Sendable {
         var appID: String

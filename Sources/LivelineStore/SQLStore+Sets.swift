@@ -17,10 +17,10 @@ struct RegistrationWrite: SetWrite {
         // The activities' rows first, under a share lock, in key order (as each body locks its activity's row); then
         // which devices have instances already (a new instance's key is kept by its primary key: a concurrent insert
         // of the same one fails this transaction, which runs again). One round trip for both.
-        var activityKeys: [RegistrationSet.ActivityKey] = []
-        var seen = Set<RegistrationSet.ActivityKey>()
+        var activityKeys: [ActivityKey] = []
+        var seen = Set<ActivityKey>()
         for r in registrations {
-            let key = RegistrationSet.ActivityKey(appID: r.appID, activityID: r.activityID)
+            let key = ActivityKey(appID: r.appID, activityID: r.activityID)
             if seen.insert(key).inserted { activityKeys.append(key) }
         }
         let found = try db.queries([
@@ -43,9 +43,9 @@ struct RegistrationWrite: SetWrite {
                  PostgresArray.text(registrations.map(\.deviceID))]
             ),
         ])
-        var activities: [RegistrationSet.ActivityKey: RegistrationSet.FoundActivity] = [:]
+        var activities: [ActivityKey: RegistrationSet.FoundActivity] = [:]
         for row in found[0] {
-            let key = RegistrationSet.ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))
+            let key = ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))
             activities[key] = RegistrationSet.FoundActivity(
                 state: ActivityState(rawValue: try row.string("state")) ?? .ended,
                 attributesType: row.column("attributes_type")?.string,
@@ -140,10 +140,10 @@ struct UpdateWrite: SetWrite {
         _ members: [UpdateWrite], on db: any SQLConnection
     ) throws -> [SetWriteOutcome<IdempotentOutcome<AcceptedSequence>>] {
         guard db.dialect == .postgres else { return members.map { _ in .alone } }
-        var keys: [RegistrationSet.ActivityKey] = []
-        var seen = Set<RegistrationSet.ActivityKey>()
+        var keys: [ActivityKey] = []
+        var seen = Set<ActivityKey>()
         for member in members {
-            let key = RegistrationSet.ActivityKey(appID: member.update.appID, activityID: member.update.activityID)
+            let key = ActivityKey(appID: member.update.appID, activityID: member.update.activityID)
             if seen.insert(key).inserted { keys.append(key) }
         }
         // The heads under an exclusive lock, in key order, as each body locks its activity's row.
@@ -156,9 +156,9 @@ struct UpdateWrite: SetWrite {
             """,
             [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))]
         )
-        var heads: [RegistrationSet.ActivityKey: ActivityHead] = [:]
+        var heads: [ActivityKey: ActivityHead] = [:]
         for row in rows {
-            heads[RegistrationSet.ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))] = ActivityHead(
+            heads[ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))] = ActivityHead(
                 state: ActivityState(rawValue: try row.string("state")) ?? .ended,
                 sequence: Int64(row.column("sequence")?.integer ?? 0),
                 timestamp: row.column("timestamp_seconds")?.integer.map(Int64.init),

@@ -18,7 +18,7 @@ struct UpdateSet {
 
     /// An activity's row to write: its key and ``SQLStore/updatedActivityValues(_:next:nowMillis:)``.
     struct Row: Sendable {
-        var key: RegistrationSet.ActivityKey
+        var key: ActivityKey
         var values: [SQLiteData]
         var nowMillis: Int
     }
@@ -44,11 +44,11 @@ struct UpdateSet {
 
     /// Decides `members`, in order: `heads` holds the heads found of their activities (by key; an activity missing from
     /// it does not exist).
-    init(_ members: [Member], heads: [RegistrationSet.ActivityKey: ActivityHead]) {
-        var taken = Set<RegistrationSet.ActivityKey>()
+    init(_ members: [Member], heads: [ActivityKey: ActivityHead]) {
+        var taken = Set<ActivityKey>()
         for member in members {
             let update = member.update
-            let key = RegistrationSet.ActivityKey(appID: update.appID, activityID: update.activityID)
+            let key = ActivityKey(appID: update.appID, activityID: update.activityID)
             guard taken.insert(key).inserted else {
                 decisions.append(.alone)
                 continue

@@ -11,7 +11,7 @@ import Testing
 /// (``RegistrationSet``, pure) and the Store's outcome, which must be the registrations' own, one after another.
 @Suite("Registrations as one set")
 struct RegistrationSetTests {
-    private typealias Key = RegistrationSet.ActivityKey
+    private typealias Key = ActivityKey
 
     private func member(_ device: String, activity: String, attributes: Bool = true, channel: String? = nil, at millis: Int = 1_000)
         -> RegistrationSet.Member

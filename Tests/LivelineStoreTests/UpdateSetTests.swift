@@ -10,7 +10,7 @@ import Testing
 /// decisions (``UpdateSet``, pure) and the Store's outcome, which must be the updates' own, one after another.
 @Suite("Updates as one set")
 struct UpdateSetTests {
-    private typealias Key = RegistrationSet.ActivityKey
+    private typealias Key = ActivityKey
 
     private func member(_ activity: String, _ n: Int64, at seconds: TimeInterval = 1_795_000_000) -> UpdateSet.Member {
         UpdateSet.Member(
