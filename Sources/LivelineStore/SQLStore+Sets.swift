@@ -17,12 +17,7 @@ struct RegistrationWrite: SetWrite {
         // The activities' rows first, under a share lock, in key order (as each body locks its activity's row); then
         // which devices have instances already (a new instance's key is kept by its primary key: a concurrent insert
         // of the same one fails this transaction, which runs again). One round trip for both.
-        var activityKeys: [ActivityKey] = []
-        var seen = Set<ActivityKey>()
-        for r in registrations {
-            let key = ActivityKey(appID: r.appID, activityID: r.activityID)
-            if seen.insert(key).inserted { activityKeys.append(key) }
-        }
+        let activityKeys = distinct(registrations.map { ActivityKey(appID: $0.appID, activityID: $0.activityID) })
         let found = try db.queries([
             (
                 """
@@ -140,12 +135,7 @@ struct UpdateWrite: SetWrite {
         _ members: [UpdateWrite], on db: any SQLConnection
     ) throws -> [SetWriteOutcome<IdempotentOutcome<AcceptedSequence>>] {
         guard db.dialect == .postgres else { return members.map { _ in .alone } }
-        var keys: [ActivityKey] = []
-        var seen = Set<ActivityKey>()
-        for member in members {
-            let key = ActivityKey(appID: member.update.appID, activityID: member.update.activityID)
-            if seen.insert(key).inserted { keys.append(key) }
-        }
+        let keys = distinct(members.map { ActivityKey(appID: $0.update.appID, activityID: $0.update.activityID) })
         // The heads under an exclusive lock, in key order, as each body locks its activity's row.
         let rows = try db.query(
             """
@@ -215,6 +205,12 @@ struct UpdateWrite: SetWrite {
             }
         }
     }
+}
+
+/// `keys` without repeats, each where it first came.
+private func distinct(_ keys: [ActivityKey]) -> [ActivityKey] {
+    var seen = Set<ActivityKey>()
+    return keys.filter { seen.insert($0).inserted }
 }
 
 /// The statement that records `events`, each at its time, in order, as one multi-row insert (PostgreSQL).
