@@ -69,17 +69,26 @@ struct MultiNodeTests {
             // Ten slices of 2,000, shared by both nodes; a 10 s lease, as in the test above.
             let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_CLAIM_LEASE": "10", "LIVELINE_SLICE_SIZE": "2000"])
             defer { nodes.forEach { $0.stop() } }
+            // Answers 100 ms late keep the fan-out going long enough to be caught while both nodes hold slices.
             var slow = APNsFaults()
-            slow.delayMilliseconds = 50
+            slow.delayMilliseconds = 100
             cluster.emulator.setFaults(slow)
             #expect(try await cluster.postUpdate(to: nodes[0], activity: "match", contentState: ["score": "1-0"]) == 202)
 
-            let bothSending = try await poll(timeout: .seconds(60)) {
-                // A node busy sending may answer /metrics late: asked again at the next poll.
-                (try? await cluster.pushCounts(nodes))?.allSatisfy { $0 > 0 } ?? false
+            // Both nodes send when both hold slices, read from the database: one short query. (Each node's /metrics
+            // was the first way, but a node busy sending answered it so late that the fan-out was over before both
+            // counts were read, in CI once.)
+            // A slice's holder is one engine worker, `dispatcher-<engine uuid>-w<worker>`; each node runs one engine.
+            let slicesHeld = """
+                SELECT count(DISTINCT regexp_replace(claim_owner, '-w[0-9]+$', ''))::text AS n FROM fanout_slices
+                WHERE claim_owner IS NOT NULL
+                """
+            let bothSending = try await poll(timeout: .seconds(60), every: .milliseconds(50)) {
+                // Part-way: a slice's worth of phones reached already.
+                guard cluster.emulator.statistics.accepted >= 2_000 else { return false }
+                return (try? await postgresRows(cluster.databaseURL, slicesHeld))?.first?["n"] == "2"
             }
-            let sentBeforeKill = try await cluster.pushCounts(nodes)
-            #expect(bothSending, "both nodes send part of the fan-out: \(sentBeforeKill)")
+            #expect(bothSending, "both nodes hold slices of the fan-out, part-way through it")
             if !bothSending { print("MultiNodeTests kill -9 (shared), the nodes' logs:\n\(nodes.map(\.logTail).joined(separator: "\n-----\n"))") }
             nodes[0].kill9()
             let atKill = cluster.emulator.statistics.accepted
@@ -99,7 +108,7 @@ struct MultiNodeTests {
             try await Task.sleep(for: .seconds(2))
             let tally = try cluster.tally(activity: "match")
             let survivorPushes = try await cluster.pushCounts([survivor])[0]
-            print("MultiNodeTests kill -9 (shared): killed node A at \(atKill) accepted pushes (\(sentBeforeKill) per node); the survivor sent \(survivorPushes); \(tally)")
+            print("MultiNodeTests kill -9 (shared): killed node A at \(atKill) accepted pushes; the survivor sent \(survivorPushes); \(tally)")
             #expect(tally.missing == 0)
             #expect(tally.other == 0)
             // Only the killed node's slices can go twice, and each at most once more: its engine's four workers hold a
@@ -107,6 +116,7 @@ struct MultiNodeTests {
             #expect(tally.duplicates <= 4 * 2_000, "duplicates: \(tally.duplicates)")
             #expect(tally.maximumPerPhone <= 2, "no phone got the update more than twice")
             #expect(cluster.emulator.statistics.accepted == 20_000 + tally.duplicates)
+            #expect(survivorPushes > 0, "the survivor sent its own slices and the killed node's")
             try await cluster.expectDispatched(["match"])
             #expect(try await postgresRows(cluster.databaseURL, "SELECT slice::text FROM fanout_slices").isEmpty, "the slices are dropped")
             try cluster.expectAlive([survivor])
