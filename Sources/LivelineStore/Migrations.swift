@@ -442,6 +442,18 @@ enum SQLiteMigrations {
                 "ALTER TABLE instances ADD COLUMN priority10_tally INTEGER"
             ]
         ),
+        Migration(
+            version: 19,
+            name: "activities by state, led by the state",
+            statements: [
+                // `(app_id, state, activity_id)` matched a read by key (`app_id = ? AND activity_id = ?`) as well as the
+                // primary key did, in PostgreSQL's estimates, for an app its statistics did not know yet: it then read
+                // every one of the app's activities in the index to find one (0.7 – 5 ms a read, against 0.05). Led by
+                // the state, only reads that name a state can use it; the listing by app and state reads it as before.
+                "DROP INDEX activities_by_state",
+                "CREATE INDEX activities_by_state ON activities(state, app_id, activity_id)",
+            ]
+        ),
     ]
 }
 

@@ -172,6 +172,55 @@ struct PostgresSchemaTests {
     }
 }
 
+@Suite("PostgreSQL plans", .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set"))
+struct PostgresPlanTests {
+    @Test("an activity is read by key through the primary key, also for an app the statistics do not know yet")
+    func activityByKeyForANewApp() async throws {
+        try await withTemporaryPostgresDatabase(prefix: "liveline_plans") { url in
+            try await PostgresTestServer.withConnection(url: url) { connection in
+                let logger = PostgresTestServer.logger
+                try await connection.withTransaction(logger: logger) { connection in
+                    for migration in PostgresMigrations.all {
+                        for statement in migration.statements {
+                            try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                        }
+                    }
+                }
+                func addApp(_ id: String, activities: Int) async throws {
+                    try await connection.query(
+                        PostgresQuery(unsafeSQL: "INSERT INTO apps (id, name, bundle_id, created_at) VALUES ('\(id)', '\(id)', 'com.example', 0)"),
+                        logger: logger
+                    )
+                    try await connection.query(
+                        PostgresQuery(
+                            unsafeSQL: """
+                                INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at)
+                                SELECT '\(id)', 'activity-' || n, 'active', 1, n, n
+                                FROM generate_series(1, \(activities)) AS n
+                                """
+                        ),
+                        logger: logger
+                    )
+                }
+                // Statistics that know three apps; then a fourth, with as many activities, that they do not know.
+                for app in ["app_a", "app_b", "app_c"] { try await addApp(app, activities: 20_000) }
+                try await connection.query("ANALYZE activities", logger: logger)
+                try await addApp("app_new", activities: 20_000)
+
+                for app in ["app_a", "app_new"] {
+                    var plan: [String] = []
+                    let rows = try await connection.query(
+                        PostgresQuery(unsafeSQL: "EXPLAIN SELECT * FROM activities WHERE app_id = '\(app)' AND activity_id = 'activity-4321'"),
+                        logger: logger
+                    )
+                    for try await line in rows.decode(String.self) { plan.append(line) }
+                    #expect(plan.joined(separator: "\n").contains("activities_pkey"), "\(app): \(plan.joined(separator: "\n"))")
+                }
+            }
+        }
+    }
+}
+
 @Suite("PostgreSQL test server helpers")
 struct PostgresTestServerTests {
     @Test("a URL gives user, password, host, port and database; `database` overrides the URL's")

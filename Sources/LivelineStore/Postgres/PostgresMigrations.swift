@@ -341,5 +341,19 @@ enum PostgresMigrations {
             name: "priority-10 pushes as a tally (SQLite step 18)",
             statements: ["ALTER TABLE instances ADD COLUMN priority10_tally BIGINT"]
         ),
+        Migration(
+            version: 7,
+            name: "activities by state, led by the state (SQLite step 19)",
+            statements: [
+                // For an app its statistics did not know yet (created since the last ANALYZE), PostgreSQL estimated the
+                // app's rows at next to none and read an activity by key (`app_id = ? AND activity_id = ?`) through
+                // `(app_id, state, activity_id)`, reading every one of the app's activities in the index to find one:
+                // 0.7 ms a read on average under `bench api`'s updates on a database of 85,000 activities, and the
+                // updates ran at 1,400 /s instead of 2,100. Led by the state, the index serves only reads that name a
+                // state. Building it holds the table's writes back once, for as long as it takes.
+                "DROP INDEX activities_by_state",
+                "CREATE INDEX activities_by_state ON activities(state, app_id, activity_id)",
+            ]
+        ),
     ]
 }
