@@ -57,6 +57,19 @@ private func sqliteSchema(_ store: SQLStore) async throws -> SchemaShape {
     }
 }
 
+/// Runs every PostgreSQL migration's statements on `connection`, in one transaction (as the Store applies them, without
+/// its bookkeeping).
+private func applyAllMigrations(on connection: PostgresConnection) async throws {
+    let logger = PostgresTestServer.logger
+    try await connection.withTransaction(logger: logger) { connection in
+        for migration in PostgresMigrations.all {
+            for statement in migration.statements {
+                try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        }
+    }
+}
+
 /// The schema of the database `connection` is connected to (schema `public`), in SQLite's words.
 private func postgresSchema(_ connection: PostgresConnection) async throws -> SchemaShape {
     let logger = PostgresTestServer.logger
@@ -129,14 +142,7 @@ struct PostgresSchemaTests {
     func parityWithSQLite() async throws {
         let postgres = try await withTemporaryPostgresDatabase(prefix: "liveline_schema") { url in
             try await PostgresTestServer.withConnection(url: url) { connection in
-                let logger = PostgresTestServer.logger
-                try await connection.withTransaction(logger: logger) { connection in
-                    for migration in PostgresMigrations.all {
-                        for statement in migration.statements {
-                            try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
-                        }
-                    }
-                }
+                try await applyAllMigrations(on: connection)
                 return try await postgresSchema(connection)
             }
         }
@@ -179,13 +185,7 @@ struct PostgresPlanTests {
         try await withTemporaryPostgresDatabase(prefix: "liveline_plans") { url in
             try await PostgresTestServer.withConnection(url: url) { connection in
                 let logger = PostgresTestServer.logger
-                try await connection.withTransaction(logger: logger) { connection in
-                    for migration in PostgresMigrations.all {
-                        for statement in migration.statements {
-                            try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
-                        }
-                    }
-                }
+                try await applyAllMigrations(on: connection)
                 func addApp(_ id: String, activities: Int) async throws {
                     try await connection.query(
                         PostgresQuery(unsafeSQL: "INSERT INTO apps (id, name, bundle_id, created_at) VALUES ('\(id)', '\(id)', 'com.example', 0)"),
