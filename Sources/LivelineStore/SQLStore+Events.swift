@@ -98,23 +98,29 @@ extension SQLStore: EventStore {
         "evt_" + String(position, radix: 36)
     }
 
-    /// On PostgreSQL, gives feed positions to the events of transactions that have settled, in the order they were
-    /// written, after the last position given. Writers on several connections and nodes commit in any order, so an
-    /// event's position is given only once no transaction that began before it can still commit an event: every
-    /// transaction with an id below the oldest one still running (`pg_snapshot_xmin`) has committed or rolled back.
-    /// A reader that walks positions upwards therefore never skips one. On SQLite the one writer commits in order,
-    /// and the row id is the position from the start.
-    func sequenceEvents() async throws {
-        guard dialect == .postgres else { return }
+    /// On PostgreSQL, gives feed positions to the committed events still without one (up to `passLimit` of them, in
+    /// the order they were written), after the last position given; returns how many it gave. Writers on several
+    /// connections and nodes take `seq` from one sequence and commit in any order, so `seq` cannot be the feed's
+    /// position: a reader walking upwards could pass a `seq` whose transaction had not committed yet, and never see
+    /// its event. Positions are given instead by one sequencer at a time (on every node) to what has committed, each
+    /// pass above the last, so a reader that walks positions upwards never skips one. An event written after another
+    /// one's transaction committed comes after it; events of transactions that ran side by side come in the order of
+    /// their writes when one pass finds both committed, else in the order of their commits.
+    /// Nothing waits for transactions still running, so a long one elsewhere on the server (in another database, or
+    /// another node's) holds nothing back. On SQLite the one writer commits in order, and the row id is the position
+    /// from the start.
+    @discardableResult
+    func sequenceEvents() async throws -> Int {
+        guard dialect == .postgres else { return 0 }
         // A read first (the partial index `events_unsequenced`): an idle deliverer's pass, or a feed read with nothing
         // new, takes no write transaction. `ORDER BY seq` is the index's order, which keeps PostgreSQL on it: without
         // it, statistics taken while many events waited made a scan of the whole table look quicker (5.5 ms for 30,000
         // events, none waiting, against 0.5 ms), and the table only grows.
-        guard try await !reader.query("SELECT 1 AS waiting FROM events WHERE id IS NULL ORDER BY seq LIMIT 1").isEmpty else { return }
-        // One sequencer at a time (on every node), at READ COMMITTED: each statement reads what the one before it
-        // committed, and the sequencer holds no predicate locks, which made every write that records an event fail
-        // and run again while it ran serializable beside them.
-        _ = try await writer.write(durability: .full, isolation: .exclusive(lock: Self.eventSequencerLock)) { db in
+        guard try await !reader.query("SELECT 1 AS waiting FROM events WHERE id IS NULL ORDER BY seq LIMIT 1").isEmpty else { return 0 }
+        // One sequencer at a time (on every node), at READ COMMITTED: the statement below takes its snapshot after the
+        // lock, so it reads the positions the sequencer before it committed, and the sequencer holds no predicate
+        // locks, which made every write that records an event fail and run again while it ran serializable beside them.
+        return try await writer.write(durability: .full, isolation: .exclusive(lock: Self.eventSequencerLock)) { db in
             // The waiting events through `events_unsequenced`, then each one by its key, whatever the statistics say:
             // the waiting events are a few among all those kept, and statistics taken while many waited made plans
             // that read the whole table (a sequential scan, or a merge join along the primary key) look cheaper, at a
@@ -128,41 +134,33 @@ extension SQLStore: EventStore {
                 """,
                 []
             )
-            try db.query(
+            let given = try db.query(
                 """
-                UPDATE events SET id = s.position FROM (
-                    SELECT seq, (SELECT COALESCE(MAX(id), 0) FROM events) + ROW_NUMBER() OVER (ORDER BY seq) AS position
-                    FROM events WHERE id IS NULL AND txid < pg_snapshot_xmin(pg_current_snapshot())
-                    ORDER BY seq LIMIT 10000
-                ) AS s WHERE events.seq = s.seq
+                WITH given AS (
+                    UPDATE events SET id = s.position FROM (
+                        SELECT seq, (SELECT COALESCE(MAX(id), 0) FROM events) + ROW_NUMBER() OVER (ORDER BY seq) AS position
+                        FROM events WHERE id IS NULL ORDER BY seq LIMIT \(Self.sequencerPassLimit)
+                    ) AS s WHERE events.seq = s.seq
+                    RETURNING 1
+                )
+                SELECT count(*) AS given FROM given
                 """,
                 []
             )
+            return Int(given.first?.column("given")?.integer ?? 0)
         }
     }
 
     /// The advisory lock the event sequencer takes on PostgreSQL: one sequencer at a time.
     static let eventSequencerLock: Int64 = 0x4C49_5645_4556_4E54  // "LIVEEVNT"
 
-    /// On PostgreSQL, gives feed positions to every event committed before the call, waiting (up to five seconds) for
-    /// the transactions that were still running then to settle: a client reads the events of its own writes, as on
-    /// SQLite. Past that (a long transaction elsewhere on the server), the feed shows what is settled, and the
-    /// rest follows in order.
+    /// The most events one pass of the sequencer gives positions to: a backlog goes in several short transactions.
+    static let sequencerPassLimit = 10_000
+
+    /// On PostgreSQL, gives feed positions to every event committed before the call: a client reads the events of its
+    /// own writes, as on SQLite.
     func sequenceEventsCommittedBefore() async throws {
-        guard dialect == .postgres else { return }
-        guard let horizon = try await reader.query("SELECT CAST(pg_snapshot_xmax(pg_current_snapshot()) AS TEXT) AS x").first?.column("x")?.string
-        else { return }
-        let deadline = ContinuousClock.now + .seconds(5)
-        var pause = Duration.milliseconds(2)
-        while true {
-            try await sequenceEvents()
-            let waiting = try await reader.query(
-                "SELECT 1 AS waiting FROM events WHERE id IS NULL AND txid < CAST(? AS xid8) LIMIT 1", [.text(horizon)]
-            )
-            guard !waiting.isEmpty, ContinuousClock.now < deadline else { return }
-            try await Task.sleep(for: pause)
-            pause = min(pause * 2, .milliseconds(50))
-        }
+        while try await sequenceEvents() == Self.sequencerPassLimit {}
     }
 
     public func events(appID: String, after position: Int64?, types: Set<LifecycleEventType>, limit: Int) async throws -> [EventRecord] {

@@ -149,10 +149,9 @@ struct PostgresSchemaTests {
         var expected = try await withTemporaryStore { store, _ in try await sqliteSchema(store) }
         #expect(expected.tables.count >= 15, "the SQLite schema was not read: \(expected.tables.keys.sorted())")
 
-        // What PostgreSQL has on purpose and SQLite has not: the event feed's insertion order and writer, and `id`
-        // empty until the sequencer gives the event its position (see PostgresMigrations).
+        // What PostgreSQL has on purpose and SQLite has not: the event feed's insertion order, and `id` empty until
+        // the sequencer gives the event its position (see PostgresMigrations).
         expected.tables["events"]?["seq"] = .init(type: "integer", notNull: true)
-        expected.tables["events"]?["txid"] = .init(type: "xid8", notNull: true)
         expected.tables["events"]?["id"]?.notNull = false
         expected.indexes["events_unsequenced"] = .init(table: "events", columns: ["seq"], partial: true)
         // The feed's positions, unique (step 4): SQLite's `id` is the rowid, which needs no index.

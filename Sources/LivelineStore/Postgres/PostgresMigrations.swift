@@ -21,9 +21,9 @@
 ///   transactions that take ids from a sequence commit in any order: a reader could pass an id whose event is not
 ///   committed yet and never see it. So the insertion order is `seq` (an identity, never set by the store) and
 ///   `id`, the feed's position, is `NULL` when the event is written, for a sequencer (a later step of the store's
-///   work, not in this schema) to give the committed events their positions in order; `txid` (the writing
-///   transaction, `pg_current_xact_id()`) lets it tell which writers may still commit. `events_unsequenced` (the
-///   rows still without an id, by `seq`) is its index. SQLite's indexes on `id` are kept as they are: unique and
+///   work, not in this schema) to give the committed events their positions in order (step 1's `txid`, the writing
+///   transaction, went in step 8 with the sequencer's wait for it). `events_unsequenced` (the rows still without an
+///   id, by `seq`) is its index. SQLite's indexes on `id` are kept as they are: unique and
 ///   ordinary indexes take any number of `NULL`s.
 /// - **Constraints**: primary keys, foreign keys (with their `ON DELETE CASCADE`; SQLite's store turns
 ///   `foreign_keys` on, so both enforce them) and defaults as in SQLite. SQLite's schema has no `CHECK`s.
@@ -353,6 +353,18 @@ enum PostgresMigrations {
                 // state. Building it holds the table's writes back once, for as long as it takes.
                 "DROP INDEX activities_by_state",
                 "CREATE INDEX activities_by_state ON activities(state, app_id, activity_id)",
+            ]
+        ),
+        Migration(
+            version: 8,
+            name: "events without their writers' transaction ids",
+            statements: [
+                // The sequencer gave positions only below the oldest transaction still running on the whole server
+                // (`pg_snapshot_xmin`), so that positions followed `seq`: a long transaction in any database on the
+                // server held every Liveline feed and webhook back, and a read waited up to 5 s for it. It now gives
+                // positions to what has committed, in the order of the commits, and needs no writer's id. Dropping
+                // the column rewrites nothing.
+                "ALTER TABLE events DROP COLUMN txid",
             ]
         ),
     ]
