@@ -69,6 +69,8 @@ public final class Dispatcher: Service, Sendable {
     let random: @Sendable () -> Double
     /// Counts push and broadcast attempts and their latency.
     let metrics: DeliveryMetrics
+    /// The name the engine's claims carry in the Store (`claim_owner`; each worker adds `-w<n>`):
+    /// `dispatcher-<process id>-<UUID>`, unique to this engine, and telling an operator which process holds a claim.
     private let owner: String
     private let wakeSignal = WakeSignal()
     /// The engines of the other nodes sharing the Store, woken when a fan-out is shared (nil: no other node).
@@ -89,7 +91,7 @@ public final class Dispatcher: Service, Sendable {
         self.logger = logger
         self.now = now
         self.random = random
-        self.owner = "dispatcher-\(UUID().uuidString.lowercased())"
+        self.owner = "dispatcher-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.lowercased())"
     }
 
     /// Tells the engine new work may be waiting (called after an update is committed).
