@@ -98,7 +98,7 @@ extension SQLStore: EventStore {
         "evt_" + String(position, radix: 36)
     }
 
-    /// On PostgreSQL, gives feed positions to the committed events still without one (up to `passLimit` of them, in
+    /// On PostgreSQL, gives feed positions to the committed events still without one (up to ``sequencerPassLimit`` of them, in
     /// the order they were written), after the last position given; returns how many it gave. Writers on several
     /// connections and nodes take `seq` from one sequence and commit in any order, so `seq` cannot be the feed's
     /// position: a reader walking upwards could pass a `seq` whose transaction had not committed yet, and never see

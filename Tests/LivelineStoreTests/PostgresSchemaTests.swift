@@ -190,22 +190,15 @@ struct PostgresPlanTests {
                         PostgresQuery(unsafeSQL: "INSERT INTO apps (id, name, bundle_id, created_at) VALUES ('\(id)', '\(id)', 'com.example', 0)"),
                         logger: logger
                     )
-                    // A thousand rows a transaction: transaction ids are the server's, and one long insert would hold
-                    // back the event feeds of the tests running beside it in other databases (the feed waits for the
-                    // transactions older than an event; one insert of 20,000 took seconds in CI and their feeds ran
-                    // out of patience).
-                    for first in stride(from: 1, through: activities, by: 1_000) {
-                        try await connection.query(
-                            PostgresQuery(
-                                unsafeSQL: """
-                                    INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at)
-                                    SELECT '\(id)', 'activity-' || n, 'active', 1, n, n
-                                    FROM generate_series(\(first), \(min(first + 999, activities))) AS n
-                                    """
-                            ),
-                            logger: logger
-                        )
-                    }
+                    try await connection.query(
+                        PostgresQuery(
+                            unsafeSQL: """
+                                INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at)
+                                SELECT '\(id)', 'activity-' || n, 'active', 1, n, n FROM generate_series(1, \(activities)) AS n
+                                """
+                        ),
+                        logger: logger
+                    )
                 }
                 // Statistics that know three apps; then a fourth, with as many activities, that they do not know.
                 for app in ["app_a", "app_b", "app_c"] { try await addApp(app, activities: 20_000) }

@@ -362,8 +362,8 @@ enum PostgresMigrations {
                 // The sequencer gave positions only below the oldest transaction still running on the whole server
                 // (`pg_snapshot_xmin`), so that positions followed `seq`: a long transaction in any database on the
                 // server held every Liveline feed and webhook back, and a read waited up to 5 s for it. It now gives
-                // positions to what has committed, in the order of the commits, and needs no writer's id. Dropping
-                // the column rewrites nothing.
+                // positions to what has committed, each pass above the last, and needs no writer's id. Dropping the
+                // column rewrites nothing.
                 "ALTER TABLE events DROP COLUMN txid",
             ]
         ),
