@@ -7,7 +7,7 @@ import LivelineCore
 /// The set decides the common case, a device new to its activity, exactly as the registration's own body does, as if
 /// the registrations ran one after another in the order given: the first registration to an unknown activity creates
 /// it (the ones after it find it), a registration naming another channel than its activity's, or to an ended activity,
-/// is refused, and one to an activity with accepted state is caught up. It leaves to the body (``SetDecision/alone``)
+/// is refused, and one to an activity with accepted state is caught up. It leaves to the body (``SetWriteOutcome/alone``)
 /// what it does not decide: a device that already has an instance (a new token, a confirmed start, the same
 /// registration again) or that comes twice, and the attributes of an activity created earlier without them.
 struct RegistrationSet {
@@ -43,7 +43,7 @@ struct RegistrationSet {
 
     /// The set's decision for one registration: written, a new instance (its ``RegistrationResult/change`` is
     /// ``RegistrationChange/created``).
-    typealias Decision = SetDecision<RegistrationResult>
+    typealias Decision = SetWriteOutcome<RegistrationResult>
 
     /// One decision per registration, in the order given.
     private(set) var decisions: [Decision] = []
@@ -105,7 +105,7 @@ struct RegistrationSet {
             newInstances.append(member)
             events.append((SQLStore.registrationEvent(r, confirmedStart: false), member.nowMillis))
             let instance = SQLStore.newInstance(r, nowMillis: member.nowMillis)
-            decisions.append(.written(RegistrationResult(change: .created, instance: instance, needsDelivery: catchUp)))
+            decisions.append(.done(RegistrationResult(change: .created, instance: instance, needsDelivery: catchUp)))
         }
     }
 }

@@ -98,17 +98,16 @@ extension SQLStore: EventStore {
         "evt_" + String(position, radix: 36)
     }
 
-    /// On PostgreSQL, gives feed positions to the committed events still without one (up to ``sequencerPassLimit`` of them, in
-    /// the order they were written), after the last position given; returns how many it gave. Writers on several
-    /// connections and nodes take `seq` from one sequence and commit in any order, so `seq` cannot be the feed's
-    /// position: a reader walking upwards could pass a `seq` whose transaction had not committed yet, and never see
-    /// its event. Positions are given instead by one sequencer at a time (on every node) to what has committed, each
-    /// pass above the last, so a reader that walks positions upwards never skips one. An event written after another
-    /// one's transaction committed comes after it; events of transactions that ran side by side come in the order of
-    /// their writes when one pass finds both committed, else in the order of their commits.
-    /// Nothing waits for transactions still running, so a long one elsewhere on the server (in another database, or
-    /// another node's) holds nothing back. On SQLite the one writer commits in order, and the row id is the position
-    /// from the start.
+    /// On PostgreSQL, gives feed positions to the committed events still without one (up to ``sequencerPassLimit``
+    /// of them, in the order they were written), after the last position given; returns how many it gave. Writers on
+    /// several connections and nodes take `seq` from one sequence and commit in any order, so `seq` cannot be the
+    /// feed's position: a reader walking upwards could pass a `seq` whose transaction had not committed yet, and never
+    /// see its event. Positions are given instead by one sequencer at a time (on every node) to what has committed,
+    /// each pass above the last, so a reader that walks positions upwards never skips one. An event written after
+    /// another one's transaction committed comes after it; events of transactions that ran side by side come in the
+    /// order of their writes when one pass finds both committed, else in the order of their commits. Nothing waits for
+    /// transactions still running, so a long one elsewhere on the server (in another database, or another node's)
+    /// holds nothing back. On SQLite the one writer commits in order, and the row id is the position from the start.
     @discardableResult
     func sequenceEvents() async throws -> Int {
         guard dialect == .postgres else { return 0 }

@@ -61,7 +61,7 @@ struct RegistrationWrite: SetWrite {
             activities: activities, existing: existing
         )
         try write(set, on: db)
-        return set.decisions.map { $0.outcome { $0 } }
+        return set.decisions
     }
 
     /// Sends the set's writes without waiting for their answers (a failure fails the transaction at its commit).
@@ -191,7 +191,7 @@ struct UpdateWrite: SetWrite {
         if !set.events.isEmpty { statements.append(eventsStatement(set.events)) }
         // The activities' rows (each its own, locked or new) and the events: none read by another.
         try db.executeTogether(statements)
-        return set.decisions.map { $0.outcome { .performed($0) } }
+        return set.decisions.map { $0.map { .performed($0) } }
     }
 }
 

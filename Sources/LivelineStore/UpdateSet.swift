@@ -7,7 +7,7 @@ import SQLiteNIO
 ///
 /// Each update is decided as its own body decides it (``SQLStore/nextState(_:after:at:)``): the next sequence of its
 /// activity, or a new activity at sequence 1, or the activity's refusal (it ended). The set takes one update per
-/// activity; a second one to the same activity is left to its body (``SetDecision/alone``), which runs after the set and
+/// activity; a second one to the same activity is left to its body (``SetWriteOutcome/alone``), which runs after the set and
 /// reads what the first wrote.
 struct UpdateSet {
     /// An update, and the time it is accepted at.
@@ -24,7 +24,7 @@ struct UpdateSet {
     }
 
     /// The set's decision for one update: written, its accepted sequence.
-    typealias Decision = SetDecision<AcceptedSequence>
+    typealias Decision = SetWriteOutcome<AcceptedSequence>
 
     /// One decision per update, in the order given.
     private(set) var decisions: [Decision] = []
@@ -59,7 +59,7 @@ struct UpdateSet {
             if head == nil { created.append(row) } else { changed.append(row) }
             events.append((SQLStore.updateEvent(update, after: head, next: next), nowMillis))
             decisions.append(
-                .written(
+                .done(
                     AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: SQLStore.date(nowMillis))
                 )
             )

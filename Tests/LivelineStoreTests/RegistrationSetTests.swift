@@ -27,7 +27,7 @@ struct RegistrationSetTests {
     }
 
     private func created(_ decision: RegistrationSet.Decision) -> RegistrationResult? {
-        if case .written(let result) = decision { return result }
+        if case .done(let result) = decision { return result }
         return nil
     }
 

@@ -20,7 +20,7 @@ struct UpdateSetTests {
     }
 
     private func accepted(_ decision: UpdateSet.Decision) -> AcceptedSequence? {
-        if case .written(let sequence) = decision { return sequence }
+        if case .done(let sequence) = decision { return sequence }
         return nil
     }
 

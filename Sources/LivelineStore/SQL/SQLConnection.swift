@@ -172,12 +172,25 @@ protocol SetWrite: Sendable {
     static func runTogether(_ members: [Self], on db: any SQLConnection) throws -> [SetWriteOutcome<Outcome>]
 }
 
-/// What a set (``SetWrite``) decided for one of its members.
+/// What a set (``SetWrite``) decided for one of its members. The sets' planners (``RegistrationSet``, ``UpdateSet``)
+/// decide in these terms too: pure, and comparable in tests.
 enum SetWriteOutcome<Outcome: Sendable>: Sendable {
     /// Written: the member's result, final once the transaction commits.
     case done(Outcome)
     /// Refused by the member's own logic (its activity ended, say); nothing of it was written.
-    case refused(any Error)
+    case refused(StoreError)
     /// Not decided by the set: the member runs its own body, after the set, in the same transaction.
     case alone
+
+    /// The same decision, its result made another type by `transform` (a planner's result made the body's own).
+    func map<Other>(_ transform: (Outcome) -> Other) -> SetWriteOutcome<Other> {
+        switch self {
+        case .done(let outcome): .done(transform(outcome))
+        case .refused(let error): .refused(error)
+        case .alone: .alone
+        }
+    }
 }
+
+extension SetWriteOutcome: Equatable where Outcome: Equatable {}
+extension SetWriteOutcome: Hashable where Outcome: Hashable {}
