@@ -15,6 +15,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             let apiError = Self.apiError(for: error, request: request)
             if apiError.status == .internalServerError {
                 context.logger.error("Unexpected error", metadata: ["error": "\(String(reflecting: error))", "path": "\(request.uri.path)"])
+            } else if let failure = error as? PostgresFailure, failure.isConnectionLost {
+                context.logger.warning("The database connection was lost", metadata: ["error": "\(failure)", "path": "\(request.uri.path)"])
             }
             return Response.json(apiError.json, status: apiError.status)
         }
@@ -57,6 +59,16 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return APIError(
                 .serviceUnavailable, code: "database_busy",
                 message: "The database could not take this write now (it kept colliding with concurrent writes); nothing was stored. Retry it."
+            )
+        case let error as PostgresFailure where error.isCommitUnknown:
+            return APIError(
+                .serviceUnavailable, code: "database_unavailable",
+                message: "The connection to the database was lost while this write was being committed: it may or may not have been stored. Retry it with the same Idempotency-Key."
+            )
+        case let error as PostgresFailure where error.isConnectionLost:
+            return APIError(
+                .serviceUnavailable, code: "database_unavailable",
+                message: "The database could not be reached; nothing was stored. Retry it."
             )
         case let error as any HTTPResponseError:
             switch error.status {

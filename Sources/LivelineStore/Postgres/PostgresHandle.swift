@@ -14,7 +14,8 @@ import Synchronization
 ///
 /// A connection the server closed (a restart, a network cut) is opened again only between transactions
 /// (``reconnectIfNeeded()``, which the pool calls before each write or read): a statement never runs on a fresh
-/// connection in the middle of a transaction, outside it. A transaction under way when the connection was lost fails.
+/// connection in the middle of a transaction, outside it. A transaction under way when the connection was lost fails
+/// with a failure that says so (``PostgresFailure/isConnectionLost``), and the pool runs it again on a new connection.
 final class PostgresHandle: SQLConnection {
     var dialect: SQLDialect { .postgres }
 
@@ -163,7 +164,7 @@ final class PostgresHandle: SQLConnection {
 
     private func openConnection() throws -> PostgresConnection {
         guard let connection, !connection.isClosed else {
-            throw PostgresFailure(sqlState: nil, message: "the connection to PostgreSQL was lost")
+            throw PostgresFailure(sqlState: nil, message: "the connection to PostgreSQL was lost", isConnectionLost: true)
         }
         return connection
     }
@@ -200,6 +201,18 @@ final class PostgresHandle: SQLConnection {
         try? connection.close().wait()
     }
 
+    /// Closes the connection after a failure that said it was lost (the server may say so before the connection is seen
+    /// closed) and forgets the transaction under way: the next ``reconnectIfNeeded()`` opens a new one.
+    func dropConnection() {
+        endTransaction()
+        if let connection {
+            self.connection = nil
+            try? connection.close().wait()
+        }
+        prepared = [:]
+        sentOnce = []
+    }
+
     /// Opens the connection again if the server closed it. Call it only outside a transaction.
     func reconnectIfNeeded() throws {
         if let connection, !connection.isClosed { return }
@@ -209,7 +222,11 @@ final class PostgresHandle: SQLConnection {
         // What was prepared went with the old connection.
         prepared = [:]
         sentOnce = []
-        connection = try Self.connect(url, logger: logger)
+        do {
+            connection = try Self.connect(url, logger: logger)
+        } catch {
+            throw PostgresFailure(reported: error) ?? error
+        }
     }
 
     /// A cell as the Store's common values: integers (and booleans, as 0 or 1), floats, text, bytes.
@@ -238,10 +255,41 @@ public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
     /// The SQLSTATE code, such as `40001` for a serialization failure.
     public var sqlState: String?
     public var message: String
+    /// Whether the connection the failure came on was lost: closed by the server (a restart, an operator ending it, a
+    /// network cut) or by the client. What it had not committed, the server rolled back.
+    public var isConnectionLost: Bool
+    /// Whether the connection was lost once the write's COMMIT was sent, so that PostgreSQL may or may not have
+    /// committed it; the Store does not run such a write again.
+    public var isCommitUnknown = false
+
+    /// The SQLSTATE of a lost connection (`connection_failure`), for a loss the server did not report itself.
+    static let connectionFailure = "08006"
 
     init(_ error: PSQLError) {
-        sqlState = error.serverInfo?[.sqlState]
+        let sqlState = error.serverInfo?[.sqlState]
+        self.sqlState = sqlState
         message = error.serverInfo?[.message] ?? "\(error.code)"
+        isConnectionLost =
+            [.clientClosedConnection, .serverClosedConnection, .connectionError, .uncleanShutdown].contains(error.code)
+            || Self.endsTheConnection(sqlState)
+    }
+
+    /// Whether PostgreSQL ends the connection with this SQLSTATE: a connection exception (class 08), or the backend shut
+    /// down by an administrator, a crash or a server starting (`57P01` – `57P03`).
+    static func endsTheConnection(_ sqlState: String?) -> Bool {
+        guard let sqlState else { return false }
+        return sqlState.hasPrefix("08") || ["57P01", "57P02", "57P03"].contains(sqlState)
+    }
+
+    /// A write whose connection was lost once its COMMIT was sent: PostgreSQL may or may not have committed it.
+    static func commitUnknown(_ failure: PostgresFailure) -> PostgresFailure {
+        var unknown = PostgresFailure(
+            sqlState: failure.sqlState ?? connectionFailure,
+            message: "the connection to PostgreSQL was lost at the commit, so whether the write was committed is not known: \(failure.message)",
+            isConnectionLost: true
+        )
+        unknown.isCommitUnknown = true
+        return unknown
     }
 
     /// A failure PostgresNIO reported, in either of its forms (prepared statements report the older one); `nil` for an
@@ -251,9 +299,12 @@ public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
         case let error as PSQLError:
             self.init(error)
         case PostgresError.server(let server):
-            self.init(sqlState: server.fields[.sqlState], message: server.fields[.message] ?? "\(server)")
+            let sqlState = server.fields[.sqlState]
+            self.init(
+                sqlState: sqlState, message: server.fields[.message] ?? "\(server)", isConnectionLost: Self.endsTheConnection(sqlState)
+            )
         case PostgresError.connectionClosed:
-            self.init(sqlState: nil, message: "the connection to PostgreSQL was lost")
+            self.init(sqlState: nil, message: "the connection to PostgreSQL was lost", isConnectionLost: true)
         case PostgresError.protocol(let message):
             self.init(sqlState: nil, message: message)
         default:
@@ -261,9 +312,10 @@ public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
         }
     }
 
-    init(sqlState: String?, message: String) {
+    init(sqlState: String?, message: String, isConnectionLost: Bool = false) {
         self.sqlState = sqlState
         self.message = message
+        self.isConnectionLost = isConnectionLost
     }
 
     /// Whether running the whole transaction again may succeed: a serialization failure, a deadlock, or a unique key

@@ -6,7 +6,10 @@ import Synchronization
 /// Connections to PostgreSQL, each lent to one thread at a time: the Store's writes and reads run on them.
 ///
 /// A write is one transaction, run again (after a short, random pause) when PostgreSQL reports a serialization
-/// failure, a deadlock or a key another transaction inserted first. By default it runs at `SERIALIZABLE` isolation, so
+/// failure, a deadlock or a key another transaction inserted first; and at once on a new connection when its connection
+/// was lost before its COMMIT was sent (a server restart, an operator ending it: the server rolled it back). Lost at the
+/// COMMIT, it may have been committed, and it fails (``PostgresFailure/isCommitUnknown``) rather than run twice. A read
+/// whose connection was lost runs again on a new one. By default it runs at `SERIALIZABLE` isolation, so
 /// the Store's logic, written for SQLite's single writer, keeps its meaning with many writers on many nodes: every
 /// committed write is as if the writes had run one after another. The hottest writes (registrations, updates) run at
 /// `READ COMMITTED` and lock their activity's row first instead, and the event sequencer under an advisory lock
@@ -120,9 +123,13 @@ final class PostgresPool: StoreWriter, StoreReader {
     fileprivate func runAlone<T>(
         durability: Durability, isolation: WriteIsolation, _ body: (any SQLConnection) throws -> T, on db: PostgresHandle
     ) throws -> T {
-        try db.reconnectIfNeeded()
         var attempt = 1
         while true {
+            // A connection found closed is opened again here, between transactions; one that cannot be opened fails the
+            // write at once.
+            try db.reconnectIfNeeded()
+            // Once COMMIT is sent, a lost connection leaves the write's outcome unknown: it is not run again.
+            var commitSent = false
             do {
                 // BEGIN and the bookkeeping setting go out with the body's first statement, without a round trip
                 // each; the body's other statements whose outcome nothing waits for too (``SQLConnection/execute``).
@@ -141,6 +148,7 @@ final class PostgresPool: StoreWriter, StoreReader {
                 // PostgreSQL answers COMMIT with success even for a transaction a failed statement aborted (it
                 // rolls back): the statements sent without waiting are settled after it, and a failure among them
                 // means nothing was committed.
+                commitSent = true
                 try db.query("COMMIT")
                 try db.settle()
                 db.endTransaction()
@@ -150,6 +158,14 @@ final class PostgresPool: StoreWriter, StoreReader {
                 Self.rollBack(db)
                 self.metrics.retried(sqlState: failure.sqlState ?? "?")
                 Self.pauseBeforeRetry(attempt)
+                attempt += 1
+            } catch let failure as PostgresFailure where failure.isConnectionLost && attempt < Self.attempts {
+                // The server rolled back what the lost connection had not committed: the write runs again on a new
+                // connection. Lost at its COMMIT, it may have been committed: the caller is told so, and nothing runs
+                // twice.
+                db.dropConnection()
+                guard !commitSent else { throw PostgresFailure.commitUnknown(failure) }
+                self.metrics.retried(sqlState: failure.sqlState ?? PostgresFailure.connectionFailure)
                 attempt += 1
             } catch {
                 Self.rollBack(db)
@@ -211,6 +227,8 @@ final class PostgresPool: StoreWriter, StoreReader {
             }
             // The write whose body is running, when one is.
             var running: (any GroupedWrite)?
+            // Once COMMIT is sent, a lost connection leaves the writes' outcome unknown: they are not run again.
+            var commitSent = false
             do {
                 try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                 for write in pending { write.forget() }
@@ -230,6 +248,7 @@ final class PostgresPool: StoreWriter, StoreReader {
                 }
                 running = nil
                 let committing = ContinuousClock.now
+                commitSent = true
                 try db.query("COMMIT")
                 try db.settle()
                 db.endTransaction()
@@ -241,6 +260,18 @@ final class PostgresPool: StoreWriter, StoreReader {
                 Self.rollBack(db)
                 metrics.retried(sqlState: failure.sqlState ?? "?")
                 Self.pauseBeforeRetry(attempt)
+                attempt += 1
+            } catch let failure as PostgresFailure where failure.isConnectionLost {
+                // The server rolled back what the lost connection had not committed: the group runs again on a new
+                // connection (a new one each time, at most ``attempts`` times). Lost at its COMMIT, the writes may have
+                // been committed: their callers are told so, and nothing runs twice.
+                db.dropConnection()
+                guard !commitSent, attempt < Self.attempts else {
+                    let error = commitSent ? PostgresFailure.commitUnknown(failure) : failure
+                    for write in pending { write.fail(error) }
+                    return
+                }
+                metrics.retried(sqlState: failure.sqlState ?? PostgresFailure.connectionFailure)
                 attempt += 1
             } catch is PostgresFailure {
                 // The database failed (not a write's own logic), and which write caused it is not known: a statement
@@ -310,11 +341,20 @@ final class PostgresPool: StoreWriter, StoreReader {
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await connections.run { db in
-            try db.reconnectIfNeeded()
-            defer { db.endTransaction() }
-            let result = try body(db)
-            try db.settle()
-            return result
+            var attempt = 1
+            while true {
+                try db.reconnectIfNeeded()
+                defer { db.endTransaction() }
+                do {
+                    let result = try body(db)
+                    try db.settle()
+                    return result
+                } catch let failure as PostgresFailure where failure.isConnectionLost && attempt < Self.attempts {
+                    // A read changes nothing: it runs again on a new connection.
+                    db.dropConnection()
+                    attempt += 1
+                }
+            }
         }
     }
 
