@@ -159,12 +159,13 @@ final class PostgresPool: StoreWriter, StoreReader {
                 self.metrics.retried(sqlState: failure.sqlState ?? "?")
                 Self.pauseBeforeRetry(attempt)
                 attempt += 1
-            } catch let failure as PostgresFailure where failure.isConnectionLost && attempt < Self.attempts {
+            } catch let failure as PostgresFailure where failure.isConnectionLost {
                 // The server rolled back what the lost connection had not committed: the write runs again on a new
-                // connection. Lost at its COMMIT, it may have been committed: the caller is told so, and nothing runs
-                // twice.
+                // connection (a new one each time, at most ``attempts`` times). Lost at its COMMIT, it may have been
+                // committed: the caller is told so, and nothing runs twice.
                 db.dropConnection()
                 guard !commitSent else { throw PostgresFailure.commitUnknown(failure) }
+                guard attempt < Self.attempts else { throw failure }
                 self.metrics.retried(sqlState: failure.sqlState ?? PostgresFailure.connectionFailure)
                 attempt += 1
             } catch {
