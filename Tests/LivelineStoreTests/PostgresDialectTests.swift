@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 @testable import LivelineStore
 import LivelineTestSupport
 import MetricsTestKit
@@ -109,6 +110,20 @@ struct PostgresDialectTests {
             PostgresDialect.translate("FROM device_tags AS t CROSS JOIN devices AS d ON d.app_id = t.app_id")
                 == "FROM device_tags AS t JOIN devices AS d ON d.app_id = t.app_id"
         )
+    }
+
+    @Test("a server nothing answers at: the error names it, never the password, and says why")
+    func nothingListening() async throws {
+        // Port 1 on the loopback: nothing listens there, and the system refuses at once.
+        let url = try PostgresDatabaseURL("postgres://liveline:s3cret@127.0.0.1:1/liveline")
+        do {
+            _ = try await PostgresPool(url: url, count: 2, logger: Logger(label: "test"))
+            Issue.record("a pool opened where nothing listens")
+        } catch let failure as PostgresFailure {
+            #expect(failure.isConnectionLost && failure.sqlState == nil)
+            #expect(failure.description == "PostgreSQL error: could not connect to postgres://liveline@127.0.0.1:1/liveline: Connection refused")
+            #expect(!failure.description.contains("s3cret"))
+        }
     }
 
     @Test("a database URL: parts, TLS by host, the password never in its description")

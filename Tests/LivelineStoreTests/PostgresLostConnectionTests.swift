@@ -101,6 +101,18 @@ struct PostgresLostConnectionTests {
         }
     }
 
+    @Test("a database the server does not have: the server's refusal, the server named, not taken for a lost connection")
+    func refusedByTheServer() async throws {
+        let url = try PostgresDatabaseURL(#require(PostgresTestServer.url)).with(database: "liveline_no_such_database")
+        do {
+            _ = try await PostgresPool(url: url, count: 1, logger: PostgresTestServer.logger)
+            Issue.record("a pool opened on a database that does not exist")
+        } catch let failure as PostgresFailure {
+            #expect(failure.sqlState == "3D000" && !failure.isConnectionLost, "\(failure)")
+            #expect(failure.message.contains("\(url)") && failure.message.contains("does not exist"), "\(failure)")
+        }
+    }
+
     @Test("the failures that say a connection was lost")
     func lostConnectionStates() {
         for state in ["57P01", "57P02", "57P03", "08006", "08003"] { #expect(PostgresFailure.endsTheConnection(state)) }

@@ -43,7 +43,16 @@ final class PostgresHandle: SQLConnection {
         connection = try Self.connect(url, logger: logger)
     }
 
+    /// Opens a connection, or throws a ``PostgresFailure`` that names the server (never the password) and says why not.
     private static func connect(_ url: PostgresDatabaseURL, logger: Logger) throws -> PostgresConnection {
+        do {
+            return try open(url, logger: logger)
+        } catch {
+            throw PostgresFailure(connectingTo: url, error)
+        }
+    }
+
+    private static func open(_ url: PostgresDatabaseURL, logger: Logger) throws -> PostgresConnection {
         let id = ids.wrappingAdd(1, ordering: .relaxed).newValue
         var configuration = try url.configuration()
         // A prepared statement is still planned for each call's values, as an unprepared one is. Left to choose,
@@ -222,11 +231,7 @@ final class PostgresHandle: SQLConnection {
         // What was prepared went with the old connection.
         prepared = [:]
         sentOnce = []
-        do {
-            connection = try Self.connect(url, logger: logger)
-        } catch {
-            throw PostgresFailure(reported: error) ?? error
-        }
+        connection = try Self.connect(url, logger: logger)
     }
 
     /// A cell as the Store's common values: integers (and booleans, as 0 or 1), floats, text, bytes.
@@ -312,6 +317,32 @@ public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
         }
     }
 
+    /// A connection to `url` that could not be opened: the server's refusal (a wrong password, a database that does not
+    /// exist) or the network's (nothing listening, no route), with the server named and the password left out.
+    init(connectingTo url: PostgresDatabaseURL, _ error: any Error) {
+        let reason: String
+        switch error {
+        case let error as PSQLError:
+            if let message = error.serverInfo?[.message] {
+                reason = message
+            } else if let refused = (error.underlying as? NIOConnectionError)?.connectionErrors.first?.error as? IOError {
+                // Nothing listening, no route: the system's words for it, without NIO's wrapping.
+                reason = String(cString: strerror(refused.errnoCode))
+            } else {
+                reason = error.underlying.map { "\($0)" } ?? "\(error.code)"
+            }
+        default:
+            reason = "\(error)"
+        }
+        let reported = PostgresFailure(reported: error)
+        // A server that refused the connection itself (authentication, no such database) is not a lost connection:
+        // trying again does not help. Nothing listening, or a server shutting down, is.
+        self.init(
+            sqlState: reported?.sqlState, message: "could not connect to \(url): \(reason)",
+            isConnectionLost: reported?.isConnectionLost ?? true
+        )
+    }
+
     init(sqlState: String?, message: String, isConnectionLost: Bool = false) {
         self.sqlState = sqlState
         self.message = message
@@ -325,7 +356,7 @@ public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
         ["40001", "40P01", "23505"].contains(sqlState ?? "")
     }
 
-    public var description: String { "PostgreSQL error \(sqlState ?? "?"): \(message)" }
+    public var description: String { "PostgreSQL error" + (sqlState.map { " \($0)" } ?? "") + ": \(message)" }
 }
 
 /// The type a placeholder is given, from the value bound to it: the types an unprepared statement's values carry.
