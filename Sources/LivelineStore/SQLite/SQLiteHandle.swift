@@ -17,6 +17,8 @@ final class SQLiteHandle: SQLConnection {
     private var statements: [String: PreparedStatement] = [:]
     /// The file this connection is open on.
     let path: String
+    /// The checkpointer SQLite tells this connection's WAL size (``checkpoint(with:)``), kept alive as long as it may.
+    private var checkpointer: SQLiteCheckpointer?
 
     /// More distinct statements than the Store ever has (only lists of bound values vary in length): past it, the
     /// cache is emptied rather than grown.
@@ -88,6 +90,23 @@ final class SQLiteHandle: SQLConnection {
     func recompilations(of sql: String) -> Int {
         guard let prepared = statements[sql] else { return 0 }
         return Int(sqlite_nio_sqlite3_stmt_status(prepared.statement, SQLITE_STMTSTATUS_REPREPARE, 0))
+    }
+
+    /// Has SQLite tell `checkpointer` the WAL's size after each commit on this connection, instead of checkpointing
+    /// here itself at the commit that fills it.
+    func checkpoint(with checkpointer: SQLiteCheckpointer) throws(SQLiteFailure) {
+        try query("PRAGMA wal_autocheckpoint = 0", [])
+        guard let raw else { throw SQLiteFailure(code: SQLITE_MISUSE, message: "the connection is closed") }
+        self.checkpointer = checkpointer
+        _ = sqlite_nio_sqlite3_wal_hook(
+            raw,
+            { context, _, _, pages in
+                guard let context else { return SQLITE_OK }
+                Unmanaged<SQLiteCheckpointer>.fromOpaque(context).takeUnretainedValue().walGrew(to: Int(pages))
+                return SQLITE_OK
+            },
+            Unmanaged.passUnretained(checkpointer).toOpaque()
+        )
     }
 
     /// Closes the connection, finalizing its statements. Closing again does nothing.

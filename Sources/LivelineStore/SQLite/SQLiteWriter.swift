@@ -37,6 +37,8 @@ final class SQLiteWriter: StoreWriter {
 
     private let connection: HandleBox
     private let thread: NIOThreadPool
+    /// Checkpoints the WAL on a thread of its own, so commits here never wait for one.
+    private let checkpointer: SQLiteCheckpointer
     private let queue = Mutex(Queue())
     private let committed = Atomic<Int>(0)
     /// Commit time and commits, per durability.
@@ -62,6 +64,8 @@ final class SQLiteWriter: StoreWriter {
         for pragma in ["PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON", "PRAGMA secure_delete = FAST"] {
             try handle.query(pragma)
         }
+        checkpointer = try SQLiteCheckpointer(path: path)
+        try handle.checkpoint(with: checkpointer)
         connection = HandleBox(handle: handle)
         thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
@@ -95,12 +99,16 @@ final class SQLiteWriter: StoreWriter {
     /// Writes waiting for the writer's thread.
     var queuedWrites: Int { queue.withLock { $0.writes.count } }
 
+    /// WAL checkpoints run so far, all on the checkpointer's thread.
+    var checkpoints: Int { checkpointer.checkpoints }
+
     /// Transactions committed so far: fewer than the writes when they shared commits.
     var commits: Int { committed.load(ordering: .relaxed) }
 
     /// Refuses new writes, lets the queued ones commit, and closes the connection.
     func close() async throws {
         queue.withLock { $0.closed = true }
+        try await checkpointer.close()
         // The thread runs one work item at a time: this one after the queue is drained.
         try await thread.runIfActive { [connection] in connection.handle.close() }
         try await thread.shutdownGracefully()

@@ -1,0 +1,75 @@
+import NIOPosix
+import Synchronization
+
+/// Checkpoints the writer's WAL on a connection and a thread of its own, so that the writer never does.
+///
+/// Left to itself, SQLite checkpoints at the commit that brings the WAL to 1,000 pages, on the committing connection:
+/// the writer's thread copied the WAL into the database file and synced it before it took the next write, and an
+/// accepted update queued behind that commit waited for it (during a fan-out the progress writes fill the WAL every
+/// fraction of a second). The writer now turns that off and tells this checkpointer its WAL's size after each commit
+/// (``walGrew(to:)``); past the same 1,000 pages it runs a `PASSIVE` checkpoint here, which never blocks the writer or a
+/// reader. The WAL starts over from its beginning, as before, at the first write after a checkpoint that copied it all.
+final class SQLiteCheckpointer: Sendable {
+    /// The WAL's size, in pages, past which a checkpoint runs: SQLite's own default for its automatic checkpoint.
+    static let threshold = 1000
+
+    private let connection: Connection
+    private let thread: NIOThreadPool
+    private let state = Mutex(State())
+    private let completed = Atomic<Int>(0)
+
+    private struct State {
+        /// Whether a checkpoint is queued or running: the WAL's growth meanwhile asks for no second one.
+        var running = false
+        var closed = false
+    }
+
+    /// The checkpointer's connection, used only on its thread (hence unchecked).
+    private final class Connection: @unchecked Sendable {
+        let handle: SQLiteHandle
+
+        init(handle: SQLiteHandle) {
+            self.handle = handle
+        }
+    }
+
+    /// Opens a connection of its own on the database at `path`.
+    init(path: String) throws {
+        connection = Connection(handle: try SQLiteHandle(path: path))
+        thread = NIOThreadPool(numberOfThreads: 1)
+        thread.start()
+    }
+
+    /// Checkpoints run so far.
+    var checkpoints: Int { completed.load(ordering: .relaxed) }
+
+    /// The writer's WAL holds `pages` pages after a commit: a checkpoint starts past ``threshold``, unless one is under
+    /// way. Called on the writer's thread; it only queues the work.
+    func walGrew(to pages: Int) {
+        guard pages >= Self.threshold else { return }
+        let start = state.withLock { state in
+            guard !state.running, !state.closed else { return false }
+            state.running = true
+            return true
+        }
+        guard start else { return }
+        thread.submit { [self] _ in checkpoint() }
+    }
+
+    /// On the checkpointer's thread.
+    private func checkpoint() {
+        // PASSIVE copies what no reader still needs, without waiting for anyone; what it leaves, the next one takes. A
+        // failure (the disk, say) leaves the WAL as it was, and the next commit past the threshold tries again.
+        if (try? connection.handle.query("PRAGMA wal_checkpoint(PASSIVE)", [])) != nil {
+            completed.add(1, ordering: .relaxed)
+        }
+        state.withLock { $0.running = false }
+    }
+
+    /// Lets a checkpoint under way finish and closes the connection; later growth starts none.
+    func close() async throws {
+        state.withLock { $0.closed = true }
+        try await thread.runIfActive { [connection] in connection.handle.close() }
+        try await thread.shutdownGracefully()
+    }
+}
