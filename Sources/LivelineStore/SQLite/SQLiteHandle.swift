@@ -94,10 +94,11 @@ final class SQLiteHandle: SQLConnection {
 
     /// Has SQLite tell `checkpointer` the WAL's size after each commit on this connection, instead of checkpointing
     /// here itself at the commit that fills it.
-    func checkpoint(with checkpointer: SQLiteCheckpointer) throws(SQLiteFailure) {
-        try query("PRAGMA wal_autocheckpoint = 0", [])
-        guard let raw else { throw SQLiteFailure(code: SQLITE_MISUSE, message: "the connection is closed") }
+    func checkpoint(with checkpointer: SQLiteCheckpointer) {
+        guard let raw else { return }
         self.checkpointer = checkpointer
+        sqlite_nio_sqlite3_wal_autocheckpoint(raw, 0)
+        // Registered after the line above, which would otherwise remove it: both are the connection's one WAL callback.
         _ = sqlite_nio_sqlite3_wal_hook(
             raw,
             { context, _, _, pages in

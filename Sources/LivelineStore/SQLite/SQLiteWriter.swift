@@ -65,7 +65,7 @@ final class SQLiteWriter: StoreWriter {
             try handle.query(pragma)
         }
         checkpointer = try SQLiteCheckpointer(path: path)
-        try handle.checkpoint(with: checkpointer)
+        handle.checkpoint(with: checkpointer)
         connection = HandleBox(handle: handle)
         thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
