@@ -112,6 +112,25 @@ struct PostgresDialectTests {
         )
     }
 
+    @Test("a lost connection: the write runs again before its COMMIT while runs are left, and fails as perhaps committed after it")
+    func afterLostConnection() {
+        let lost = PostgresFailure(sqlState: "57P01", message: "terminating connection", isConnectionLost: true)
+        func decision(commitSent: Bool, attempt: Int) -> PostgresFailure? {
+            switch PostgresPool.afterLostConnection(lost, commitSent: commitSent, attempt: attempt) {
+            case .runAgain: nil
+            case .fail(let failure): failure
+            }
+        }
+        #expect(decision(commitSent: false, attempt: 1) == nil)
+        #expect(decision(commitSent: false, attempt: PostgresPool.attempts - 1) == nil)
+        let spent = decision(commitSent: false, attempt: PostgresPool.attempts)
+        #expect(spent?.isConnectionLost == true && spent?.isCommitUnknown == false && spent?.sqlState == "57P01")
+        for attempt in [1, PostgresPool.attempts] {
+            let atCommit = decision(commitSent: true, attempt: attempt)
+            #expect(atCommit?.isCommitUnknown == true && atCommit?.isConnectionLost == true, "attempt \(attempt)")
+        }
+    }
+
     @Test("a server nothing answers at: the error names it, never the password, and says why")
     func nothingListening() async throws {
         // Port 1 on the loopback: nothing listens there, and the system refuses at once.

@@ -160,14 +160,14 @@ final class PostgresPool: StoreWriter, StoreReader {
                 Self.pauseBeforeRetry(attempt)
                 attempt += 1
             } catch let failure as PostgresFailure where failure.isConnectionLost {
-                // The server rolled back what the lost connection had not committed: the write runs again on a new
-                // connection (a new one each time, at most ``attempts`` times). Lost at its COMMIT, it may have been
-                // committed: the caller is told so, and nothing runs twice.
                 db.dropConnection()
-                guard !commitSent else { throw PostgresFailure.commitUnknown(failure) }
-                guard attempt < Self.attempts else { throw failure }
-                self.metrics.retried(sqlState: failure.sqlState ?? PostgresFailure.connectionFailure)
-                attempt += 1
+                switch Self.afterLostConnection(failure, commitSent: commitSent, attempt: attempt) {
+                case .fail(let error):
+                    throw error
+                case .runAgain:
+                    self.metrics.retried(sqlState: failure.sqlState ?? PostgresFailure.connectionFailure)
+                    attempt += 1
+                }
             } catch {
                 Self.rollBack(db)
                 throw error
@@ -263,17 +263,15 @@ final class PostgresPool: StoreWriter, StoreReader {
                 Self.pauseBeforeRetry(attempt)
                 attempt += 1
             } catch let failure as PostgresFailure where failure.isConnectionLost {
-                // The server rolled back what the lost connection had not committed: the group runs again on a new
-                // connection (a new one each time, at most ``attempts`` times). Lost at its COMMIT, the writes may have
-                // been committed: their callers are told so, and nothing runs twice.
                 db.dropConnection()
-                guard !commitSent, attempt < Self.attempts else {
-                    let error = commitSent ? PostgresFailure.commitUnknown(failure) : failure
+                switch Self.afterLostConnection(failure, commitSent: commitSent, attempt: attempt) {
+                case .fail(let error):
                     for write in pending { write.fail(error) }
                     return
+                case .runAgain:
+                    metrics.retried(sqlState: failure.sqlState ?? PostgresFailure.connectionFailure)
+                    attempt += 1
                 }
-                metrics.retried(sqlState: failure.sqlState ?? PostgresFailure.connectionFailure)
-                attempt += 1
             } catch is PostgresFailure {
                 // The database failed (not a write's own logic), and which write caused it is not known: a statement
                 // sent without waiting fails at a later statement, perhaps another write's. Each runs alone.
@@ -324,6 +322,23 @@ final class PostgresPool: StoreWriter, StoreReader {
         writes.enumerated().sorted { a, b in
             a.element.key != b.element.key ? a.element.key < b.element.key : a.offset < b.offset
         }.map(\.element)
+    }
+
+    /// What a write (or a shared transaction) does once its connection was lost.
+    enum AfterLostConnection {
+        /// Run it again, on a new connection.
+        case runAgain
+        /// Give its callers this failure.
+        case fail(PostgresFailure)
+    }
+
+    /// Decides for a write whose connection was lost (``PostgresFailure/isConnectionLost``) at its `attempt`th run:
+    /// before its COMMIT was sent, the server rolled it back, so it runs again (a new connection each time, at most
+    /// ``attempts`` runs); once the COMMIT was sent it may have been committed, so it fails as such
+    /// (``PostgresFailure/isCommitUnknown``) and never runs twice.
+    static func afterLostConnection(_ failure: PostgresFailure, commitSent: Bool, attempt: Int) -> AfterLostConnection {
+        if commitSent { return .fail(.commitUnknown(failure)) }
+        return attempt < attempts ? .runAgain : .fail(failure)
     }
 
     /// Waits before running a transaction again: a short pause, longer with each `attempt` and never in step with the
