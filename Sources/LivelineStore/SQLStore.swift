@@ -34,12 +34,31 @@ public final class SQLStore: Store, DispatchStore {
     /// Wake-ups between the nodes that share the database: `nil` on SQLite, which one process uses.
     public let nodeWakeChannel: NodeWakeChannel?
 
-    init(dialect: SQLDialect, location: String, writer: any StoreWriter, reader: any StoreReader, nodeWakeChannel: NodeWakeChannel? = nil) {
+    /// On PostgreSQL, the reads of an activity by its key (every update and end reads its activity before it is
+    /// written) that are asked for together, sent as one statement (``CoalescedReads``); `nil` on SQLite, where a read
+    /// is a call into the library on a thread that waits for nothing else.
+    let activityReads: CoalescedReads<ActivityKey, ActivityRecord>?
+
+    /// Keys of activities read in one statement, at most.
+    static let activitiesPerRead = 500
+
+    /// `readers`: the read connections `reader` has.
+    init(
+        dialect: SQLDialect, location: String, writer: any StoreWriter, reader: any StoreReader, readers: Int = defaultReaders,
+        nodeWakeChannel: NodeWakeChannel? = nil
+    ) {
         self.nodeWakeChannel = nodeWakeChannel
         self.dialect = dialect
         self.location = location
         self.writer = writer
         self.reader = reader
+        // One read connection is left to everything else (a fan-out's pages, the API's other reads).
+        activityReads =
+            dialect == .postgres
+            ? CoalescedReads(concurrency: max(1, readers - 1), maximumBatch: Self.activitiesPerRead) { keys in
+                try await Self.activities(keys, on: reader)
+            }
+            : nil
     }
 
     /// Opens (creating if needed) the SQLite database at `path` and brings its schema up to date.
@@ -83,7 +102,7 @@ public final class SQLStore: Store, DispatchStore {
             throw error
         }
         let store = SQLStore(
-            dialect: .postgres, location: url.description, writer: writer, reader: reader,
+            dialect: .postgres, location: url.description, writer: writer, reader: reader, readers: readers,
             nodeWakeChannel: NodeWakeChannel(url: url, logger: logger)
         )
         do {
@@ -550,9 +569,28 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     public func activityWithoutInstanceCounts(appID: String, activityID: String) async throws -> ActivityRecord? {
-        try await reader.query(
+        if let activityReads { return try await activityReads.value(for: ActivityKey(appID: appID, activityID: activityID)) }
+        return try await reader.query(
             "SELECT * FROM activities WHERE app_id = ? AND activity_id = ?", [.text(appID), .text(activityID)]
         ).first.map(Self.activity(from:))
+    }
+
+    /// The activities of `keys` that exist, read in one statement on PostgreSQL (it binds arrays).
+    static func activities(_ keys: [ActivityKey], on reader: any StoreReader) async throws -> [ActivityKey: ActivityRecord] {
+        let rows = try await reader.query(
+            """
+            SELECT a.* FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
+            JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
+            """,
+            [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))]
+        )
+        var found: [ActivityKey: ActivityRecord] = [:]
+        found.reserveCapacity(rows.count)
+        for row in rows {
+            let record = try activity(from: row)
+            found[ActivityKey(appID: record.appID, activityID: record.activityID)] = record
+        }
+        return found
     }
 
     public func activity(appID: String, activityID: String) async throws -> ActivityRecord? {
