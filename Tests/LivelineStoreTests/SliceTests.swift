@@ -64,6 +64,10 @@ struct SliceTests {
                 try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 5, now: t0) == 3,
                 "a plan that exists is kept (its holder died, a new one adopts it)"
             )
+            #expect(
+                try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 100, now: t0) == 3,
+                "even when what is left to send would fit in one slice"
+            )
         }
     }
 
