@@ -16,7 +16,14 @@ extension SQLStore {
         appID: String, activityID: String, owner: String, below sequence: Int64, platforms: [Platform], size: Int, now: Date
     ) async throws -> Int {
         guard !platforms.isEmpty, size > 0 else { return 0 }
-        let placeholders = Array(repeating: "?", count: platforms.count).joined(separator: ",")
+        // The instances still to send, as both the read below and the planning's walk select them.
+        let pending = (
+            sql: """
+                WHERE app_id = ? AND activity_id = ? AND \(Self.deliverableInstance) AND delivered_sequence < ?
+                  AND platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
+                """,
+            binds: [.text(appID), .text(activityID), .integer(Int(sequence))] + platforms.map { SQLiteData.text($0.rawValue) }
+        )
         // Most activities have no more instances to send than one slice holds, and no slices left by an engine before:
         // one read says so, and no transaction is taken (on PostgreSQL, four statements fewer for each pass). Only the
         // claim's holder plans slices, so none can appear between this read and the transaction.
@@ -24,16 +31,10 @@ extension SQLStore {
             """
             SELECT 1 AS found FROM fanout_slices WHERE app_id = ? AND activity_id = ?
             UNION ALL
-            SELECT 1 AS found FROM (
-                SELECT device_id FROM instances
-                WHERE app_id = ? AND activity_id = ? AND \(Self.deliverableInstance) AND delivered_sequence < ?
-                  AND platform IN (\(placeholders))
-                LIMIT 1 OFFSET ?
-            ) AS beyond_one_slice
+            SELECT 1 AS found FROM (SELECT device_id FROM instances \(pending.sql) LIMIT 1 OFFSET \(size)) AS beyond_one_slice
             LIMIT 1
             """,
-            [.text(appID), .text(activityID), .text(appID), .text(activityID), .integer(Int(sequence))]
-                + platforms.map { .text($0.rawValue) } + [.integer(size)]
+            [.text(appID), .text(activityID)] + pending.binds
         )
         if worthPlanning.isEmpty { return 0 }
         // At READ COMMITTED behind the activity's row lock: planning is the claim holder's alone, and reads the
@@ -54,12 +55,11 @@ extension SQLStore {
                 """
                 SELECT device_id FROM (
                     SELECT device_id, ROW_NUMBER() OVER (ORDER BY device_id) AS n, COUNT(*) OVER () AS total FROM instances
-                    WHERE app_id = ? AND activity_id = ? AND \(Self.deliverableInstance) AND delivered_sequence < ?
-                      AND platform IN (\(placeholders))
+                    \(pending.sql)
                 ) AS pending
                 WHERE n % \(size) = 0 AND n < total ORDER BY device_id
                 """,
-                [.text(appID), .text(activityID), .integer(Int(sequence))] + platforms.map { .text($0.rawValue) }
+                pending.binds
             ).map { try $0.string("device_id") }
             guard !bounds.isEmpty else { return 0 }
             for index in 0...bounds.count {

@@ -224,13 +224,9 @@ extension SQLStore: WebhookStore {
         case .postgres:
             // Looked at on a reader first: with nothing due (the usual case at each wake-up), no write transaction is
             // taken.
-            guard try await !reader.query(
-                """
-                SELECT 1 AS due FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-                WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.enabled = 1 LIMIT 1
-                """,
-                [.integer(Self.millis(now))]
-            ).isEmpty else { return [] }
+            guard try await !reader.query("SELECT 1 AS found FROM (\(due)) AS due LIMIT 1", [.integer(Self.millis(now))]).isEmpty else {
+                return []
+            }
             // Several nodes: the deliveries a node takes are not due for the others until the lease runs out (the
             // attempt's record sets the next attempt), and rows another node is taking are skipped.
             rows = try await write(
