@@ -109,6 +109,7 @@ extension Bench {
                         authorization: secret, body: BenchRequests.updateBody(score: "\(index)-0", minute: index % 90)
                     )
                 }
+                let burstEnded = ContinuousClock.now
                 print("  updates (\(watched ? "watched" : "distinct") activities)    \(Bench.describe(accepted, count: updates))")
                 printCPU("an update", requests: updates, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
                 // Counting the sink's pushes in the background, while the paced updates go out.
@@ -134,6 +135,23 @@ extension Bench {
                     try await Task.sleep(for: .seconds(afterSeconds))
                     let after = try await paced.stop()
                     print("  right after the updates, 100 /s  \(Bench.describe(after, count: after.latencies.count))")
+                }
+                // The engine's backlog: the updates were accepted faster than the engine sends (or, with nothing watching
+                // them, marks done) their activities.
+                let deadline = ContinuousClock.now + .seconds(600)
+                var pending = await server.activitiesPendingDelivery()
+                while let left = pending, left > 0, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(100))
+                    pending = await server.activitiesPendingDelivery()
+                }
+                switch pending {
+                case 0?:
+                    let took = ContinuousClock.now - burstEnded
+                    print("  engine caught up                 \(String(format: "%.2f", took.seconds)) s after the burst ended (no activity pending delivery)")
+                case let left?:
+                    print("  engine caught up                 not within 10 minutes (\(BenchRequests.grouped(left)) activities pending delivery)")
+                case nil:
+                    print("  engine caught up                 unknown (/metrics could not be read)")
                 }
                 if let delivered {
                     if let took = try await delivered.value {

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import LivelineCore
 import LivelineDispatch
+import LivelineServer
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
@@ -130,10 +131,22 @@ final class ServerUnderTest: Sendable {
     /// The pushes this server's engine has attempted so far: the sum of `liveline_pushes_total` (every platform,
     /// status and reason) on its `GET /metrics`; nil when it cannot be read (metrics off, no answer).
     func pushesSent() async -> Int? {
+        await metric(Self.pushesCounter)
+    }
+
+    /// The activities whose newest state the engine has not finished sending (`liveline_activities_pending_delivery` on
+    /// `GET /metrics`, counted in the Store at the scrape: on a shared PostgreSQL database, every node's); nil when it
+    /// cannot be read.
+    func activitiesPendingDelivery() async -> Int? {
+        await metric(MetricNames.activitiesPendingDelivery)
+    }
+
+    /// The sum of the samples of `name` on this server's `GET /metrics`; nil when it cannot be read.
+    private func metric(_ name: String) async -> Int? {
         guard let response = try? await http.execute(HTTPClientRequest(url: "\(baseURL)/metrics"), timeout: .seconds(10)),
             response.status == .ok, let body = try? await response.body.collect(upTo: 16 << 20)
         else { return nil }
-        return Bench.counterTotal(Self.pushesCounter, inExposition: String(buffer: body))
+        return Bench.counterTotal(name, inExposition: String(buffer: body))
     }
 
     /// The engine's push counter on /metrics.
