@@ -118,9 +118,17 @@ public final class Dispatcher: Service, Sendable {
         let workerOwner = "\(owner)-w\(index)"
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             do {
-                if let claim = try await store.claimPendingActivity(owner: workerOwner, now: now(), lease: configuration.claimLease) {
+                switch try await store.claimPendingActivity(
+                    owner: workerOwner, now: now(), lease: configuration.claimLease, platforms: configuration.platforms
+                ) {
+                case .claimed(let claim):
                     try await deliver(claim)
                     continue
+                case .settled:
+                    // Nothing on it was behind: the claim marked it done. On to the next.
+                    continue
+                case nil:
+                    break
                 }
                 // A slice of a fan-out another engine shares.
                 if configuration.sliceSize != nil,

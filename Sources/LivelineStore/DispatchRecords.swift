@@ -15,6 +15,16 @@ public struct DispatchClaim: Sendable, Hashable {
     public var audienceWaiting = false
 }
 
+/// What a claim found (``DispatchStore/claimPendingActivity(owner:now:lease:platforms:)``).
+public enum PendingActivityClaim: Sendable, Hashable {
+    /// The activity has something to send: it is leased to the claim's owner.
+    case claimed(DispatchClaim)
+    /// Nothing on the activity was behind its sequence (no instance on the engine's platforms, no start audience, no
+    /// broadcast): the claim marked it done, as a release after a pass that found nothing to send would, and leased it
+    /// to nobody.
+    case settled(ActivityKey)
+}
+
 /// What happened to one push attempt.
 public enum DeliveryStatus: String, Sendable, Hashable, CaseIterable {
     /// The push service accepted the push.
@@ -155,9 +165,11 @@ public struct StoredCredentials: Sendable, Hashable {
 
 /// The delivery engine's view of the Store.
 public protocol DispatchStore: Sendable {
-    /// Claims one activity whose instances are behind its sequence (and that is not claimed, or whose
-    /// lease ran out, and is not waiting for a retry), leasing it to `owner` until `now + lease`.
-    func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim?
+    /// Takes the pending activity due first (one not claimed, or whose lease ran out, and not waiting for a retry). When
+    /// something on it is behind its sequence for an engine sending to `platforms` (an instance, a start audience, a
+    /// broadcast), it is leased to `owner` until `now + lease`; otherwise it is marked done in the same write, leased to
+    /// nobody, and the engine looks for the next one. `nil` when no activity is due.
+    func claimPendingActivity(owner: String, now: Date, lease: TimeInterval, platforms: [Platform]) async throws -> PendingActivityClaim?
     /// When the next pending activity may be claimed (now or earlier when one may be claimed at once: it waits for
     /// no retry and no other owner's lease), or `nil` when no activity is pending. A read: an idle engine asks it
     /// to know how long it may rest, without taking the writer.

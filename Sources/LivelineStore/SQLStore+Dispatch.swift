@@ -19,30 +19,64 @@ extension SQLStore {
     // one trip to the writer's thread instead of four, so they hold the one writer, and every accept behind it, for
     // as short a time as SQLite works.
 
-    /// The claim: the pending activity due first, oldest change first. The subquery walks the index `activities_due`
-    /// from its start and stops at the first unclaimed entry: it never sorts the pending activities.
-    static let claimStatement = claimStatement(skippingLocked: false)
+    /// The claim's first step: the pending activity due first, oldest change first. It walks the index `activities_due`
+    /// from its start and stops at the first unclaimed entry: it never sorts the pending activities. On PostgreSQL, where
+    /// several nodes claim at once, it locks the row it returns and skips the rows another node's claim (or a write of
+    /// the API's) has locked (`FOR UPDATE SKIP LOCKED`) rather than wait for them and collide. Binds: now, twice.
+    static let pickStatement = """
+        SELECT app_id, activity_id FROM activities
+        WHERE dispatched_sequence < sequence AND COALESCE(next_dispatch_at, 0) <= ?
+          AND content_state IS NOT NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)
+        ORDER BY COALESCE(next_dispatch_at, 0), updated_at
+        LIMIT 1
+        """
 
-    /// The claim, for `dialect`. On PostgreSQL, where several nodes claim at once, the subquery skips the rows another
-    /// node's claim has locked (`FOR UPDATE SKIP LOCKED`) rather than wait for it and collide.
-    static func claimStatement(for dialect: SQLDialect) -> String {
-        dialect == .postgres ? postgresClaimStatement : claimStatement
+    /// The claim's second step, on the activity picked (and locked): leased to its owner when something on it is behind
+    /// for the engine's platforms (``somethingBehind(app:activity:platforms:keyBinds:)``); otherwise marked done, as
+    /// ``releaseClaim(appID:activityID:owner:platforms:retryAt:)`` marks it after a pass that found nothing to send,
+    /// and leased to nobody. An activity nobody watches then costs the engine this one write instead of a claim, the
+    /// reads of a pass and a release. The row comes back either way; its `claim_owner` tells which it was.
+    ///
+    /// `LIMIT 1` keeps `pass` whole, as in the release. Binds, in order: the owner, the lease's end, the returned
+    /// `behindBinds`, then the activity's app and id.
+    static func claimStatement(app: String, activity: String, platforms: [Platform]) -> (sql: String, behindBinds: [SQLiteData]) {
+        let behind = somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: [.text(app), .text(activity)])
+        let sql = """
+            UPDATE activities SET
+                claim_owner = CASE WHEN pass.behind THEN ? ELSE NULL END,
+                claim_expires_at = CASE WHEN pass.behind THEN CAST(? AS BIGINT) ELSE NULL END,
+                dispatched_sequence = CASE WHEN pass.behind THEN activities.dispatched_sequence ELSE activities.sequence END,
+                next_dispatch_at = CASE WHEN pass.behind THEN activities.next_dispatch_at ELSE NULL END
+            FROM (SELECT \(behind.sql) AS behind LIMIT 1) AS pass
+            WHERE activities.app_id = ? AND activities.activity_id = ?
+            RETURNING \(claimColumns)
+            """
+        return (sql, behind.binds)
     }
 
-    private static let postgresClaimStatement = claimStatement(skippingLocked: true)
-
-    private static func claimStatement(skippingLocked: Bool) -> String {
-        """
-        UPDATE activities SET claim_owner = ?, claim_expires_at = ?
-        WHERE (app_id, activity_id) = (
-            SELECT app_id, activity_id FROM activities
-            WHERE dispatched_sequence < sequence AND COALESCE(next_dispatch_at, 0) <= ?
-              AND content_state IS NOT NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)
-            ORDER BY COALESCE(next_dispatch_at, 0), updated_at
-            LIMIT 1\(skippingLocked ? " FOR UPDATE SKIP LOCKED" : "")
-        )
-        RETURNING \(claimColumns)
-        """
+    /// Whether anything on one activity is behind its sequence for an engine sending to `platforms`, as an SQL boolean:
+    /// a deliverable instance on one of them, a start audience not yet admitted, (with iOS among them) a broadcast not
+    /// yet published on its active channel, or a shared fan-out's slices, which only the holder of the activity's claim
+    /// drops once every one is sent. `app` and `activity` are SQL expressions naming the activity (columns, or `?` each,
+    /// bound by `keyBinds`: the app's value, then the activity's).
+    static func somethingBehind(app: String, activity: String, platforms: [Platform], keyBinds: [SQLiteData]) -> (sql: String, binds: [SQLiteData]) {
+        let placeholders = Array(repeating: "?", count: max(platforms.count, 1)).joined(separator: ",")
+        let platformBinds: [SQLiteData] = platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) }
+        let sql = """
+            (EXISTS (
+                SELECT 1 FROM instances i JOIN activities a ON a.app_id = i.app_id AND a.activity_id = i.activity_id
+                WHERE i.app_id = \(app) AND i.activity_id = \(activity) AND \(deliverable("i.")) AND i.delivered_sequence < a.sequence
+                  AND i.platform IN (\(placeholders))
+            ) OR EXISTS (
+                SELECT 1 FROM start_audiences s WHERE s.app_id = \(app) AND s.activity_id = \(activity) AND s.admitted = 0
+            ) OR EXISTS (
+                SELECT 1 FROM activities b WHERE b.app_id = \(app) AND b.activity_id = \(activity) AND b.channel_status = 'active'
+                  AND b.broadcast_sequence < b.sequence AND 'ios' IN (\(placeholders))
+            ) OR EXISTS (
+                SELECT 1 FROM fanout_slices f WHERE f.app_id = \(app) AND f.activity_id = \(activity)
+            ))
+            """
+        return (sql, keyBinds + platformBinds + keyBinds + keyBinds + platformBinds + keyBinds)
     }
 
     /// The instances the engine sends to, as SQL on a row of `instances` (columns prefixed with `prefix`): active ones,
@@ -58,12 +92,45 @@ extension SQLStore {
 
     static let deliverableInstance = deliverable("")
 
-    public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
+    /// How the engine's claims and releases commit. They are bookkeeping: one lost to a power cut is done again (an
+    /// activity marked done is pending again and is marked done again; a lease that is lost is taken again). On
+    /// PostgreSQL each is a transaction of its own, and a full commit waits for a WAL flush of its own: one for every
+    /// claim, which bounded how fast the engine went through many small activities. On SQLite they stay full: they
+    /// share the writer's one commit with the writes queued beside them, whereas bookkeeping writes wait until no full
+    /// write is queued, and would leave the engine waiting through a burst of updates.
+    var engineDurability: Durability { dialect == .postgres ? .bookkeeping : .full }
+
+    public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval, platforms: [Platform]) async throws -> PendingActivityClaim? {
         let nowMillis = Self.millis(now)
-        guard let row = try await write(
-            Self.claimStatement(for: dialect), [.text(owner), .integer(nowMillis + Int(lease * 1000)), .integer(nowMillis), .integer(nowMillis)]
-        ).first else { return nil }
-        return try Self.claim(from: row, owner: owner)
+        // READ COMMITTED, the picked row locked first: a write that could put something behind on the activity (an
+        // update, a registration, a start: each locks the activity's row first) either committed before the lock, and
+        // the second statement, which reads afresh, sees it; or it waits for this claim's commit and then makes the
+        // activity pending again. One statement could not do both: its reads would not see what committed after it
+        // began. Serializable, claims failed one another by the thousand on the index pages they read.
+        let row: StoreRow? = try await transaction(durability: engineDurability, isolation: .lockingRows) { db in
+            if db.dialect == .postgres {
+                // The pick walks `activities_due` in its order and stops at the first row it can lock. PostgreSQL plans
+                // it from statistics, which lag behind a burst of updates: believing a few dozen activities pending when
+                // thousands were, it read them all and sorted them for each claim (10 ms a claim, the engine at 300
+                // claims a second for 20 s after a burst of 10,000 updates). Without sorts the walk is its only plan.
+                // Sent with BEGIN, without a round trip of its own.
+                try db.execute("SET LOCAL enable_sort = off", [])
+            }
+            guard let picked = try db.query(
+                Self.pickStatement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]
+            ).first else { return nil }
+            let (app, activity) = (try picked.string("app_id"), try picked.string("activity_id"))
+            let claim = Self.claimStatement(app: app, activity: activity, platforms: platforms)
+            return try db.query(
+                claim.sql,
+                [.text(owner), .integer(nowMillis + Int(lease * 1000))] + claim.behindBinds + [.text(app), .text(activity)]
+            ).first
+        }
+        guard let row else { return nil }
+        guard row.column("claim_owner")?.string == owner else {
+            return .settled(ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id")))
+        }
+        return .claimed(try Self.claim(from: row, owner: owner))
     }
 
     public func nextClaimableAt() async throws -> Date? {
@@ -226,7 +293,7 @@ extension SQLStore {
     public func releaseClaim(
         appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
     ) async throws -> Bool {
-        let placeholders = Array(repeating: "?", count: max(platforms.count, 1)).joined(separator: ",")
+        let behind = Self.somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: [.text(appID), .text(activityID)])
         // `LIMIT 1` keeps `pass` whole: PostgreSQL would otherwise pull the subquery up and copy `behind` into both
         // CASEs, searching twice for an instance still behind (through all of an activity's instances when none is:
         // 77 – 105 ms for 100,000, against 37 – 57 ms once).
@@ -236,29 +303,14 @@ extension SQLStore {
                 dispatched_sequence = CASE WHEN pass.behind THEN activities.dispatched_sequence ELSE activities.sequence END,
                 next_dispatch_at = CASE WHEN pass.behind THEN CAST(? AS BIGINT) ELSE NULL END,
                 claim_owner = NULL, claim_expires_at = NULL
-            FROM (
-                SELECT EXISTS (
-                    SELECT 1 FROM instances i JOIN activities a ON a.app_id = i.app_id AND a.activity_id = i.activity_id
-                    WHERE i.app_id = ? AND i.activity_id = ? AND \(Self.deliverable("i.")) AND i.delivered_sequence < a.sequence
-                      AND i.platform IN (\(placeholders))
-                ) OR EXISTS (
-                    SELECT 1 FROM start_audiences s WHERE s.app_id = ? AND s.activity_id = ? AND s.admitted = 0
-                ) OR EXISTS (
-                    SELECT 1 FROM activities b WHERE b.app_id = ? AND b.activity_id = ? AND b.channel_status = 'active'
-                      AND b.broadcast_sequence < b.sequence AND 'ios' IN (\(placeholders))
-                ) AS behind
-                LIMIT 1
-            ) AS pass
+            FROM (SELECT \(behind.sql) AS behind LIMIT 1) AS pass
             WHERE activities.app_id = ? AND activities.activity_id = ? AND activities.claim_owner = ?
             RETURNING dispatched_sequence = sequence AS done
             """,
             // Typed in the statement: a NULL bind (no retry time) has no type of its own, and PostgreSQL would read the
             // CASE as text.
-            [retryAt.map { .integer(Self.millis($0)) } ?? .null, .text(appID), .text(activityID)]
-                + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
-                + [.text(appID), .text(activityID), .text(appID), .text(activityID)]
-                + (platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) })
-                + [.text(appID), .text(activityID), .text(owner)]
+            [retryAt.map { .integer(Self.millis($0)) } ?? .null] + behind.binds + [.text(appID), .text(activityID), .text(owner)],
+            durability: engineDurability
         ).first?.column("done")?.integer
         return done == 1
     }

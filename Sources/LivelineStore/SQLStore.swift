@@ -181,8 +181,10 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     /// Runs one statement as a write of its own.
-    func write(_ sql: String, _ binds: [SQLiteData], isolation: WriteIsolation = .serializable) async throws -> [StoreRow] {
-        try await writer.write(durability: .full, isolation: isolation) { db in try db.query(sql, binds) }
+    func write(
+        _ sql: String, _ binds: [SQLiteData], durability: Durability = .full, isolation: WriteIsolation = .serializable
+    ) async throws -> [StoreRow] {
+        try await writer.write(durability: durability, isolation: isolation) { db in try db.query(sql, binds) }
     }
 
     public func ping() async throws {

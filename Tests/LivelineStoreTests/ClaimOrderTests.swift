@@ -1,4 +1,5 @@
 import Foundation
+import LivelineCore
 import LivelineStore
 import LivelineTestSupport
 import Testing
@@ -7,14 +8,20 @@ import Testing
 
 @Suite("SQLite store: claiming pending activities")
 struct ClaimOrderTests {
-    @Test("a claim reads the pending activities in index order, and never sorts them all")
+    @Test("a claim reads the pending activities in index order, never sorts them all, and looks for instances by key")
     func claimUsesTheIndex() async throws {
         try await withTemporaryStore { store, _ in
+            let pick = try await store.reader.query("EXPLAIN QUERY PLAN \(SQLStore.pickStatement)", [.integer(1), .integer(1)])
+                .compactMap { $0.column("detail")?.string }
+            #expect(pick.contains { $0.contains("USING INDEX activities_due") }, "\(pick)")
+            #expect(!pick.contains { $0.contains("TEMP B-TREE") }, "\(pick)")
+            let claim = SQLStore.claimStatement(app: "app_test", activity: "a", platforms: [.ios, .android])
             let plan = try await store.reader.query(
-                "EXPLAIN QUERY PLAN \(SQLStore.claimStatement)", [.text("o"), .integer(1), .integer(1), .integer(1)]
+                "EXPLAIN QUERY PLAN \(claim.sql)", [.text("o"), .integer(1)] + claim.behindBinds + [.text("app_test"), .text("a")]
             ).compactMap { $0.column("detail")?.string }
-            #expect(plan.contains { $0.contains("USING INDEX activities_due") }, "\(plan)")
-            #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")
+            // Only the one-row `pass` is scanned; every table is searched by key.
+            #expect(plan.filter { $0.hasPrefix("SCAN") }.allSatisfy { $0 == "SCAN CONSTANT ROW" || $0 == "SCAN pass" }, "\(plan)")
+            #expect(plan.contains("SEARCH i USING PRIMARY KEY (app_id=? AND activity_id=?)"), "\(plan)")
         }
     }
 
@@ -24,22 +31,71 @@ struct ClaimOrderTests {
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
             for (index, activity) in ["b", "a", "c"].enumerated() {
+                try await watch(activity, in: store, at: t0)
                 _ = try await store.acceptUpdate(
                     ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0.addingTimeInterval(Double(index))
                 )
             }
             // "b" is deferred for a minute: "a" and "c" go first, in the order they changed.
-            let first = try #require(try await store.claimPendingActivity(owner: "w", now: t0.addingTimeInterval(5), lease: 30))
+            let first = try #require(try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(5), lease: 30))
             #expect(first.activity.activityID == "b")
             try await store.deferClaim(appID: "app_test", activityID: "b", owner: "w", sequence: 1, until: t0.addingTimeInterval(60))
-            let second = try await store.claimPendingActivity(owner: "w", now: t0.addingTimeInterval(5), lease: 30)
-            let third = try await store.claimPendingActivity(owner: "w", now: t0.addingTimeInterval(5), lease: 30)
+            let second = try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(5), lease: 30)
+            let third = try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(5), lease: 30)
             #expect([second?.activity.activityID, third?.activity.activityID] == ["a", "c"])
-            #expect(try await store.claimPendingActivity(owner: "w", now: t0.addingTimeInterval(30), lease: 30) == nil)
+            #expect(try await store.claimPendingActivity(owner: "w", now: t0.addingTimeInterval(30), lease: 30, platforms: [.ios]) == nil)
             #expect(try await store.nextClaimableAt() == t0.addingTimeInterval(35), "the leases of a and c run out first")
-            let due = try await store.claimPendingActivity(owner: "w", now: t0.addingTimeInterval(36), lease: 30)
+            let due = try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(36), lease: 30)
             #expect(due?.activity.activityID == "a", "a's lease ran out")
         }
+    }
+
+    @Test("an activity with nothing behind for the engine's platforms is marked done by the claim and leased to nobody", arguments: StoreKind.available)
+    func claimSettlesWhatHasNothingToSend(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            // "nobody": no instance at all. "android": one instance, on a platform this engine does not send to.
+            // "watched": an iPhone behind, so it is claimed though it changed last.
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "nobody", contentState: ["n": 1]), at: t0)
+            try await watch("android", in: store, at: t0, platform: .android)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "android", contentState: ["n": 1]), at: t0.addingTimeInterval(1))
+            try await watch("watched", in: store, at: t0)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "watched", contentState: ["n": 1]), at: t0.addingTimeInterval(2))
+
+            let now = t0.addingTimeInterval(5)
+            let key = { ActivityKey(appID: "app_test", activityID: $0) }
+            #expect(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) == .settled(key("nobody")))
+            #expect(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) == .settled(key("android")))
+            guard case .claimed(let claim)? = try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) else {
+                Issue.record("the watched activity was not claimed")
+                return
+            }
+            #expect(claim.activity.activityID == "watched")
+            #expect(claim.activity.dispatchedSequence == 0, "a claimed activity is not marked done")
+            // The settled ones are done: nothing else is due, and their rows carry no lease.
+            #expect(try await store.claimPendingActivity(owner: "w", now: now.addingTimeInterval(10), lease: 30, platforms: [.ios]) == nil)
+            for activityID in ["nobody", "android"] {
+                let settled = try #require(try await store.activity(appID: "app_test", activityID: activityID))
+                #expect(settled.dispatchedSequence == settled.sequence)
+            }
+
+            // A newer state for the Android phone is claimed by an engine that sends to Android.
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "android", contentState: ["n": 2]), at: now)
+            #expect(try await store.claimToSend(owner: "w2", now: now, lease: 30)?.activity.activityID == "android")
+        }
+    }
+
+    /// Registers a phone (`device-<activity>`) on `activity`, which is created by it if new.
+    private func watch(_ activity: String, in store: SQLStore, at now: Date, platform: Platform = .ios) async throws {
+        _ = try await store.registerInstance(
+            InstanceRegistration(
+                appID: "app_test", activityID: activity, deviceID: "device-\(activity)", platform: platform,
+                pushToken: platform == .ios ? String(repeating: "ab", count: 32) : "fcm-\(activity)", attributesType: nil, attributes: nil,
+                userID: nil
+            ),
+            at: now
+        )
     }
 
     @Test("a claim handed back with no retry time (shutdown, a lost pass) leaves the activity pending and claimable at once", arguments: StoreKind.available)
@@ -55,13 +111,24 @@ struct ClaimOrderTests {
                 at: t0
             )
             _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 1]), at: t0)
-            let claim = try #require(try await store.claimPendingActivity(owner: "w1", now: t0, lease: 30))
+            let claim = try #require(try await store.claimToSend(owner: "w1", now: t0, lease: 30))
             // The instance is still behind: the release keeps the activity pending, due at once (no retry time).
             let done = try await store.releaseClaim(appID: "app_test", activityID: "a", owner: claim.owner, platforms: [.ios, .android], retryAt: nil)
             #expect(!done)
             #expect(try await store.nextClaimableAt().map { $0 <= t0 } == true)
-            let again = try await store.claimPendingActivity(owner: "w2", now: t0, lease: 30)
+            let again = try await store.claimToSend(owner: "w2", now: t0, lease: 30)
             #expect(again?.activity.activityID == "a")
         }
+    }
+}
+
+extension DispatchStore {
+    /// Claims the pending activity due first for an engine sending to iOS and Android: the claim when it had something to
+    /// send; `nil` when nothing was due, or when the claim found nothing to send and marked the activity done.
+    func claimToSend(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
+        guard case .claimed(let claim)? = try await claimPendingActivity(owner: owner, now: now, lease: lease, platforms: [.ios, .android]) else {
+            return nil
+        }
+        return claim
     }
 }

@@ -4,6 +4,8 @@ import LivelineStore
 import LivelineTestSupport
 import Testing
 
+@testable import LivelineStore
+
 @Suite("Store: shared fan-outs cut into slices")
 struct SliceTests {
     private let t0 = Date(timeIntervalSince1970: 1_795_000_000)
@@ -42,7 +44,7 @@ struct SliceTests {
     func planCoversEveryInstanceOnce(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await seed(store, count: 25)
-            let claim = try #require(try await store.claimPendingActivity(owner: "lead", now: t0, lease: 30))
+            let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
             #expect(
                 try await store.planSlices(appID: "app_test", activityID: "a", owner: "other", below: 1, platforms: [.ios], size: 10, now: t0) == 0,
                 "only the claim's holder plans"
@@ -75,10 +77,27 @@ struct SliceTests {
     func smallFanOutsAreNotCut(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await seed(store, count: 20)
-            let claim = try #require(try await store.claimPendingActivity(owner: "lead", now: t0, lease: 30))
+            let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
             #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 20, now: t0) == 0)
             #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 2)
             #expect(try await store.sliceOutcomes(appID: "app_test", activityID: "a") == [nil, nil])
+        }
+    }
+
+    @Test("an activity with slices stays pending until their holder drops them, though no instance is behind any more", arguments: StoreKind.available)
+    func slicesKeepTheActivityPending(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 25)
+            let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
+            // The slices' engines sent every instance; the holder stopped before dropping the slices.
+            _ = try await store.write("UPDATE instances SET delivered_sequence = 1", [])
+            let done = try await store.releaseClaim(appID: "app_test", activityID: "a", owner: claim.owner, platforms: [.ios], retryAt: nil)
+            #expect(!done, "the slices keep it pending")
+            let next = try await store.claimPendingActivity(owner: "next", now: t0, lease: 30, platforms: [.ios])
+            #expect(next.map { if case .claimed = $0 { true } else { false } } == true, "claimed by the next holder, not marked done: \(String(describing: next))")
+            try await store.dropSlices(appID: "app_test", activityID: "a", owner: "next")
+            #expect(try await store.releaseClaim(appID: "app_test", activityID: "a", owner: "next", platforms: [.ios], retryAt: nil))
         }
     }
 
@@ -86,7 +105,7 @@ struct SliceTests {
     func leases(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await seed(store, count: 30)
-            let claim = try #require(try await store.claimPendingActivity(owner: "lead", now: t0, lease: 30))
+            let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
             #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
             let key = ActivityKey(appID: "app_test", activityID: "a")
             let first = try #require(try await store.claimSlice(owner: "node-1", now: t0, lease: 30, of: key))

@@ -74,7 +74,7 @@ struct StartStoreTests {
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.all), at: t0)
-            let claim = try #require(try await store.claimPendingActivity(owner: "w", now: t0, lease: 30))
+            let claim = try #require(try await store.claimToSend(owner: "w", now: t0, lease: 30))
             #expect(claim.activity.activityID == "match-1")
             #expect(try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 1000, at: t0) == false)
             let instances = try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items
@@ -198,10 +198,10 @@ struct StartStoreTests {
             try await makeApp(store)
             try await fourDevices(store)
             _ = try await store.startActivity(start(.all), at: t0)
-            _ = try #require(try await store.claimPendingActivity(owner: "w", now: t0, lease: 30))
+            _ = try #require(try await store.claimToSend(owner: "w", now: t0, lease: 30))
             let done = try await store.releaseClaim(appID: "app_test", activityID: "match-1", owner: "w", platforms: [.ios, .android], retryAt: t0)
             #expect(!done)
-            #expect(try await store.claimPendingActivity(owner: "w", now: t0, lease: 30) != nil)
+            #expect(try await store.claimToSend(owner: "w", now: t0, lease: 30) != nil)
         }
     }
 
