@@ -118,17 +118,13 @@ public final class Dispatcher: Service, Sendable {
         let workerOwner = "\(owner)-w\(index)"
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             do {
-                switch try await store.claimPendingActivity(
+                if let found = try await store.claimPendingActivity(
                     owner: workerOwner, now: now(), lease: configuration.claimLease, platforms: configuration.platforms
                 ) {
-                case .claimed(let claim):
-                    try await deliver(claim)
+                    // The claim marked done those with nothing behind; the first with something to send is this
+                    // worker's. Either way, on to the next look.
+                    if let claim = found.claim { try await deliver(claim) }
                     continue
-                case .settled:
-                    // Nothing on it was behind: the claim marked it done. On to the next.
-                    continue
-                case nil:
-                    break
                 }
                 // A slice of a fan-out another engine shares.
                 if configuration.sliceSize != nil,

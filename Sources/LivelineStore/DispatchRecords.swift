@@ -15,14 +15,21 @@ public struct DispatchClaim: Sendable, Hashable {
     public var audienceWaiting = false
 }
 
-/// What a claim found (``DispatchStore/claimPendingActivity(owner:now:lease:platforms:)``).
-public enum PendingActivityClaim: Sendable, Hashable {
-    /// The activity has something to send: it is leased to the claim's owner.
-    case claimed(DispatchClaim)
-    /// Nothing on the activity was behind its sequence (no instance on the engine's platforms, no start audience, no
-    /// broadcast): the claim marked it done, as a release after a pass that found nothing to send would, and leased it
-    /// to nobody.
-    case settled(ActivityKey)
+/// What a claim found (``DispatchStore/claimPendingActivity(owner:now:lease:platforms:)``) among the pending activities
+/// due first: those with nothing behind their sequence, marked done, and the first with something to send, leased.
+public struct PendingActivityClaim: Sendable, Hashable {
+    /// The first activity looked at with something to send, leased to the claim's owner; `nil` when none had.
+    public var claim: DispatchClaim?
+    /// The activities looked at with nothing behind their sequence (no instance on the engine's platforms, no start
+    /// audience, no broadcast, no slices), in the order they fell due: marked done, as a release after a pass that found
+    /// nothing to send would, and leased to nobody.
+    public var settled: [ActivityKey]
+
+    /// Creates what a claim found.
+    public init(claim: DispatchClaim?, settled: [ActivityKey]) {
+        self.claim = claim
+        self.settled = settled
+    }
 }
 
 /// What happened to one push attempt.
@@ -165,10 +172,10 @@ public struct StoredCredentials: Sendable, Hashable {
 
 /// The delivery engine's view of the Store.
 public protocol DispatchStore: Sendable {
-    /// Takes the pending activity due first (one not claimed, or whose lease ran out, and not waiting for a retry). When
-    /// something on it is behind its sequence for an engine sending to `platforms` (an instance, a start audience, a
-    /// broadcast), it is leased to `owner` until `now + lease`; otherwise it is marked done in the same write, leased to
-    /// nobody, and the engine looks for the next one. `nil` when no activity is due.
+    /// Looks at the pending activities due first (not claimed, or whose lease ran out, and not waiting for a retry), a
+    /// few dozen at most: those with nothing behind their sequence for an engine sending to `platforms` (no instance, no
+    /// start audience, no broadcast) are marked done in the same write, and the first with something behind is leased
+    /// to `owner` until `now + lease`. `nil` when no activity is due.
     func claimPendingActivity(owner: String, now: Date, lease: TimeInterval, platforms: [Platform]) async throws -> PendingActivityClaim?
     /// When the next pending activity may be claimed (now or earlier when one may be claimed at once: it waits for
     /// no retry and no other owner's lease), or `nil` when no activity is pending. A read: an idle engine asks it

@@ -19,40 +19,50 @@ extension SQLStore {
     // one trip to the writer's thread instead of four, so they hold the one writer, and every accept behind it, for
     // as short a time as SQLite works.
 
-    /// The claim's first step: the pending activity due first, oldest change first. It walks the index `activities_due`
-    /// from its start and stops at the first unclaimed entry: it never sorts the pending activities. On PostgreSQL, where
-    /// several nodes claim at once, it locks the row it returns and skips the rows another node's claim (or a write of
-    /// the API's) has locked (`FOR UPDATE SKIP LOCKED`) rather than wait for them and collide. Binds: now, twice.
+    /// How many pending activities one claim looks at, at most: those with nothing behind are all marked done at once.
+    static let claimLooksAt = 64
+
+    /// The claim's first step: the pending activities due first, oldest change first (``claimLooksAt`` at most). It walks
+    /// the index `activities_due` from its start and stops after the last row it takes: it never sorts the pending
+    /// activities. On PostgreSQL, where several nodes claim at once, it locks the rows it returns and skips the rows
+    /// another node's claim (or a write of the API's) has locked (`FOR UPDATE SKIP LOCKED`) rather than wait for them
+    /// and collide. Binds: now, twice.
     static let pickStatement = """
         SELECT app_id, activity_id FROM activities
         WHERE dispatched_sequence < sequence AND COALESCE(next_dispatch_at, 0) <= ?
           AND content_state IS NOT NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)
         ORDER BY COALESCE(next_dispatch_at, 0), updated_at
-        LIMIT 1
+        LIMIT \(claimLooksAt)
         """
 
-    /// The claim's second step, on the activity picked (and locked): leased to its owner when something on it is behind
-    /// for the engine's platforms (``somethingBehind(app:activity:platforms:keyBinds:)``); otherwise marked done, as
-    /// ``releaseClaim(appID:activityID:owner:platforms:retryAt:)`` marks it after a pass that found nothing to send,
-    /// and leased to nobody. An activity nobody watches then costs the engine this one write instead of a claim, the
-    /// reads of a pass and a release. The row comes back either way; its `claim_owner` tells which it was.
+    /// The claim's second step, on the activities picked (and locked): those with nothing behind for the engine's
+    /// platforms (``somethingBehind(app:activity:platforms:keyBinds:)``) are marked done, as
+    /// ``releaseClaim(appID:activityID:owner:platforms:retryAt:)`` marks an activity after a pass that found nothing to
+    /// send, and leased to nobody; it returns their keys. An activity nobody watches costs the engine a part of this
+    /// one write instead of a claim, the reads of a pass and a release.
     ///
-    /// `LIMIT 1` keeps `pass` whole, as in the release. Binds, in order: the owner, the lease's end, the returned
-    /// `behindBinds`, then the activity's app and id.
-    static func claimStatement(app: String, activity: String, platforms: [Platform]) -> (sql: String, behindBinds: [SQLiteData]) {
-        let behind = somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: [.text(app), .text(activity)])
+    /// The keys are given as a list of `buckets` pairs (a power of two, the last key repeated to fill it), so that
+    /// the statement has few texts, each prepared once on PostgreSQL. Binds: the returned ones.
+    static func settleStatement(_ keys: [ActivityKey], platforms: [Platform]) -> (sql: String, binds: [SQLiteData]) {
+        var filled = keys
+        while filled.count & (filled.count - 1) != 0 { filled.append(keys[keys.count - 1]) }
+        let behind = somethingBehind(app: "activities.app_id", activity: "activities.activity_id", platforms: platforms, keyBinds: [])
         let sql = """
-            UPDATE activities SET
-                claim_owner = CASE WHEN pass.behind THEN ? ELSE NULL END,
-                claim_expires_at = CASE WHEN pass.behind THEN CAST(? AS BIGINT) ELSE NULL END,
-                dispatched_sequence = CASE WHEN pass.behind THEN activities.dispatched_sequence ELSE activities.sequence END,
-                next_dispatch_at = CASE WHEN pass.behind THEN activities.next_dispatch_at ELSE NULL END
-            FROM (SELECT \(behind.sql) AS behind LIMIT 1) AS pass
-            WHERE activities.app_id = ? AND activities.activity_id = ?
-            RETURNING \(claimColumns)
+            UPDATE activities SET dispatched_sequence = activities.sequence, next_dispatch_at = NULL, claim_owner = NULL,
+                claim_expires_at = NULL
+            FROM (VALUES \(Array(repeating: "(?, ?)", count: filled.count).joined(separator: ", "))) AS v
+            WHERE activities.app_id = v.column1 AND activities.activity_id = v.column2 AND NOT \(behind.sql)
+            RETURNING activities.app_id, activities.activity_id
             """
-        return (sql, behind.binds)
+        return (sql, filled.flatMap { [SQLiteData.text($0.appID), .text($0.activityID)] } + behind.binds)
     }
+
+    /// The claim's last step: the first activity picked that was not marked done, leased to its owner. Binds: the owner,
+    /// the lease's end, the activity's app and id.
+    static let leaseStatement = """
+        UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ?
+        RETURNING \(claimColumns)
+        """
 
     /// Whether anything on one activity is behind its sequence for an engine sending to `platforms`, as an SQL boolean:
     /// a deliverable instance on one of them, a start audience not yet admitted, (with iOS among them) a broadcast not
@@ -102,35 +112,40 @@ extension SQLStore {
 
     public func claimPendingActivity(owner: String, now: Date, lease: TimeInterval, platforms: [Platform]) async throws -> PendingActivityClaim? {
         let nowMillis = Self.millis(now)
-        // READ COMMITTED, the picked row locked first: a write that could put something behind on the activity (an
+        // READ COMMITTED, the picked rows locked first: a write that could put something behind on an activity (an
         // update, a registration, a start: each locks the activity's row first) either committed before the lock, and
-        // the second statement, which reads afresh, sees it; or it waits for this claim's commit and then makes the
+        // the next statement, which reads afresh, sees it; or it waits for this claim's commit and then makes the
         // activity pending again. One statement could not do both: its reads would not see what committed after it
         // began. Serializable, claims failed one another by the thousand on the index pages they read.
-        let row: StoreRow? = try await transaction(durability: engineDurability, isolation: .lockingRows) { db in
+        let found: (settled: [ActivityKey], leased: StoreRow?)? = try await transaction(
+            durability: engineDurability, isolation: .lockingRows
+        ) { db in
             if db.dialect == .postgres {
-                // The pick walks `activities_due` in its order and stops at the first row it can lock. PostgreSQL plans
-                // it from statistics, which lag behind a burst of updates: believing a few dozen activities pending when
+                // The pick walks `activities_due` in its order and stops after the rows it takes. PostgreSQL plans it
+                // from statistics, which lag behind a burst of updates: believing a few dozen activities pending when
                 // thousands were, it read them all and sorted them for each claim (10 ms a claim, the engine at 300
                 // claims a second for 20 s after a burst of 10,000 updates). Without sorts the walk is its only plan.
                 // Sent with BEGIN, without a round trip of its own.
                 try db.execute("SET LOCAL enable_sort = off", [])
             }
-            guard let picked = try db.query(
+            let picked = try db.query(
                 Self.pickStatement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]
-            ).first else { return nil }
-            let (app, activity) = (try picked.string("app_id"), try picked.string("activity_id"))
-            let claim = Self.claimStatement(app: app, activity: activity, platforms: platforms)
-            return try db.query(
-                claim.sql,
-                [.text(owner), .integer(nowMillis + Int(lease * 1000))] + claim.behindBinds + [.text(app), .text(activity)]
+            ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
+            guard !picked.isEmpty else { return nil }
+            let settle = Self.settleStatement(picked, platforms: platforms)
+            let settled = Set(try db.query(settle.sql, settle.binds).map {
+                ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id"))
+            })
+            // The first in order with something behind is this claim's; the others stay pending for the next ones.
+            guard let first = picked.first(where: { !settled.contains($0) }) else { return (picked, nil) }
+            let leased = try db.query(
+                Self.leaseStatement,
+                [.text(owner), .integer(nowMillis + Int(lease * 1000)), .text(first.appID), .text(first.activityID)]
             ).first
+            return (picked.filter(settled.contains), leased)
         }
-        guard let row else { return nil }
-        guard row.column("claim_owner")?.string == owner else {
-            return .settled(ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id")))
-        }
-        return .claimed(try Self.claim(from: row, owner: owner))
+        guard let found else { return nil }
+        return PendingActivityClaim(claim: try found.leased.map { try Self.claim(from: $0, owner: owner) }, settled: found.settled)
     }
 
     public func nextClaimableAt() async throws -> Date? {

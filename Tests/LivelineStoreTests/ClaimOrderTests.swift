@@ -15,12 +15,12 @@ struct ClaimOrderTests {
                 .compactMap { $0.column("detail")?.string }
             #expect(pick.contains { $0.contains("USING INDEX activities_due") }, "\(pick)")
             #expect(!pick.contains { $0.contains("TEMP B-TREE") }, "\(pick)")
-            let claim = SQLStore.claimStatement(app: "app_test", activity: "a", platforms: [.ios, .android])
-            let plan = try await store.reader.query(
-                "EXPLAIN QUERY PLAN \(claim.sql)", [.text("o"), .integer(1)] + claim.behindBinds + [.text("app_test"), .text("a")]
-            ).compactMap { $0.column("detail")?.string }
-            // Only the one-row `pass` is scanned; every table is searched by key.
-            #expect(plan.filter { $0.hasPrefix("SCAN") }.allSatisfy { $0 == "SCAN CONSTANT ROW" || $0 == "SCAN pass" }, "\(plan)")
+            let keys = ["a", "b", "c"].map { ActivityKey(appID: "app_test", activityID: $0) }
+            let settle = SQLStore.settleStatement(keys, platforms: [.ios, .android])
+            #expect(settle.sql.components(separatedBy: "(?, ?)").count - 1 == 4, "three keys fill a list of four")
+            let plan = try await store.reader.query("EXPLAIN QUERY PLAN \(settle.sql)", settle.binds).compactMap { $0.column("detail")?.string }
+            // Only the list of keys is scanned; every table is searched by key.
+            #expect(plan.filter { $0.hasPrefix("SCAN") }.allSatisfy { $0.hasSuffix("VALUES CLAUSE") }, "\(plan)")
             #expect(plan.contains("SEARCH i USING PRIMARY KEY (app_id=? AND activity_id=?)"), "\(plan)")
         }
     }
@@ -65,14 +65,12 @@ struct ClaimOrderTests {
 
             let now = t0.addingTimeInterval(5)
             let key = { ActivityKey(appID: "app_test", activityID: $0) }
-            #expect(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) == .settled(key("nobody")))
-            #expect(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) == .settled(key("android")))
-            guard case .claimed(let claim)? = try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) else {
-                Issue.record("the watched activity was not claimed")
-                return
-            }
-            #expect(claim.activity.activityID == "watched")
-            #expect(claim.activity.dispatchedSequence == 0, "a claimed activity is not marked done")
+            // One look: the two with nothing behind are marked done, in the order they fell due; "watched" is leased.
+            let found = try #require(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]))
+            #expect(found.settled == [key("nobody"), key("android")])
+            #expect(found.claim?.activity.activityID == "watched")
+            #expect(found.claim?.owner == "w")
+            #expect(found.claim?.activity.dispatchedSequence == 0, "a claimed activity is not marked done")
             // The settled ones are done: nothing else is due, and their rows carry no lease.
             #expect(try await store.claimPendingActivity(owner: "w", now: now.addingTimeInterval(10), lease: 30, platforms: [.ios]) == nil)
             for activityID in ["nobody", "android"] {
@@ -83,6 +81,28 @@ struct ClaimOrderTests {
             // A newer state for the Android phone is claimed by an engine that sends to Android.
             _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "android", contentState: ["n": 2]), at: now)
             #expect(try await store.claimToSend(owner: "w2", now: now, lease: 30)?.activity.activityID == "android")
+        }
+    }
+
+    @Test("one claim looks at a few dozen activities at most; the next one goes on from there", arguments: StoreKind.available)
+    func claimLooksAtABoundedNumber(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            let count = SQLStore.claimLooksAt + 6
+            for index in 0..<count {
+                _ = try await store.acceptUpdate(
+                    ActivityUpdate(appID: "app_test", activityID: String(format: "a%03d", index), contentState: ["n": 1]),
+                    at: t0.addingTimeInterval(Double(index))
+                )
+            }
+            let now = t0.addingTimeInterval(Double(count))
+            let first = try #require(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]))
+            #expect(first.claim == nil)
+            #expect(first.settled.map(\.activityID) == (0..<SQLStore.claimLooksAt).map { String(format: "a%03d", $0) })
+            let second = try #require(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]))
+            #expect(second.settled.map(\.activityID) == (SQLStore.claimLooksAt..<count).map { String(format: "a%03d", $0) })
+            #expect(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) == nil)
         }
     }
 
@@ -126,9 +146,6 @@ extension DispatchStore {
     /// Claims the pending activity due first for an engine sending to iOS and Android: the claim when it had something to
     /// send; `nil` when nothing was due, or when the claim found nothing to send and marked the activity done.
     func claimToSend(owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
-        guard case .claimed(let claim)? = try await claimPendingActivity(owner: owner, now: now, lease: lease, platforms: [.ios, .android]) else {
-            return nil
-        }
-        return claim
+        try await claimPendingActivity(owner: owner, now: now, lease: lease, platforms: [.ios, .android])?.claim
     }
 }
