@@ -121,12 +121,17 @@ extension SQLStore {
             durability: engineDurability, isolation: .lockingRows
         ) { db in
             if db.dialect == .postgres {
-                // The pick walks `activities_due` in its order and stops after the rows it takes. PostgreSQL plans it
-                // from statistics, which lag behind a burst of updates: believing a few dozen activities pending when
-                // thousands were, it read them all and sorted them for each claim (10 ms a claim, the engine at 300
-                // claims a second for 20 s after a burst of 10,000 updates). Without sorts the walk is its only plan.
-                // Sent with BEGIN, without a round trip of its own.
+                // Every step here looks rows up by key, and PostgreSQL plans each from statistics that mislead it:
+                // - they lag behind a burst of updates. Believing a few dozen activities pending when thousands were,
+                //   the pick read them all and sorted them for each claim (10 ms a claim, the engine at 300 claims a
+                //   second for 20 s after a burst of 10,000 updates). Without sorts, walking the index is its only plan.
+                // - they say nothing of one activity's instances but on the whole. When one activity has them all (a
+                //   100,000-instance fan-out), the settle's search for an instance behind, one per activity looked at,
+                //   read every instance of the table for each activity that had none: 0.5 – 2.5 s a claim, every
+                //   update behind it waiting. Without sequential scans it takes the primary key.
+                // Sent with BEGIN, without a round trip of their own.
                 try db.execute("SET LOCAL enable_sort = off", [])
+                try db.execute("SET LOCAL enable_seqscan = off", [])
             }
             let picked = try db.query(
                 Self.pickStatement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]
@@ -239,25 +244,27 @@ extension SQLStore {
         for (pushed, tally) in progress.priority10Tallies {
             rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].tally = tally
         }
-        // Up to 1,000 instances a statement (4,000 bound values, well under SQLite's limit): a batch is one statement.
+        // Up to 1,000 instances a statement (6,000 bound values, well under SQLite's limit): a batch is one statement.
+        // Each row of the list carries the whole key, app and activity too, so that the only way to the instances is
+        // the primary key, one lookup a row: given the app and activity once, PostgreSQL could also read all of the
+        // activity's instances and match them, and did whenever its statistics said the activity had a handful.
         for chunk in Array(rows).chunked(into: 1000) {
             var binds: [SQLiteData] = []
-            binds.reserveCapacity(chunk.count * 4 + 2)
+            binds.reserveCapacity(chunk.count * 6)
             for (instance, row) in chunk {
                 binds += [
-                    .text(instance.deviceID), .text(instance.token), row.sequence.map { .integer(Int($0)) } ?? .null,
-                    row.tally.map { .integer(Int($0.packed)) } ?? .null,
+                    .text(progress.appID), .text(progress.activityID), .text(instance.deviceID), .text(instance.token),
+                    row.sequence.map { .integer(Int($0)) } ?? .null, row.tally.map { .integer(Int($0.packed)) } ?? .null,
                 ]
             }
-            binds += [.text(progress.appID), .text(progress.activityID)]
             statements.append((
                 """
                 UPDATE instances SET
-                    delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column3, instances.delivered_sequence)),
-                    priority10_tally = COALESCE(CAST(v.column4 AS BIGINT), instances.priority10_tally)
-                FROM (VALUES \(Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
-                WHERE instances.app_id = ? AND instances.activity_id = ?
-                  AND instances.device_id = v.column1 AND instances.push_token = v.column2
+                    delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column5, instances.delivered_sequence)),
+                    priority10_tally = COALESCE(CAST(v.column6 AS BIGINT), instances.priority10_tally)
+                FROM (VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
+                WHERE instances.app_id = v.column1 AND instances.activity_id = v.column2
+                  AND instances.device_id = v.column3 AND instances.push_token = v.column4
                 """,
                 binds
             ))
@@ -271,13 +278,15 @@ extension SQLStore {
                     statements.append((
                         """
                         UPDATE instances SET state = ?, updated_at = ?
-                        FROM (VALUES \(Array(repeating: "(?, ?)", count: chunk.count).joined(separator: ","))) AS v
-                        WHERE instances.app_id = ? AND instances.activity_id = ? AND instances.state = ?
-                          AND instances.device_id = v.column1 AND instances.push_token = v.column2
+                        FROM (VALUES \(Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
+                        WHERE instances.app_id = v.column1 AND instances.activity_id = v.column2
+                          AND instances.device_id = v.column3 AND instances.push_token = v.column4 AND instances.state = ?
                         """,
                         [.text(next.rawValue), .integer(nowMillis)]
-                            + chunk.flatMap { [SQLiteData.text($0.deviceID), .text($0.token)] }
-                            + [.text(progress.appID), .text(progress.activityID), .text(state.rawValue)]
+                            + chunk.flatMap {
+                                [SQLiteData.text(progress.appID), .text(progress.activityID), .text($0.deviceID), .text($0.token)]
+                            }
+                            + [.text(state.rawValue)]
                     ))
                 }
             }
@@ -295,6 +304,16 @@ extension SQLStore {
         }
         statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
         statements += progress.events.map { Self.eventStatement($0, at: now) }
+        if dialect == .postgres {
+            // Each statement joins its list of instances to their rows by primary key, one lookup a row. PostgreSQL plans
+            // from statistics that may date from when the activity had a handful of instances: believing so, it hashed
+            // (or, told not to, scanned for each row) all of the activity's instances for each batch (100,000 of them:
+            // 100 – 200 ms a batch of 256, rounds of 20 – 50 s instead of 3.5) until the next automatic ANALYZE. With the
+            // whole key in each row, and without hash or merge joins, the lookups are its only plan. Sent with BEGIN,
+            // without a round trip of their own.
+            let keyedJoinsOnly: [(sql: String, binds: [SQLiteData])] = [("SET LOCAL enable_hashjoin = off", []), ("SET LOCAL enable_mergejoin = off", [])]
+            statements.insert(contentsOf: keyedJoinsOnly, at: 0)
+        }
         // Progress is bookkeeping: if a power cut loses it, those instances are sent their state again.
         //
         // At READ COMMITTED on PostgreSQL: every statement changes rows it names by key (locking them as it does), and a
