@@ -195,9 +195,10 @@ public protocol DispatchStore: Sendable {
     ) async throws -> [InstanceRecord]
     /// Records a page's progress and attempts in one transaction.
     func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws
-    /// Releases the claim. When no active instance on `platforms` is behind the activity's current sequence,
-    /// the activity is done (returns true) until a newer sequence or a new token arrives; otherwise it stays
-    /// pending and is not claimed again before `retryAt` (now when nil).
+    /// Releases the claim. When nothing on the activity is behind its current sequence (no active instance on
+    /// `platforms`, no start audience, no broadcast, no slices of a shared fan-out), the activity is done (returns true)
+    /// until a newer sequence or a new token arrives; otherwise it stays pending and is not claimed again before
+    /// `retryAt` (now when nil).
     @discardableResult
     func releaseClaim(
         appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?

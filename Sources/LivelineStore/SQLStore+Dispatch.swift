@@ -41,8 +41,8 @@ extension SQLStore {
     /// send, and leased to nobody; it returns their keys. An activity nobody watches costs the engine a part of this
     /// one write instead of a claim, the reads of a pass and a release.
     ///
-    /// The keys are given as a list of `buckets` pairs (a power of two, the last key repeated to fill it), so that
-    /// the statement has few texts, each prepared once on PostgreSQL. Binds: the returned ones.
+    /// The keys go in a list whose length is a power of two (the last key repeated to fill it), so that the statement
+    /// has few texts, each prepared once on PostgreSQL. Binds: the returned ones.
     static func settleStatement(_ keys: [ActivityKey], platforms: [Platform]) -> (sql: String, binds: [SQLiteData]) {
         var filled = keys
         while filled.count & (filled.count - 1) != 0 { filled.append(keys[keys.count - 1]) }
