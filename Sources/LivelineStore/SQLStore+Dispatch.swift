@@ -120,19 +120,15 @@ extension SQLStore {
         let found: (settled: [ActivityKey], leased: StoreRow?)? = try await transaction(
             durability: engineDurability, isolation: .lockingRows
         ) { db in
-            if db.dialect == .postgres {
-                // Every step here looks rows up by key, and PostgreSQL plans each from statistics that mislead it:
-                // - they lag behind a burst of updates. Believing a few dozen activities pending when thousands were,
-                //   the pick read them all and sorted them for each claim (10 ms a claim, the engine at 300 claims a
-                //   second for 20 s after a burst of 10,000 updates). Without sorts, walking the index is its only plan.
-                // - they say nothing of one activity's instances but on the whole. When one activity has them all (a
-                //   100,000-instance fan-out), the settle's search for an instance behind, one per activity looked at,
-                //   read every instance of the table for each activity that had none: 0.5 – 2.5 s a claim, every
-                //   update behind it waiting. Without sequential scans it takes the primary key.
-                // Sent with BEGIN, without a round trip of their own.
-                try db.execute("SET LOCAL enable_sort = off", [])
-                try db.execute("SET LOCAL enable_seqscan = off", [])
-            }
+            // Every step here looks rows up by key, and PostgreSQL plans each from statistics that mislead it:
+            // - they lag behind a burst of updates. Believing a few dozen activities pending when thousands were, the
+            //   pick read them all and sorted them for each claim (10 ms a claim, the engine at 300 claims a second for
+            //   20 s after a burst of 10,000 updates). Without sorts, walking the index is its only plan.
+            // - they say nothing of one activity's instances but on the whole. When one activity has them all (a
+            //   100,000-instance fan-out), the settle's search for an instance behind, one per activity looked at, read
+            //   every instance of the table for each activity that had none: 0.5 – 2.5 s a claim, every update behind
+            //   it waiting. Without sequential scans it takes the primary key.
+            try db.setLocal([("enable_sort", "off"), ("enable_seqscan", "off")])
             let picked = try db.query(
                 Self.pickStatement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]
             ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
@@ -304,23 +300,22 @@ extension SQLStore {
         }
         statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
         statements += progress.events.map { Self.eventStatement($0, at: now) }
-        if dialect == .postgres {
-            // Each statement joins its list of instances to their rows by primary key, one lookup a row. PostgreSQL plans
-            // from statistics that may date from when the activity had a handful of instances: believing so, it hashed
-            // (or, told not to, scanned for each row) all of the activity's instances for each batch (100,000 of them:
-            // 100 – 200 ms a batch of 256, rounds of 20 – 50 s instead of 3.5) until the next automatic ANALYZE. With the
-            // whole key in each row, and without hash or merge joins, the lookups are its only plan. Sent with BEGIN,
-            // without a round trip of their own.
-            let keyedJoinsOnly: [(sql: String, binds: [SQLiteData])] = [("SET LOCAL enable_hashjoin = off", []), ("SET LOCAL enable_mergejoin = off", [])]
-            statements.insert(contentsOf: keyedJoinsOnly, at: 0)
-        }
         // Progress is bookkeeping: if a power cut loses it, those instances are sent their state again.
         //
         // At READ COMMITTED on PostgreSQL: every statement changes rows it names by key (locking them as it does), and a
         // delivered sequence only rises (`MAX`). Serializable, the batches of a shared fan-out's slices, written at once
         // by several engines, collided: the first run that shared a 100,000-instance fan-out logged 520 serialization
         // failures at COMMIT, where pipelined batches settle, each one a batch written again.
-        try await transaction(statements: statements, durability: .bookkeeping, isolation: .lockingRows)
+        //
+        // Each statement joins its list of instances to their rows by primary key, one lookup a row. PostgreSQL plans
+        // from statistics that may date from when the activity had a handful of instances: believing so, it hashed (or,
+        // told not to, scanned for each row) all of the activity's instances for each batch (100,000 of them: 100 – 200
+        // ms a batch of 256, rounds of 20 – 50 s instead of 3.5) until the next automatic ANALYZE. With the whole key in
+        // each row, and without hash or merge joins, the lookups are its only plan.
+        try await transaction(
+            statements: statements, durability: .bookkeeping, isolation: .lockingRows,
+            settings: [("enable_hashjoin", "off"), ("enable_mergejoin", "off")]
+        )
     }
 
     @discardableResult

@@ -171,11 +171,13 @@ public final class SQLStore: Store, DispatchStore {
         try await writer.write(durability: durability, isolation: isolation, body)
     }
 
-    /// Runs `statements` in one write transaction.
+    /// Runs `statements` in one write transaction, with PostgreSQL's `settings` for it (``SQLConnection/setLocal(_:)``).
     func transaction(
-        statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full, isolation: WriteIsolation = .serializable
+        statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full, isolation: WriteIsolation = .serializable,
+        settings: [(name: String, value: String)] = []
     ) async throws {
         try await writer.write(durability: durability, isolation: isolation) { db in
+            try db.setLocal(settings)
             for statement in statements { try db.execute(statement.sql, statement.binds) }
         }
     }

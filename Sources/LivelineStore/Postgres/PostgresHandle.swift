@@ -9,7 +9,7 @@ import Synchronization
 /// One connection to PostgreSQL, used by one thread at a time, that runs the Store's statements and waits for each
 /// answer: the Store's logic runs unchanged on it (``PostgresDialect`` rewrites the text, values cross as `SQLiteData`).
 ///
-/// A statement said again on this connection is prepared the second time (``send(_:_:)``): from then on PostgreSQL
+/// A statement said again on this connection is prepared the second time (``sendStatement(_:_:)``): from then on PostgreSQL
 /// does not parse and analyze it anew for each call; it plans it for the values bound, and runs it.
 ///
 /// A connection the server closed (a restart, a network cut) is opened again only between transactions
@@ -26,6 +26,8 @@ final class PostgresHandle: SQLConnection {
     private var unsettled: [EventLoopFuture<[PostgresRow]>] = []
     /// The first failure among them in the transaction under way.
     private var transactionFailure: (any Error)?
+    /// Settings for the transaction under way (``setLocal(_:)``) still to be sent, with the next statement.
+    private var pendingSettings: [(name: String, value: String)] = []
     /// The statements prepared on this connection.
     private var prepared: [PreparedStatementKey: PreparedQuery] = [:]
     /// Statements sent once, unprepared: one sent again is prepared.
@@ -76,6 +78,28 @@ final class PostgresHandle: SQLConnection {
         return try answers.map { try rows(of: waitFor($0)) }
     }
 
+    /// Keeps `settings` for the transaction under way, to be sent with its next statement as one `set_config` each (the
+    /// `true` keeps each to the transaction, as `SET LOCAL` does), all in one statement.
+    func setLocal(_ settings: [(name: String, value: String)]) throws {
+        pendingSettings += settings
+    }
+
+    /// Sends one statement and returns its answer to come, after the settings kept by ``setLocal(_:)``, if any.
+    private func send(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
+        if !pendingSettings.isEmpty {
+            let settings = pendingSettings
+            pendingSettings = []
+            // Its answer is settled with the others sent without waiting: a setting PostgreSQL refuses fails the write.
+            unsettled.append(
+                try sendStatement(
+                    "SELECT " + Array(repeating: "set_config(?, ?, true)", count: settings.count).joined(separator: ", "),
+                    settings.flatMap { [SQLiteData.text($0.name), .text($0.value)] }
+                )
+            )
+        }
+        return try sendStatement(sql, binds)
+    }
+
     /// Sends one statement and returns its answer to come.
     ///
     /// A statement with bound values is prepared the second time this connection says it (``preparedLimit`` at most):
@@ -83,7 +107,7 @@ final class PostgresHandle: SQLConnection {
     /// later call binds, plans and runs it (plans stay custom: see ``connect(_:logger:)``). Its placeholders carry their values' types (``PostgresDialect/translate(_:parameterTypes:)``),
     /// as the types sent with an unprepared statement do, so both read the statement alike. A statement that cannot be
     /// prepared (in a transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
-    private func send(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
+    private func sendStatement(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
         let connection = try openConnection()
         guard !binds.isEmpty else { return connection.query(Self.query(sql, binds), logger: logger).map(\.rows) }
         let key = PreparedStatementKey(sql: sql, parameterTypes: binds.map(PostgresParameterType.init))
@@ -169,6 +193,7 @@ final class PostgresHandle: SQLConnection {
     func endTransaction() {
         _ = try? settle()
         transactionFailure = nil
+        pendingSettings = []
     }
 
     private func openConnection() throws -> PostgresConnection {

@@ -131,8 +131,9 @@ final class PostgresPool: StoreWriter, StoreReader {
             // Once COMMIT is sent, a lost connection leaves the write's outcome unknown: it is not run again.
             var commitSent = false
             do {
-                // BEGIN and the bookkeeping setting go out with the body's first statement, without a round trip
-                // each; the body's other statements whose outcome nothing waits for too (``SQLConnection/execute``).
+                // BEGIN goes out with the body's first statement, without a round trip of its own, and the bookkeeping
+                // setting in one statement with the body's own settings (``SQLConnection/setLocal(_:)``); the body's
+                // other statements whose outcome nothing waits for too (``SQLConnection/execute``).
                 switch isolation {
                 case .serializable:
                     try db.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", [])
@@ -142,7 +143,7 @@ final class PostgresPool: StoreWriter, StoreReader {
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                     try db.execute("SELECT pg_advisory_xact_lock(\(lock))", [])
                 }
-                if durability == .bookkeeping { try db.execute("SET LOCAL synchronous_commit = off", []) }
+                if durability == .bookkeeping { try db.setLocal([("synchronous_commit", "off")]) }
                 let result = try body(db)
                 let committing = ContinuousClock.now
                 // PostgreSQL answers COMMIT with success even for a transaction a failed statement aborted (it

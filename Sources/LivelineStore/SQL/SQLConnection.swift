@@ -44,6 +44,13 @@ protocol SQLConnection: AnyObject {
     /// its client sends a statement only once the one before has been answered, so each statement saved is a round
     /// trip saved, on both sides of the connection.
     func executeTogether(_ statements: [(sql: String, binds: [SQLiteData])]) throws
+
+    /// Changes settings of PostgreSQL's for the rest of the write's transaction (as `SET LOCAL` does), such as the
+    /// planner's `enable_seqscan` or `synchronous_commit`.
+    ///
+    /// PostgreSQL sends them with the next statement, all in one (`SELECT set_config(…, true), …`), rather than in a
+    /// message and a round trip each. SQLite has no such settings: it does nothing.
+    func setLocal(_ settings: [(name: String, value: String)]) throws
 }
 
 extension SQLConnection {
@@ -58,6 +65,8 @@ extension SQLConnection {
     func executeTogether(_ statements: [(sql: String, binds: [SQLiteData])]) throws {
         for statement in statements { try execute(statement.sql, statement.binds) }
     }
+
+    func setLocal(_ settings: [(name: String, value: String)]) throws {}
 
     /// `clause` (`FOR UPDATE`, `FOR SHARE`) to end a `SELECT` with on PostgreSQL, where a write at
     /// ``WriteIsolation/lockingRows`` locks the rows its decisions rest on; nothing on SQLite, whose one writer runs
