@@ -94,8 +94,9 @@ public final class Dispatcher: Service, Sendable {
         self.owner = "dispatcher-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.lowercased())"
     }
 
-    /// Tells the engine new work may be waiting (called after an update is committed).
-    public func wake() { wakeSignal.wake() }
+    /// Tells the engine new work may be waiting (called after an update is committed): one idle worker looks for it,
+    /// and wakes another if it found some (there may be more).
+    public func wake() { wakeSignal.wakeOne() }
 
     /// Runs until graceful shutdown: claimed work in flight is finished and its claim handed back.
     public func run() async throws {
@@ -122,7 +123,10 @@ public final class Dispatcher: Service, Sendable {
                     owner: workerOwner, now: now(), lease: configuration.claimLease, platforms: configuration.platforms
                 ) {
                     // The claim marked done those with nothing behind; the first with something to send is this
-                    // worker's. Either way, on to the next look.
+                    // worker's. Either way, on to the next look. There may be more than one claim took: another idle
+                    // worker looks too, and so on while looks find work. (Woken all at once for each update, idle
+                    // workers looked in vain several times an update.)
+                    wakeSignal.wakeOne()
                     if let claim = found.claim { try await deliver(claim) }
                     continue
                 }
@@ -130,6 +134,7 @@ public final class Dispatcher: Service, Sendable {
                 if configuration.sliceSize != nil,
                     let slice = try await store.claimSlice(owner: workerOwner, now: now(), lease: configuration.claimLease, of: nil)
                 {
+                    wakeSignal.wakeOne()
                     await send(slice)
                     continue
                 }

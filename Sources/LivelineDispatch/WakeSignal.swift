@@ -1,8 +1,8 @@
 import ServiceLifecycle
 import NIOConcurrencyHelpers
 
-/// How idle engine workers wait for work: ``wake()`` lets every worker waiting in ``wait()`` go on at once, or — when
-/// none is waiting — the next one that waits.
+/// How idle engine workers wait for work: ``wake()`` lets every worker waiting in ``wait()`` go on at once, and
+/// ``wakeOne()`` the one that has waited longest; either, when none is waiting, lets the next one that waits go on.
 ///
 /// It replaces an `AsyncStream` shared by the workers: cancelling one worker's wait (its poll interval ran out first)
 /// finished that stream for everyone, after which every wait returned at once and the idle engine spun on the Store
@@ -29,7 +29,20 @@ final class WakeSignal: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Returns after the next ``wake()`` (at once if one came while nobody waited), or when the task is cancelled.
+    /// Wakes the worker that has waited longest, or the next one to wait: for work one worker can take, which it passes
+    /// on (with another ``wakeOne()``) when it finds there was more.
+    func wakeOne() {
+        let waiter: CheckedContinuation<Void, Never>? = state.withLockedValue { state in
+            guard let oldest = state.waiters.keys.min() else {
+                state.pending = true
+                return nil
+            }
+            return state.waiters.removeValue(forKey: oldest)
+        }
+        waiter?.resume()
+    }
+
+    /// Returns after the next ``wake()`` or ``wakeOne()`` (at once if one came while nobody waited), or when the task is cancelled.
     func wait() async {
         let id = state.withLockedValue { state in
             defer { state.nextID += 1 }

@@ -53,8 +53,12 @@ func buildApplication(
             try await store.close()
         }
         let listening: [any Service] = store.nodeWakeChannel.map { channel in
-            [NodeWakeService(channel: channel) {
-                dispatcher.wake()
+            [NodeWakeService(channel: channel) { announcer in
+                // Work this node committed woke its engine there and then (``WakingEveryNode``; a shared fan-out's
+                // slices, the engine that cut them): only another node's work wakes it here, rather than every worker
+                // looking again, in vain, for each announcement of its own. The webhook deliverer is woken by every
+                // announcement: this node's events too.
+                if announcer == .anotherNode { dispatcher.wake() }
                 webhooks.wake()
             }]
         } ?? []
@@ -82,7 +86,8 @@ struct WakingEveryNode: DeliveryWaking {
     }
 }
 
-/// Tells every node sharing the database (this one too) that work waits: a fan-out cut into slices for them.
+/// Tells the other nodes sharing the database that work waits: a fan-out cut into slices for them (the engine that cut
+/// them wakes its own workers).
 struct AnnouncingToNodes: DeliveryWaking {
     let channel: NodeWakeChannel
 
@@ -92,7 +97,7 @@ struct AnnouncingToNodes: DeliveryWaking {
 /// Hears the other nodes' wake-ups (and sends this node's) until graceful shutdown.
 struct NodeWakeService: Service {
     let channel: NodeWakeChannel
-    let onWake: @Sendable () -> Void
+    let onWake: @Sendable (NodeWakeChannel.Announcer) -> Void
 
     func run() async throws {
         await cancelWhenGracefulShutdown { await channel.run(onWake: onWake) }

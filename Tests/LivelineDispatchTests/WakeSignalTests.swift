@@ -63,4 +63,39 @@ struct WakeSignalTests {
             #expect(await Self.finishes(within: 5) { await waiter.value })
         }
     }
+
+    @Test("wakeOne lets the worker waiting longest go, and only it; with nobody waiting, the next wait")
+    func wakesOneWaiter() async throws {
+        let signal = WakeSignal()
+        let woken = WokenOrder()
+        let first = Task {
+            await signal.wait()
+            await woken.add(1)
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        let second = Task {
+            await signal.wait()
+            await woken.add(2)
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        signal.wakeOne()
+        await first.value
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(await woken.order == [1], "one wake, one worker: the one waiting longest")
+        signal.wakeOne()
+        await second.value
+        #expect(await woken.order == [1, 2])
+        signal.wakeOne()
+        #expect(await Self.finishes(within: 5) { await signal.wait() }, "a wake with nobody waiting lets the next wait through")
+        #expect(await !Self.finishes(within: 0.2) { await signal.wait() })
+    }
+}
+
+/// The order in which waiting tasks were woken.
+private actor WokenOrder {
+    var order: [Int] = []
+
+    func add(_ waiter: Int) {
+        order.append(waiter)
+    }
 }

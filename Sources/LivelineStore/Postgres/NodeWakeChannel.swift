@@ -9,10 +9,22 @@ import PostgresNIO
 /// A node ``announce()``s after it committed work for the engines (the API calls it beside waking its own engine);
 /// announcements made while one is being sent are folded into the next, so a burst of writes costs a few `NOTIFY`s,
 /// not one each, and no write's commit carries one (a `NOTIFY` inside a writing transaction would serialize the
-/// server's commits). Every node, this one included, hears each announcement and wakes its engines.
+/// server's commits). Every node hears each announcement, this one too, and is told whose it was: an announcement
+/// carries its node's id.
 public final class NodeWakeChannel: Sendable {
     /// The `LISTEN` / `NOTIFY` channel.
     static let channel = "liveline_wake"
+
+    /// Whose announcement was heard.
+    public enum Announcer: Sendable, Hashable {
+        /// This node's own: whatever it committed woke its own engines when it was committed.
+        case thisNode
+        /// Another node's, or any node's while this one was not listening (heard after a reconnection).
+        case anotherNode
+    }
+
+    /// This node's announcements' payload, which tells them apart from the other nodes'.
+    private let nodeID = UUID().uuidString.lowercased()
 
     private let url: PostgresDatabaseURL
     private let logger: Logger
@@ -30,9 +42,10 @@ public final class NodeWakeChannel: Sendable {
         announcer.yield()
     }
 
-    /// Listens and sends announcements until cancelled, calling `onWake` for each announcement heard; reconnects
-    /// (after a second) when the connection is lost. Run it once per process.
-    public func run(onWake: @escaping @Sendable () -> Void) async {
+    /// Listens and sends announcements until cancelled, calling `onWake` for each announcement heard, with whose it
+    /// was; reconnects (after a second) when the connection is lost, and calls `onWake(.anotherNode)` then. Run it
+    /// once per process.
+    public func run(onWake: @escaping @Sendable (Announcer) -> Void) async {
         var id = 0
         while !Task.isCancelled {
             id += 1
@@ -51,20 +64,23 @@ public final class NodeWakeChannel: Sendable {
                 try? await Task.sleep(for: .seconds(1))
             }
             // Whatever happened while disconnected: look for work at once.
-            onWake()
+            onWake(.anotherNode)
         }
     }
 
-    private func serve(on connection: PostgresConnection, onWake: @escaping @Sendable () -> Void) async throws {
+    private func serve(on connection: PostgresConnection, onWake: @escaping @Sendable (Announcer) -> Void) async throws {
         let logger = self.logger
         let announcements = self.announcements
+        let nodeID = self.nodeID
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                for try await _ in try await connection.listen(Self.channel) { onWake() }
+                for try await notification in try await connection.listen(Self.channel) {
+                    onWake(notification.payload == nodeID ? .thisNode : .anotherNode)
+                }
             }
             group.addTask {
                 for await _ in announcements {
-                    try await connection.query("SELECT pg_notify('liveline_wake', '')", logger: logger)
+                    try await connection.query("SELECT pg_notify('liveline_wake', \(nodeID))", logger: logger)
                 }
             }
             // Either ends only when the connection fails (or the task is cancelled): then both go.
