@@ -214,7 +214,7 @@ let package = Package(
             dependencies: [
                 "LivelineStore", "LivelineCore", "LivelineTestSupport", .product(name: "SQLiteNIO", package: "sqlite-nio"),
                 .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]
         ),
         .testTarget(

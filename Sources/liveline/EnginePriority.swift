@@ -14,7 +14,8 @@ import Glibc
 /// A fan-out keeps every core busy; an accept must not wait for it. The engine's jobs run on the push clients' event
 /// loops (NIO's shared group, where the APNs and FCM connections already live) instead of Swift's cooperative pool,
 /// and those threads get a niceness (Linux: per thread, `setpriority`): the kernel then serves the API's event
-/// loops and the Store's writer first. Niceness 0 leaves everything as it was.
+/// loops and the Store's writer first (SQLite's writer thread; PostgreSQL's connections, on event loops of their own).
+/// Niceness 0 leaves everything as it was.
 struct LowPriorityEngine: Service {
     let dispatcher: Dispatcher
     let niceness: Int
