@@ -42,7 +42,8 @@ final class WakeSignal: Sendable {
         waiter?.resume()
     }
 
-    /// Returns after the next ``wake()`` or ``wakeOne()`` (at once if one came while nobody waited), or when the task is cancelled.
+    /// Returns after the next ``wake()`` or ``wakeOne()`` (at once if one came while nobody waited), or when the task
+    /// is cancelled.
     func wait() async {
         let id = state.withLockedValue { state in
             defer { state.nextID += 1 }

@@ -71,4 +71,32 @@ struct PipelinedStatementTests {
             #expect(try await scratchCount(store) == 40)
         }
     }
+
+    /// PostgreSQL only: SQLite has no such settings, and `setLocal` does nothing there.
+    @Test("on PostgreSQL a write's settings hold for its transaction only; one PostgreSQL refuses fails the write", .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set"))
+    func settingsHoldForTheTransaction() async throws {
+        // One connection: each write below runs on the one before's.
+        try await withTemporaryPostgresPool(count: 1) { pool, _ in
+            try await pool.write(durability: .full) { db in try db.query("CREATE TABLE scratch (n INTEGER NOT NULL)") }
+            let inside = try await pool.write(durability: .full) { db in
+                try db.setLocal([("enable_seqscan", "off"), ("enable_hashjoin", "off")])
+                try db.execute("INSERT INTO scratch (n) VALUES (1)", [])
+                return try db.query("SELECT current_setting('enable_seqscan') AS s, current_setting('enable_hashjoin') AS h")
+                    .first.map { [$0.column("s")?.string, $0.column("h")?.string] }
+            }
+            #expect(inside == ["off", "off"])
+            let after = try await pool.write(durability: .full) { db in
+                try db.query("SELECT current_setting('enable_seqscan') AS s").first?.column("s")?.string
+            }
+            #expect(after == "on", "a write's setting stays out of the next write on its connection")
+            await #expect(throws: (any Error).self) {
+                try await pool.write(durability: .full) { db in
+                    try db.setLocal([("enable_seqscan", "perhaps")])
+                    try db.execute("INSERT INTO scratch (n) VALUES (2)", [])
+                }
+            }
+            let count = try await pool.read { db in try db.query("SELECT COUNT(*) AS n FROM scratch").first?.column("n")?.integer }
+            #expect(count == 1, "nothing of the write whose setting was refused is committed")
+        }
+    }
 }

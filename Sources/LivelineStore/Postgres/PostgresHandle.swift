@@ -71,8 +71,8 @@ final class PostgresHandle: SQLConnection {
     /// and write of the API waited for its answers behind the engine's work: during a fan-out of 100,000 pushes,
     /// updates to other activities were accepted in 19 – 29 ms (p50, p99 166 – 264 ms), against about 2 ms on SQLite,
     /// whose writer has a thread of its own; here, 7 – 8 ms (p99 44 – 111 ms). Half the cores, one at least: a
-    /// connection's event loop only moves its messages, and on two cores a second thread cost the API's updates about a
-    /// tenth of their rate.
+    /// connection's event loop only moves its messages, and on two cores a second thread cost the API's updates up to
+    /// a fifth of their rate.
     private static let eventLoops = MultiThreadedEventLoopGroup(numberOfThreads: max(1, System.coreCount / 2))
 
     @discardableResult
