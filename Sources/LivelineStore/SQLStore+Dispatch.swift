@@ -220,7 +220,31 @@ extension SQLStore {
     }
 
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
-        // The statements are built first, then run back to back while holding the writer.
+        // Progress is bookkeeping: if a power cut loses it, those instances are sent their state again.
+        //
+        // At READ COMMITTED on PostgreSQL: every statement changes rows it names by key (locking them as it does), and a
+        // delivered sequence only rises (`MAX`). Serializable, the batches of a shared fan-out's slices, written at once
+        // by several engines, collided: the first run that shared a 100,000-instance fan-out logged 520 serialization
+        // failures at COMMIT, where pipelined batches settle, each one a batch written again.
+        try await transaction(
+            statements: Self.progressStatements(progress, at: now), durability: .bookkeeping, isolation: .lockingRows,
+            settings: Self.progressSettings
+        )
+    }
+
+    /// PostgreSQL's settings for a write of progress (``progressStatements(_:at:)``).
+    ///
+    /// Each statement joins its list of instances to their rows by primary key, one lookup a row. PostgreSQL plans from
+    /// statistics that may date from when the activity had a handful of instances: believing so, it hashed all of the
+    /// activity's instances for each batch, or, told not to, read them all once and matched each row of the list against
+    /// every one of them (100,000 of them: 100 – 200 ms a batch of 256, rounds of 20 – 50 s instead of 3.5) until the
+    /// next automatic `ANALYZE`. Without hash joins, merge joins or sequential scans, the lookups are its only plan.
+    static let progressSettings: [(name: String, value: String)] = [
+        ("enable_hashjoin", "off"), ("enable_mergejoin", "off"), ("enable_seqscan", "off"),
+    ]
+
+    /// The statements that write `progress`, run back to back in one transaction.
+    static func progressStatements(_ progress: DeliveryProgress, at now: Date) -> [(sql: String, binds: [SQLiteData])] {
         var statements: [(sql: String, binds: [SQLiteData])] = []
         let nowMillis = Self.millis(now)
         // Each statement joins a VALUES list on the primary key (app, activity, device): one lookup per instance,
@@ -300,22 +324,7 @@ extension SQLStore {
         }
         statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
         statements += progress.events.map { Self.eventStatement($0, at: now) }
-        // Progress is bookkeeping: if a power cut loses it, those instances are sent their state again.
-        //
-        // At READ COMMITTED on PostgreSQL: every statement changes rows it names by key (locking them as it does), and a
-        // delivered sequence only rises (`MAX`). Serializable, the batches of a shared fan-out's slices, written at once
-        // by several engines, collided: the first run that shared a 100,000-instance fan-out logged 520 serialization
-        // failures at COMMIT, where pipelined batches settle, each one a batch written again.
-        //
-        // Each statement joins its list of instances to their rows by primary key, one lookup a row. PostgreSQL plans
-        // from statistics that may date from when the activity had a handful of instances: believing so, it hashed (or,
-        // told not to, scanned for each row) all of the activity's instances for each batch (100,000 of them: 100 – 200
-        // ms a batch of 256, rounds of 20 – 50 s instead of 3.5) until the next automatic ANALYZE. With the whole key in
-        // each row, and without hash or merge joins, the lookups are its only plan.
-        try await transaction(
-            statements: statements, durability: .bookkeeping, isolation: .lockingRows,
-            settings: [("enable_hashjoin", "off"), ("enable_mergejoin", "off")]
-        )
+        return statements
     }
 
     @discardableResult

@@ -217,6 +217,60 @@ struct PostgresPlanTests {
             }
         }
     }
+
+    @Test("a write of progress looks each instance up by key, also with statistics from when its activity had a handful")
+    func progressByKeyWithStaleStatistics() async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            func run(_ sql: String) async throws {
+                try await store.transaction { db in try db.query(sql, []) }
+            }
+            // The instances of an earlier activity, purged; statistics taken while activity `a` had five instances;
+            // then 50,000 more, not analyzed, as when a burst of registrations comes between two automatic ANALYZEs.
+            // The statistics then put a few rows in the whole table.
+            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)")
+            for activity in ["old", "a"] {
+                try await run(
+                    "INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at) VALUES ('app_test', '\(activity)', 'active', 1, 0, 0)"
+                )
+            }
+            func addInstances(to activity: String, _ range: ClosedRange<Int>) async throws {
+                try await run(
+                    """
+                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, created_at, updated_at, priority10_tally)
+                    SELECT 'app_test', '\(activity)', 'd-' || n, 'ios', 't-' || n, 'active', 0, 0, 0
+                    FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
+                    """
+                )
+            }
+            try await addInstances(to: "old", 1...50_000)
+            try await run("DELETE FROM instances WHERE activity_id = 'old'")
+            try await addInstances(to: "a", 1...5)
+            try await run("ANALYZE instances")
+            try await addInstances(to: "a", 6...50_005)
+
+            let progress = DeliveryProgress(
+                appID: "app_test", activityID: "a",
+                delivered: (1_000..<1_256).map { PushedInstance(deviceID: "d-\($0)", token: "t-\($0)", sequence: 1) }
+            )
+            let write = try #require(SQLStore.progressStatements(progress, at: Date()).first)
+            func plan(settings: [(name: String, value: String)]) async throws -> String {
+                try await store.transaction { db in
+                    try db.setLocal(settings)
+                    return try db.query("EXPLAIN " + write.sql, write.binds).compactMap { $0.column("QUERY PLAN")?.string }
+                        .joined(separator: "\n")
+                }
+            }
+            // The trap is set: left to choose, PostgreSQL reads every instance and matches each row of the list to them.
+            let unguided = try await plan(settings: [])
+            #expect(unguided.contains("Seq Scan on instances"), "\(unguided)")
+            let guided = try await plan(settings: SQLStore.progressSettings)
+            #expect(guided.contains("instances_pkey"), "\(guided)")
+            for slow in ["Seq Scan on instances", "Hash Join", "Merge Join"] {
+                #expect(!guided.contains(slow), "\(guided)")
+            }
+        }
+    }
 }
 
 @Suite("PostgreSQL test server helpers")
