@@ -100,10 +100,12 @@ public struct ServeDevProcess {
         )
     }
 
-    /// Starts the server on fresh free ports and returns once all six accept connections. A port found free can be
-    /// taken by another test before the server binds it (tests run side by side, and CI saw `Address already in
-    /// use`): the server then exits, and is started again on other ports, up to `attempts` times. Throws with the
-    /// end of what the server printed when it exits for another reason or is not listening within `timeout`.
+    /// Starts the server for the first time in `root` on fresh free ports and returns once all six accept connections.
+    /// A port found free can be taken by another test before the server binds it (tests run side by side, and CI saw
+    /// `Address already in use`): the server then exits, and is started again on other ports, up to `attempts` times,
+    /// in a data directory emptied again: the attempt that exited may have made the demo app first, and printed its keys
+    /// to its own output, where a test reading the next attempt's would never find them (CI saw that too). Throws with
+    /// the end of what the server printed when it exits for another reason or is not listening within `timeout`.
     public static func startListening(
         root: URL, environment: [String: String] = [:], attempts: Int = 4, timeout: Duration = .seconds(60)
     ) async throws -> ServeDevProcess {
@@ -120,6 +122,7 @@ public struct ServeDevProcess {
             let printed = (try? String(contentsOf: server.output, encoding: .utf8)) ?? ""
             if printed.contains("Address already in use"), attempt < attempts {
                 attempt += 1
+                try? FileManager.default.removeItem(at: root.appendingPathComponent("data"))
                 continue
             }
             throw ServeDevProcessFailure(description: "liveline serve --dev did not start: \(printed.suffix(2000))")
