@@ -123,10 +123,10 @@ public final class Dispatcher: Service, Sendable {
                     owner: workerOwner, now: now(), lease: configuration.claimLease, platforms: configuration.platforms
                 ) {
                     // The claim marked done those with nothing behind; the first with something to send is this
-                    // worker's. Either way, on to the next look. There may be more than one claim took: another idle
-                    // worker looks too, and so on while looks find work. (Woken all at once for each update, idle
-                    // workers looked in vain several times an update.)
-                    wakeSignal.wakeOne()
+                    // worker's. Either way, on to the next look. When the claim left some due, another idle worker
+                    // looks too, and so on while looks find work. (Woken all at once for each update, idle workers
+                    // looked in vain several times an update.)
+                    if found.leftPending { wakeSignal.wakeOne() }
                     if let claim = found.claim { try await deliver(claim) }
                     continue
                 }

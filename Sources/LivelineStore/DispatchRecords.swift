@@ -24,11 +24,16 @@ public struct PendingActivityClaim: Sendable, Hashable {
     /// audience, no broadcast, no slices), in the order they fell due: marked done, as a release after a pass that found
     /// nothing to send would, and leased to nobody.
     public var settled: [ActivityKey]
+    /// Whether the claim may have left activities due for the next claims: one it looked at with something to send
+    /// besides the one it leased, or as many as a claim looks at (more may be due beyond them). When not, another
+    /// worker looking at once would find nothing.
+    public var leftPending: Bool
 
     /// Creates what a claim found.
-    public init(claim: DispatchClaim?, settled: [ActivityKey]) {
+    public init(claim: DispatchClaim?, settled: [ActivityKey], leftPending: Bool = true) {
         self.claim = claim
         self.settled = settled
+        self.leftPending = leftPending
     }
 }
 

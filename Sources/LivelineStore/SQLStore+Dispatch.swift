@@ -117,7 +117,7 @@ extension SQLStore {
         // the next statement, which reads afresh, sees it; or it waits for this claim's commit and then makes the
         // activity pending again. One statement could not do both: its reads would not see what committed after it
         // began. Serializable, claims failed one another by the thousand on the index pages they read.
-        let found: (settled: [ActivityKey], leased: StoreRow?)? = try await transaction(
+        let found: (settled: [ActivityKey], leased: StoreRow?, leftPending: Bool)? = try await transaction(
             durability: engineDurability, isolation: .lockingRows
         ) { db in
             // Every step here looks rows up by key, and PostgreSQL plans each from statistics that mislead it:
@@ -137,16 +137,20 @@ extension SQLStore {
             let settled = Set(try db.query(settle.sql, settle.binds).map {
                 ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id"))
             })
+            // Picked as many as a claim looks at: more may be due beyond them.
+            let lookedAtAll = picked.count < Self.claimLooksAt
             // The first in order with something behind is this claim's; the others stay pending for the next ones.
-            guard let first = picked.first(where: { !settled.contains($0) }) else { return (picked, nil) }
+            guard let first = picked.first(where: { !settled.contains($0) }) else { return (picked, nil, !lookedAtAll) }
             let leased = try db.query(
                 Self.leaseStatement,
                 [.text(owner), .integer(nowMillis + Int(lease * 1000)), .text(first.appID), .text(first.activityID)]
             ).first
-            return (picked.filter(settled.contains), leased)
+            return (picked.filter(settled.contains), leased, !lookedAtAll || picked.count - settled.count > 1)
         }
         guard let found else { return nil }
-        return PendingActivityClaim(claim: try found.leased.map { try Self.claim(from: $0, owner: owner) }, settled: found.settled)
+        return PendingActivityClaim(
+            claim: try found.leased.map { try Self.claim(from: $0, owner: owner) }, settled: found.settled, leftPending: found.leftPending
+        )
     }
 
     public func nextClaimableAt() async throws -> Date? {

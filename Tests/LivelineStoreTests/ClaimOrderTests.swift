@@ -100,9 +100,34 @@ struct ClaimOrderTests {
             let first = try #require(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]))
             #expect(first.claim == nil)
             #expect(first.settled.map(\.activityID) == (0..<SQLStore.claimLooksAt).map { String(format: "a%03d", $0) })
+            #expect(first.leftPending, "a claim that looked at as many as it may says more may be due")
             let second = try #require(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]))
             #expect(second.settled.map(\.activityID) == (SQLStore.claimLooksAt..<count).map { String(format: "a%03d", $0) })
+            #expect(!second.leftPending)
             #expect(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) == nil)
+        }
+    }
+
+    @Test("a claim says whether it left activities due for the next claims: one with something to send besides its own", arguments: StoreKind.available)
+    func claimSaysWhetherItLeftWork(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            for (index, activity) in ["a", "b", "quiet"].enumerated() {
+                if activity != "quiet" { try await watch(activity, in: store, at: t0) }
+                _ = try await store.acceptUpdate(
+                    ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0.addingTimeInterval(Double(index))
+                )
+            }
+            let now = t0.addingTimeInterval(10)
+            let first = try #require(try await store.claimPendingActivity(owner: "w1", now: now, lease: 30, platforms: [.ios]))
+            #expect(first.claim?.activity.activityID == "a")
+            #expect(first.settled.map(\.activityID) == ["quiet"])
+            #expect(first.leftPending, "b has something to send and is not this claim's")
+            let second = try #require(try await store.claimPendingActivity(owner: "w2", now: now, lease: 30, platforms: [.ios]))
+            #expect(second.claim?.activity.activityID == "b")
+            #expect(second.settled.isEmpty)
+            #expect(!second.leftPending, "a is leased, b is this claim's: nothing is left for another worker")
         }
     }
 
