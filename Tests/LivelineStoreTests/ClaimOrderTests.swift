@@ -30,12 +30,7 @@ struct ClaimOrderTests {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
-            for (index, activity) in ["b", "a", "c"].enumerated() {
-                try await watch(activity, in: store, at: t0)
-                _ = try await store.acceptUpdate(
-                    ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0.addingTimeInterval(Double(index))
-                )
-            }
+            try await update(["b": .ios, "a": .ios, "c": .ios], in: store, from: t0)
             // "b" is deferred for a minute: "a" and "c" go first, in the order they changed.
             let first = try #require(try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(5), lease: 30))
             #expect(first.activity.activityID == "b")
@@ -57,11 +52,7 @@ struct ClaimOrderTests {
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
             // "nobody": no instance at all. "android": one instance, on a platform this engine does not send to.
             // "watched": an iPhone behind, so it is claimed though it changed last.
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "nobody", contentState: ["n": 1]), at: t0)
-            try await watch("android", in: store, at: t0, platform: .android)
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "android", contentState: ["n": 1]), at: t0.addingTimeInterval(1))
-            try await watch("watched", in: store, at: t0)
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "watched", contentState: ["n": 1]), at: t0.addingTimeInterval(2))
+            try await update(["nobody": nil, "android": .android, "watched": .ios], in: store, from: t0)
 
             let now = t0.addingTimeInterval(5)
             let key = { ActivityKey(appID: "app_test", activityID: $0) }
@@ -113,12 +104,7 @@ struct ClaimOrderTests {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
-            for (index, activity) in ["a", "b", "quiet"].enumerated() {
-                if activity != "quiet" { try await watch(activity, in: store, at: t0) }
-                _ = try await store.acceptUpdate(
-                    ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0.addingTimeInterval(Double(index))
-                )
-            }
+            try await update(["a": .ios, "b": .ios, "quiet": nil], in: store, from: t0)
             let now = t0.addingTimeInterval(10)
             let first = try #require(try await store.claimPendingActivity(owner: "w1", now: now, lease: 30, platforms: [.ios]))
             #expect(first.claim?.activity.activityID == "a")
@@ -128,6 +114,17 @@ struct ClaimOrderTests {
             #expect(second.claim?.activity.activityID == "b")
             #expect(second.settled.isEmpty)
             #expect(!second.leftPending, "a is leased, b is this claim's: nothing is left for another worker")
+        }
+    }
+
+    /// Posts a first state to each of `activities`, one second apart from `t0` in the order given, each watched first by
+    /// a phone on its platform (`nil`: by nobody).
+    private func update(_ activities: KeyValuePairs<String, Platform?>, in store: SQLStore, from t0: Date) async throws {
+        for (index, (activity, platform)) in activities.enumerated() {
+            if let platform { try await watch(activity, in: store, at: t0, platform: platform) }
+            _ = try await store.acceptUpdate(
+                ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0.addingTimeInterval(Double(index))
+            )
         }
     }
 
