@@ -137,7 +137,8 @@ extension SQLStore {
             let settled = Set(try db.query(settle.sql, settle.binds).map {
                 ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id"))
             })
-            // Picked as many as a claim looks at: more may be due beyond them.
+            // Fewer than a claim looks at: it saw every activity due (but those other claims hold). As many: more may
+            // be due beyond them.
             let lookedAtAll = picked.count < Self.claimLooksAt
             // The first in order with something behind is this claim's; the others stay pending for the next ones.
             guard let first = picked.first(where: { !settled.contains($0) }) else { return (picked, nil, !lookedAtAll) }
