@@ -198,7 +198,8 @@ public protocol DispatchStore: Sendable {
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?,
         limit: Int
     ) async throws -> [InstanceRecord]
-    /// Records a page's progress and attempts in one transaction.
+    /// Records a batch's progress and attempts: in one transaction, or (on SQLite, when an acknowledged write arrives
+    /// while it runs) in parts each whole on its own, so that the acknowledged write need not wait for all of it.
     func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws
     /// Releases the claim. When nothing on the activity is behind its current sequence (no active instance on
     /// `platforms`, no start audience, no broadcast, no slices of a shared fan-out), the activity is done (returns true)

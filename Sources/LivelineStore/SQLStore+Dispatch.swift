@@ -231,9 +231,11 @@ extension SQLStore {
         // delivered sequence only rises (`MAX`). Serializable, the batches of a shared fan-out's slices, written at once
         // by several engines, collided: the first run that shared a 100,000-instance fan-out logged 520 serialization
         // failures at COMMIT, where pipelined batches settle, each one a batch written again.
+        //
+        // On SQLite it may commit part by part (``progressParts(_:at:)``), so that an accepted write waits for one part of
+        // it at most.
         try await transaction(
-            statements: Self.progressStatements(progress, at: now), durability: .bookkeeping, isolation: .lockingRows,
-            settings: Self.progressSettings
+            parts: Self.progressParts(progress, at: now), durability: .bookkeeping, isolation: .lockingRows, settings: Self.progressSettings
         )
     }
 
@@ -248,8 +250,24 @@ extension SQLStore {
         ("enable_hashjoin", "off"), ("enable_mergejoin", "off"), ("enable_seqscan", "off"),
     ]
 
-    /// The statements that write `progress`, run back to back in one transaction.
+    /// The statements that write `progress`, run back to back in one transaction: ``progressParts(_:at:)``'s, in order.
     static func progressStatements(_ progress: DeliveryProgress, at now: Date) -> [(sql: String, binds: [SQLiteData])] {
+        progressParts(progress, at: now).flatMap { $0 }
+    }
+
+    /// Instances a part of a progress write updates (``progressParts(_:at:)``).
+    static let progressRowsPerPart = 250
+
+    /// The statements that write `progress`, in parts each whole on its own (a writer may commit them one by one:
+    /// ``StoreWriter/writeStatements(parts:durability:isolation:settings:)``).
+    ///
+    /// Every part but the last only raises delivered sequences and rewrites priority-10 tallies, of up to
+    /// ``progressRowsPerPart`` instances, which no other row speaks of: committed without the rest, they only mean that
+    /// fewer instances are sent again. The last part holds everything that must commit together: each change of an
+    /// instance's state, the events and the timeline, and the delivered sequences of the instances the events or
+    /// state changes are about (an instance marked done without the event saying it failed would never have it
+    /// said). When the batch warns of a budget (its event counts instances of the other parts), it is one part.
+    static func progressParts(_ progress: DeliveryProgress, at now: Date) -> [[(sql: String, binds: [SQLiteData])]] {
         var statements: [(sql: String, binds: [SQLiteData])] = []
         let nowMillis = Self.millis(now)
         // Each statement joins a VALUES list on the primary key (app, activity, device): one lookup per instance,
@@ -269,11 +287,22 @@ extension SQLStore {
         for (pushed, tally) in progress.priority10Tallies {
             rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].tally = tally
         }
-        // Up to 1,000 instances a statement (6,000 bound values, well under SQLite's limit): a batch is one statement.
+        // The instances an event or a change of state in the last part is about.
+        var tied: Set<String> = []
+        for pushed in progress.endDelivered { tied.insert(pushed.deviceID) }
+        for event in progress.events { if let deviceID = event.deviceID { tied.insert(deviceID) } }
+        typealias Row = (key: PushedToken, value: (sequence: Int64?, tally: Priority10Tally?))
+        var free: [Row] = []
+        var last: [Row] = []
+        free.reserveCapacity(rows.count)
+        for row in rows {
+            if tied.contains(row.key.deviceID) { last.append(row) } else { free.append(row) }
+        }
+        // Up to ``progressRowsPerPart`` instances a statement (1,500 bound values, well under SQLite's limit).
         // Each row of the list carries the whole key, app and activity too, so that the only way to the instances is
         // the primary key, one lookup a row: given the app and activity once, PostgreSQL could also read all of the
         // activity's instances and match them, and did whenever its statistics said the activity had a handful.
-        for chunk in Array(rows).chunked(into: 1000) {
+        func update(_ chunk: ArraySlice<Row>) -> (sql: String, binds: [SQLiteData]) {
             var binds: [SQLiteData] = []
             binds.reserveCapacity(chunk.count * 6)
             for (instance, row) in chunk {
@@ -282,7 +311,7 @@ extension SQLStore {
                     row.sequence.map { .integer(Int($0)) } ?? .null, row.tally.map { .integer(Int($0.packed)) } ?? .null,
                 ]
             }
-            statements.append((
+            return (
                 """
                 UPDATE instances SET
                     delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column5, instances.delivered_sequence)),
@@ -292,8 +321,10 @@ extension SQLStore {
                   AND instances.device_id = v.column3 AND instances.push_token = v.column4
                 """,
                 binds
-            ))
+            )
         }
+        var parts = free.chunked(into: progressRowsPerPart).map { [update($0)] }
+        statements += last.chunked(into: progressRowsPerPart).map(update)
         for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
             for chunk in instances.chunked(into: 400) {
                 // The state machine's rules, per current state (dismissed stays dismissed, and so on).
@@ -329,7 +360,9 @@ extension SQLStore {
         }
         statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
         statements += progress.events.map { Self.eventStatement($0, at: now) }
-        return statements
+        if progress.budgetWarnings > 0 { return [parts.flatMap { $0 } + statements] }
+        if !statements.isEmpty { parts.append(statements) }
+        return parts
     }
 
     @discardableResult

@@ -176,10 +176,17 @@ public final class SQLStore: Store, DispatchStore {
         statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full, isolation: WriteIsolation = .serializable,
         settings: [(name: String, value: String)] = []
     ) async throws {
-        try await writer.write(durability: durability, isolation: isolation) { db in
-            try db.setLocal(settings)
-            for statement in statements { try db.execute(statement.sql, statement.binds) }
-        }
+        try await writer.writeStatements(parts: [statements], durability: durability, isolation: isolation, settings: settings)
+    }
+
+    /// Runs the statements of `parts` as one write, with PostgreSQL's `settings`; a ``Durability/bookkeeping`` write may
+    /// commit part by part (``StoreWriter/writeStatements(parts:durability:isolation:settings:)``), so each part must be
+    /// whole on its own.
+    func transaction(
+        parts: [[(sql: String, binds: [SQLiteData])]], durability: Durability, isolation: WriteIsolation = .serializable,
+        settings: [(name: String, value: String)] = []
+    ) async throws {
+        try await writer.writeStatements(parts: parts, durability: durability, isolation: isolation, settings: settings)
     }
 
     /// Runs one statement as a write of its own.

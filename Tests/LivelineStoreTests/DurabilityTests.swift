@@ -1,6 +1,7 @@
 import Foundation
 import LivelineTestSupport
 import Synchronization
+import SQLiteNIO
 import Testing
 
 @testable import LivelineStore
@@ -86,6 +87,40 @@ struct DurabilityTests {
             let count = try await reopened.reader.query("SELECT COUNT(*) AS n FROM scratch").first?.column("n")?.integer
             try await reopened.close()
             #expect(count == 100)
+        }
+    }
+
+    @Test("a full write that arrives while a bookkeeping write in parts runs commits between its parts, not after all of them")
+    func bookkeepingGivesWayBetweenParts() async throws {
+        try await withTemporaryStore { store, _ in
+            _ = try await store.write("CREATE TABLE scratch (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT)", [])
+            let writer = store.writer as! SQLiteWriter
+            // A first part that keeps the writer busy for a while (counting to two million), then a thousand small ones.
+            let slow = """
+                INSERT INTO scratch (kind)
+                SELECT 'first' FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000) SELECT MAX(x) FROM c)
+                """
+            let parts = [[(sql: slow, binds: [SQLiteData]())]]
+                + Array(repeating: [(sql: "INSERT INTO scratch (kind) VALUES ('part')", binds: [SQLiteData]())], count: 1000)
+            let before = writer.commits
+            let bookkeeping = try await holdingTheWriter(store, whileQueueing: 1) {
+                Task { try await store.transaction(parts: parts, durability: .bookkeeping) }
+            }
+            // The writer has taken the bookkeeping write (nothing is queued): it is in its first part.
+            while writer.queuedWrites > 0 { try await Task.sleep(for: .milliseconds(1)) }
+            _ = try await store.write("INSERT INTO scratch (kind) VALUES ('full')", [])
+            try await bookkeeping.value
+
+            let rows = try await store.reader.query("SELECT kind, COUNT(*) AS n, MIN(id) AS low, MAX(id) AS high FROM scratch GROUP BY kind")
+            let byKind = Dictionary(uniqueKeysWithValues: rows.map { ($0.column("kind")?.string ?? "", $0) })
+            #expect(byKind["part"]?.column("n")?.integer == 1000)
+            let first = try #require(byKind["first"]?.column("low")?.integer)
+            let full = try #require(byKind["full"]?.column("low")?.integer)
+            let others = try #require(byKind["part"]?.column("low")?.integer)
+            // The full write went between the first part and the others: it waited for one part, not for all of them.
+            #expect(first < full && full < others)
+            // The holding write's commit, the first part's, the full write's, the other parts'.
+            #expect(writer.commits - before == 4)
         }
     }
 

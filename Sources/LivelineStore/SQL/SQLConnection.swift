@@ -129,11 +129,33 @@ protocol StoreWriter: Sendable {
         durability: Durability, isolation: WriteIsolation, member: W, _ body: @escaping @Sendable (any SQLConnection) throws -> W.Outcome
     ) async throws -> W.Outcome
 
+    /// Runs the statements of `parts` in order, with `settings` for their transaction (``SQLConnection/setLocal(_:)``),
+    /// as a write (``write(durability:isolation:_:)``). A writer may commit a ``Durability/bookkeeping`` write part by
+    /// part, so that acknowledged writes need not wait for all of it (SQLite's one writer does): each part must be
+    /// whole on its own, whatever becomes of the parts after it.
+    func writeStatements(
+        parts: [[(sql: String, binds: [SQLiteData])]], durability: Durability, isolation: WriteIsolation,
+        settings: [(name: String, value: String)]
+    ) async throws
+
     /// Refuses new writes, lets the queued ones finish, and closes the connections.
     func close() async throws
 }
 
 extension StoreWriter {
+    /// One transaction.
+    func writeStatements(
+        parts: [[(sql: String, binds: [SQLiteData])]], durability: Durability, isolation: WriteIsolation,
+        settings: [(name: String, value: String)]
+    ) async throws {
+        try await write(durability: durability, isolation: isolation) { db in
+            try db.setLocal(settings)
+            for part in parts {
+                for statement in part { try db.execute(statement.sql, statement.binds) }
+            }
+        }
+    }
+
     /// Runs `body` alone: a writer whose statements cost little each (SQLite, in the process) gains nothing from sets.
     func write<W: SetWrite>(
         durability: Durability, isolation: WriteIsolation, member: W, _ body: @escaping @Sendable (any SQLConnection) throws -> W.Outcome

@@ -1,4 +1,5 @@
 import NIOPosix
+import SQLiteNIO
 import Synchronization
 
 /// How durable a write transaction's commit must be.
@@ -29,6 +30,13 @@ enum Durability: Sendable {
 /// order) and nothing else; otherwise it takes at most ``bookkeepingPerBatch`` bookkeeping writes, the oldest. The
 /// delivery engine queues large bookkeeping writes (a fan-out's progress, hundreds of instances each) many at a time;
 /// an accepted update sharing a transaction with them, or queued behind all of them, would wait for every one to run.
+///
+/// Nor does a full write wait for the rest of a bookkeeping batch that is running when it arrives. Between one
+/// bookkeeping write and the next, and between the parts of a bookkeeping write given in parts
+/// (``writeStatements(parts:durability:isolation:settings:)``: a fan-out's progress, a few hundred instances a part), the
+/// writer looks whether a full write waits; if one does, it commits what it has run so far and puts the rest back at
+/// the head of the queue, behind the full writes. A large bookkeeping write then costs one commit when nothing else
+/// waits, and an accepted update waits for one part of it at most, not for all of it.
 final class SQLiteWriter: StoreWriter {
     /// The most writes one batch takes: a bound on how long the first of them waits for the last.
     static let batchLimit = 512
@@ -81,18 +89,53 @@ final class SQLiteWriter: StoreWriter {
         durability: Durability = .full, isolation: WriteIsolation = .serializable, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            let write = Write(durability: durability, body: body, continuation: continuation)
-            let startDraining: Bool? = queue.withLock { queue in
-                guard !queue.closed else { return nil }
-                queue.writes.append(write)
-                defer { queue.draining = true }
-                return !queue.draining
+            enqueue(Write(durability: durability, body: body, continuation: continuation), failing: continuation)
+        }
+    }
+
+    /// Queues `write`, and has the writer's thread drain the queue unless it already does; when the writer is closed,
+    /// fails `continuation` instead.
+    private func enqueue<T>(_ write: any QueuedWrite, failing continuation: CheckedContinuation<T, any Error>) {
+        let startDraining: Bool? = queue.withLock { queue in
+            guard !queue.closed else { return nil }
+            queue.writes.append(write)
+            defer { queue.draining = true }
+            return !queue.draining
+        }
+        switch startDraining {
+        case nil: continuation.resume(throwing: SQLiteFailure(code: 21, message: "the store is closed"))
+        case true?: thread.submit { [self] _ in drain() }
+        case false?: break
+        }
+    }
+
+    /// Whether a full write waits in the queue (asked between the writes and parts of a bookkeeping batch).
+    private var fullWriteWaits: Bool { queue.withLock { queue in queue.writes.contains { $0.durability == .full } } }
+
+    /// Puts `writes` back at the head of the queue, in their order (the parts of a bookkeeping batch that gave way).
+    private func requeueAtHead(_ writes: some Collection<any QueuedWrite>) {
+        guard !writes.isEmpty else { return }
+        queue.withLock { $0.writes.insert(contentsOf: writes, at: 0) }
+    }
+
+    /// Runs the statements of `parts` in order, as ``write(durability:isolation:_:)`` runs a body (`settings` are
+    /// PostgreSQL's: SQLite has none). A ``Durability/bookkeeping`` write may commit part by part, when a full write
+    /// arrives while it runs (see ``SQLiteWriter``); it returns once its last part is committed, or throws when a
+    /// statement fails, with the parts before that one's committed. A full write is one transaction.
+    func writeStatements(
+        parts: [[(sql: String, binds: [SQLiteData])]], durability: Durability, isolation: WriteIsolation,
+        settings: [(name: String, value: String)]
+    ) async throws {
+        guard durability == .bookkeeping, parts.count > 1 else {
+            return try await write(durability: durability, isolation: isolation) { db in
+                try db.setLocal(settings)
+                for part in parts {
+                    for statement in part { try db.execute(statement.sql, statement.binds) }
+                }
             }
-            switch startDraining {
-            case nil: continuation.resume(throwing: SQLiteFailure(code: 21, message: "the store is closed"))
-            case true?: thread.submit { [self] _ in drain() }
-            case false?: break
-            }
+        }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            enqueue(PartsWrite(parts: parts, continuation: continuation), failing: continuation)
         }
     }
 
@@ -160,17 +203,32 @@ final class SQLiteWriter: StoreWriter {
                 for write in pending { write.fail(error) }
                 return
             }
-            // The writes run so far whose changes this transaction holds.
+            // The writes run so far whose changes this transaction holds, and those that gave way to a full write (the
+            // one that gave way mid-write has its parts so far here too).
             var held: [any QueuedWrite] = []
+            var gaveWay: [any QueuedWrite] = []
             var lost: (any Error)?
+            // A bookkeeping batch gives way to a full write between its writes and its statements (see `SQLiteWriter`).
+            let givesWay: () -> Bool = durability == .bookkeeping ? { self.fullWriteWaits } : { false }
             while let write = pending.first, lost == nil {
+                if !held.isEmpty, givesWay() {
+                    gaveWay = Array(pending)
+                    pending = []
+                    break
+                }
                 pending.removeFirst()
                 do {
                     try db.query("SAVEPOINT write")
                     do {
-                        try write.run(on: db)
+                        let finished = try write.run(on: db, givingWayIf: givesWay)
                         try db.query("RELEASE write")
-                        held.append(write)
+                        if finished {
+                            held.append(write)
+                        } else {
+                            // Its parts so far commit with this transaction; the rest run after the full writes.
+                            gaveWay = [write] + pending
+                            pending = []
+                        }
                     } catch {
                         if db.isInTransaction {
                             _ = try? db.query("ROLLBACK TO write")
@@ -188,6 +246,7 @@ final class SQLiteWriter: StoreWriter {
             }
             if let lost {
                 for write in held { write.fail(lost) }
+                for write in gaveWay { write.fail(lost) }
                 continue
             }
             do {
@@ -196,9 +255,11 @@ final class SQLiteWriter: StoreWriter {
                 committed.add(1, ordering: .relaxed)
                 metrics.committed(durability, took: ContinuousClock.now - commitStarted)
                 for write in held { write.succeed() }
+                requeueAtHead(gaveWay)
             } catch {
                 _ = try? db.query("ROLLBACK")
                 for write in held { write.fail(error) }
+                for write in gaveWay { write.fail(error) }
             }
         }
     }
@@ -223,8 +284,10 @@ private final class HandleBox: @unchecked Sendable {
 /// A write waiting in the queue, whatever its result type.
 private protocol QueuedWrite: Sendable {
     var durability: Durability { get }
-    /// Runs the write's body, keeping its result until the commit.
-    func run(on db: SQLiteHandle) throws
+    /// Runs the write (or its next part), keeping its result until the commit. Answers false when it stopped early, after
+    /// one of its parts, because `givingWayIf` answered true: the parts run so far commit, and the write runs again for
+    /// the rest.
+    func run(on db: SQLiteHandle, givingWayIf: () -> Bool) throws -> Bool
     func succeed()
     func fail(_ error: any Error)
 }
@@ -242,13 +305,47 @@ private final class Write<T: Sendable>: QueuedWrite, @unchecked Sendable {
         self.continuation = continuation
     }
 
-    func run(on db: SQLiteHandle) throws {
+    func run(on db: SQLiteHandle, givingWayIf: () -> Bool) throws -> Bool {
         result = try body(db)
+        return true
     }
 
     func succeed() {
         guard let result else { return fail(SQLiteFailure(code: 1, message: "a write committed without its result")) }
         continuation.resume(returning: result)
+    }
+
+    func fail(_ error: any Error) {
+        continuation.resume(throwing: error)
+    }
+}
+
+/// A bookkeeping write given in parts, which gives way between them (``SQLiteWriter``). How far it has run is kept on
+/// the writer's thread only (hence unchecked).
+private final class PartsWrite: QueuedWrite, @unchecked Sendable {
+    var durability: Durability { .bookkeeping }
+    private let parts: [[(sql: String, binds: [SQLiteData])]]
+    private let continuation: CheckedContinuation<Void, any Error>
+    /// The first part not yet run.
+    private var next = 0
+
+    init(parts: [[(sql: String, binds: [SQLiteData])]], continuation: CheckedContinuation<Void, any Error>) {
+        self.parts = parts
+        self.continuation = continuation
+    }
+
+    func run(on db: SQLiteHandle, givingWayIf: () -> Bool) throws -> Bool {
+        let first = next
+        while next < parts.count {
+            if next > first, givingWayIf() { return false }
+            for statement in parts[next] { try db.execute(statement.sql, statement.binds) }
+            next += 1
+        }
+        return true
+    }
+
+    func succeed() {
+        continuation.resume()
     }
 
     func fail(_ error: any Error) {
