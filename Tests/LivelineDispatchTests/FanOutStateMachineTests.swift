@@ -326,6 +326,29 @@ struct FanOutStateMachineTests {
         #expect(Self.release(actions) == .unscheduled)
     }
 
+    @Test("a call that brings back more results than a batch holds is recorded in batches of the batch size, the rest with the next")
+    func batchesKeepTheirSize() {
+        var machine = Machine(
+            platforms: [.ios], limits: Self.limits(pageSize: 10, pushesPerCall: 10, pushesInFlight: 10, progressBatchSize: 4, progressBatchesBehind: 8)
+        )
+        _ = Self.drain(&machine)
+        let page = Self.devices(1...10)
+        machine.receive(.pageRead(instances: page, cursor: "d00010", rendition: Rendition(sequence: 1)))
+        #expect(Self.sent(Self.drain(&machine)) == [page])
+        machine.receive(.resultsReceived(Self.done(page)))
+        var actions = Self.drain(&machine)
+        // Two batches of 4; the other 2 wait for more results (or the end of the pass). One write at a time.
+        #expect(Self.recorded(actions) == [Self.done(Array(page[0..<4]))])
+        machine.receive(.progressRecorded)
+        actions = Self.drain(&machine)
+        #expect(Self.recorded(actions) == [Self.done(Array(page[4..<8]))])
+        machine.receive(.progressRecorded)
+        // The read-ahead finds no more: the pass ends with the last 2.
+        machine.receive(.pageRead(instances: [], cursor: nil, rendition: nil))
+        actions = Self.drain(&machine)
+        #expect(Self.recorded(actions) == [Self.done(Array(page[8..<10]))])
+    }
+
     @Test("a fan-out of 10,000 instances sends each exactly once and records each exactly once")
     func largeFanOut() {
         let all = Self.devices(1...10_000)

@@ -204,7 +204,10 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
                 }
             }
             unbatched.append(contentsOf: results)
-            if unbatched.count >= limits.progressBatchSize { batchUnbatched() }
+            while unbatched.count >= limits.progressBatchSize {
+                batches.append(Array(unbatched.prefix(limits.progressBatchSize)))
+                unbatched.removeFirst(limits.progressBatchSize)
+            }
         case .progressRecorded:
             precondition(writing, "progressRecorded answers a recordProgress")
             writing = false
