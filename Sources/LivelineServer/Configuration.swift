@@ -72,6 +72,12 @@ public struct LivelineConfiguration: Sendable {
     /// The scheduling niceness (0 – 19) of the threads the delivery engine runs on, so the HTTP API is served first on
     /// a busy machine; 0 runs the engine at the API's priority.
     public var engineNiceness: Int = 10
+    /// Pushes the delivery engine hands to a connection in one call (``DispatcherConfiguration/pushesPerCall``).
+    public var enginePushesPerCall = DispatcherConfiguration().pushesPerCall
+    /// Pushes in flight at once per activity (``DispatcherConfiguration/pushesInFlight``).
+    public var enginePushesInFlight = DispatcherConfiguration().pushesInFlight
+    /// Results written to the Store per progress transaction (``DispatcherConfiguration/progressBatchSize``).
+    public var engineProgressBatch = DispatcherConfiguration().progressBatchSize
     /// PostgreSQL: how many connections run writes.
     public var databaseWriters = SQLStore.defaultPostgresWriters
     /// How many connections run reads.
@@ -175,6 +181,12 @@ public struct LivelineConfiguration: Sendable {
             summary: "Connections open at once; beyond it new ones wait in the listen backlog until one closes (keep it under the open-file limit)."),
         Key(name: "liveline.engine.niceness", environment: "LIVELINE_ENGINE_NICENESS", flag: nil, defaultValue: "10",
             summary: "Scheduling niceness (0-19) of the delivery engine's threads (Linux): during a fan-out the API and the Store's writer are served first. 0 turns it off."),
+        Key(name: "liveline.engine.pushesPerCall", environment: "LIVELINE_ENGINE_PUSHES_PER_CALL", flag: nil, defaultValue: "1000",
+            summary: "Pushes the delivery engine hands to the push connections at a time (1-10000). Larger calls cost less CPU a push; a call's results come back together, once its slowest push (retries included) is done."),
+        Key(name: "liveline.engine.pushesInFlight", environment: "LIVELINE_ENGINE_PUSHES_IN_FLIGHT", flag: nil, defaultValue: "8000",
+            summary: "Pushes in flight at once per activity (at least pushesPerCall, at most 100000); other activities' pushes on the same app's connections queue behind them."),
+        Key(name: "liveline.engine.progressBatch", environment: "LIVELINE_ENGINE_PROGRESS_BATCH", flag: nil, defaultValue: "1000",
+            summary: "Delivery results the engine records in one Store write (1-10000). Larger batches cost fewer commits; on SQLite an accepted write waits for a few hundred instances of one at most (the writer commits it in parts when one arrives)."),
         Key(name: "liveline.starts.confirmationTimeout", environment: "LIVELINE_STARTS_CONFIRMATION_TIMEOUT", flag: nil, defaultValue: "120",
             summary: "Seconds a remotely started instance may stay 'starting' (its phone has not registered the activity's token) before GET /v1/activities/{id} lists it as unconfirmed."),
         Key(name: "liveline.events.retention", environment: "LIVELINE_EVENTS_RETENTION", flag: nil, defaultValue: "604800",
@@ -303,6 +315,21 @@ public struct LivelineConfiguration: Sendable {
         engineNiceness = scoped.int(forKey: "engine.niceness", default: 10)
         guard (0...19).contains(engineNiceness) else {
             throw ConfigurationError("engine.niceness must be between 0 and 19; got \(engineNiceness).")
+        }
+        let engineDefaults = DispatcherConfiguration()
+        enginePushesPerCall = scoped.int(forKey: "engine.pushesPerCall", default: engineDefaults.pushesPerCall)
+        guard (1...10_000).contains(enginePushesPerCall) else {
+            throw ConfigurationError("engine.pushesPerCall must be between 1 and 10000; got \(enginePushesPerCall).")
+        }
+        enginePushesInFlight = scoped.int(forKey: "engine.pushesInFlight", default: max(engineDefaults.pushesInFlight, enginePushesPerCall))
+        guard (enginePushesPerCall...100_000).contains(enginePushesInFlight) else {
+            throw ConfigurationError(
+                "engine.pushesInFlight must be at least engine.pushesPerCall (\(enginePushesPerCall)) and at most 100000; got \(enginePushesInFlight)."
+            )
+        }
+        engineProgressBatch = scoped.int(forKey: "engine.progressBatch", default: engineDefaults.progressBatchSize)
+        guard (1...10_000).contains(engineProgressBatch) else {
+            throw ConfigurationError("engine.progressBatch must be between 1 and 10000; got \(engineProgressBatch).")
         }
         let confirmation = scoped.int(forKey: "starts.confirmationTimeout", default: 120)
         guard (1...86_400).contains(confirmation) else {

@@ -34,6 +34,9 @@ func buildApplication(
         dispatch.budget = configuration.budget
         dispatch.fcmRetryFloor = .seconds(configuration.fcmRetryFloor)
         dispatch.claimLease = TimeInterval(configuration.claimLease)
+        dispatch.pushesPerCall = configuration.enginePushesPerCall
+        dispatch.pushesInFlight = configuration.enginePushesInFlight
+        dispatch.progressBatchSize = configuration.engineProgressBatch
         // Fan-outs are shared between nodes only where nodes share the database.
         if store.nodeWakeChannel != nil, configuration.sliceSize > 0 { dispatch.sliceSize = configuration.sliceSize }
         let dispatcher = Dispatcher(
