@@ -11,30 +11,31 @@ public struct DispatcherConfiguration: Sendable {
     /// Activities worked on at the same time.
     public var workers: Int = 4
     /// Pushes in flight per activity. Other activities' pushes on the same app's connections queue behind them.
-    public var pushesInFlight: Int = 8000
+    public var pushesInFlight: Int = 2048
     /// Pushes handed to the transport in one call (one task, one hop to each connection for all of them); the call's
     /// results come back together, once its slowest push (retries included) is done.
     ///
-    /// Measured on the path users take (`bench fanout --instances 100000`, SQLite, 2026-11-26, 19:22 – 19:30, three runs
-    /// of three rounds of each, taken in turn): 1,000 a call with 8,000 in flight and progress batches of 1,000 sent
-    /// 46,302 pushes a second on average (42,728 at the least) at 29.7 µs of the server's CPU a push, where 64 a call
-    /// with 2,048 in flight and batches of 250 sent 38,509 (35,688) at 32.5 µs; side accepts' p99 8.6 ms against 8.0
-    /// (the highest round's 10.9 against 9.3). 4,096 in flight sent 43,393.
-    public var pushesPerCall: Int = 1000
+    /// Larger calls cost less CPU a push but make the flow burstier. On the path users take (`bench fanout --instances
+    /// 100000`, SQLite, this 2-core machine with the sink beside the server, 2026-11-26, 20:01 – 20:05, four runs of five
+    /// rounds of each build, taken in turn), 1,000 a call with 8,000 in flight and progress batches of 1,000 sent 38,665
+    /// – 46,492 pushes a second on average over a run where these defaults sent 33,444 – 40,319, but the side accepts'
+    /// p99 over a run rose from 7.53 – 9.00 ms to 9.04 – 10.86 ms: the defaults keep accepts first
+    /// (`liveline.engine.*` trades them).
+    public var pushesPerCall: Int = 64
     /// Instances read from the Store per page.
     public var pageSize: Int = 1000
     /// Devices of a start's audience admitted as `starting` instances per Store write.
     public var admissionPageSize: Int = 1000
-    /// Results written to the Store per progress write. Larger batches cost fewer commits (and less CPU a push); an
-    /// accepted update never waits for a whole one, as the Store commits a progress write in parts of a few hundred
-    /// instances when an acknowledged write arrives meanwhile (``DispatchStore/recordProgress(_:at:)``).
-    public var progressBatchSize: Int = 1000
+    /// Results written to the Store per progress write. Larger batches cost fewer commits; on SQLite an accepted update
+    /// waits for a part of one at most (the Store commits a progress write in parts when an acknowledged write arrives
+    /// meanwhile: ``DispatchStore/recordProgress(_:at:)``).
+    public var progressBatchSize: Int = 250
     /// How many progress batches may wait to be written before the sends wait for the Store. Recording progress is
     /// bookkeeping (after a crash, anything unrecorded is sent again and the phone ignores what it already has), so
-    /// sends run ahead of it rather than at the Store's pace. With batches of 250, 16 (4,000 results) let neither
-    /// side wait for the other for long: a 100,000-instance fan-out went about a quarter faster than at 4. With batches
-    /// of 1,000, 4 is the same 4,000 results.
-    public var progressBatchesBehind: Int = 4
+    /// sends run ahead of it rather than at the Store's pace. At 16 (4,000 results of 250) neither side waits for the
+    /// other for long: a 100,000-instance fan-out went about a quarter faster than at 4, and its progress was recorded
+    /// sooner too, for about 5 MB more memory.
+    public var progressBatchesBehind: Int = 16
     /// Shares a large fan-out between the engines (of every node on a shared database): an activity with more
     /// instances to send than this is cut into slices of this many, each claimed and sent by whichever engine is free.
     /// `nil`: each activity's fan-out is sent by the engine that claimed it (SQLite, one node).
