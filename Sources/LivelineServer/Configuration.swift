@@ -76,7 +76,7 @@ public struct LivelineConfiguration: Sendable {
     public var enginePushesPerCall = DispatcherConfiguration().pushesPerCall
     /// Pushes in flight at once per activity (``DispatcherConfiguration/pushesInFlight``).
     public var enginePushesInFlight = DispatcherConfiguration().pushesInFlight
-    /// Results written to the Store per progress transaction (``DispatcherConfiguration/progressBatchSize``).
+    /// Results written to the Store per progress write (``DispatcherConfiguration/progressBatchSize``).
     public var engineProgressBatch = DispatcherConfiguration().progressBatchSize
     /// PostgreSQL: how many connections run writes.
     public var databaseWriters = SQLStore.defaultPostgresWriters

@@ -58,6 +58,13 @@ extension SQLConnection {
         _ = try query(sql, binds)
     }
 
+    /// Runs the statements of `parts`, in order, one after another.
+    func execute(parts: [[(sql: String, binds: [SQLiteData])]]) throws {
+        for part in parts {
+            for statement in part { try execute(statement.sql, statement.binds) }
+        }
+    }
+
     func queries(_ statements: [(sql: String, binds: [SQLiteData])]) throws -> [[StoreRow]] {
         try statements.map { try query($0.sql, $0.binds) }
     }
@@ -150,9 +157,7 @@ extension StoreWriter {
     ) async throws {
         try await write(durability: durability, isolation: isolation) { db in
             try db.setLocal(settings)
-            for part in parts {
-                for statement in part { try db.execute(statement.sql, statement.binds) }
-            }
+            try db.execute(parts: parts)
         }
     }
 

@@ -121,7 +121,7 @@ final class SQLiteWriter: StoreWriter {
     /// Runs the statements of `parts` in order, as ``write(durability:isolation:_:)`` runs a body (`settings` are
     /// PostgreSQL's: SQLite has none). A ``Durability/bookkeeping`` write may commit part by part, when a full write
     /// arrives while it runs (see ``SQLiteWriter``); it returns once its last part is committed, or throws when a
-    /// statement fails, with the parts before that one's committed. A full write is one transaction.
+    /// statement fails (the parts it committed before it last gave way stay committed). A full write is one transaction.
     func writeStatements(
         parts: [[(sql: String, binds: [SQLiteData])]], durability: Durability, isolation: WriteIsolation,
         settings: [(name: String, value: String)]
@@ -129,9 +129,7 @@ final class SQLiteWriter: StoreWriter {
         guard durability == .bookkeeping, parts.count > 1 else {
             return try await write(durability: durability, isolation: isolation) { db in
                 try db.setLocal(settings)
-                for part in parts {
-                    for statement in part { try db.execute(statement.sql, statement.binds) }
-                }
+                try db.execute(parts: parts)
             }
         }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
@@ -338,7 +336,7 @@ private final class PartsWrite: QueuedWrite, @unchecked Sendable {
         let first = next
         while next < parts.count {
             if next > first, givingWayIf() { return false }
-            for statement in parts[next] { try db.execute(statement.sql, statement.binds) }
+            try db.execute(parts: [parts[next]])
             next += 1
         }
         return true
