@@ -150,8 +150,16 @@ protocol StoreWriter: Sendable {
 }
 
 extension StoreWriter {
-    /// One transaction.
+    /// One transaction (``writeInOneTransaction(parts:durability:isolation:settings:)``).
     func writeStatements(
+        parts: [[(sql: String, binds: [SQLiteData])]], durability: Durability, isolation: WriteIsolation,
+        settings: [(name: String, value: String)]
+    ) async throws {
+        try await writeInOneTransaction(parts: parts, durability: durability, isolation: isolation, settings: settings)
+    }
+
+    /// Runs the statements of `parts` in order, with `settings`, as one write transaction.
+    func writeInOneTransaction(
         parts: [[(sql: String, binds: [SQLiteData])]], durability: Durability, isolation: WriteIsolation,
         settings: [(name: String, value: String)]
     ) async throws {

@@ -127,10 +127,7 @@ final class SQLiteWriter: StoreWriter {
         settings: [(name: String, value: String)]
     ) async throws {
         guard durability == .bookkeeping, parts.count > 1 else {
-            return try await write(durability: durability, isolation: isolation) { db in
-                try db.setLocal(settings)
-                try db.execute(parts: parts)
-            }
+            return try await writeInOneTransaction(parts: parts, durability: durability, isolation: isolation, settings: settings)
         }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             enqueue(PartsWrite(parts: parts, continuation: continuation), failing: continuation)
