@@ -203,6 +203,7 @@ let package = Package(
                 "LivelineServer",
                 "LivelineDispatch",
                 "LivelineEmulator",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

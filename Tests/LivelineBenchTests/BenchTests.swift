@@ -1,3 +1,5 @@
+import Crypto
+import Foundation
 import Testing
 
 @testable import liveline
@@ -47,6 +49,12 @@ import Testing
         #expect(BenchRequests.ratio(31_000, to: 124_000) == "0.25 × h2load")
         #expect(BenchRequests.ratio(31_000, to: nil) == "-")
         #expect(BenchRequests.ratio(31_000, to: 0) == "-")
+        #expect(BenchRequests.ratio(40_000, to: 100_000, shaped: true) == "0.40 × h2load shaped as pushes")
+        #expect(BenchRequests.ratioRange([25_000, 31_000], to: 100_000) == "0.25 – 0.31 × h2load")
+        #expect(BenchRequests.ratioRange([40_000, 42_000], to: 100_000, shaped: true) == "0.40 – 0.42 × h2load shaped as pushes")
+        #expect(BenchRequests.ratioRange([], to: 100_000) == "-")
+        #expect(BenchRequests.mean([100, 200]) == 150)
+        #expect(BenchRequests.mean([]) == nil)
         #expect(BenchRequests.slowestShare([34_349, 41_234, 40_331]) == "slowest 83 % of the best")
         #expect(BenchRequests.slowestShare([35_990, 40_000]) == "slowest 89 % of the best", "89.975 % is not 90 %")
         #expect(BenchRequests.slowestShare([40_000]) == "")
@@ -119,5 +127,35 @@ import Testing
             instances: 10, elapsed: .seconds(1), rate: 10, h2load: nil, accept: .milliseconds(1), side: side, serverCPU: 0
         )
         #expect(line.contains("(errors: 500: 1)"))
+    }
+
+    @Test func h2loadReferences() throws {
+        let plain = Bench.h2loadArguments(
+            requests: 1000, bodyPath: "/tmp/body.json", baseURL: "https://127.0.0.1:8443", shape: .plain, urisPath: "/tmp/uris.txt"
+        )
+        #expect(plain == ["-n", "1000", "-c", "4", "-m", "256", "-d", "/tmp/body.json", "https://127.0.0.1:8443/3/device/x"])
+
+        let key = P256.Signing.PrivateKey()
+        let now = Date(timeIntervalSince1970: 1_764_000_000)
+        let headers = Bench.pushHeaders(bundleID: "com.example.bench", signingKey: key, now: now)
+        let byName = Dictionary(headers.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first })
+        // The headers Liveline's APNs client sends with a Live Activity update.
+        #expect(Set(byName.keys) == ["authorization", "apns-push-type", "apns-topic", "apns-priority", "apns-expiration", "apns-id", "content-type"])
+        #expect(byName["apns-topic"] == "com.example.bench.push-type.liveactivity")
+        #expect(byName["apns-push-type"] == "liveactivity")
+        #expect(byName["apns-expiration"] == "1764028800")
+        // A provider token signed with the bench's key: three base64url parts after `bearer `.
+        let authorization = try #require(byName["authorization"])
+        #expect(authorization.hasPrefix("bearer "))
+        #expect(authorization.dropFirst("bearer ".count).split(separator: ".").count == 3)
+
+        let shaped = Bench.h2loadArguments(
+            requests: 1000, bodyPath: "/tmp/body.json", baseURL: "https://127.0.0.1:8443",
+            shape: .pushes(tokens: [BenchRequests.pushToken(0)], headers: headers), urisPath: "/tmp/uris.txt"
+        )
+        #expect(Array(shaped.prefix(10)) == ["-n", "1000", "-c", "4", "-m", "256", "-d", "/tmp/body.json", "-i", "/tmp/uris.txt"])
+        #expect(shaped.contains("apns-topic: com.example.bench.push-type.liveactivity"))
+        #expect(shaped.filter { $0 == "-H" }.count == headers.count)
+        #expect(!shaped.contains { $0.hasSuffix("/3/device/x") })
     }
 }

@@ -62,10 +62,22 @@ enum BenchRequests {
         return Int(first.split(separator: " ").first ?? "")
     }
 
-    /// A rate against h2load's: `0.31 × h2load`, or `-` without a reference.
-    static func ratio(_ rate: Double, to reference: Double?) -> String {
+    /// A rate against h2load's: `0.31 × h2load` (`0.42 × h2load shaped as pushes` against the reference shaped as pushes), or
+    /// `-` without a reference.
+    static func ratio(_ rate: Double, to reference: Double?, shaped: Bool = false) -> String {
         guard let reference, reference > 0 else { return "-" }
-        return String(format: "%.2f × h2load", rate / reference)
+        return String(format: shaped ? "%.2f × h2load shaped as pushes" : "%.2f × h2load", rate / reference)
+    }
+
+    /// The slowest and fastest of `rates` against a reference: `0.25 – 0.31 × h2load` (or `… × h2load shaped as pushes`).
+    static func ratioRange(_ rates: [Double], to reference: Double, shaped: Bool = false) -> String {
+        guard reference > 0, let slowest = rates.min(), let fastest = rates.max() else { return "-" }
+        return String(format: shaped ? "%.2f – %.2f × h2load shaped as pushes" : "%.2f – %.2f × h2load", slowest / reference, fastest / reference)
+    }
+
+    /// The mean of `values`; nil when there are none.
+    static func mean(_ values: [Double]) -> Double? {
+        values.isEmpty ? nil : values.reduce(0, +) / Double(values.count)
     }
 
     /// The slowest of `rates` as a share of the fastest, the figure issue 17 sets at 90 %: `slowest 83 % of the best`;

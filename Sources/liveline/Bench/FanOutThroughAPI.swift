@@ -1,4 +1,6 @@
+import APNs
 import ArgumentParser
+import Crypto
 import Foundation
 import Logging
 import NIOCore
@@ -78,15 +80,63 @@ extension Bench {
         return zip(1..., each).map { "node \($0.0) \($0.1)" }.joined(separator: " · ")
     }
 
+    /// What the h2load reference sends (``h2load(_:requests:directory:shape:)``).
+    enum H2loadShape: Sendable {
+        /// Every request to one path, `/3/device/x`, with none of APNs' headers: the sink at its fastest, the reference
+        /// issue 17 set its figure against.
+        case plain
+        /// Requests shaped as Liveline's pushes: each to the device path of one of `tokens` in turn, with `headers`
+        /// (``pushHeaders(bundleID:signingKey:now:)``: what Liveline's APNs client sends). Unlike Liveline's, h2load's
+        /// `apns-id` is the same on every request, so HPACK indexes it after the first one.
+        case pushes(tokens: [String], headers: [(name: String, value: String)])
+    }
+
+    /// The headers of a Live Activity update as Liveline's APNs client sends them (`APNsConnection`), for the h2load
+    /// reference shaped as pushes: a provider token signed with `signingKey` (the bench's team and key ids), the push
+    /// type, topic, priority 10, an expiration eight hours on, an `apns-id` and the content type.
+    static func pushHeaders(bundleID: String, signingKey: P256.Signing.PrivateKey, now: Date = Date()) -> [(name: String, value: String)] {
+        let tokens = APNsProviderTokens(signingKey: APNsSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: signingKey))
+        return [
+            ("authorization", "bearer \(tokens.current())"),
+            ("apns-push-type", "liveactivity"),
+            ("apns-topic", "\(bundleID).push-type.liveactivity"),
+            ("apns-priority", "10"),
+            ("apns-expiration", String(Int(now.timeIntervalSince1970) + 8 * 3600)),
+            ("apns-id", UUID().uuidString.lowercased()),
+            ("content-type", "application/json"),
+        ]
+    }
+
+    /// h2load's arguments for `requests` requests over 4 connections, 256 streams each (Liveline's own client opens 4),
+    /// posting `bodyPath` to `baseURL`: to one path, or (shaped as pushes) to the URIs listed in `urisPath`, one per
+    /// token of `shape`, with its headers.
+    static func h2loadArguments(requests: Int, bodyPath: String, baseURL: String, shape: H2loadShape, urisPath: String) -> [String] {
+        let common = ["-n", String(requests), "-c", "4", "-m", "256", "-d", bodyPath]
+        switch shape {
+        case .plain:
+            return common + [baseURL + "/3/device/x"]
+        case .pushes(_, let headers):
+            return common + ["-i", urisPath] + headers.flatMap { ["-H", "\($0.name): \($0.value)"] }
+        }
+    }
+
     /// h2load against the nginx sink: the reference rate of this machine at this hour, in requests a second; nil when
     /// h2load is not installed or the sink is not nginx.
-    static func h2load(_ sink: any BenchSink, requests: Int, directory: URL) async throws -> Double? {
+    static func h2load(_ sink: any BenchSink, requests: Int, directory: URL, shape: H2loadShape = .plain) async throws -> Double? {
         guard requests > 0, sink is NginxSink, let executable = findExecutable("h2load") else { return nil }
         let body = directory.appendingPathComponent("h2load-body.json")
         try Data(#"{"aps":{"timestamp":1,"event":"update","content-state":{"score":"1-0","minute":42}}}"#.utf8).write(to: body)
+        let uris = directory.appendingPathComponent("h2load-uris.txt")
+        if case .pushes(let tokens, _) = shape {
+            guard !tokens.isEmpty else { return nil }
+            var list = ""
+            list.reserveCapacity(tokens.count * (sink.baseURL.utf8.count + 76))
+            for token in tokens { list += sink.baseURL + "/3/device/" + token + "\n" }
+            try Data(list.utf8).write(to: uris)
+        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["-n", String(requests), "-c", "4", "-m", "256", "-d", body.path, sink.baseURL + "/3/device/x"]
+        process.arguments = h2loadArguments(requests: requests, bodyPath: body.path, baseURL: sink.baseURL, shape: shape, urisPath: uris.path)
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -139,8 +189,17 @@ extension Bench.FanOut {
             if nodes.count > 1 {
                 print("  registrations spread round-robin over the \(nodes.count) nodes' ports; updates posted to node 1")
             }
+            // Two references, each before and after the rounds: h2load at its fastest (one path, no APNs headers), and
+            // h2load sending requests shaped as the fan-out's pushes (each instance's device path, APNs' headers).
+            let shaped = Bench.H2loadShape.pushes(
+                tokens: (0..<instances).map(BenchRequests.pushToken), headers: Bench.pushHeaders(bundleID: target.bundleID, signingKey: target.key)
+            )
             let before = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
             if let before { print("  h2load → nginx, before      \(BenchRequests.grouped(Int(before))) requests/s") }
+            let shapedBefore = try await Bench.h2load(sink, requests: h2loadRequests, directory: root, shape: shaped)
+            if let shapedBefore {
+                print("  h2load → nginx, before      \(BenchRequests.grouped(Int(shapedBefore))) requests/s shaped as pushes (device paths, APNs' headers)")
+            }
 
             // Registration: every instance through the API, from keep-alive connections.
             let registering = try await HTTPLoad.connect(host: "127.0.0.1", ports: nodes.ports, connections: httpConnections, eventLoop: eventLoop)
@@ -203,7 +262,8 @@ extension Bench.FanOut {
                 print(
                     "  round \(round) of \(rounds)  "
                         + Bench.roundLine(
-                            instances: instances, elapsed: elapsed, rate: rate, h2load: before, accept: accepted.summary.p50,
+                            instances: instances, elapsed: elapsed, rate: rate, h2load: before, shapedH2load: shapedBefore,
+                            accept: accepted.summary.p50,
                             side: sideResult, serverCPU: cpu.reduce(0, +)
                         )
                 )
@@ -225,12 +285,18 @@ extension Bench.FanOut {
 
             let after = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
             if let after { print("  h2load → nginx, after       \(BenchRequests.grouped(Int(after))) requests/s") }
+            let shapedAfter = try await Bench.h2load(sink, requests: h2loadRequests, directory: root, shape: shaped)
+            if let shapedAfter {
+                print("  h2load → nginx, after       \(BenchRequests.grouped(Int(shapedAfter))) requests/s shaped as pushes")
+            }
             sideLatencies.sort()
-            let reference = [before, after].compactMap { $0 }
-            let referenceMean = reference.isEmpty ? nil : reference.reduce(0, +) / Double(reference.count)
             var range = "  pushes/s over the rounds    \(BenchRequests.grouped(Int(rates.min() ?? 0))) – \(BenchRequests.grouped(Int(rates.max() ?? 0)))"
-            if referenceMean != nil {
-                range += "   (\(BenchRequests.ratio(rates.min() ?? 0, to: referenceMean)) – \(BenchRequests.ratio(rates.max() ?? 0, to: referenceMean)); h2load before and after averaged)"
+            if let referenceMean = BenchRequests.mean([before, after].compactMap { $0 }) {
+                var ratios = [BenchRequests.ratioRange(rates, to: referenceMean)]
+                if let shapedMean = BenchRequests.mean([shapedBefore, shapedAfter].compactMap { $0 }) {
+                    ratios.append(BenchRequests.ratioRange(rates, to: shapedMean, shaped: true))
+                }
+                range += "   (\(ratios.joined(separator: ", ")); each reference before and after averaged)"
             }
             let share = BenchRequests.slowestShare(rates)
             if !share.isEmpty { range += "   \(share)" }
@@ -247,10 +313,12 @@ extension Bench.FanOut {
 extension Bench {
     /// One fan-out round: `100,000 pushes in 3.21 s   31,152 /s   0.24 × h2load   update accepted in 2.10 ms   …`.
     static func roundLine(
-        instances: Int, elapsed: Duration, rate: Double, h2load: Double?, accept: Duration, side: LoadResult, serverCPU: Double
+        instances: Int, elapsed: Duration, rate: Double, h2load: Double?, shapedH2load: Double? = nil, accept: Duration, side: LoadResult,
+        serverCPU: Double
     ) -> String {
         var line = "\(BenchRequests.grouped(instances)) pushes in \(format(elapsed))   \(BenchRequests.grouped(Int(rate))) pushes/s"
         if h2load != nil { line += "   \(BenchRequests.ratio(rate, to: h2load))" }
+        if shapedH2load != nil { line += " (\(BenchRequests.ratio(rate, to: shapedH2load, shaped: true)))" }
         line += "   update accepted in \(format(accept))"
         if side.summary.count > 0 {
             line += "   side accepts \(side.summary.count): p50 \(format(side.summary.p50)) p99 \(format(side.summary.p99))"
