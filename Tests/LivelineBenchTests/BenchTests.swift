@@ -129,6 +129,20 @@ import Testing
         #expect(line.contains("(errors: 500: 1)"))
     }
 
+    @Test func sinkAsksSlowDownFarFromTheEnd() {
+        // Nothing counted yet: ask again soon.
+        #expect(BenchRequests.pollPause(counted: 0, expected: 100_000, elapsed: .milliseconds(5)) == .milliseconds(2))
+        // 10 % after 250 ms: 2.25 s to go, so the longest pause.
+        #expect(BenchRequests.pollPause(counted: 10_000, expected: 100_000, elapsed: .milliseconds(250)) == .milliseconds(20))
+        // 40 pushes to go at 40,000 a second: 1 ms to go, so the shortest.
+        #expect(BenchRequests.pollPause(counted: 99_960, expected: 100_000, elapsed: .milliseconds(2499)) == .milliseconds(1))
+        // 40 ms to go: a quarter of it.
+        let pause = BenchRequests.pollPause(counted: 98_400, expected: 100_000, elapsed: .milliseconds(2460))
+        #expect(pause > .microseconds(9_900) && pause < .microseconds(10_100))
+        // All counted (or more, the sink's count may run ahead): the shortest.
+        #expect(BenchRequests.pollPause(counted: 100_010, expected: 100_000, elapsed: .seconds(2)) == .milliseconds(1))
+    }
+
     @Test func h2loadReferences() throws {
         let plain = Bench.h2loadArguments(
             requests: 1000, bodyPath: "/tmp/body.json", baseURL: "https://127.0.0.1:8443", shape: .plain, urisPath: "/tmp/uris.txt"

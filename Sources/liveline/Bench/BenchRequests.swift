@@ -75,6 +75,20 @@ enum BenchRequests {
         return String(format: shaped ? "%.2f – %.2f × h2load shaped as pushes" : "%.2f – %.2f × h2load", slowest / reference, fastest / reference)
     }
 
+    /// How long to wait before asking the sink for its count again, while a fan-out of `expected` pushes has `counted`
+    /// of them after `elapsed`: a quarter of the time the rest should take at the rate so far, between 1 and 20 ms.
+    /// Each ask costs the sink and the bench a request on the cores the server needs; asked every 2 ms, a round of
+    /// 2.5 s cost about a thousand. Near the end the asks come every millisecond, so the round's time is as exact as
+    /// before.
+    static func pollPause(counted: Int, expected: Int, elapsed: Duration) -> Duration {
+        let floor = Duration.milliseconds(1), ceiling = Duration.milliseconds(20)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        guard counted > 0, seconds > 0 else { return .milliseconds(2) }
+        let left = Double(max(0, expected - counted)) / (Double(counted) / seconds)
+        let pause = Duration.nanoseconds(Int64(min(left / 4, 1) * 1e9))
+        return min(max(pause, floor), ceiling)
+    }
+
     /// The mean of `values`; nil when there are none.
     static func mean(_ values: [Double]) -> Double? {
         values.isEmpty ? nil : values.reduce(0, +) / Double(values.count)

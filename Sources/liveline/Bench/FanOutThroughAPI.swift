@@ -246,8 +246,12 @@ extension Bench.FanOut {
                     _ = try await paced?.stop()
                     throw ValidationError("The fan-out's update was not accepted: \(accepted.errorText)")
                 }
-                while try await sink.received() - received < instances {
-                    try await Task.sleep(for: .milliseconds(2))
+                while true {
+                    let counted = try await sink.received() - received
+                    if counted >= instances { break }
+                    try await Task.sleep(
+                        for: BenchRequests.pollPause(counted: counted, expected: instances, elapsed: ContinuousClock.now - started)
+                    )
                     if ContinuousClock.now - started > .seconds(600) {
                         _ = try await paced?.stop()
                         throw ValidationError("The sink did not receive every push within 10 minutes.")
