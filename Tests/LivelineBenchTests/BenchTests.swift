@@ -165,7 +165,7 @@ import Testing
 
         let shaped = Bench.h2loadArguments(
             requests: 1000, bodyPath: "/tmp/body.json", baseURL: "https://127.0.0.1:8443",
-            shape: .pushes(tokens: [BenchRequests.pushToken(0)], headers: headers), urisPath: "/tmp/uris.txt"
+            shape: .pushes(devices: 100_000, headers: headers), urisPath: "/tmp/uris.txt"
         )
         #expect(Array(shaped.prefix(10)) == ["-n", "1000", "-c", "4", "-m", "256", "-d", "/tmp/body.json", "-i", "/tmp/uris.txt"])
         #expect(shaped.contains("apns-topic: com.example.bench.push-type.liveactivity"))

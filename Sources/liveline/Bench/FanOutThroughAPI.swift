@@ -85,10 +85,11 @@ extension Bench {
         /// Every request to one path, `/3/device/x`, with none of APNs' headers: the sink at its fastest, the reference
         /// issue 17 set its figure against.
         case plain
-        /// Requests shaped as Liveline's pushes: each to the device path of one of `tokens` in turn, with `headers`
-        /// (``pushHeaders(bundleID:signingKey:now:)``: what Liveline's APNs client sends). Unlike Liveline's, h2load's
-        /// `apns-id` is the same on every request, so HPACK indexes it after the first one.
-        case pushes(tokens: [String], headers: [(name: String, value: String)])
+        /// Requests shaped as Liveline's pushes: each to the device path of one of the first `devices` bench tokens
+        /// (``BenchRequests/pushToken(_:)``) in turn, with `headers` (``pushHeaders(bundleID:signingKey:now:)``: what
+        /// Liveline's APNs client sends). Unlike Liveline's, h2load's `apns-id` is the same on every request, so HPACK
+        /// indexes it after the first one.
+        case pushes(devices: Int, headers: [(name: String, value: String)])
     }
 
     /// The headers of a Live Activity update as Liveline's APNs client sends them (`APNsConnection`), for the h2load
@@ -108,8 +109,8 @@ extension Bench {
     }
 
     /// h2load's arguments for `requests` requests over 4 connections, 256 streams each (Liveline's own client opens 4),
-    /// posting `bodyPath` to `baseURL`: to one path, or (shaped as pushes) to the URIs listed in `urisPath`, one per
-    /// token of `shape`, with its headers.
+    /// posting `bodyPath` to `baseURL`: to one path, or (shaped as pushes) to the URIs listed in `urisPath`, with the
+    /// headers of `shape`.
     static func h2loadArguments(requests: Int, bodyPath: String, baseURL: String, shape: H2loadShape, urisPath: String) -> [String] {
         let common = ["-n", String(requests), "-c", "4", "-m", "256", "-d", bodyPath]
         switch shape {
@@ -127,12 +128,21 @@ extension Bench {
         let body = directory.appendingPathComponent("h2load-body.json")
         try Data(#"{"aps":{"timestamp":1,"event":"update","content-state":{"score":"1-0","minute":42}}}"#.utf8).write(to: body)
         let uris = directory.appendingPathComponent("h2load-uris.txt")
-        if case .pushes(let tokens, _) = shape {
-            guard !tokens.isEmpty else { return nil }
-            var list = ""
-            list.reserveCapacity(tokens.count * (sink.baseURL.utf8.count + 76))
-            for token in tokens { list += sink.baseURL + "/3/device/" + token + "\n" }
-            try Data(list.utf8).write(to: uris)
+        if case .pushes(let devices, _) = shape {
+            // One line a device, for as many devices as requests at most, written a few thousand lines at a time: the
+            // bench keeps no string per instance (a million of them, with `--instances 1000000`).
+            guard devices > 0 else { return nil }
+            guard FileManager.default.createFile(atPath: uris.path, contents: nil) else {
+                throw ValidationError("Could not write \(uris.path).")
+            }
+            let file = try FileHandle(forWritingTo: uris)
+            defer { try? file.close() }
+            let prefix = sink.baseURL + "/3/device/"
+            for start in stride(from: 0, to: min(devices, requests), by: 4096) {
+                var lines = ""
+                for index in start..<min(start + 4096, devices, requests) { lines += prefix + BenchRequests.pushToken(index) + "\n" }
+                try file.write(contentsOf: Data(lines.utf8))
+            }
         }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
@@ -192,7 +202,7 @@ extension Bench.FanOut {
             // Two references, each before and after the rounds: h2load at its fastest (one path, no APNs headers), and
             // h2load sending requests shaped as the fan-out's pushes (each instance's device path, APNs' headers).
             let shaped = Bench.H2loadShape.pushes(
-                tokens: (0..<instances).map(BenchRequests.pushToken), headers: Bench.pushHeaders(bundleID: target.bundleID, signingKey: target.key)
+                devices: instances, headers: Bench.pushHeaders(bundleID: target.bundleID, signingKey: target.key)
             )
             let before = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
             if let before { print("  h2load → nginx, before      \(BenchRequests.grouped(Int(before))) requests/s") }
