@@ -367,5 +367,22 @@ enum PostgresMigrations {
                 "ALTER TABLE events DROP COLUMN txid",
             ]
         ),
+        Migration(
+            version: 9,
+            name: "the timeline's attempts compressed with lz4",
+            statements: [
+                // A segment of the delivery timeline holds a batch's attempts as JSON (about 31 KB for 250), which
+                // PostgreSQL compresses as it stores it. With its default, pglz, that took about 0.24 ms a segment of 250
+                // (200 inserts in 46 – 48 ms); with lz4, 0.04 ms (7.6 – 8.8 ms), to the same size (11.0 KB against
+                // 11.2). A server built without lz4 keeps pglz. Segments written from now on.
+                """
+                DO $$ BEGIN
+                    IF EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)) THEN
+                        ALTER TABLE delivery_segments ALTER COLUMN attempts SET COMPRESSION lz4;
+                    END IF;
+                END $$
+                """
+            ]
+        ),
     ]
 }
