@@ -33,4 +33,38 @@ struct StatementReuseTests {
         #expect(handle.recompilations(of: page) == 0)
         #expect(handle.recompilations(of: progress) == 0)
     }
+
+    /// Text values are bound in place from one buffer a statement (`SQLITE_STATIC`): each must reach SQLite whole and in
+    /// its own place, an empty text as text (not NULL), and the next run of the kept statement must see its own values.
+    @Test("text values bound in place keep their places, their bytes and their type, run after run")
+    func textBoundInPlace() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-binds-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let handle = try SQLiteHandle(path: directory.appendingPathComponent("binds.sqlite").path)
+        defer { handle.close() }
+        let sql = "SELECT ? AS a, ? AS b, typeof(?) AS c, ? AS d, ? AS e, ? AS f, typeof(?) AS g"
+        for run in 0..<3 {
+            let long = String(repeating: "z\(run)", count: 2_000)
+            let row = try #require(
+                try handle.query(
+                    sql,
+                    [.text("héllo-\(run)"), .integer(run), .text(""), .text(long), .null, .text("🙂\(run)"), .null]
+                ).first
+            )
+            #expect(row.column("a")?.string == "héllo-\(run)")
+            #expect(row.column("b")?.integer == run)
+            #expect(row.column("c")?.string == "text")
+            #expect(row.column("d")?.string == long)
+            #expect(row.column("e") == .null)
+            #expect(row.column("f")?.string == "🙂\(run)")
+            #expect(row.column("g")?.string == "null")
+        }
+        // Written and read back: the row holds the values, not pointers into a buffer gone since.
+        try handle.query("CREATE TABLE kept (k TEXT NOT NULL, v TEXT NOT NULL)", [])
+        for index in 0..<50 { try handle.query("INSERT INTO kept (k, v) VALUES (?, ?)", [.text("key-\(index)"), .text("value-\(index)")]) }
+        let rows = try handle.query("SELECT k, v FROM kept ORDER BY rowid", [])
+        #expect(rows.map { $0.column("k")?.string } == (0..<50).map { "key-\($0)" })
+        #expect(rows.map { $0.column("v")?.string } == (0..<50).map { "value-\($0)" })
+    }
 }
