@@ -11,11 +11,10 @@ struct StatementReuseTests {
     /// compiled at every run.
     @Test("a statement with ORDER BY, and one joined against VALUES, run with new values are not compiled again")
     func keptStatementsAreNotRecompiled() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-reuse-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let handle = try SQLiteHandle(path: directory.appendingPathComponent("reuse.sqlite").path)
-        defer { handle.close() }
+        try withTemporaryHandle { handle in try checkKeptStatements(on: handle) }
+    }
+
+    private func checkKeptStatements(on handle: SQLiteHandle) throws {
         try handle.query("CREATE TABLE rows (app TEXT NOT NULL, id TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (app, id)) WITHOUT ROWID", [])
         for index in 0..<20 {
             try handle.query("INSERT INTO rows (app, id, n) VALUES (?, ?, ?)", [.text("a\(index % 2)"), .text("id-\(index)"), .integer(index)])
@@ -38,11 +37,10 @@ struct StatementReuseTests {
     /// its own place, an empty text as text (not NULL), and the next run of the kept statement must see its own values.
     @Test("text values bound in place keep their places, their bytes and their type, run after run")
     func textBoundInPlace() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-binds-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let handle = try SQLiteHandle(path: directory.appendingPathComponent("binds.sqlite").path)
-        defer { handle.close() }
+        try withTemporaryHandle { handle in try checkTextBoundInPlace(on: handle) }
+    }
+
+    private func checkTextBoundInPlace(on handle: SQLiteHandle) throws {
         let sql = "SELECT ? AS a, ? AS b, typeof(?) AS c, ? AS d, ? AS e, ? AS f, typeof(?) AS g"
         for run in 0..<3 {
             let long = String(repeating: "z\(run)", count: 2_000)
@@ -66,5 +64,15 @@ struct StatementReuseTests {
         let rows = try handle.query("SELECT k, v FROM kept ORDER BY rowid", [])
         #expect(rows.map { $0.column("k")?.string } == (0..<50).map { "key-\($0)" })
         #expect(rows.map { $0.column("v")?.string } == (0..<50).map { "value-\($0)" })
+    }
+
+    /// Runs `body` with a handle on a new database file in a directory of its own, removed afterwards.
+    private func withTemporaryHandle(_ body: (SQLiteHandle) throws -> Void) throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-statements-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let handle = try SQLiteHandle(path: directory.appendingPathComponent("statements.sqlite").path)
+        defer { handle.close() }
+        try body(handle)
     }
 }
