@@ -176,7 +176,7 @@ public final class SQLStore: Store, DispatchStore {
         statements: [(sql: String, binds: [SQLiteData])], durability: Durability = .full, isolation: WriteIsolation = .serializable,
         settings: [(name: String, value: String)] = []
     ) async throws {
-        try await writer.writeStatements(parts: [statements], durability: durability, isolation: isolation, settings: settings)
+        try await transaction(parts: [statements], durability: durability, isolation: isolation, settings: settings)
     }
 
     /// Runs the statements of `parts` as one write, with PostgreSQL's `settings`; a ``Durability/bookkeeping`` write may

@@ -41,7 +41,7 @@ extension Bench {
             }
             let client = try APNsClient(
                 endpoint: try APNsEndpoint(baseURL: sink.baseURL, trustedCAPEM: sink.caCertificatePEM),
-                tokens: APNsProviderTokens(signingKey: APNsSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: key)),
+                tokens: APNsProviderTokens(signingKey: APNsSigningKey(teamID: Bench.teamID, keyID: Bench.keyID, privateKey: key)),
                 connections: sending.connections, logger: logger
             )
             // One payload for every token, as the engine builds it once per update.

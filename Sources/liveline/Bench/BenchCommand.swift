@@ -39,6 +39,11 @@ struct Bench: AsyncParsableCommand {
         var bundleID: String
     }
 
+    /// The APNs team and key ids the bench signs its provider tokens with (the emulator sink trusts them; nginx checks
+    /// no token).
+    static let teamID = "BENCHTEAM1"
+    static let keyID = "BENCHKEY01"
+
     /// Starts the sink (the strict emulator in this process, trusting a fresh key for the bench team, or a separate
     /// nginx), runs `body` against it and stops it, whether `body` succeeds or throws: never an nginx left behind.
     static func withSink(_ kind: SinkKind, root: URL, logger: Logger, _ body: (Target) async throws -> Void) async throws {
@@ -51,7 +56,7 @@ struct Bench: AsyncParsableCommand {
                 configuration: APNsEmulatorConfiguration(dataDirectory: root.appendingPathComponent("emulator").path), logger: logger
             )
             let ports = try await strict.start()
-            strict.registerSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", publicKey: key.publicKey)
+            strict.registerSigningKey(teamID: Bench.teamID, keyID: Bench.keyID, publicKey: key.publicKey)
             strict.registerBundleID(bundleID)
             target = Target(sink: EmulatorSink(emulator: strict, baseURL: "https://127.0.0.1:\(ports.apnsPort)"), emulator: strict, key: key, bundleID: bundleID)
         case .nginx:
@@ -142,7 +147,7 @@ struct Bench: AsyncParsableCommand {
             try await store.createApp(AppRecord(id: appID, name: "Bench", bundleID: bundleID, androidPackage: nil, createdAt: Date()), keys: [])
             let sealer = try CredentialSealer(masterKey: CredentialSealer.newMasterKey())
             let credentials = APNsCredentials(
-                teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKeyPEM: key.pemRepresentation, environment: .sandbox,
+                teamID: Bench.teamID, keyID: Bench.keyID, privateKeyPEM: key.pemRepresentation, environment: .sandbox,
                 baseURL: sink.baseURL, caCertificatePEM: sink.caCertificatePEM
             )
             try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: Date()))

@@ -65,7 +65,7 @@ extension Bench {
             guard let channelsPort = emulator.boundChannelsPort else { throw ServerUnderTest.Failure(description: "The emulator has no channel listener.") }
             let key = P256.Signing.PrivateKey()
             let bundleID = "com.example.bench"
-            emulator.registerSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", publicKey: key.publicKey)
+            emulator.registerSigningKey(teamID: Bench.teamID, keyID: Bench.keyID, publicKey: key.publicKey)
             emulator.registerBundleID(bundleID)
 
             try await Bench.withServer(server, directory: root.appendingPathComponent("server")) { server in

@@ -93,10 +93,10 @@ extension Bench {
     }
 
     /// The headers of a Live Activity update as Liveline's APNs client sends them (`APNsConnection`), for the h2load
-    /// reference shaped as pushes: a provider token signed with `signingKey` (the bench's team and key ids), the push
+    /// reference shaped as pushes: a provider token signed with `signingKey` (``teamID``, ``keyID``), the push
     /// type, topic, priority 10, an expiration eight hours on, an `apns-id` and the content type.
     static func pushHeaders(bundleID: String, signingKey: P256.Signing.PrivateKey, now: Date = Date()) -> [(name: String, value: String)] {
-        let tokens = APNsProviderTokens(signingKey: APNsSigningKey(teamID: "BENCHTEAM1", keyID: "BENCHKEY01", privateKey: signingKey))
+        let tokens = APNsProviderTokens(signingKey: APNsSigningKey(teamID: Bench.teamID, keyID: Bench.keyID, privateKey: signingKey))
         return [
             ("authorization", "bearer \(tokens.current())"),
             ("apns-push-type", "liveactivity"),

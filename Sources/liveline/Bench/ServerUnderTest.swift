@@ -111,8 +111,8 @@ final class ServerUnderTest: Sendable {
         return App(id: id, secretKey: secret, publishableKey: publishable)
     }
 
-    /// Points the app's APNs credentials at `baseURL` (trusting `caCertificatePEM`), signing with `signingKey` as team
-    /// BENCHTEAM1, key BENCHKEY01 (the emulator trusts that key; nginx checks no JWT).
+    /// Points the app's APNs credentials at `baseURL` (trusting `caCertificatePEM`), signing with `signingKey` as the
+    /// bench's team and key (``Bench/teamID``, ``Bench/keyID``: the emulator trusts that key; nginx checks no JWT).
     /// `channelManagementBaseURL` is the channel management host, for broadcast activities.
     func setAPNs(
         appID: String, baseURL: String, caCertificatePEM: String, signingKey key: P256.Signing.PrivateKey,
@@ -121,7 +121,7 @@ final class ServerUnderTest: Sendable {
         _ = try await admin(
             .PUT, "/admin/v1/apps/\(appID)/credentials/apns",
             [
-                "teamId": "BENCHTEAM1", "keyId": "BENCHKEY01", "privateKey": .string(key.pemRepresentation), "environment": "sandbox",
+                "teamId": .string(Bench.teamID), "keyId": .string(Bench.keyID), "privateKey": .string(key.pemRepresentation), "environment": "sandbox",
                 "baseUrl": .string(baseURL), "caCertificate": .string(caCertificatePEM),
                 "channelManagementBaseUrl": channelManagementBaseURL.map(JSONValue.string) ?? .null,
             ]
