@@ -65,6 +65,23 @@ import Testing
         #expect(BenchRequests.grouped(1_000_000) == "1,000,000")
         #expect(BenchRequests.grouped(-12_345) == "-12,345")
     }
+
+    @Test("with h2load after every round, each round is read against the runs just before and just after it")
+    func adjacentReferences() {
+        // Before the first round 60,000; after rounds 1, 2 and 3: 80,000, no rate, 70,000.
+        let runs: [Double?] = [60_000, 80_000, nil, 70_000]
+        #expect(BenchRequests.adjacentReferences(runs, rounds: 3) == [70_000, 80_000, 70_000])
+        // Mid-run, the rounds so far.
+        #expect(BenchRequests.adjacentReferences([60_000, 80_000], rounds: 1) == [70_000])
+        #expect(BenchRequests.adjacentReferences([nil, nil], rounds: 1) == [nil])
+        #expect(BenchRequests.adjacentReferences([60_000], rounds: 0) == [])
+        #expect(
+            BenchRequests.adjacentRatioRange([21_000, 24_000, 21_700], references: [70_000, 80_000, 70_000])
+                == "0.30 – 0.31 × the h2load runs either side"
+        )
+        #expect(BenchRequests.adjacentRatioRange([21_000, 24_000], references: [nil, 80_000]) == "0.30 – 0.30 × the h2load runs either side")
+        #expect(BenchRequests.adjacentRatioRange([21_000], references: [nil]) == "-")
+    }
 }
 
 @Suite struct LatencySummaryTests {

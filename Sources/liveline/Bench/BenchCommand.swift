@@ -92,6 +92,11 @@ struct Bench: AsyncParsableCommand {
         var sideConnections = 16
         @Option(name: .customLong("h2load-requests"), help: "(api, nginx sink) Requests of the h2load reference run before and after the rounds; 0 for none.")
         var h2loadRequests = 200_000
+        @Flag(
+            name: .customLong("h2load-each-round"),
+            help: "(api, nginx sink) Also run the plain h2load reference after every round, and read each round against the runs either side of it: the machine's own swing, round by round."
+        )
+        var h2loadEachRound = false
         @Option(help: "(api) Seconds to wait between rounds, to let the server finish recording the last one (the API does not say when it has).")
         var pause = 1
         @OptionGroup(title: "Direct path (the server's own settings apply with --path api)") var sending: Bench.Sending

@@ -94,6 +94,23 @@ enum BenchRequests {
         values.isEmpty ? nil : values.reduce(0, +) / Double(values.count)
     }
 
+    /// The reference each of `rounds` rounds is read against when h2load also runs after every round: the mean of the
+    /// run just before the round and the run just after it. `runs[0]` is the run before the first round, `runs[i]` the
+    /// one after round `i`; a run that gave no rate leaves the other alone, and a round with neither has none.
+    static func adjacentReferences(_ runs: [Double?], rounds: Int) -> [Double?] {
+        (0..<max(0, rounds)).map { round in
+            mean([round, round + 1].compactMap { $0 < runs.count ? runs[$0] : nil })
+        }
+    }
+
+    /// Each rate against its own reference (``adjacentReferences(_:rounds:)``), slowest and fastest:
+    /// `0.27 – 0.31 × the h2load runs either side`; `-` when no round has a reference.
+    static func adjacentRatioRange(_ rates: [Double], references: [Double?]) -> String {
+        let ratios = zip(rates, references).compactMap { rate, reference in reference.flatMap { $0 > 0 ? rate / $0 : nil } }
+        guard let slowest = ratios.min(), let fastest = ratios.max() else { return "-" }
+        return String(format: "%.2f – %.2f × the h2load runs either side", slowest, fastest)
+    }
+
     /// The slowest of `rates` as a share of the fastest, the figure issue 17 sets at 90 %: `slowest 83 % of the best`;
     /// empty for fewer than two rounds.
     static func slowestShare(_ rates: [Double]) -> String {

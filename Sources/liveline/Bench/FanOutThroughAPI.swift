@@ -204,6 +204,9 @@ extension Bench.FanOut {
             let shaped = Bench.H2loadShape.pushes(
                 devices: instances, headers: Bench.pushHeaders(bundleID: target.bundleID, signingKey: target.key)
             )
+            if h2loadRequests > 0, sink is NginxSink, Bench.findExecutable("h2load") == nil {
+                print("  h2load not found (Debian: apt-get install nghttp2-client): no reference in this run")
+            }
             let before = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
             if let before { print("  h2load → nginx, before      \(BenchRequests.grouped(Int(before))) requests/s") }
             let shapedBefore = try await Bench.h2load(sink, requests: h2loadRequests, directory: root, shape: shaped)
@@ -231,6 +234,8 @@ extension Bench.FanOut {
             let secret = "Bearer \(app.secretKey)"
             var rates: [Double] = []
             var sideLatencies: [UInt64] = []
+            // With --h2load-each-round: the plain reference before the first round, then after each one.
+            var eachRound: [Double?] = [before]
             for round in 1...rounds {
                 let received = try await sink.received()
                 let cpuBefore = nodes.cpuSeconds()
@@ -292,12 +297,26 @@ extension Bench.FanOut {
                     sent = await Bench.sentDuring(nodes, since: sentBefore)
                 }
                 print("      pushes sent (/metrics)  \(Bench.perNodeText(sent))")
+                if h2loadEachRound {
+                    // The engine may still be recording the round's progress: the pause comes first, as before a round.
+                    if pause > 0 { try await Task.sleep(for: .seconds(pause)) }
+                    let reference = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
+                    eachRound.append(reference)
+                    if let reference, let adjacent = BenchRequests.adjacentReferences(eachRound, rounds: round)[round - 1] {
+                        print(
+                            "      h2load after round \(round)  \(BenchRequests.grouped(Int(reference))) requests/s; "
+                                + "the round \(String(format: "%.2f", rate / adjacent)) × the runs either side"
+                        )
+                    }
+                    continue
+                }
                 if round < rounds, pause > 0 { try await Task.sleep(for: .seconds(pause)) }
             }
             await updating.close()
             await side.close()
 
-            let after = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
+            // With --h2load-each-round, the plain run after the last round is the one after the rounds.
+            let after = h2loadEachRound ? eachRound.last ?? nil : try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
             if let after { print("  h2load → nginx, after       \(BenchRequests.grouped(Int(after))) requests/s") }
             let shapedAfter = try await Bench.h2load(sink, requests: h2loadRequests, directory: root, shape: shaped)
             if let shapedAfter {
@@ -315,6 +334,15 @@ extension Bench.FanOut {
             let share = BenchRequests.slowestShare(rates)
             if !share.isEmpty { range += "   \(share)" }
             print(range)
+            if h2loadEachRound, eachRound.contains(where: { $0 != nil }) {
+                let runs = eachRound.compactMap { $0 }
+                let references = BenchRequests.adjacentReferences(eachRound, rounds: rounds)
+                print(
+                    "  each round's own reference  \(BenchRequests.adjacentRatioRange(rates, references: references))   "
+                        + "h2load itself \(BenchRequests.grouped(Int(runs.min() ?? 0))) – \(BenchRequests.grouped(Int(runs.max() ?? 0))) "
+                        + "requests/s over \(runs.count) runs, \(BenchRequests.slowestShare(runs))"
+                )
+            }
             if !sideLatencies.isEmpty {
                 print("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
             }
