@@ -297,20 +297,19 @@ extension Bench.FanOut {
                     sent = await Bench.sentDuring(nodes, since: sentBefore)
                 }
                 print("      pushes sent (/metrics)  \(Bench.perNodeText(sent))")
+                // With --h2load-each-round the pause comes after the last round too: the engine may still be recording
+                // its progress when the reference runs.
+                if round < rounds || h2loadEachRound, pause > 0 { try await Task.sleep(for: .seconds(pause)) }
                 if h2loadEachRound {
-                    // The engine may still be recording the round's progress: the pause comes first, as before a round.
-                    if pause > 0 { try await Task.sleep(for: .seconds(pause)) }
                     let reference = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
                     eachRound.append(reference)
-                    if let reference, let adjacent = BenchRequests.adjacentReferences(eachRound, rounds: round)[round - 1] {
+                    if let reference, let adjacent = BenchRequests.adjacentReferences(eachRound, rounds: round).last ?? nil {
                         print(
                             "      h2load after round \(round)  \(BenchRequests.grouped(Int(reference))) requests/s; "
                                 + "the round \(String(format: "%.2f", rate / adjacent)) × the runs either side"
                         )
                     }
-                    continue
                 }
-                if round < rounds, pause > 0 { try await Task.sleep(for: .seconds(pause)) }
             }
             await updating.close()
             await side.close()
