@@ -98,9 +98,12 @@ enum BenchRequests {
     /// run just before the round and the run just after it. `runs[0]` is the run before the first round, `runs[i]` the
     /// one after round `i`; a run that gave no rate leaves the other alone, and a round with neither has none.
     static func adjacentReferences(_ runs: [Double?], rounds: Int) -> [Double?] {
-        (0..<max(0, rounds)).map { round in
-            mean([round, round + 1].compactMap { $0 < runs.count ? runs[$0] : nil })
-        }
+        rounds > 0 ? (1...rounds).map { adjacentReference(runs, round: $0) } : []
+    }
+
+    /// Round `round`'s (counted from 1) reference of ``adjacentReferences(_:rounds:)``.
+    static func adjacentReference(_ runs: [Double?], round: Int) -> Double? {
+        mean([round - 1, round].compactMap { $0 >= 0 && $0 < runs.count ? runs[$0] : nil })
     }
 
     /// Each rate against its own reference (``adjacentReferences(_:rounds:)``), slowest and fastest:

@@ -303,7 +303,7 @@ extension Bench.FanOut {
                 if h2loadEachRound {
                     let reference = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
                     eachRound.append(reference)
-                    if let reference, let adjacent = BenchRequests.adjacentReferences(eachRound, rounds: round).last ?? nil {
+                    if let reference, let adjacent = BenchRequests.adjacentReference(eachRound, round: round) {
                         print(
                             "      h2load after round \(round)  \(BenchRequests.grouped(Int(reference))) requests/s; "
                                 + "the round \(String(format: "%.2f", rate / adjacent)) × the runs either side"
