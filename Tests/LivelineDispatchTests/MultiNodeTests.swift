@@ -38,7 +38,7 @@ struct MultiNodeTests {
     func twoNodesExactlyOnce() async throws {
         try await withCluster(activities: ["match": 20_000]) { cluster in
             // Slices of 1,000: twenty, more than one node's four engine workers take at once, so both nodes send.
-            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_SLICE_SIZE": "1000"])
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_SLICE_SIZE": "1000"].merging(Cluster.answeredInTime) { $1 })
             defer { nodes.forEach { $0.stop() } }
             let accepted = try await cluster.postUpdate(to: nodes[0], activity: "match", contentState: ["score": "1-0"])
             #expect(accepted == 202)
@@ -54,6 +54,9 @@ struct MultiNodeTests {
             #expect(tally.duplicates == 0, "no phone was sent the update twice")
             #expect(tally.other == 0, "no other push reached the phones")
             #expect(cluster.emulator.statistics.accepted == 20_000)
+            if cluster.emulator.statistics.accepted != 20_000 {
+                print("MultiNodeTests two nodes, every node's pushes and log:\n\(try await cluster.pushLines(nodes))\n\(nodes.map(\.logTail).joined(separator: "\n"))")
+            }
             let pushed = try await cluster.pushCounts(nodes)
             #expect(pushed.reduce(0, +) == 20_000, "the nodes count the pushes the emulator accepted")
             #expect(pushed.allSatisfy { $0 > 0 }, "both nodes sent part of the one fan-out: \(pushed)")
@@ -127,7 +130,7 @@ struct MultiNodeTests {
     func threeNodesFourActivities() async throws {
         let activities = ["race-1", "race-2", "race-3", "race-4"]
         try await withCluster(activities: Dictionary(uniqueKeysWithValues: activities.map { ($0, 5_000) })) { cluster in
-            let nodes = try await cluster.start(count: 3)
+            let nodes = try await cluster.start(count: 3, environment: Cluster.answeredInTime)
             defer { nodes.forEach { $0.stop() } }
             // Node C accepts all four; the others hear of them over LISTEN/NOTIFY and claim what C's engine has not.
             let statuses = try await withThrowingTaskGroup(of: UInt.self) { group in
@@ -154,6 +157,15 @@ struct MultiNodeTests {
             }
             #expect(cluster.emulator.statistics.accepted == 20_000)
             #expect(pushed.reduce(0, +) == 20_000)
+            if cluster.emulator.statistics.accepted != 20_000 {
+                print(
+                    """
+                    MultiNodeTests three nodes, every node's pushes and log:
+                    \(try await cluster.pushLines(nodes))
+                    \(nodes.map(\.logTail).joined(separator: "\n"))
+                    """
+                )
+            }
             try await cluster.expectDispatched(activities)
             try cluster.expectAlive(nodes)
         }
@@ -368,6 +380,17 @@ private struct Cluster: Sendable {
     let client: HTTPClient
 
     static let appID = "app_multinode"
+
+    /// For the tests that count every push exactly once: 128 pushes in flight per pass instead of 2,048.
+    ///
+    /// The emulator answers a few hundred pushes a second here (debug builds, three nodes and PostgreSQL on two cores).
+    /// With 2,048 in flight for each activity a push waited 18 – 20 s for its answer on average, and the slowest passed
+    /// the APNs client's 30 s request timeout: the client gave up on pushes the emulator had taken, and the engine sent
+    /// them again. In a run beside one busy core the nodes counted each phone delivered once and the emulator 721 pushes
+    /// more (in CI once, 417). That is the at-least-once a timeout means, not two nodes sending to one phone. At 256 in
+    /// flight, beside the busy core, a node with three activities waited 5.4 s on average and 640 of its 15,000 pushes
+    /// 10 – 30 s; at 128 the answers come in a few seconds, and a push sent twice means the claims failed.
+    static let answeredInTime = ["LIVELINE_ENGINE_PUSHES_IN_FLIGHT": "128"]
     static let bundleID = "com.example.multinode"
 
     /// Starts `count` nodes (A, B, C …) on the database, each with a data directory of its own, and waits until each
@@ -481,6 +504,21 @@ private struct Cluster: Sendable {
             counts.append(delivered.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0) { $0 + Int($1) })
         }
         return counts
+    }
+
+    /// Every `liveline_pushes_total` (each status and reason) and `liveline_push_latency_seconds` line of each node's
+    /// `/metrics`, for a failure's message.
+    func pushLines(_ nodes: [Node]) async throws -> String {
+        var lines: [String] = []
+        for node in nodes {
+            var request = HTTPClientRequest(url: node.api + "/metrics")
+            request.method = .GET
+            let text = String(buffer: try await client.execute(request, timeout: .seconds(10)).body.collect(upTo: 1 << 22))
+            lines.append("--- \(node.name) ---")
+            lines += text.split(separator: "\n").filter { $0.hasPrefix("liveline_pushes_total{") || $0.hasPrefix("liveline_push_latency_seconds") }
+                .map(String.init)
+        }
+        return lines.joined(separator: "\n")
     }
 
     /// The engine holding `activity`'s claim (`dispatcher-<pid>-<uuid>`), read from the database; `nil` when none does.
