@@ -262,14 +262,7 @@ struct MultiNodeTests {
             print("MultiNodeTests slow APNs: \(tally); pushes per node: \(try await cluster.pushCounts(nodes))")
             #expect(tally.missing == 0)
             #expect(tally.duplicates == 0, "no phone was sent the update twice")
-            if tally.duplicates > 0 {
-                for node in nodes {
-                    var request = HTTPClientRequest(url: node.api + "/metrics")
-                    request.method = .GET
-                    let text = String(buffer: try await cluster.client.execute(request, timeout: .seconds(10)).body.collect(upTo: 1 << 22))
-                    print("MultiNodeTests slow APNs, \(node.name)'s pushes:\n" + text.split(separator: "\n").filter { $0.hasPrefix("liveline_pushes_total{") }.joined(separator: "\n"))
-                }
-            }
+            if tally.duplicates > 0 { print("MultiNodeTests slow APNs, every node's pushes:\n\(try await cluster.pushLines(nodes))") }
             try await cluster.expectDispatched(["match"])
             try cluster.expectAlive(nodes)
         }
@@ -380,6 +373,7 @@ private struct Cluster: Sendable {
     let client: HTTPClient
 
     static let appID = "app_multinode"
+    static let bundleID = "com.example.multinode"
 
     /// For the tests that count every push exactly once: 128 pushes in flight per pass instead of 2,048.
     ///
@@ -391,7 +385,6 @@ private struct Cluster: Sendable {
     /// flight, beside the busy core, a node with three activities waited 5.4 s on average and 640 of its 15,000 pushes
     /// 10 – 30 s; at 128 the answers come in a few seconds, and a push sent twice means the claims failed.
     static let answeredInTime = ["LIVELINE_ENGINE_PUSHES_IN_FLIGHT": "128"]
-    static let bundleID = "com.example.multinode"
 
     /// Starts `count` nodes (A, B, C …) on the database, each with a data directory of its own, and waits until each
     /// answers `/healthz`.
@@ -491,14 +484,18 @@ private struct Cluster: Sendable {
         return tally
     }
 
+    /// `node`'s `/metrics`, one line a string.
+    func metricLines(_ node: Node) async throws -> [Substring] {
+        var request = HTTPClientRequest(url: node.api + "/metrics")
+        request.method = .GET
+        return String(buffer: try await client.execute(request, timeout: .seconds(10)).body.collect(upTo: 1 << 22)).split(separator: "\n")
+    }
+
     /// Each node's iOS pushes delivered, from its `/metrics` (`liveline_pushes_total{platform="ios",status="delivered"}`).
     func pushCounts(_ nodes: [Node]) async throws -> [Int] {
         var counts: [Int] = []
         for node in nodes {
-            var request = HTTPClientRequest(url: node.api + "/metrics")
-            request.method = .GET
-            let text = String(buffer: try await client.execute(request, timeout: .seconds(10)).body.collect(upTo: 1 << 22))
-            let delivered = text.split(separator: "\n").filter {
+            let delivered = try await metricLines(node).filter {
                 $0.hasPrefix("liveline_pushes_total{") && $0.contains(#"platform="ios""#) && $0.contains(#"status="delivered""#)
             }
             counts.append(delivered.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0) { $0 + Int($1) })
@@ -511,11 +508,8 @@ private struct Cluster: Sendable {
     func pushLines(_ nodes: [Node]) async throws -> String {
         var lines: [String] = []
         for node in nodes {
-            var request = HTTPClientRequest(url: node.api + "/metrics")
-            request.method = .GET
-            let text = String(buffer: try await client.execute(request, timeout: .seconds(10)).body.collect(upTo: 1 << 22))
             lines.append("--- \(node.name) ---")
-            lines += text.split(separator: "\n").filter { $0.hasPrefix("liveline_pushes_total{") || $0.hasPrefix("liveline_push_latency_seconds") }
+            lines += try await metricLines(node).filter { $0.hasPrefix("liveline_pushes_total{") || $0.hasPrefix("liveline_push_latency_seconds") }
                 .map(String.init)
         }
         return lines.joined(separator: "\n")
