@@ -55,7 +55,7 @@ struct MultiNodeTests {
             #expect(tally.other == 0, "no other push reached the phones")
             #expect(cluster.emulator.statistics.accepted == 20_000)
             if cluster.emulator.statistics.accepted != 20_000 {
-                print("MultiNodeTests two nodes, every node's pushes and log:\n\(try await cluster.pushLines(nodes))\n\(nodes.map(\.logTail).joined(separator: "\n"))")
+                print("MultiNodeTests two nodes, every node's pushes and log:\n\(try await cluster.pushesAndLogs(nodes))")
             }
             let pushed = try await cluster.pushCounts(nodes)
             #expect(pushed.reduce(0, +) == 20_000, "the nodes count the pushes the emulator accepted")
@@ -158,13 +158,7 @@ struct MultiNodeTests {
             #expect(cluster.emulator.statistics.accepted == 20_000)
             #expect(pushed.reduce(0, +) == 20_000)
             if cluster.emulator.statistics.accepted != 20_000 {
-                print(
-                    """
-                    MultiNodeTests three nodes, every node's pushes and log:
-                    \(try await cluster.pushLines(nodes))
-                    \(nodes.map(\.logTail).joined(separator: "\n"))
-                    """
-                )
+                print("MultiNodeTests three nodes, every node's pushes and log:\n\(try await cluster.pushesAndLogs(nodes))")
             }
             try await cluster.expectDispatched(activities)
             try cluster.expectAlive(nodes)
@@ -513,6 +507,11 @@ private struct Cluster: Sendable {
                 .map(String.init)
         }
         return lines.joined(separator: "\n")
+    }
+
+    /// ``pushLines(_:)`` and the end of each node's log: what a miscount's message shows.
+    func pushesAndLogs(_ nodes: [Node]) async throws -> String {
+        try await pushLines(nodes) + "\n" + nodes.map(\.logTail).joined(separator: "\n")
     }
 
     /// The engine holding `activity`'s claim (`dispatcher-<pid>-<uuid>`), read from the database; `nil` when none does.
