@@ -12,10 +12,12 @@ import Synchronization
 /// It keeps a small pool of TLS connections (ALPN `h2`), each pinned to one event loop of the group, and spreads
 /// requests over them round-robin. Each request is one HTTP/2 stream; a connection opens as many concurrent streams
 /// as the server's `SETTINGS_MAX_CONCURRENT_STREAMS` allows at that moment (APNs starts at 1 and raises it after the
-/// first successful request) and queues the rest. When APNs sends `GOAWAY` (the JSON reason in its debug data is
-/// logged) or the connection closes, a new connection is opened: requests that never reached the server (queued, or
-/// above the `GOAWAY`'s last stream id, or refused) move to it transparently; requests already on the wire fail
-/// with ``APNsTransportError``. An idle connection is checked with `PING`; every request has a timeout.
+/// first successful request) and its own limit, which shrinks while answers are slow, allows; it queues the rest. A
+/// queued request left with too little time for an answer fails unsent, rather than timing out on the wire after the
+/// server took it. When APNs sends `GOAWAY` (the JSON reason in its debug data is logged) or the connection closes,
+/// a new connection is opened: requests that never reached the server (queued, or above the `GOAWAY`'s last stream
+/// id, or refused) move to it transparently; requests already on the wire fail with ``APNsTransportError``. An idle
+/// connection is checked with `PING`; every request has a timeout.
 ///
 /// Connections are opened lazily by the first ``send(_:)`` on them and reused for hours. Call ``shutdown()`` when
 /// done.

@@ -184,7 +184,7 @@ final class APNsConnection: ChannelInboundHandler {
     /// Takes a request: writes it at once when a stream is free, otherwise queues it.
     func submit(_ request: PendingRequest) {
         assert(state.isReady && !state.isRetiring && !state.isClosed, "requests go only to ready connections")
-        switch state.submit(request) {
+        switch state.submit(request, now: .now()) {
         case .write(let write):
             send(write)
         case .queued:
@@ -196,8 +196,19 @@ final class APNsConnection: ChannelInboundHandler {
 
     /// Writes queued requests while streams are free.
     private func sendQueued() {
-        while let write = state.nextQueuedWrite() {
+        let now = NIODeadline.now()
+        while let write = state.nextQueuedWrite(now: now) {
             send(write)
+        }
+        let unsendable = state.takeUnsendable()
+        if !unsendable.isEmpty {
+            let answerTime = state.streamLimit.smoothedAnswer.map { "\($0.nanoseconds / 1_000_000) ms" } ?? "none yet"
+            let error = APNsTransportError(
+                "Not sent: it spent most of its \(shared.configuration.requestTimeout) waiting for a free HTTP/2 stream, and less than \(state.streamLimit.answerAllowance.nanoseconds / 1_000_000) ms was left for an answer (APNs answers in \(answerTime) now; this connection keeps at most \(state.openStreamLimit) requests on the wire)."
+            )
+            for request in unsendable {
+                request.finish(.failure(error))
+            }
         }
     }
 
@@ -362,7 +373,7 @@ final class APNsConnection: ChannelInboundHandler {
 
     private func complete(_ streamID: HTTP2StreamID, _ request: PendingRequest) {
         guard let status = request.status else {
-            let then = state.responseEnded(on: streamID)
+            let then = state.responseEnded(on: streamID, now: .now())
             request.finish(.failure(APNsTransportError("APNs ended the stream without a response status.")))
             perform(then)
             return
@@ -396,7 +407,7 @@ final class APNsConnection: ChannelInboundHandler {
                 break
             }
         }
-        let then = state.responseEnded(on: streamID)
+        let then = state.responseEnded(on: streamID, now: .now())
         perform(retirement)
         perform(then)
     }
@@ -483,9 +494,22 @@ final class APNsConnection: ChannelInboundHandler {
                 request.finish(.failure(timeout))
             }
         }
+        if let cut = actions.streamLimitCut {
+            logger.notice(
+                "APNs answers slowly: fewer requests on the wire",
+                metadata: [
+                    "apns.streams.from": "\(cut.from)", "apns.streams.to": "\(cut.to)",
+                    "apns.answer.smoothedMs": "\(cut.smoothedAnswer.nanoseconds / 1_000_000)",
+                    "apns.answer.slowMarkMs": "\(cut.slowMark.nanoseconds / 1_000_000)",
+                ]
+            )
+        }
         if !actions.timedOutQueued.isEmpty {
+            let limit = state.openStreamLimit < state.maxConcurrentStreams
+                ? "the server allows \(state.maxConcurrentStreams); it answers slowly, and this connection keeps at most \(state.openStreamLimit) on the wire"
+                : "the server allows \(state.maxConcurrentStreams)"
             let timeout = APNsTransportError(
-                "Timed out after \(shared.configuration.requestTimeout) waiting for a free HTTP/2 stream (the server allows \(state.maxConcurrentStreams))."
+                "Timed out after \(shared.configuration.requestTimeout) waiting for a free HTTP/2 stream (\(limit))."
             )
             for request in actions.timedOutQueued {
                 request.finish(.failure(timeout))

@@ -22,9 +22,13 @@ extension PendingRequest: APNsConnectionStateMachineRequest {}
 /// promise or clock; time comes in with the events that need it. It is generic over the request so tests can use
 /// plain values.
 ///
-/// The hot path (``submit(_:)``, ``request(on:)``, ``responseEnded(on:)``, ``writeNeedsFlush()``) answers with one
-/// enum or optional value and allocates nothing; requests waiting for a free stream are pulled one at a time with
-/// ``nextQueuedWrite()``.
+/// The hot path (``submit(_:now:)``, ``request(on:)``, ``responseEnded(on:now:)``, ``writeNeedsFlush()``) answers with
+/// one enum or optional value and allocates nothing; requests waiting for a free stream are pulled one at a time with
+/// ``nextQueuedWrite(now:)``.
+///
+/// A stream is free when fewer are open than the server allows (`SETTINGS_MAX_CONCURRENT_STREAMS`) and than the
+/// connection's own ``StreamLimit``, which shrinks when answers slow down so that requests wait here, unsent, rather
+/// than on the wire past their timeout.
 ///
 /// Lifecycle: *starting* (waiting for the server's first `SETTINGS`) → *ready* (takes requests) → *retiring* (no new
 /// streams: `GOAWAY`, stream ids used up, or credentials bound to this connection; closes once its streams are done)
@@ -40,12 +44,18 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         var idlePingInterval: Duration
         /// How long a `PING` may go unacknowledged before the connection is closed.
         var pingTimeout: Duration
+        /// How the connection's own limit on streams follows the answer times.
+        var streamLimit: StreamLimit.Configuration
 
-        init(maximumStreamID: Int, connectTimeout: Duration, idlePingInterval: Duration, pingTimeout: Duration) {
+        init(
+            maximumStreamID: Int, connectTimeout: Duration, idlePingInterval: Duration, pingTimeout: Duration,
+            streamLimit: StreamLimit.Configuration
+        ) {
             self.maximumStreamID = maximumStreamID
             self.connectTimeout = connectTimeout
             self.idlePingInterval = idlePingInterval
             self.pingTimeout = pingTimeout
+            self.streamLimit = streamLimit
         }
 
         init(_ client: APNsClient.Configuration) {
@@ -53,7 +63,8 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
                 maximumStreamID: Int(client.maximumStreamID),
                 connectTimeout: client.connectTimeout,
                 idlePingInterval: client.idlePingInterval,
-                pingTimeout: client.pingTimeout
+                pingTimeout: client.pingTimeout,
+                streamLimit: StreamLimit.Configuration(requestTimeout: TimeAmount(client.requestTimeout))
             )
         }
     }
@@ -101,7 +112,7 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
     enum ConnectionAction {
         /// Nothing.
         case none
-        /// Streams are free and requests wait for them: write each one ``nextQueuedWrite()`` hands out.
+        /// Streams are free and requests wait for them: write each one ``nextQueuedWrite(now:)`` hands out.
         case sendQueued
         /// The server's first `SETTINGS` arrived: tell the slot the connection takes requests, then send the queued
         /// ones as for ``sendQueued``.
@@ -123,11 +134,12 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         var then: ConnectionAction
     }
 
-    /// The answer to ``submit(_:)``.
+    /// The answer to ``submit(_:now:)``.
     enum SubmitAction {
         /// Write the request now.
         case write(StreamWrite)
-        /// The server's concurrency limit is reached (or the connection is not ready yet): the request waits.
+        /// The server's concurrency limit, or the connection's own, is reached (or the connection is not ready yet):
+        /// the request waits.
         case queued
         /// The connection takes no new requests: send it on another connection (the slot's `move`).
         case moveToAnotherConnection(Request)
@@ -165,6 +177,8 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         var timedOutQueued: [Request] = []
         /// Send this `PING`.
         var ping: HTTP2PingData? = nil
+        /// The connection's own stream limit was cut since the last timer (the latest cut): log it.
+        var streamLimitCut: StreamLimit.Cut? = nil
         /// Then: ``ConnectionAction/none``, ``ConnectionAction/sendQueued`` or ``ConnectionAction/close``.
         var then: ConnectionAction = .none
     }
@@ -201,14 +215,29 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
     /// The server's first `SETTINGS` arrived (the connection stays ready in that sense while retiring).
     private(set) var isReady = false
 
+    /// A request on the wire, and when it was written.
+    private struct OnTheWire {
+        var request: Request
+        var sentAt: NIODeadline
+    }
+
     /// Requests on the wire, by stream id.
-    private var streams = StreamTable<Request>()
+    private var streams = StreamTable<OnTheWire>()
     /// Requests waiting for a free stream, oldest first.
     private var pending = CircularBuffer<Request>()
     /// The server's `SETTINGS_MAX_CONCURRENT_STREAMS`; 100 (what swift-nio-http2 assumes) until the server says.
     private(set) var maxConcurrentStreams = 100
     /// The stream id the next request gets. An `Int`, so adding 2 after the last one cannot overflow.
     private(set) var nextStreamID = 1
+    /// The connection's own limit on open streams, from the answer times.
+    private(set) var streamLimit: StreamLimit
+    /// The latest cut of ``streamLimit`` not yet reported by ``timerFired(now:)``.
+    private var unreportedCut: StreamLimit.Cut?
+    /// Queued requests that had too little time left when a stream came free (``takeUnsendable()``).
+    private var unsendable: [Request] = []
+
+    /// How many streams may be open now: the server's limit or the connection's own, whichever is lower.
+    var openStreamLimit: Int { min(maxConcurrentStreams, streamLimit.value) }
 
     private var inRead = false
     private var needsFlush = false
@@ -232,6 +261,7 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         self.pingTimeout = TimeAmount(configuration.pingTimeout)
         self.createdAt = now
         self.lastFrameAt = now
+        self.streamLimit = StreamLimit(configuration.streamLimit)
     }
 
     /// Takes no new streams (`GOAWAY`, stream ids used up, credentials bound to this connection).
@@ -253,17 +283,17 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
 
     /// The request on `streamID`, if it is still on the wire: where the connection gathers its response.
     func request(on streamID: HTTP2StreamID) -> Request? {
-        streams[streamID]
+        streams[streamID]?.request
     }
 
     // MARK: Requests
 
-    /// A request for this connection (the slot sends only to a ready connection).
-    mutating func submit(_ request: Request) -> SubmitAction {
+    /// A request for this connection (the slot sends only to a ready connection), at `now`.
+    mutating func submit(_ request: Request, now: NIODeadline) -> SubmitAction {
         switch state {
         case .ready:
-            if pending.isEmpty && streams.count < maxConcurrentStreams {
-                return .write(open(request))
+            if pending.isEmpty && streams.count < openStreamLimit {
+                return .write(open(request, now: now))
             }
             pending.append(request)
             return .queued
@@ -275,24 +305,40 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         }
     }
 
-    /// The next queued request to write, while streams are free; `nil` when none is left or may be sent. The
-    /// connection calls it after ``ConnectionAction/sendQueued`` and ``ConnectionAction/notifyReady`` until `nil`.
-    mutating func nextQueuedWrite() -> StreamWrite? {
+    /// The next queued request to write at `now`, while streams are free; `nil` when none is left or may be sent.
+    /// The connection calls it after ``ConnectionAction/sendQueued`` and ``ConnectionAction/notifyReady`` until `nil`,
+    /// then fails what ``takeUnsendable()`` hands it.
+    ///
+    /// A request with less time left than ``StreamLimit/answerAllowance`` is not written: it would likely time out on
+    /// the wire after the server took it. It is kept for ``takeUnsendable()`` instead.
+    mutating func nextQueuedWrite(now: NIODeadline) -> StreamWrite? {
         guard case .ready = state else { return nil }
-        while streams.count < maxConcurrentStreams, let request = pending.popFirst() {
+        let allowance = streamLimit.answerAllowance
+        while streams.count < openStreamLimit, let request = pending.popFirst() {
             if request.isFinished {
                 continue
             }
-            return open(request)
+            if request.deadline - now < allowance {
+                unsendable.append(request)
+                continue
+            }
+            return open(request, now: now)
         }
         return nil
     }
 
+    /// The queued requests ``nextQueuedWrite(now:)`` found with too little time left: fail each, unsent.
+    mutating func takeUnsendable() -> [Request] {
+        guard !unsendable.isEmpty else { return [] }
+        defer { unsendable.removeAll() }
+        return unsendable
+    }
+
     /// Gives `request` the next stream id; retires the connection when that was the last one.
-    private mutating func open(_ request: Request) -> StreamWrite {
+    private mutating func open(_ request: Request, now: NIODeadline) -> StreamWrite {
         let streamID = HTTP2StreamID(nextStreamID)
         nextStreamID += 2
-        streams.append(request, streamID: streamID)
+        streams.append(OnTheWire(request: request, sentAt: now), streamID: streamID)
         var write = StreamWrite(request: request, streamID: streamID, then: .none)
         if nextStreamID > configuration.maximumStreamID {
             write.then = retire(because: .streamIDsUsedUp)
@@ -302,11 +348,23 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
 
     // MARK: Streams
 
-    /// The response on `streamID` is complete (its final frame carried `END_STREAM`). Call it before completing the
-    /// request with the response.
-    mutating func responseEnded(on streamID: HTTP2StreamID) -> ConnectionAction {
-        guard streams.removeValue(forKey: streamID) != nil else { return .none }
+    /// The response on `streamID` is complete (its final frame carried `END_STREAM`) at `now`: its answer time goes
+    /// to the connection's ``StreamLimit``. Call it before completing the request with the response.
+    mutating func responseEnded(on streamID: HTTP2StreamID, now: NIODeadline) -> ConnectionAction {
+        guard let answered = streams.removeValue(forKey: streamID) else { return .none }
+        answerTook(now - answered.sentAt, at: now)
         return streamFinished()
+    }
+
+    /// Feeds one answer time to the stream limit and keeps a cut for the next timer to report.
+    private mutating func answerTook(_ answerTime: TimeAmount, at now: NIODeadline) {
+        if let cut = streamLimit.answered(after: answerTime, at: now, serverLimit: maxConcurrentStreams) {
+            if let earlier = unreportedCut {
+                unreportedCut = StreamLimit.Cut(from: earlier.from, to: cut.to, smoothedAnswer: cut.smoothedAnswer, slowMark: cut.slowMark)
+            } else {
+                unreportedCut = cut
+            }
+        }
     }
 
     /// The connection resets `streamID` itself (the caller cancelled, or the response was malformed): the stream is
@@ -319,7 +377,7 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
     /// The server reset `streamID` (`RST_STREAM`), or the stream closed some other way with `code` (`nil` when
     /// there was none), before the response was complete.
     mutating func streamReset(_ streamID: HTTP2StreamID, code: HTTP2ErrorCode?) -> UnansweredStreamAction {
-        guard let request = streams.removeValue(forKey: streamID) else { return .none }
+        guard let request = streams.removeValue(forKey: streamID)?.request else { return .none }
         let then = streamFinished()
         if code == .refusedStream {
             // REFUSED_STREAM guarantees the request was not processed.
@@ -331,7 +389,7 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
     /// swift-nio-http2 reported an error on `streamID` alone (for example a late frame on a stream that was reset);
     /// the connection carries on.
     mutating func streamFailed(_ streamID: HTTP2StreamID) -> UnansweredStreamAction {
-        guard let request = streams.removeValue(forKey: streamID) else { return .none }
+        guard let request = streams.removeValue(forKey: streamID)?.request else { return .none }
         return .failRequest(request, then: streamFinished())
     }
 
@@ -341,7 +399,7 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         case .retiring:
             return streams.isEmpty ? .close : .none
         case .ready:
-            return !pending.isEmpty && streams.count < maxConcurrentStreams ? .sendQueued : .none
+            return !pending.isEmpty && streams.count < openStreamLimit ? .sendQueued : .none
         case .starting, .closed:
             return .none
         }
@@ -375,7 +433,7 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
             isReady = true
             return .notifyReady
         }
-        if case .ready = state, !pending.isEmpty, streams.count < self.maxConcurrentStreams {
+        if case .ready = state, !pending.isEmpty, streams.count < openStreamLimit {
             return .sendQueued
         }
         return .none
@@ -396,7 +454,7 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         case .ready, .retiring:
             var unprocessed: [Request] = []
             for streamID in streams.streamIDs(where: { streamID, _ in streamID > lastStreamID }) {
-                if let request = streams.removeValue(forKey: streamID) {
+                if let request = streams.removeValue(forKey: streamID)?.request {
                     unprocessed.append(request)
                 }
             }
@@ -495,7 +553,7 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         guard !isClosed else { return nil }
         let reason = closeDescription
         state = .closed
-        let failing = streams.removeAll()
+        let failing = streams.removeAll().map(\.request)
         var moving: [Request] = []
         while let request = pending.popFirst() {
             if !request.isFinished {
@@ -540,9 +598,11 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
             return actions
         }
 
-        for streamID in streams.streamIDs(where: { _, request in request.deadline <= now }) {
-            if let request = streams.removeValue(forKey: streamID) {
-                actions.timedOutStreams.append((streamID, request))
+        for streamID in streams.streamIDs(where: { _, onTheWire in onTheWire.request.deadline <= now }) {
+            if let timedOut = streams.removeValue(forKey: streamID) {
+                actions.timedOutStreams.append((streamID, timedOut.request))
+                // No answer within the timeout: as slow an answer as there can be.
+                answerTook(now - timedOut.sentAt, at: now)
             }
         }
         if !pending.isEmpty {
@@ -557,6 +617,8 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
             }
             pending = kept
         }
+        actions.streamLimitCut = unreportedCut
+        unreportedCut = nil
         if !actions.timedOutStreams.isEmpty {
             actions.then = streamFinished()
             if case .close = actions.then {

@@ -518,6 +518,47 @@ struct ClientTests {
         }
     }
 
+    @Test(
+        "a server that answers slowly gets fewer streams: what waits past the timeout waits unsent, never on the wire",
+        .tags(.slow), .unlessSkippingSlowTests
+    )
+    func slowServerGetsFewerStreams() async throws {
+        // The server takes 1,000 streams but answers 250 requests a second, oldest first. 3,000 pushes with a 4 s
+        // timeout: all 1,000 streams at once would keep the last ones waiting 4 s for an answer, past the timeout,
+        // and a push the server took but the client gave up on is the one the engine sends again.
+        try await withServerAndClient(
+            configuration: .init(connections: 1, requestTimeout: .seconds(4)),
+            script: { _ in .hold }
+        ) { server, client in
+            let answering = Task {
+                while !Task.isCancelled {
+                    server.releaseOldest(5)
+                    try? await Task.sleep(for: .milliseconds(20))
+                }
+            }
+            defer { answering.cancel() }
+            let notifications = (0..<3000).map { makeNotification(token: String(format: "%064x", $0)) }
+            let results = await client.send(notifications)
+            answering.cancel()
+
+            let answered = results.filter { (try? $0.get())?.status == 200 }.count
+            let failures = results.compactMap { result -> String? in
+                guard case .failure(let error) = result else { return nil }
+                return "\(error)"
+            }
+            let onTheWire = failures.filter { $0.contains("did not answer") }
+            let unsent = failures.filter { $0.contains("waiting for a free HTTP/2 stream") }
+            let record = try #require(server.connections.values.first)
+            #expect(onTheWire.isEmpty, "\(onTheWire.count) requests timed out on the wire: \(onTheWire.first ?? "")")
+            #expect(answered + unsent.count == 3000, "answered \(answered), unsent \(unsent.count), other: \(failures.first ?? "")")
+            #expect(server.requestCount == answered, "every request the server took was answered in time")
+            // 250 a second when the machine keeps up (about 700 answered in a run alone; 100 in a busy parallel run).
+            #expect(answered >= 50, "the server answered \(answered)")
+            #expect(record.maxOpenStreams < 1000, "at most \(record.maxOpenStreams) streams open at once")
+            print("APNs slow server: \(answered) answered, \(unsent.count) not sent, at most \(record.maxOpenStreams) streams open")
+        }
+    }
+
     @Test("cancelling the caller resets the stream and throws CancellationError")
     func cancellation() async throws {
         try await withServerAndClient(script: { _ in .hold }) { server, client in

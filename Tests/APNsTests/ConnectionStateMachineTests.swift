@@ -37,9 +37,12 @@ private final class Driver {
 
     func request(on streamID: HTTP2StreamID) -> TestRequest? { machine.request(on: streamID) }
     func inboundWindowChanged(to size: Int?) -> Int? { machine.inboundWindowChanged(to: size) }
-    func submit(_ request: TestRequest) -> Machine.SubmitAction { machine.submit(request) }
-    func nextQueuedWrite() -> Machine.StreamWrite? { machine.nextQueuedWrite() }
-    func responseEnded(on streamID: HTTP2StreamID) -> Machine.ConnectionAction { machine.responseEnded(on: streamID) }
+    func submit(_ request: TestRequest, now: NIODeadline = start) -> Machine.SubmitAction { machine.submit(request, now: now) }
+    func nextQueuedWrite(now: NIODeadline = start) -> Machine.StreamWrite? { machine.nextQueuedWrite(now: now) }
+    func takeUnsendable() -> [TestRequest] { machine.takeUnsendable() }
+    func responseEnded(on streamID: HTTP2StreamID, now: NIODeadline = start) -> Machine.ConnectionAction {
+        machine.responseEnded(on: streamID, now: now)
+    }
     func streamResetByClient(_ streamID: HTTP2StreamID) -> Machine.ConnectionAction {
         machine.streamResetByClient(streamID)
     }
@@ -81,22 +84,27 @@ private func makeMachine(
     maximumStreamID: Int = Int(Int32.max),
     connectTimeout: Duration = .seconds(10),
     idlePingInterval: Duration = .seconds(60),
-    pingTimeout: Duration = .seconds(20)
+    pingTimeout: Duration = .seconds(20),
+    streamLimit: StreamLimit.Configuration = .init(requestTimeout: .seconds(30))
 ) -> Driver {
     Driver(Machine(
         configuration: .init(
             maximumStreamID: maximumStreamID,
             connectTimeout: connectTimeout,
             idlePingInterval: idlePingInterval,
-            pingTimeout: pingTimeout
+            pingTimeout: pingTimeout,
+            streamLimit: streamLimit
         ),
         now: start
     ))
 }
 
 /// A machine that received the server's first SETTINGS (allowing `limit` streams) in one read.
-private func makeReadyMachine(limit: Int? = 100, maximumStreamID: Int = Int(Int32.max)) -> Driver {
-    let machine = makeMachine(maximumStreamID: maximumStreamID)
+private func makeReadyMachine(
+    limit: Int? = 100, maximumStreamID: Int = Int(Int32.max),
+    streamLimit: StreamLimit.Configuration = .init(requestTimeout: .seconds(30))
+) -> Driver {
+    let machine = makeMachine(maximumStreamID: maximumStreamID, streamLimit: streamLimit)
     machine.frameReceived()
     let action = machine.settingsReceived(maxConcurrentStreams: limit)
     #expect(action == .notifyReady)
@@ -466,6 +474,97 @@ struct ConnectionStateMachineTests {
             _ = machine.readComplete()
             #expect(machine.timerFired(now: at(.seconds(second))).ping == nil)
         }
+    }
+
+    // MARK: The connection's own stream limit
+
+    @Test("slow answers hold requests back: fewer streams open than the server allows, the rest wait unsent")
+    func slowAnswersHoldRequestsBack() throws {
+        // Four streams at first; answers are slow past 1 s (the mark at most 2 s).
+        let machine = makeReadyMachine(
+            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1))
+        )
+        #expect(machine.openStreamLimit == 4)
+        let requests = (0..<5).map { TestRequest("r\($0)") } + [TestRequest("r5", deadline: at(.seconds(8)))]
+        for request in requests.prefix(4) {
+            _ = submitWritten(machine, request)
+        }
+        #expect(machine.submit(requests[4]) == .queued, "the connection's own limit, under the server's 1,000")
+        #expect(machine.submit(requests[5]) == .queued)
+
+        // The first answer takes 3 s: past the mark (2 s, twice the fastest answer but capped), the limit halves.
+        #expect(machine.responseEnded(on: 1, now: at(.seconds(3))) == .none, "3 open, 2 allowed: nothing more goes out")
+        #expect(machine.openStreamLimit == 2)
+        #expect(machine.nextQueuedWrite(now: at(.seconds(3))) == nil)
+        #expect(machine.streamLimit.value == 2)
+
+        // The next timer reports the cut, once.
+        let reported = try #require(machine.timerFired(now: at(.seconds(3))).streamLimitCut)
+        #expect(reported.from == 4)
+        #expect(reported.to == 2)
+        #expect(reported.smoothedAnswer == .seconds(3))
+        #expect(reported.slowMark == .seconds(2))
+        #expect(machine.timerFired(now: at(.seconds(3))).streamLimitCut == nil)
+
+        // The answers to streams opened before the cut cut nothing more; a stream frees up once only one is open.
+        #expect(machine.responseEnded(on: 3, now: at(.seconds(3))) == .none)
+        #expect(machine.responseEnded(on: 5, now: at(.seconds(3))) == .sendQueued)
+        #expect(drainQueue(machine) == ["r4@9"])
+        #expect(machine.openStreams == 2)
+        #expect(machine.queuedRequests == 1)
+        #expect(machine.streamLimit.value == 2)
+        #expect(machine.takeUnsendable().isEmpty)
+
+        // r5 has 5 s left when the next stream frees up, and answers take 3 s: twice that is more than it has left.
+        // It is not sent (it would likely time out on the wire after the server took it); the connection fails it.
+        #expect(machine.responseEnded(on: 7, now: at(.seconds(3))) == .sendQueued)
+        #expect(machine.nextQueuedWrite(now: at(.seconds(3))) == nil)
+        #expect(machine.takeUnsendable() == [requests[5]])
+        #expect(machine.takeUnsendable().isEmpty)
+        #expect(machine.queuedRequests == 0)
+        #expect(machine.openStreams == 1)
+    }
+
+    @Test("a stream that times out counts as an answer as slow as its timeout")
+    func timeoutCutsTheLimit() throws {
+        let machine = makeReadyMachine(
+            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1))
+        )
+        let a = TestRequest("a", deadline: at(.seconds(5)))
+        let b = TestRequest("b", deadline: at(.seconds(5)))
+        #expect(submitWritten(machine, a) == 1)
+        #expect(submitWritten(machine, b) == 3)
+        let actions = machine.timerFired(now: at(.seconds(5)))
+        #expect(actions.timedOutStreams.map(\.request) == [a, b])
+        let cut = try #require(actions.streamLimitCut)
+        #expect(cut.from == 4)
+        #expect(cut.to == 2)
+        #expect(machine.openStreamLimit == 2)
+    }
+
+    @Test("quick answers open more streams, up to the server's limit")
+    func quickAnswersOpenMoreStreams() {
+        let machine = makeReadyMachine(
+            limit: 6, streamLimit: .init(initial: 2, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1))
+        )
+        let requests = (0..<10).map { TestRequest("r\($0)") }
+        #expect(submitWritten(machine, requests[0]) == 1)
+        #expect(submitWritten(machine, requests[1]) == 3)
+        for request in requests.dropFirst(2) {
+            #expect(machine.submit(request) == .queued)
+        }
+        // Each quick answer frees its stream and adds one: two go out for each answer.
+        #expect(machine.responseEnded(on: 1, now: at(.milliseconds(10))) == .sendQueued)
+        #expect(drainQueue(machine) == ["r2@5", "r3@7"])
+        #expect(machine.responseEnded(on: 3, now: at(.milliseconds(10))) == .sendQueued)
+        #expect(drainQueue(machine) == ["r4@9", "r5@11"])
+        #expect(machine.openStreamLimit == 4)
+        for streamID in [5, 7, 9] {
+            _ = machine.responseEnded(on: HTTP2StreamID(streamID), now: at(.milliseconds(10)))
+        }
+        #expect(drainQueue(machine) == ["r6@13", "r7@15", "r8@17", "r9@19"])
+        #expect(machine.openStreamLimit == 6, "the server's limit: \(machine.streamLimit.value) of its own")
+        #expect(machine.openStreams == 5)
     }
 
     // MARK: Closing and errors

@@ -293,6 +293,27 @@ final class TestAPNsServer: Sendable {
         }
     }
 
+    /// Answers the `count` held streams held longest (fewer if fewer are held), 200 each; returns how many.
+    @discardableResult
+    func releaseOldest(_ count: Int) -> Int {
+        let oldest = state.withLock { state in
+            let taken = Array(state.held.prefix(count))
+            state.held.removeFirst(taken.count)
+            return taken
+        }
+        for stream in oldest {
+            var headers = HPACKHeaders([(":status", "200")])
+            if let apnsID = stream.apnsID {
+                headers.add(name: "apns-id", value: apnsID)
+            }
+            stream.channel.writeAndFlush(
+                HTTP2Frame.FramePayload.headers(.init(headers: headers, endStream: true)),
+                promise: nil
+            )
+        }
+        return oldest.count
+    }
+
     /// Sends GOAWAY on a connection.
     func goAway(connection: Int, lastStreamID: Int, errorCode: HTTP2ErrorCode = .noError, debug: String?) async throws {
         guard let channel = connections[connection]?.channel else {
