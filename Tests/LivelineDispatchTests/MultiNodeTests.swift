@@ -25,6 +25,13 @@ import Glibc
 /// of three processes and 20,000 phones per test). Every test has a database of its own. The tests run one after
 /// another: each starts several processes and a fan-out to 20,000 phones, and on a 2-core machine a second one beside
 /// it would only blur their timing (the kill test's above all).
+///
+/// The nodes run with the engine's defaults (2,048 pushes in flight a pass), against an emulator that answers only a
+/// few hundred pushes a second here (debug builds, several nodes and PostgreSQL on two cores). The APNs client's stream
+/// limit keeps the pushes that wait for an answer on the nodes' side, unsent, rather than on the wire past the 30 s
+/// timeout, so a push sent twice means the claims failed. Before that limit, beside one busy core, pushes waited 18 –
+/// 20 s for their answers, the slowest timed out after the emulator had taken them, and the exactly-once tests counted
+/// hundreds of pushes twice (the tests then ran at 128 in flight).
 @Suite(
     "Several liveline serve nodes on one PostgreSQL database", .tags(.slow), .unlessSkippingSlowTests,
     .enabled(
@@ -38,7 +45,7 @@ struct MultiNodeTests {
     func twoNodesExactlyOnce() async throws {
         try await withCluster(activities: ["match": 20_000]) { cluster in
             // Slices of 1,000: twenty, more than one node's four engine workers take at once, so both nodes send.
-            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_SLICE_SIZE": "1000"].merging(Cluster.answeredInTime) { $1 })
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_SLICE_SIZE": "1000"])
             defer { nodes.forEach { $0.stop() } }
             let accepted = try await cluster.postUpdate(to: nodes[0], activity: "match", contentState: ["score": "1-0"])
             #expect(accepted == 202)
@@ -130,7 +137,7 @@ struct MultiNodeTests {
     func threeNodesFourActivities() async throws {
         let activities = ["race-1", "race-2", "race-3", "race-4"]
         try await withCluster(activities: Dictionary(uniqueKeysWithValues: activities.map { ($0, 5_000) })) { cluster in
-            let nodes = try await cluster.start(count: 3, environment: Cluster.answeredInTime)
+            let nodes = try await cluster.start(count: 3)
             defer { nodes.forEach { $0.stop() } }
             // Node C accepts all four; the others hear of them over LISTEN/NOTIFY and claim what C's engine has not.
             let statuses = try await withThrowingTaskGroup(of: UInt.self) { group in
@@ -368,17 +375,6 @@ private struct Cluster: Sendable {
 
     static let appID = "app_multinode"
     static let bundleID = "com.example.multinode"
-
-    /// For the tests that count every push exactly once: 128 pushes in flight per pass instead of 2,048.
-    ///
-    /// The emulator answers a few hundred pushes a second here (debug builds, three nodes and PostgreSQL on two cores).
-    /// With 2,048 in flight for each activity a push waited 18 – 20 s for its answer on average, and the slowest passed
-    /// the APNs client's 30 s request timeout: the client gave up on pushes the emulator had taken, and the engine sent
-    /// them again. In a run beside one busy core the nodes counted each phone delivered once and the emulator 721 pushes
-    /// more (in CI once, 417). That is the at-least-once a timeout means, not two nodes sending to one phone. At 256 in
-    /// flight, beside the busy core, a node with three activities waited 5.4 s on average and 640 of its 15,000 pushes
-    /// 10 – 30 s; at 128 the answers come in a few seconds, and a push sent twice means the claims failed.
-    static let answeredInTime = ["LIVELINE_ENGINE_PUSHES_IN_FLIGHT": "128"]
 
     /// Starts `count` nodes (A, B, C …) on the database, each with a data directory of its own, and waits until each
     /// answers `/healthz`.
