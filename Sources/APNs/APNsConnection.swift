@@ -191,6 +191,8 @@ final class APNsConnection: ChannelInboundHandler {
             break
         case .moveToAnotherConnection(let request):
             slot.move(request)
+        case .tooLate(let request):
+            request.finish(.failure(tooLateError()))
         }
     }
 
@@ -202,14 +204,19 @@ final class APNsConnection: ChannelInboundHandler {
         }
         let unsendable = state.takeUnsendable()
         if !unsendable.isEmpty {
-            let answerTime = state.streamLimit.smoothedAnswer.map { "\($0.nanoseconds / 1_000_000) ms" } ?? "none yet"
-            let error = APNsTransportError(
-                "Not sent: it spent most of its \(shared.configuration.requestTimeout) waiting for a free HTTP/2 stream, and less than \(state.streamLimit.answerAllowance.nanoseconds / 1_000_000) ms was left for an answer (APNs answers in \(answerTime) now; this connection keeps at most \(state.openStreamLimit) requests on the wire)."
-            )
+            let error = tooLateError()
             for request in unsendable {
                 request.finish(.failure(error))
             }
         }
+    }
+
+    /// For a request not sent because too little of its time was left for an answer.
+    private func tooLateError() -> APNsTransportError {
+        let answerTime = state.streamLimit.smoothedAnswer.map { "\($0.nanoseconds / 1_000_000) ms" } ?? "none yet"
+        return APNsTransportError(
+            "Not sent: it spent most of its \(shared.configuration.requestTimeout) waiting for a connection or a free HTTP/2 stream, and less than \(state.streamLimit.answerAllowance.nanoseconds / 1_000_000) ms was left for an answer (APNs answers in \(answerTime) now; this connection keeps at most \(state.openStreamLimit) requests on the wire)."
+        )
     }
 
     private func send(_ write: StateMachine.StreamWrite) {

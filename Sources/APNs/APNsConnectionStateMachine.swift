@@ -143,6 +143,9 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         case queued
         /// The connection takes no new requests: send it on another connection (the slot's `move`).
         case moveToAnotherConnection(Request)
+        /// The request has less time left than ``StreamLimit/answerAllowance`` (it waited for a connection): fail it,
+        /// unsent, as ``takeUnsendable()``'s.
+        case tooLate(Request)
     }
 
     /// The answer to an event that ended a stream before APNs answered.
@@ -293,6 +296,9 @@ struct APNsConnectionStateMachine<Request: APNsConnectionStateMachineRequest> {
         switch state {
         case .ready:
             if pending.isEmpty && streams.count < openStreamLimit {
+                if request.deadline - now < streamLimit.answerAllowance {
+                    return .tooLate(request)
+                }
                 return .write(open(request, now: now))
             }
             pending.append(request)

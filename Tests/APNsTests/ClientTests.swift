@@ -523,13 +523,22 @@ struct ClientTests {
         .tags(.slow), .unlessSkippingSlowTests
     )
     func slowServerGetsFewerStreams() async throws {
-        // The server takes 1,000 streams but answers 250 requests a second, oldest first. 3,000 pushes with a 4 s
-        // timeout: all 1,000 streams at once would keep the last ones waiting 4 s for an answer, past the timeout,
-        // and a push the server took but the client gave up on is the one the engine sends again.
+        // The server takes 1,000 streams but answers 250 requests a second, oldest first. 3,000 pushes with an 8 s
+        // timeout: all 1,000 streams at once would keep the last ones waiting 4 s for an answer, and those opened as
+        // they are answered past the timeout; a push the server took but the client gave up on is the one the engine
+        // sends again. The connection is opened first, with an answered request: on a busy machine (the whole suite
+        // at once) its TLS handshake has taken seconds.
         try await withServerAndClient(
-            configuration: .init(connections: 1, requestTimeout: .seconds(4)),
-            script: { _ in .hold }
+            configuration: .init(connections: 1, requestTimeout: .seconds(8)),
+            script: { _ in .ok }
         ) { server, client in
+            var connected = false
+            for _ in 0..<10 where !connected {
+                connected = (try? await client.send(makeNotification()))?.isSuccess == true
+            }
+            try #require(connected)
+            let warmUp = server.requestCount
+            server.setScript { _ in .hold }
             let answering = Task {
                 while !Task.isCancelled {
                     server.releaseOldest(5)
@@ -547,12 +556,12 @@ struct ClientTests {
                 return "\(error)"
             }
             let onTheWire = failures.filter { $0.contains("did not answer") }
-            let unsent = failures.filter { $0.contains("waiting for a free HTTP/2 stream") }
+            let unsent = failures.filter { $0.contains("free HTTP/2 stream") }
             let record = try #require(server.connections.values.first)
             #expect(onTheWire.isEmpty, "\(onTheWire.count) requests timed out on the wire: \(onTheWire.first ?? "")")
             #expect(answered + unsent.count == 3000, "answered \(answered), unsent \(unsent.count), other: \(failures.first ?? "")")
-            #expect(server.requestCount == answered, "every request the server took was answered in time")
-            // 250 a second when the machine keeps up (about 700 answered in a run alone; 100 in a busy parallel run).
+            #expect(server.requestCount - warmUp == answered, "every request the server took was answered in time")
+            // 250 a second when the machine keeps up (about 700 answered in 4 s in a run alone, 100 in a busy one).
             #expect(answered >= 50, "the server answered \(answered)")
             #expect(record.maxOpenStreams < 1000, "at most \(record.maxOpenStreams) streams open at once")
             print("APNs slow server: \(answered) answered, \(unsent.count) not sent, at most \(record.maxOpenStreams) streams open")

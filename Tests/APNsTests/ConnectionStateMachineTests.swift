@@ -85,7 +85,7 @@ private func makeMachine(
     connectTimeout: Duration = .seconds(10),
     idlePingInterval: Duration = .seconds(60),
     pingTimeout: Duration = .seconds(20),
-    streamLimit: StreamLimit.Configuration = .init(requestTimeout: .seconds(30))
+    streamLimit: StreamLimit.Configuration = anyTimeLeft
 ) -> Driver {
     Driver(Machine(
         configuration: .init(
@@ -99,10 +99,18 @@ private func makeMachine(
     ))
 }
 
+/// The client's stream limit for a 30 s timeout, except that a request is written with any time left: most tests here
+/// are about other things, with deadlines a few seconds off.
+private let anyTimeLeft: StreamLimit.Configuration = {
+    var configuration = StreamLimit.Configuration(requestTimeout: .seconds(30))
+    configuration.leastTimeLeft = .nanoseconds(0)
+    return configuration
+}()
+
 /// A machine that received the server's first SETTINGS (allowing `limit` streams) in one read.
 private func makeReadyMachine(
     limit: Int? = 100, maximumStreamID: Int = Int(Int32.max),
-    streamLimit: StreamLimit.Configuration = .init(requestTimeout: .seconds(30))
+    streamLimit: StreamLimit.Configuration = anyTimeLeft
 ) -> Driver {
     let machine = makeMachine(maximumStreamID: maximumStreamID, streamLimit: streamLimit)
     machine.frameReceived()
@@ -522,6 +530,18 @@ struct ConnectionStateMachineTests {
         #expect(machine.takeUnsendable() == [requests[5]])
         #expect(machine.takeUnsendable().isEmpty)
         #expect(machine.queuedRequests == 0)
+        #expect(machine.openStreams == 1)
+    }
+
+    @Test("a request that waited for its connection until less than the least time is left is not written")
+    func tooLateToSubmit() {
+        let machine = makeReadyMachine(
+            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(5))
+        )
+        let late = TestRequest("late", deadline: at(.seconds(4)))
+        let inTime = TestRequest("in time", deadline: at(.seconds(5)))
+        #expect(machine.submit(late) == .tooLate(late))
+        #expect(submitWritten(machine, inTime) == 1)
         #expect(machine.openStreams == 1)
     }
 
