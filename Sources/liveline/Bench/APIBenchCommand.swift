@@ -21,12 +21,18 @@ extension Bench {
                 activities go out at 100 a second, each due on time, and their latency is printed: whether the API \
                 answers promptly while the engine catches up.
 
+                First, --healthz requests GET /healthz on the same connections: the server's answer to the simplest \
+                request, through the same HTTP stack and load generator, on this machine now; the registrations and \
+                updates cannot run faster, and read against it a figure says more than it does alone.
+
                 With --watched, the updates go instead to the activities the registrations made (update i to the ith \
                 activity; at most one update each), so every update is fanned out: the server's APNs client is pointed \
                 at an nginx sink (as `bench fanout` does), and the bench also reports when the sink had every push.
                 """
         )
 
+        @Option(help: "GET /healthz requests timed first, on the same connections: the ceiling of the others (0 skips them).")
+        var healthz = 50_000
         @Option(help: "Instances to register.") var registrations = 100_000
         @Option(name: .customLong("per-activity"), help: "Instances registered on each activity.") var perActivity = 100
         @Option(help: "Updates to post, each to a different activity.") var updates = 50_000
@@ -38,7 +44,9 @@ extension Bench {
         @OptionGroup var server: Bench.ServerOptions
 
         func validate() throws {
-            guard registrations >= 0, updates >= 0, afterSeconds >= 0 else { throw ValidationError("--registrations, --updates and --after-seconds must not be negative.") }
+            guard healthz >= 0, registrations >= 0, updates >= 0, afterSeconds >= 0 else {
+                throw ValidationError("--healthz, --registrations, --updates and --after-seconds must not be negative.")
+            }
             guard perActivity >= 1, connections >= 1 else { throw ValidationError("--per-activity and --connections must be positive.") }
             if watched, updates > (registrations + perActivity - 1) / perActivity {
                 throw ValidationError("--watched posts at most one update to each registered activity: --updates must not exceed registrations / per-activity.")
@@ -82,6 +90,15 @@ extension Bench {
                 let publishable = "Bearer \(app.publishableKey)"
                 var cpu = nodes.cpuSeconds()
                 var ownCPU = Bench.processCPUSeconds()
+                if healthz > 0 {
+                    let answered = try await load.run(count: healthz) { _ in
+                        LoadRequest(method: .GET, uri: "/healthz", authorization: publishable, body: nil)
+                    }
+                    print("  GET /healthz (the ceiling)        \(Bench.describe(answered, count: healthz))")
+                    printCPU("a request", requests: healthz, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
+                    cpu = nodes.cpuSeconds()
+                    ownCPU = Bench.processCPUSeconds()
+                }
                 let registered = try await load.run(count: registrations) { index in
                     LoadRequest(
                         method: .PUT,
