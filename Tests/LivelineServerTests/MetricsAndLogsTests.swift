@@ -32,6 +32,17 @@ final class CapturedLog: Sendable {
     }
 }
 
+/// A text stream that keeps what was written to it, a line a write.
+final class TextLines: TextOutputStream, Sendable {
+    private let written = NIOLockedValueBox<[String]>([])
+
+    var lines: [String] { written.withLockedValue { $0 } }
+
+    func write(_ string: String) {
+        written.withLockedValue { $0.append(string) }
+    }
+}
+
 /// Runs `body` against a router on a real SQLite file, with `metrics` (its own registry by default) and `logger`.
 func withMeteredLiveline<T: Sendable>(
     metrics: LivelineMetrics? = LivelineMetrics(), adminToken: String? = nil, logger: Logger = Logger(label: "test"),
@@ -242,6 +253,44 @@ struct LogsTests {
     func timestamp() {
         #expect(JSONLogHandler.iso8601(Date(timeIntervalSince1970: 1_795_255_200.042)) == "2026-11-21T10:00:00.042Z")
         #expect(JSONLogHandler.iso8601(Date(timeIntervalSince1970: 0)) == "1970-01-01T00:00:00.000Z")
+    }
+
+    @Test("a text line is what StreamLogHandler writes: the logger's, the provider's and the line's metadata, sorted, later ones winning")
+    func textLines() {
+        struct Failure: Error, CustomStringConvertible { var description: String { "boom" } }
+        let provider = Logger.MetadataProvider { ["task": "t1", "shared": "from the provider"] }
+        let ours = TextLines()
+        let theirs = TextLines()
+        var text = TextLogHandler(label: "liveline.test", stream: ours, metadataProvider: provider)
+        var stream = StreamLogHandler(label: "liveline.test", stream: theirs, metadataProvider: provider)
+        text.logLevel = .debug
+        stream.logLevel = .debug
+        #expect(text.logLevel == .debug)
+        for key in ["request.id", "shared", "a"] {
+            text[metadataKey: key] = "\(key) from the logger"
+            stream[metadataKey: key] = "\(key) from the logger"
+        }
+        #expect(text[metadataKey: "a"] == "a from the logger")
+        let events = [
+            LogEvent(level: .info, message: "plain", metadata: nil, source: "Tests", file: #file, function: #function, line: #line),
+            LogEvent(level: .notice, message: "explicit", metadata: ["a": "from the line", "z": "1"], source: "Tests", file: #file, function: #function, line: #line),
+            LogEvent(level: .error, message: "failed", error: Failure(), metadata: ["b": "2"], source: "Tests", file: #file, function: #function, line: #line),
+            LogEvent(level: .trace, message: "below the level", metadata: nil, source: "Tests", file: #file, function: #function, line: #line),
+        ]
+        for event in events {
+            if event.level >= text.logLevel { text.log(event: event) }
+            if event.level >= stream.logLevel { stream.log(event: event) }
+        }
+        // Everything but the timestamp (the first word) is the same.
+        let withoutTimestamps = { (lines: [String]) in lines.map { $0.split(separator: " ", maxSplits: 1).last.map(String.init) ?? "" } }
+        #expect(ours.lines.count == 3)
+        #expect(withoutTimestamps(ours.lines) == withoutTimestamps(theirs.lines))
+        #expect(ours.lines.first?.contains("a=a from the logger request.id=request.id from the logger shared=from the provider task=t1 [Tests] plain") == true)
+
+        // No metadata at all: StreamLogHandler's line without any.
+        let bare = TextLines()
+        TextLogHandler(label: "bare", stream: bare, metadataProvider: nil).log(event: events[0])
+        #expect(bare.lines.first?.hasSuffix(" info bare: [Tests] plain\n") == true)
     }
 
     @Test("control characters are escaped")

@@ -3,7 +3,7 @@ import Logging
 
 /// How `liveline serve` writes its logs.
 public enum LogFormat: String, Sendable, CaseIterable {
-    /// swift-log's plain text lines (the default).
+    /// swift-log's plain text lines (the default; ``TextLogHandler``).
     case text
     /// One JSON object per line (``JSONLogHandler``).
     case json
@@ -141,7 +141,7 @@ extension LogFormat {
         switch self {
         case .text:
             return { label in
-                var handler = StreamLogHandler.standardError(label: label)
+                var handler = TextLogHandler.standardError(label: label)
                 handler.logLevel = level
                 return handler
             }
