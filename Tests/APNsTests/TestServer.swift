@@ -277,32 +277,19 @@ final class TestAPNsServer: Sendable {
 
     /// Answers every held stream that is still open.
     func releaseHeld(status: Int = 200) {
-        let held = state.withLock { state in
-            defer { state.held.removeAll() }
-            return state.held
-        }
-        for stream in held {
-            var headers = HPACKHeaders([(":status", String(status))])
-            if let apnsID = stream.apnsID {
-                headers.add(name: "apns-id", value: apnsID)
-            }
-            stream.channel.writeAndFlush(
-                HTTP2Frame.FramePayload.headers(.init(headers: headers, endStream: true)),
-                promise: nil
-            )
-        }
+        releaseOldest(Int.max, status: status)
     }
 
-    /// Answers the `count` held streams held longest (fewer if fewer are held), 200 each; returns how many.
+    /// Answers the `count` held streams held longest (fewer if fewer are held), `status` each; returns how many.
     @discardableResult
-    func releaseOldest(_ count: Int) -> Int {
+    func releaseOldest(_ count: Int, status: Int = 200) -> Int {
         let oldest = state.withLock { state in
             let taken = Array(state.held.prefix(count))
             state.held.removeFirst(taken.count)
             return taken
         }
         for stream in oldest {
-            var headers = HPACKHeaders([(":status", "200")])
+            var headers = HPACKHeaders([(":status", String(status))])
             if let apnsID = stream.apnsID {
                 headers.add(name: "apns-id", value: apnsID)
             }
