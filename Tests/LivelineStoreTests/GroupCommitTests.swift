@@ -146,4 +146,66 @@ struct GroupCommitTests {
         #expect(device < longer)
         #expect([longer, device, activity].sorted() == [activity, device, longer])
     }
+
+    /// A member of a set that reports the plan setting its statements ran with: in the set, or in its body when the
+    /// set leaves it out.
+    struct PlanSettingProbe: SetWrite {
+        var leftOut: Bool
+
+        static func runTogether(_ members: [Self], on db: any SQLConnection) throws -> [SetWriteOutcome<String>] {
+            let mode = try db.query("SELECT current_setting('plan_cache_mode') AS mode").first?.string("mode") ?? "?"
+            return members.map { $0.leftOut ? .alone : .done("set: " + mode) }
+        }
+
+        static func body(_ db: any SQLConnection) throws -> String {
+            "body: " + (try db.query("SELECT current_setting('plan_cache_mode') AS mode").first?.string("mode") ?? "?")
+        }
+    }
+
+    @Test("a set's statements run with cached plans (their foreign-key checks are not planned row by row); bodies and other writes with plans for their values")
+    func setsRunWithCachedPlans() async throws {
+        try await withPool { pool, _ in
+            let gate = DispatchSemaphore(value: 0)
+            let holding = Flag()
+            let leftOut: Set = [2, 5]
+            let outcomes = try await withThrowingTaskGroup(of: (Int, String)?.self) { group in
+                group.addTask {
+                    try await pool.write(durability: .full) { _ in
+                        holding.value.store(true, ordering: .releasing)
+                        gate.wait()
+                    }
+                    return nil
+                }
+                while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+                for index in 0..<8 {
+                    group.addTask {
+                        let probe = PlanSettingProbe(leftOut: leftOut.contains(index))
+                        let outcome = try await pool.write(
+                            durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "activity-\(index)")),
+                            member: probe, PlanSettingProbe.body
+                        )
+                        return (index, outcome)
+                    }
+                }
+                do {
+                    while pool.queuedGroupedWrites < 8 { try await Task.sleep(for: .milliseconds(5)) }
+                } catch {
+                    gate.signal()
+                    throw error
+                }
+                gate.signal()
+                var outcomes: [Int: String] = [:]
+                for try await outcome in group {
+                    if let (index, mode) = outcome { outcomes[index] = mode }
+                }
+                return outcomes
+            }
+            for index in 0..<8 {
+                #expect(outcomes[index] == (leftOut.contains(index) ? "body: force_custom_plan" : "set: auto"), "write \(index)")
+            }
+            // The set's setting ended with its transaction.
+            let after = try await pool.write(durability: .full) { db in try PlanSettingProbe.body(db) }
+            #expect(after == "body: force_custom_plan")
+        }
+    }
 }

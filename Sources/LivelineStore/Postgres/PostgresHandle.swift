@@ -62,9 +62,23 @@ final class PostgresHandle: SQLConnection {
         // differ too much for one plan to fit all: with 100,000 instances on one activity, the generic plan of a claim's
         // release looked for a pending instance by scanning all of them, 446 ms for an activity with none, where the
         // plan for its values takes an index and 0.3 ms. Parsing and analysis are saved still.
-        configuration.options.additionalStartupParameters.append(("plan_cache_mode", "force_custom_plan"))
+        configuration.options.additionalStartupParameters.append(plansForValues)
         return try PostgresConnection.connect(on: eventLoops.any(), configuration: configuration, id: id, logger: logger).wait()
     }
+
+    /// The connections' plan setting: every statement planned for the values bound (see ``open(_:logger:)``).
+    static let plansForValues = (name: "plan_cache_mode", value: "force_custom_plan")
+
+    /// The plan setting of a set's statements (``SetWrite``), PostgreSQL's own: a statement keeps one generic plan
+    /// after five calls when it costs no more than those planned for their values.
+    ///
+    /// The setting also rules the statements PostgreSQL runs inside a statement to check its foreign keys: each row a
+    /// set inserts (an instance, an activity, an event) looks its parent row up (`SELECT 1 FROM ONLY activities x WHERE
+    /// … FOR KEY SHARE OF x`). For values, that lookup was planned anew for every row: with `log_planner_stats`,
+    /// 3,000 registrations and 1,000 updates through the API planned it 8,032 times, and in `perf` those plans took a
+    /// fifth of PostgreSQL's CPU. The sets' own statements look rows up by key from arrays (`unnest`), whose generic plan
+    /// is the same index lookup (`EXPLAIN EXECUTE` under `force_generic_plan`: a nested loop over the primary key).
+    static let cachedPlans = (name: "plan_cache_mode", value: "auto")
 
     /// The event loops of the Store's connections to PostgreSQL: a group of their own, not NIO's shared one, whose
     /// threads run the delivery engine at a lower priority (`liveline serve` gives them a niceness). There, every read
@@ -111,9 +125,10 @@ final class PostgresHandle: SQLConnection {
     ///
     /// A statement with bound values is prepared the second time this connection says it (``preparedLimit`` at most):
     /// the first time waits for PostgreSQL to parse it and describe its parameters and rows, which it then keeps; every
-    /// later call binds, plans and runs it (plans stay custom: see ``connect(_:logger:)``). Its placeholders carry their values' types (``PostgresDialect/translate(_:parameterTypes:)``),
-    /// as the types sent with an unprepared statement do, so both read the statement alike. A statement that cannot be
-    /// prepared (in a transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
+    /// later call binds, plans and runs it (for its values, see ``open(_:logger:)``; a set's, see ``cachedPlans``). Its
+    /// placeholders carry their values' types (``PostgresDialect/translate(_:parameterTypes:)``), as the types sent with
+    /// an unprepared statement do, so both read the statement alike. A statement that cannot be prepared (in a
+    /// transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
     private func sendStatement(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
         let connection = try openConnection()
         guard !binds.isEmpty else { return connection.query(Self.query(sql, binds), logger: logger).map(\.rows) }

@@ -241,8 +241,12 @@ final class PostgresPool: StoreWriter, StoreReader {
                 // would take theirs after, out of the key order that keeps shared transactions from waiting for one
                 // another in a cycle.
                 if let kind = pending[0].setKind, pending.allSatisfy({ $0.setKind == kind }) {
+                    // The set's statements with cached plans (their foreign-key checks are not planned row by row);
+                    // the bodies after it, written for one row each, planned for their values as everywhere else.
+                    try db.setLocal([PostgresHandle.cachedPlans])
                     bodies = try pending[0].runSet(pending, on: db)
                     setMembers = pending.count
+                    if !bodies.isEmpty { try db.setLocal([PostgresHandle.plansForValues]) }
                 }
                 for write in bodies {
                     running = write
