@@ -164,47 +164,22 @@ struct GroupCommitTests {
 
     @Test("a set's statements run with cached plans (their foreign-key checks are not planned row by row); bodies and other writes with plans for their values")
     func setsRunWithCachedPlans() async throws {
-        try await withPool { pool, _ in
-            let gate = DispatchSemaphore(value: 0)
-            let holding = Flag()
+        try await withOneWriter(.postgres) { store, queued, _ in
             let leftOut: Set = [2, 5]
-            let outcomes = try await withThrowingTaskGroup(of: (Int, String)?.self) { group in
-                group.addTask {
-                    try await pool.write(durability: .full) { _ in
-                        holding.value.store(true, ordering: .releasing)
-                        gate.wait()
-                    }
-                    return nil
+            let writes: [@Sendable () async throws -> String] = (0..<8).map { index in
+                {
+                    try await store.writer.write(
+                        durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "activity-\(index)")),
+                        member: PlanSettingProbe(leftOut: leftOut.contains(index)), PlanSettingProbe.body
+                    )
                 }
-                while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
-                for index in 0..<8 {
-                    group.addTask {
-                        let probe = PlanSettingProbe(leftOut: leftOut.contains(index))
-                        let outcome = try await pool.write(
-                            durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "activity-\(index)")),
-                            member: probe, PlanSettingProbe.body
-                        )
-                        return (index, outcome)
-                    }
-                }
-                do {
-                    while pool.queuedGroupedWrites < 8 { try await Task.sleep(for: .milliseconds(5)) }
-                } catch {
-                    gate.signal()
-                    throw error
-                }
-                gate.signal()
-                var outcomes: [Int: String] = [:]
-                for try await outcome in group {
-                    if let (index, mode) = outcome { outcomes[index] = mode }
-                }
-                return outcomes
             }
-            for index in 0..<8 {
-                #expect(outcomes[index] == (leftOut.contains(index) ? "body: force_custom_plan" : "set: auto"), "write \(index)")
+            let outcomes = try await queuedTogether(store, queued: queued, writes)
+            for (index, outcome) in outcomes.enumerated() {
+                #expect(try outcome.get() == (leftOut.contains(index) ? "body: force_custom_plan" : "set: auto"), "write \(index)")
             }
             // The set's setting ended with its transaction.
-            let after = try await pool.write(durability: .full) { db in try PlanSettingProbe.body(db) }
+            let after = try await store.writer.write(durability: .full) { db in try PlanSettingProbe.body(db) }
             #expect(after == "body: force_custom_plan")
         }
     }
