@@ -75,9 +75,9 @@ final class PostgresHandle: SQLConnection {
     /// The setting also rules the statements PostgreSQL runs inside a statement to check its foreign keys: each row a
     /// set inserts (an instance, an activity, an event) looks its parent row up (`SELECT 1 FROM ONLY activities x WHERE
     /// … FOR KEY SHARE OF x`). For values, that lookup was planned anew for every row: with `log_planner_stats`,
-    /// 3,000 registrations and 1,000 updates through the API planned it 8,032 times, and in `perf` those plans took a
-    /// fifth of PostgreSQL's CPU. The sets' own statements look rows up by key from arrays (`unnest`), whose generic plan
-    /// is the same index lookup (`EXPLAIN EXECUTE` under `force_generic_plan`: a nested loop over the primary key).
+    /// 3,000 registrations and 1,000 updates through the API planned it 8,032 times, and in `perf` those plans took
+    /// about a quarter of PostgreSQL's CPU. The sets' own statements read and write rows by key from arrays (`unnest`),
+    /// whose generic plan is the same (`EXPLAIN EXECUTE` under `force_generic_plan`: a nested loop over the primary key).
     static let cachedPlans = (name: "plan_cache_mode", value: "auto")
 
     /// The event loops of the Store's connections to PostgreSQL: a group of their own, not NIO's shared one, whose
