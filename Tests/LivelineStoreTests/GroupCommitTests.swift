@@ -162,7 +162,7 @@ struct GroupCommitTests {
         }
     }
 
-    @Test("a set's statements run with cached plans (their foreign-key checks are not planned row by row); bodies and other writes with plans for their values")
+    @Test("grouped writes run with cached plans (their foreign-key checks are not planned row by row), as a set, after it or alone; other writes with plans for their values")
     func setsRunWithCachedPlans() async throws {
         try await withOneWriter(.postgres) { store, queued, _ in
             let leftOut: Set = [2, 5]
@@ -176,11 +176,16 @@ struct GroupCommitTests {
             }
             let outcomes = try await queuedTogether(store, queued: queued, writes)
             for (index, outcome) in outcomes.enumerated() {
-                #expect(try outcome.get() == (leftOut.contains(index) ? "body: force_custom_plan" : "set: auto"), "write \(index)")
+                #expect(try outcome.get() == (leftOut.contains(index) ? "body: auto" : "set: auto"), "write \(index)")
             }
-            // The set's setting ended with its transaction.
-            let after = try await store.writer.write(durability: .full) { db in try PlanSettingProbe.body(db) }
-            #expect(after == "body: force_custom_plan")
+            let alone = try await store.writer.write(
+                durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "alone")),
+                member: PlanSettingProbe(leftOut: false), PlanSettingProbe.body
+            )
+            #expect(alone == "body: auto")
+            // The setting ended with each grouped write's transaction.
+            let other = try await store.writer.write(durability: .full) { db in try PlanSettingProbe.body(db) }
+            #expect(other == "body: force_custom_plan")
         }
     }
 }

@@ -69,15 +69,17 @@ final class PostgresHandle: SQLConnection {
     /// The connections' plan setting: every statement planned for the values bound (see ``open(_:logger:)``).
     static let plansForValues = (name: "plan_cache_mode", value: "force_custom_plan")
 
-    /// The plan setting of a set's statements (``SetWrite``), PostgreSQL's own: a statement keeps one generic plan
-    /// after five calls when it costs no more than those planned for their values.
+    /// The plan setting of the grouped writes (``WriteIsolation/grouped(key:)``: registrations and updates, alone, in
+    /// a shared transaction or as a set), PostgreSQL's own: a statement keeps one generic plan after five calls when it
+    /// costs no more than those planned for their values.
     ///
     /// The setting also rules the statements PostgreSQL runs inside a statement to check its foreign keys: each row a
-    /// set inserts (an instance, an activity, an event) looks its parent row up (`SELECT 1 FROM ONLY activities x WHERE
-    /// … FOR KEY SHARE OF x`). For values, that lookup was planned anew for every row: with `log_planner_stats`,
-    /// 3,000 registrations and 1,000 updates through the API planned it 8,032 times, and in `perf` those plans took
-    /// about a quarter of PostgreSQL's CPU. The sets' own statements read and write rows by key from arrays (`unnest`),
-    /// whose generic plan is the same (`EXPLAIN EXECUTE` under `force_generic_plan`: a nested loop over the primary key).
+    /// registration or an update inserts (an instance, an activity, an event) looks its parent row up (`SELECT 1 FROM
+    /// ONLY activities x WHERE … FOR KEY SHARE OF x`). For values, that lookup was planned anew for every row: with
+    /// `log_planner_stats`, 3,000 registrations and 1,000 updates through the API planned it 8,032 times, and in `perf`
+    /// those plans took about a quarter of PostgreSQL's CPU. The grouped writes' own statements read and write rows by
+    /// key, one or many (`unnest` of arrays), and their generic plans are the same (`EXPLAIN EXECUTE` under
+    /// `force_generic_plan`: a lookup, or a nested loop, over the primary key).
     static let cachedPlans = (name: "plan_cache_mode", value: "auto")
 
     /// The event loops of the Store's connections to PostgreSQL: a group of their own, not NIO's shared one, whose
@@ -125,9 +127,9 @@ final class PostgresHandle: SQLConnection {
     ///
     /// A statement with bound values is prepared the second time this connection says it (``preparedLimit`` at most):
     /// the first time waits for PostgreSQL to parse it and describe its parameters and rows, which it then keeps; every
-    /// later call binds, plans and runs it (for its values, see ``open(_:logger:)``; a set's, see ``cachedPlans``). Its
-    /// placeholders carry their values' types (``PostgresDialect/translate(_:parameterTypes:)``), as the types sent with
-    /// an unprepared statement do, so both read the statement alike. A statement that cannot be prepared (in a
+    /// later call binds, plans and runs it (for its values, see ``open(_:logger:)``; a grouped write's, see
+    /// ``cachedPlans``). Its placeholders carry their values' types (``PostgresDialect/translate(_:parameterTypes:)``),
+    /// as the types sent with an unprepared statement do, so both read the statement alike. A statement that cannot be prepared (in a
     /// transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
     private func sendStatement(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
         let connection = try openConnection()

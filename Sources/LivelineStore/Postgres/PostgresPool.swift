@@ -20,8 +20,8 @@ import Synchronization
 ///
 /// Writes that may share a transaction (``WriteIsolation/grouped(key:)``: a registration, an update) have group
 /// commit, as on SQLite: they queue, and a connection that comes free takes every one queued so far (up to
-/// ``groupLimit``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED` transaction, in the order of
-/// their keys, with one `COMMIT`.
+/// ``groupLimit``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED` transaction (with cached plans,
+/// ``PostgresHandle/cachedPlans``, as a grouped write alone), in the order of their keys, with one `COMMIT`.
 /// Each caller resumes once that commit is done, so an acknowledgement still means committed and synced. Writes that
 /// arrive together no longer pay a commit (and its round trip) each. When every write of a group belongs to one set
 /// (``SetWrite``: registrations; updates without an `Idempotency-Key`), the set writes them all with a few multi-row
@@ -137,8 +137,11 @@ final class PostgresPool: StoreWriter, StoreReader {
                 switch isolation {
                 case .serializable:
                     try db.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", [])
-                case .lockingRows, .grouped:
+                case .lockingRows:
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
+                case .grouped:
+                    try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
+                    try db.setLocal([PostgresHandle.cachedPlans])
                 case .exclusive(let lock):
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                     try db.execute("SELECT pg_advisory_xact_lock(\(lock))", [])
@@ -233,6 +236,7 @@ final class PostgresPool: StoreWriter, StoreReader {
             var commitSent = false
             do {
                 try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
+                try db.setLocal([PostgresHandle.cachedPlans])
                 for write in pending { write.forget() }
                 var bodies = pending
                 var setMembers = 0
@@ -241,12 +245,8 @@ final class PostgresPool: StoreWriter, StoreReader {
                 // would take theirs after, out of the key order that keeps shared transactions from waiting for one
                 // another in a cycle.
                 if let kind = pending[0].setKind, pending.allSatisfy({ $0.setKind == kind }) {
-                    // The set's statements with cached plans (their foreign-key checks are not planned row by row);
-                    // the bodies after it, written for one row each, planned for their values as everywhere else.
-                    try db.setLocal([PostgresHandle.cachedPlans])
                     bodies = try pending[0].runSet(pending, on: db)
                     setMembers = pending.count
-                    if !bodies.isEmpty { try db.setLocal([PostgresHandle.plansForValues]) }
                 }
                 for write in bodies {
                     running = write
@@ -469,7 +469,7 @@ private final class GroupWrite<T: Sendable>: GroupedWrite, @unchecked Sendable {
 
     func runAlone(in pool: PostgresPool, on db: PostgresHandle) {
         do {
-            continuation.resume(returning: try pool.runAlone(durability: .full, isolation: .lockingRows, body, on: db))
+            continuation.resume(returning: try pool.runAlone(durability: .full, isolation: .grouped(key: key), body, on: db))
         } catch {
             continuation.resume(throwing: error)
         }
