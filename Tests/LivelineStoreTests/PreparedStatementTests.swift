@@ -31,7 +31,9 @@ struct PreparedStatementTests {
 
     /// How many statements this connection has prepared, as PostgreSQL counts them.
     private func preparedCount(_ db: PostgresHandle) throws -> Int {
-        try db.query("SELECT COUNT(*) AS n FROM pg_prepared_statements", []).first?.column("n")?.integer ?? -1
+        // Itself not counted: said again, it is prepared too.
+        try db.query("SELECT COUNT(*) AS n FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'", [])
+            .first?.column("n")?.integer ?? -1
     }
 
     @Test("the second call prepares the statement, later calls reuse it, and every call answers alike")
@@ -87,6 +89,30 @@ struct PreparedStatementTests {
             db.endTransaction()
             try db.query("INSERT INTO scratch (id, label) VALUES (?, ?)", [.integer(3), .text("three")])
             #expect(try db.query("SELECT COUNT(*) AS n FROM scratch", []).first?.column("n")?.integer == 3)
+        }
+    }
+
+    @Test("a query without values is prepared too, and keeps its one plan; commands such as BEGIN and COMMIT are not")
+    func preparedWithoutValues() async throws {
+        try await withHandle { db throws in
+            for n in 1...3 {
+                try db.query("BEGIN", [])
+                #expect(try db.query("SELECT 41 + 1 AS n", []).first?.column("n")?.integer == 42)
+                try db.query("COMMIT", [])
+                #expect(try preparedCount(db) == (n == 1 ? 0 : 1))
+            }
+        }
+    }
+
+    @Test("the statements PostgreSQL plans are told apart from commands by their first word")
+    func plannedStatements() {
+        for sql in ["SELECT MIN(due) AS due FROM t", "\n    WITH x AS (SELECT 1) SELECT * FROM x", "insert into t VALUES (1)",
+                    "UPDATE t SET a = 1", "DELETE FROM t", "SELECT(1)"] {
+            #expect(PostgresHandle.isPlanned(sql), "\(sql)")
+        }
+        for sql in ["BEGIN ISOLATION LEVEL READ COMMITTED", "COMMIT", "ROLLBACK", "CREATE TABLE t (a int)", "DO $$ BEGIN END $$",
+                    "SET plan_cache_mode = auto", ""] {
+            #expect(!PostgresHandle.isPlanned(sql), "\(sql)")
         }
     }
 

@@ -125,15 +125,18 @@ final class PostgresHandle: SQLConnection {
 
     /// Sends one statement and returns its answer to come.
     ///
-    /// A statement with bound values is prepared the second time this connection says it (``preparedLimit`` at most):
-    /// the first time waits for PostgreSQL to parse it and describe its parameters and rows, which it then keeps; every
-    /// later call binds, plans and runs it (for its values, see ``open(_:logger:)``; a grouped write's, see
-    /// ``cachedPlans``). Its placeholders carry their values' types (``PostgresDialect/translate(_:parameterTypes:)``),
-    /// as the types sent with an unprepared statement do, so both read the statement alike. A statement that cannot be prepared (in a
+    /// A statement with bound values, or one PostgreSQL plans (``isPlanned(_:)``), is prepared the second time this
+    /// connection says it (``preparedLimit`` at most): the first time waits for PostgreSQL to parse it and describe its
+    /// parameters and rows, which it then keeps; every later call binds, plans and runs it (for its values, see
+    /// ``open(_:logger:)``; a grouped write's, see ``cachedPlans``; without values, once). Its placeholders carry their
+    /// values' types (``PostgresDialect/translate(_:parameterTypes:)``), as the types sent with an unprepared statement
+    /// do, so both read the statement alike. A statement that cannot be prepared (in a
     /// transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
     private func sendStatement(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
         let connection = try openConnection()
-        guard !binds.isEmpty else { return connection.query(Self.query(sql, binds), logger: logger).map(\.rows) }
+        guard !binds.isEmpty || Self.isPlanned(sql) else {
+            return connection.query(Self.query(sql, binds), logger: logger).map(\.rows)
+        }
         let key = PreparedStatementKey(sql: sql, parameterTypes: binds.map(PostgresParameterType.init))
         if let statement = prepared[key] { return statement.execute(binds.map(Self.data)) }
         if sentOnce.contains(key), prepared.count < Self.preparedLimit {
@@ -149,6 +152,22 @@ final class PostgresHandle: SQLConnection {
         }
         return connection.query(Self.query(sql, binds), logger: logger).map(\.rows)
     }
+
+    /// Whether PostgreSQL plans `sql`: a query or a change of rows (`SELECT`, `WITH`, `INSERT`, `UPDATE`, `DELETE`), not
+    /// a command such as `BEGIN`, `COMMIT` or `CREATE`.
+    ///
+    /// Such a statement is prepared even without bound values: unprepared, PostgreSQL parses and plans it at every
+    /// call, and a prepared statement without parameters keeps its one plan, whatever `plan_cache_mode` says (there
+    /// are no values to plan for). The engine asks when its next activity is due (`SELECT MIN(due) …`, no values) after
+    /// every wake-up: `pg_stat_statements` over 3,000 updates from 4 connections counted 1,363 calls, 125 ms running
+    /// them and 2,034 ms planning them.
+    static func isPlanned(_ sql: String) -> Bool {
+        let keyword = sql.utf8.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\t") }
+            .prefix { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\n") && $0 != UInt8(ascii: "(") }
+        return plannedKeywords.contains(String(decoding: keyword, as: UTF8.self).uppercased())
+    }
+
+    private static let plannedKeywords: Set = ["SELECT", "WITH", "INSERT", "UPDATE", "DELETE"]
 
     /// Waits for one statement's answer.
     private func waitFor(_ answer: EventLoopFuture<[PostgresRow]>) throws -> [PostgresRow] {
