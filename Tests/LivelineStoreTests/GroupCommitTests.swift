@@ -147,8 +147,8 @@ struct GroupCommitTests {
         #expect([longer, device, activity].sorted() == [activity, device, longer])
     }
 
-    /// A member of a set that reports the plan setting its statements ran with: in the set, or in its body when the
-    /// set leaves it out.
+    /// A member of a set that reports the plan setting its statements ran with: in the set, or in its body (when the set
+    /// leaves it out, or when it runs alone).
     struct PlanSettingProbe: SetWrite {
         var leftOut: Bool
 
@@ -163,7 +163,7 @@ struct GroupCommitTests {
     }
 
     @Test("grouped writes run with cached plans (their foreign-key checks are not planned row by row), as a set, after it or alone; other writes with plans for their values")
-    func setsRunWithCachedPlans() async throws {
+    func groupedWritesRunWithCachedPlans() async throws {
         try await withOneWriter(.postgres) { store, queued, _ in
             let leftOut: Set = [2, 5]
             let writes: [@Sendable () async throws -> String] = (0..<8).map { index in
