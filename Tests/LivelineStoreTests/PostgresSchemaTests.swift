@@ -316,6 +316,51 @@ struct PostgresPlanTests {
             }
         }
     }
+
+    @Test("the claim's settle keeps the primary key in the plan it keeps, for an activity of 50,000 instances none behind and stale statistics")
+    func settleGenericPlanByKey() async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            func run(_ sql: String) async throws {
+                try await store.transaction { db in try db.query(sql, []) }
+            }
+            // Statistics taken while the activity had five instances; then 50,000 more, all delivered, not analyzed.
+            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)")
+            try await run(
+                "INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at) VALUES ('app_test', 'a', 'active', 1, 0, 0)"
+            )
+            func addInstances(_ range: ClosedRange<Int>) async throws {
+                try await run(
+                    """
+                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
+                        updated_at, priority10_tally)
+                    SELECT 'app_test', 'a', 'd-' || n, 'ios', 't-' || n, 'active', 1, 0, 0, 0
+                    FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
+                    """
+                )
+            }
+            try await addInstances(1...5)
+            try await run("ANALYZE instances")
+            try await addInstances(6...50_005)
+
+            // The plan PostgreSQL keeps for the settle (a generic one, made without the values), in a claim's settings.
+            let settle = SQLStore.settleStatement([ActivityKey(appID: "app_test", activityID: "a")], platforms: [.ios, .android])
+            let arguments = settle.binds.map { value -> String in
+                guard case .text(let text) = value else { return "NULL" }
+                return "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+            }
+            let plan = try await store.transaction { db in
+                try db.setLocal([("enable_sort", "off"), ("enable_seqscan", "off"), ("plan_cache_mode", "force_generic_plan")])
+                try db.query("PREPARE settle_probe AS " + PostgresDialect.translate(settle.sql), [])
+                return try db.query("EXPLAIN EXECUTE settle_probe(" + arguments.joined(separator: ", ") + ")", [])
+                    .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
+            }
+            #expect(plan.contains("instances_pkey"), "\(plan)")
+            for slow in ["Seq Scan on instances", "Hash Join", "Merge Join"] {
+                #expect(!plan.contains(slow), "\(plan)")
+            }
+        }
+    }
 }
 
 @Suite("PostgreSQL test server helpers")

@@ -79,7 +79,9 @@ final class PostgresHandle: SQLConnection {
     /// `log_planner_stats`, 3,000 registrations and 1,000 updates through the API planned it 8,032 times, and in `perf`
     /// those plans took about a quarter of PostgreSQL's CPU. The grouped writes' own statements read and write rows by
     /// key, one or many (`unnest` of arrays), and their generic plans are the same (`EXPLAIN EXECUTE` under
-    /// `force_generic_plan`: a lookup, or a nested loop, over the primary key).
+    /// `force_generic_plan`: a lookup, or a nested loop, over the primary key). The engine's claim
+    /// (``SQLStore/claimPendingActivity(owner:now:lease:platforms:)``) runs with it too: it turns sorts and sequential
+    /// scans off, which leaves each of its steps one plan.
     static let cachedPlans = (name: "plan_cache_mode", value: "auto")
 
     /// The event loops of the Store's connections to PostgreSQL: a group of their own, not NIO's shared one, whose
@@ -130,8 +132,8 @@ final class PostgresHandle: SQLConnection {
     /// parameters and rows, which it then keeps; every later call binds, plans and runs it (for its values, see
     /// ``open(_:logger:)``; a grouped write's, see ``cachedPlans``; without values, once). Its placeholders carry their
     /// values' types (``PostgresDialect/translate(_:parameterTypes:)``), as the types sent with an unprepared statement
-    /// do, so both read the statement alike. A statement that cannot be prepared (in a
-    /// transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
+    /// do, so both read the statement alike. A statement that cannot be prepared (in a transaction a failure has
+    /// aborted, say) is sent unprepared, and fails there if it must.
     private func sendStatement(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
         let connection = try openConnection()
         guard !binds.isEmpty || Self.isPlanned(sql) else {
