@@ -130,7 +130,7 @@ extension SQLStore {
             //   it waiting. Without sequential scans it takes the primary key.
             // With those two off, each step has one plan whatever its values, so PostgreSQL may keep it
             // (`PostgresHandle.cachedPlans`) rather than plan it at every claim: over 3,000 updates from 4 connections,
-            // planning the settles took 1.9 s (1.2 ms each: up to 64 activities, four subqueries) and running them 0.5 s.
+            // planning the settles took 1.9 s (1.2 ms each: up to 64 activities, four subqueries) and running them 0.4 s.
             try db.setLocal([("enable_sort", "off"), ("enable_seqscan", "off"), PostgresHandle.cachedPlans])
             let picked = try db.query(
                 Self.pickStatement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]
