@@ -509,7 +509,7 @@ struct ClientTests {
             let error = await #expect(throws: APNsTransportError.self) {
                 _ = try await client.send(makeNotification())
             }
-            #expect(error?.description.contains("did not answer") == true)
+            #expect(error?.description.contains("did not answer") == true, "\(String(describing: error))")
             let elapsed = ContinuousClock.now - start
             #expect(elapsed >= .milliseconds(500))
             #expect(elapsed < .seconds(10))
