@@ -19,21 +19,9 @@ struct RegistrationWrite: SetWrite {
         // of the same one fails this transaction, which runs again). One round trip for both.
         let activityKeys = distinct(registrations.map { ActivityKey(appID: $0.appID, activityID: $0.activityID) })
         let found = try db.queries([
+            (activitiesRead, [PostgresArray.text(activityKeys.map(\.appID)), PostgresArray.text(activityKeys.map(\.activityID))]),
             (
-                """
-                SELECT a.app_id, a.activity_id, a.state, a.attributes_type, a.sequence, a.channel_id
-                FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
-                JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
-                ORDER BY a.app_id, a.activity_id FOR SHARE OF a
-                """,
-                [PostgresArray.text(activityKeys.map(\.appID)), PostgresArray.text(activityKeys.map(\.activityID))]
-            ),
-            (
-                """
-                SELECT i.app_id, i.activity_id, i.device_id
-                FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id, device_id)
-                JOIN instances i ON i.app_id = k.app_id AND i.activity_id = k.activity_id AND i.device_id = k.device_id
-                """,
+                instancesRead,
                 [PostgresArray.text(registrations.map(\.appID)), PostgresArray.text(registrations.map(\.activityID)),
                  PostgresArray.text(registrations.map(\.deviceID))]
             ),
@@ -63,6 +51,21 @@ struct RegistrationWrite: SetWrite {
         try write(set, on: db)
         return set.decisions
     }
+
+    /// The set's first read: its activities' rows (app ids, activity ids), under a share lock, in key order.
+    static let activitiesRead = """
+        SELECT a.app_id, a.activity_id, a.state, a.attributes_type, a.sequence, a.channel_id
+        FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
+        JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
+        ORDER BY a.app_id, a.activity_id FOR SHARE OF a
+        """
+
+    /// The set's second read: which of its devices (app ids, activity ids, device ids) have instances already.
+    static let instancesRead = """
+        SELECT i.app_id, i.activity_id, i.device_id
+        FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id, device_id)
+        JOIN instances i ON i.app_id = k.app_id AND i.activity_id = k.activity_id AND i.device_id = k.device_id
+        """
 
     /// Sends the set's writes without waiting for their answers (a failure fails the transaction at its commit).
     private static func write(_ set: RegistrationSet, on db: any SQLConnection) throws {
@@ -131,15 +134,7 @@ struct UpdateWrite: SetWrite {
         guard db.dialect == .postgres else { return members.map { _ in .alone } }
         let keys = distinct(members.map { ActivityKey(appID: $0.update.appID, activityID: $0.update.activityID) })
         // The heads under an exclusive lock, in key order, as each body locks its activity's row.
-        let rows = try db.query(
-            """
-            SELECT a.app_id, a.activity_id, a.state, a.sequence, a.timestamp_seconds
-            FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
-            JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
-            ORDER BY a.app_id, a.activity_id FOR UPDATE OF a
-            """,
-            [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))]
-        )
+        let rows = try db.query(headsRead, [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))])
         var heads: [ActivityKey: ActivityHead] = [:]
         for row in rows {
             heads[ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))] = ActivityHead(
@@ -193,6 +188,16 @@ struct UpdateWrite: SetWrite {
         try db.executeTogether(statements)
         return set.decisions.map { $0.map { .performed($0) } }
     }
+}
+
+extension UpdateWrite {
+    /// The set's read: its activities' heads (app ids, activity ids) under an exclusive lock, in key order.
+    static let headsRead = """
+        SELECT a.app_id, a.activity_id, a.state, a.sequence, a.timestamp_seconds
+        FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
+        JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
+        ORDER BY a.app_id, a.activity_id FOR UPDATE OF a
+        """
 }
 
 /// `keys` without repeats, each where it first came.

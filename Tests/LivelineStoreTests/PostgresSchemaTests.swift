@@ -361,6 +361,56 @@ struct PostgresPlanTests {
             }
         }
     }
+
+    @Test("the sets' reads keep the plans by key they made on empty tables once the tables have grown")
+    func setReadsKeepKeysFromEmptyTables() async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            let reads = [
+                ("instances_read", RegistrationWrite.instancesRead, "'{app_test}', '{a-7}', '{d-700}'", "instances_pkey"),
+                ("activities_read", RegistrationWrite.activitiesRead, "'{app_test}', '{a-7}'", "activities_pkey"),
+                ("heads_read", UpdateWrite.headsRead, "'{app_test}', '{a-7}'", "activities_pkey"),
+            ]
+            let plans = try await store.transaction { db in
+                // A grouped write's settings, with the plan kept from the first call rather than from the sixth.
+                try db.setLocal(
+                    PostgresHandle.groupedWriteSettings.filter { $0.name != "plan_cache_mode" } + [("plan_cache_mode", "force_generic_plan")]
+                )
+                // Planned and kept while the tables are empty, as on a fresh database.
+                for (name, sql, arguments, _) in reads {
+                    try db.query("PREPARE \(name) AS " + PostgresDialect.translate(sql), [])
+                    try db.query("EXECUTE \(name)(\(arguments))", [])
+                }
+                // Then 200 activities of 100 instances each.
+                try db.query(
+                    """
+                    INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at)
+                    SELECT 'app_test', 'a-' || n, 'active', 0, 0, 0 FROM generate_series(0, 199) AS n
+                    """,
+                    []
+                )
+                try db.query(
+                    """
+                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, created_at, updated_at,
+                        priority10_tally)
+                    SELECT 'app_test', 'a-' || (n / 100), 'd-' || n, 'ios', 't-' || n, 'active', 0, 0, 0
+                    FROM generate_series(0, 19999) AS n
+                    """,
+                    []
+                )
+                return try reads.map { name, _, arguments, _ in
+                    try db.query("EXPLAIN EXECUTE \(name)(\(arguments))", [])
+                        .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
+                }
+            }
+            for ((_, _, _, key), plan) in zip(reads, plans) {
+                #expect(plan.contains(key), "\(plan)")
+                for slow in ["Seq Scan", "Hash Join", "Merge Join"] {
+                    #expect(!plan.contains(slow), "\(plan)")
+                }
+            }
+        }
+    }
 }
 
 @Suite("PostgreSQL test server helpers")

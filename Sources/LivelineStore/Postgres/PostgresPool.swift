@@ -21,7 +21,7 @@ import Synchronization
 /// Writes that may share a transaction (``WriteIsolation/grouped(key:)``: a registration, an update) have group
 /// commit, as on SQLite: they queue, and a connection that comes free takes every one queued so far (up to
 /// ``groupLimit``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED` transaction (with cached plans,
-/// ``PostgresHandle/cachedPlans``, as a grouped write alone), in the order of their keys, with one `COMMIT`.
+/// ``PostgresHandle/groupedWriteSettings``, as a grouped write alone), in the order of their keys, with one `COMMIT`.
 /// Each caller resumes once that commit is done, so an acknowledgement still means committed and synced. Writes that
 /// arrive together no longer pay a commit (and its round trip) each. When every write of a group belongs to one set
 /// (``SetWrite``: registrations; updates without an `Idempotency-Key`), the set writes them all with a few multi-row
@@ -141,7 +141,7 @@ final class PostgresPool: StoreWriter, StoreReader {
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                 case .grouped:
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
-                    try db.setLocal([PostgresHandle.cachedPlans])
+                    try db.setLocal(PostgresHandle.groupedWriteSettings)
                 case .exclusive(let lock):
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                     try db.execute("SELECT pg_advisory_xact_lock(\(lock))", [])
@@ -236,7 +236,7 @@ final class PostgresPool: StoreWriter, StoreReader {
             var commitSent = false
             do {
                 try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
-                try db.setLocal([PostgresHandle.cachedPlans])
+                try db.setLocal(PostgresHandle.groupedWriteSettings)
                 for write in pending { write.forget() }
                 var bodies = pending
                 var setMembers = 0
