@@ -20,7 +20,8 @@ import NIOCore
 ///   ``Configuration/slowestMark``: a server that always takes seconds is far away or slow, not overloaded, and fewer
 ///   streams would not make it answer sooner.
 /// - A request that waited in the queue goes on the wire only with time left for an answer: ``answerAllowance`` is
-///   twice the smoothed answer time, and at least ``Configuration/leastTimeLeft``.
+///   twice the smoothed answer time, at least ``Configuration/leastTimeLeft`` and at most
+///   ``Configuration/mostTimeLeft``, so that a request that has not waited is always sent.
 ///
 /// A pure value: it reads no clock; ``APNsConnectionStateMachine`` feeds it each answer's time.
 struct StreamLimit: Sendable {
@@ -37,26 +38,34 @@ struct StreamLimit: Sendable {
         /// A queued request is written only with at least this much of its time left (or twice the smoothed answer
         /// time, when that is more).
         var leastTimeLeft: TimeAmount
+        /// A request with this much of its time left is always written, however slow the answers: the most
+        /// ``answerAllowance`` asks.
+        var mostTimeLeft: TimeAmount
 
-        init(initial: Int, minimum: Int, slowAnswer: TimeAmount, slowestMark: TimeAmount, leastTimeLeft: TimeAmount) {
+        init(
+            initial: Int, minimum: Int, slowAnswer: TimeAmount, slowestMark: TimeAmount, leastTimeLeft: TimeAmount,
+            mostTimeLeft: TimeAmount
+        ) {
             self.minimum = max(1, minimum)
             self.initial = max(self.minimum, initial)
             self.slowAnswer = slowAnswer
             self.slowestMark = max(slowAnswer, slowestMark)
             self.leastTimeLeft = leastTimeLeft
+            self.mostTimeLeft = max(leastTimeLeft, mostTimeLeft)
         }
 
         /// For a client whose requests time out after `requestTimeout`: 100 streams at first (what swift-nio-http2
         /// assumes before the server's settings), at least 8; answers are slow past an eighth of the timeout, the
         /// mark stays under half of it, and a queued request is written only with a quarter of it left, so that an
-        /// answer twice or three times as slow as the typical one still comes in time.
+        /// answer twice or three times as slow as the typical one still comes in time; with half of it left, always.
         init(requestTimeout: TimeAmount) {
             self.init(
                 initial: 100,
                 minimum: 8,
                 slowAnswer: .nanoseconds(requestTimeout.nanoseconds / 8),
                 slowestMark: .nanoseconds(requestTimeout.nanoseconds / 2),
-                leastTimeLeft: .nanoseconds(requestTimeout.nanoseconds / 4)
+                leastTimeLeft: .nanoseconds(requestTimeout.nanoseconds / 4),
+                mostTimeLeft: .nanoseconds(requestTimeout.nanoseconds / 2)
             )
         }
     }
@@ -101,8 +110,14 @@ struct StreamLimit: Sendable {
     /// How much time a queued request needs left to be worth sending: twice the smoothed answer time, at least
     /// ``Configuration/leastTimeLeft``. One with less would likely time out on the wire, and be sent again after the
     /// server delivered it.
+    ///
+    /// At most ``Configuration/mostTimeLeft`` (half the request timeout), whatever the answers took: past half the
+    /// timeout every request would be refused unsent, also one that had not waited at all, and the connection would
+    /// send nothing until a smoothed answer time it no longer measured came down. (Under a 4 s timeout, answers of
+    /// 1.5 s on a loaded machine refused a request that had waited a little over one second.) A server that slow is
+    /// served at the least streams (``Configuration/minimum``), each request sent with at least half its time left.
     var answerAllowance: TimeAmount {
-        max(.nanoseconds((smoothedAnswer?.nanoseconds ?? 0) * 2), configuration.leastTimeLeft)
+        min(max(.nanoseconds((smoothedAnswer?.nanoseconds ?? 0) * 2), configuration.leastTimeLeft), configuration.mostTimeLeft)
     }
 
     /// A request was answered `answerTime` after it was written, at `now`, while the server allowed `serverLimit`

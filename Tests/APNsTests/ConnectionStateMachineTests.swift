@@ -490,7 +490,7 @@ struct ConnectionStateMachineTests {
     func slowAnswersHoldRequestsBack() throws {
         // Four streams at first; answers are slow past 1 s (the mark at most 2 s).
         let machine = makeReadyMachine(
-            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1))
+            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1), mostTimeLeft: .seconds(60))
         )
         #expect(machine.openStreamLimit == 4)
         let requests = (0..<5).map { TestRequest("r\($0)") } + [TestRequest("r5", deadline: at(.seconds(8)))]
@@ -536,7 +536,7 @@ struct ConnectionStateMachineTests {
     @Test("a request that waited for its connection until less than the least time is left is not written")
     func tooLateToSubmit() {
         let machine = makeReadyMachine(
-            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(5))
+            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(5), mostTimeLeft: .seconds(60))
         )
         let late = TestRequest("late", deadline: at(.seconds(4)))
         let inTime = TestRequest("in time", deadline: at(.seconds(5)))
@@ -548,7 +548,7 @@ struct ConnectionStateMachineTests {
     @Test("a stream that times out counts as an answer as slow as its timeout")
     func timeoutCutsTheLimit() throws {
         let machine = makeReadyMachine(
-            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1))
+            limit: 1000, streamLimit: .init(initial: 4, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1), mostTimeLeft: .seconds(60))
         )
         let a = TestRequest("a", deadline: at(.seconds(5)))
         let b = TestRequest("b", deadline: at(.seconds(5)))
@@ -565,7 +565,7 @@ struct ConnectionStateMachineTests {
     @Test("quick answers open more streams, up to the server's limit")
     func quickAnswersOpenMoreStreams() {
         let machine = makeReadyMachine(
-            limit: 6, streamLimit: .init(initial: 2, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1))
+            limit: 6, streamLimit: .init(initial: 2, minimum: 1, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1), mostTimeLeft: .seconds(60))
         )
         let requests = (0..<10).map { TestRequest("r\($0)") }
         #expect(submitWritten(machine, requests[0]) == 1)

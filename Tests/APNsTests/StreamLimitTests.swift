@@ -12,7 +12,7 @@ private func at(_ offset: Duration) -> NIODeadline {
 
 /// A limit marking answers slow past 1 s (the mark at most 2 s), from `initial`, never below `minimum`.
 private func makeLimit(initial: Int = 100, minimum: Int = 8) -> StreamLimit {
-    StreamLimit(.init(initial: initial, minimum: minimum, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1)))
+    StreamLimit(.init(initial: initial, minimum: minimum, slowAnswer: .seconds(1), slowestMark: .seconds(2), leastTimeLeft: .seconds(1), mostTimeLeft: .seconds(60)))
 }
 
 @Suite("APNs stream limit (answer times → streams on the wire)")
@@ -96,6 +96,17 @@ struct StreamLimitTests {
         #expect(cut.from == 40)
         #expect(cut.to == 20)
         #expect(limit.value == 20)
+    }
+
+    @Test("however slow the answers, a request with half its time left is sent: the allowance stops at the most time left")
+    func allowanceStopsAtHalfTheTimeout() {
+        var limit = StreamLimit(.init(requestTimeout: .seconds(4)))
+        #expect(limit.answerAllowance == .seconds(1), "a quarter of the timeout before any answer")
+        for index in 0..<40 {
+            _ = limit.answered(after: .milliseconds(1_500), at: at(.seconds(Int64(index))), serverLimit: 1000)
+        }
+        #expect(limit.smoothedAnswer == .milliseconds(1_500))
+        #expect(limit.answerAllowance == .seconds(2), "half the timeout, not twice 1.5 s: a request that waited a second is still sent")
     }
 
     @Test("a server that always takes seconds is slow, not overloaded: the mark is twice its fastest answer, at most the slowest mark")
