@@ -454,6 +454,17 @@ enum SQLiteMigrations {
                 "CREATE INDEX activities_by_state ON activities(state, app_id, activity_id)",
             ]
         ),
+        Migration(
+            version: 20,
+            name: "activities under a lease",
+            statements: [
+                // The engine asks when its next activity is due after every wake-up (`nextClaimableAt`): an activity
+                // under a lease is due when both its lease and its dispatch time have passed, so the question read every
+                // pending activity. The leased ones are a handful (one an engine's worker, and those of a node that
+                // died): with this index the question reads them, and the first unleased one in `activities_due`.
+                "CREATE INDEX activities_claimed ON activities(claim_expires_at) WHERE claim_expires_at IS NOT NULL",
+            ]
+        ),
     ]
 }
 

@@ -158,20 +158,36 @@ extension SQLStore {
     }
 
     public func nextClaimableAt() async throws -> Date? {
-        // The partial index `activities_due` holds exactly the pending activities.
-        // The slices of shared fan-outs not sent yet are due as their lease runs out (at once when unclaimed).
-        let row = try await reader.query(
-            """
-            SELECT MIN(due) AS due FROM (
-                SELECT MIN(MAX(COALESCE(next_dispatch_at, 0), COALESCE(claim_expires_at, 0))) AS due FROM activities
-                WHERE dispatched_sequence < sequence AND content_state IS NOT NULL
-                UNION ALL
-                SELECT MIN(COALESCE(claim_expires_at, 0)) AS due FROM fanout_slices WHERE outcome IS NULL
-            ) AS pending
-            """
-        ).first
+        let row = try await reader.read { try $0.query(Self.dueStatement, [], settings: [("enable_seqscan", "off")]) }.first
         return row?.column("due")?.integer.map(Self.date)
     }
+
+    /// When the next pending activity or fan-out slice is due: an activity at its dispatch time, and not before its
+    /// lease runs out; a slice not sent yet as its lease runs out (at once when unclaimed).
+    ///
+    /// It reads what it needs by index, not every pending activity (3.1 ms a call on PostgreSQL during a burst of
+    /// 10,000 updates, once after every wake-up of the engine): the first unleased pending activity in `activities_due`
+    /// (its order is the dispatch time's), and the leased ones through `activities_claimed` (a handful; whether each is
+    /// pending is asked of its row, not in the condition, which would let `activities_due` serve the read too, and
+    /// PostgreSQL took it, planning on empty tables). Sequential scans are off when it runs on PostgreSQL: it is
+    /// planned once (it binds nothing), perhaps while the tables are empty, and without statistics PostgreSQL takes
+    /// nearly every activity for leased.
+    static let dueStatement = """
+        SELECT MIN(due) AS due FROM (
+            SELECT due FROM (
+                SELECT COALESCE(next_dispatch_at, 0) AS due FROM activities
+                WHERE dispatched_sequence < sequence AND content_state IS NOT NULL AND claim_expires_at IS NULL
+                ORDER BY COALESCE(next_dispatch_at, 0), updated_at
+                LIMIT 1
+            ) AS unleased
+            UNION ALL
+            SELECT MIN(CASE WHEN dispatched_sequence < sequence AND content_state IS NOT NULL
+                THEN MAX(COALESCE(next_dispatch_at, 0), claim_expires_at) END) AS due
+            FROM activities WHERE claim_expires_at IS NOT NULL
+            UNION ALL
+            SELECT MIN(COALESCE(claim_expires_at, 0)) AS due FROM fanout_slices WHERE outcome IS NULL
+        ) AS pending
+        """
 
     public func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
         guard let row = try await write(

@@ -2,6 +2,7 @@ import Foundation
 import LivelineCore
 import LivelineStore
 import LivelineTestSupport
+import SQLiteNIO
 import Testing
 
 @testable import LivelineStore
@@ -22,6 +23,11 @@ struct ClaimOrderTests {
             // Only the list of keys is scanned; every table is searched by key.
             #expect(plan.filter { $0.hasPrefix("SCAN") }.allSatisfy { $0.hasSuffix("VALUES CLAUSE") }, "\(plan)")
             #expect(plan.contains("SEARCH i USING PRIMARY KEY (app_id=? AND activity_id=?)"), "\(plan)")
+            // When the next activity is due: the first unleased one in the index's order, and the leased ones by theirs.
+            let due = try await store.reader.query("EXPLAIN QUERY PLAN \(SQLStore.dueStatement)", []).compactMap { $0.column("detail")?.string }
+            #expect(due.contains { $0.contains("USING INDEX activities_due") }, "\(due)")
+            #expect(due.contains { $0.contains("USING INDEX activities_claimed") }, "\(due)")
+            #expect(!due.contains { $0.hasPrefix("SCAN activities") && !$0.contains("INDEX") }, "\(due)")
         }
     }
 
@@ -138,6 +144,38 @@ struct ClaimOrderTests {
             ),
             at: now
         )
+    }
+
+    @Test("the next due is the earliest of the unleased pending activities' dispatch times and the leased ones' later of lease and dispatch time", arguments: StoreKind.available)
+    func nextDue(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            let at = { (seconds: Int) in SQLiteData.integer(Int(t0.timeIntervalSince1970 * 1000) + seconds * 1000) }
+            for activity in ["unleased-50", "unleased-20", "leased-10-next-70", "leased-30", "done-leased-1", "stateless-1"] {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0)
+            }
+            func set(_ activity: String, _ assignments: String, _ binds: [SQLiteData]) async throws {
+                try await store.transaction { db in
+                    try db.query(
+                        "UPDATE activities SET \(assignments) WHERE app_id = 'app_test' AND activity_id = ?", binds + [.text(activity)]
+                    )
+                }
+            }
+            try await set("unleased-50", "next_dispatch_at = ?", [at(50)])
+            try await set("unleased-20", "next_dispatch_at = ?", [at(20)])
+            try await set("leased-10-next-70", "claim_owner = 'w', claim_expires_at = ?, next_dispatch_at = ?", [at(10), at(70)])
+            try await set("leased-30", "claim_owner = 'w', claim_expires_at = ?", [at(30)])
+            // Neither counts: one is sent (a lease left on it), the other has no state to send.
+            try await set("done-leased-1", "dispatched_sequence = sequence, claim_owner = 'w', claim_expires_at = ?", [at(1)])
+            try await set("stateless-1", "content_state = NULL, next_dispatch_at = ?", [at(1)])
+            // Each in turn is the next due, then sent.
+            for (due, activity) in [(20, "unleased-20"), (30, "leased-30"), (50, "unleased-50"), (70, "leased-10-next-70")] {
+                #expect(try await store.nextClaimableAt() == t0.addingTimeInterval(Double(due)), "\(activity)")
+                try await set(activity, "dispatched_sequence = sequence, claim_owner = NULL, claim_expires_at = NULL", [])
+            }
+            #expect(try await store.nextClaimableAt() == nil)
+        }
     }
 
     @Test("a claim handed back with no retry time (shutdown, a lost pass) leaves the activity pending and claimable at once", arguments: StoreKind.available)

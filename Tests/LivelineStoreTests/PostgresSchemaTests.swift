@@ -362,6 +362,33 @@ struct PostgresPlanTests {
         }
     }
 
+    @Test("the engine's question of when its next activity is due keeps to its indexes in the plan it made on empty tables")
+    func dueStatementKeepsItsIndexes() async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            let plan = try await store.transaction { db in
+                // As ``SQLStore/nextClaimableAt()`` runs it; kept from the first call, made while the tables are empty.
+                try db.setLocal([("enable_seqscan", "off")])
+                try db.query("PREPARE due AS " + PostgresDialect.translate(SQLStore.dueStatement), [])
+                try db.query("EXECUTE due", [])
+                // Then 20,000 pending activities, two of them leased.
+                try db.query(
+                    """
+                    INSERT INTO activities (app_id, activity_id, state, sequence, content_state, created_at, updated_at)
+                    SELECT 'app_test', 'a-' || n, 'active', 1, '{}', 0, n FROM generate_series(0, 19999) AS n
+                    """,
+                    []
+                )
+                try db.query("UPDATE activities SET claim_owner = 'w', claim_expires_at = 5 WHERE activity_id IN ('a-7', 'a-700')", [])
+                return try db.query("EXPLAIN EXECUTE due", []).compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
+            }
+            // The first unleased pending activity in the order of `activities_due`, the leased ones from `activities_claimed`.
+            #expect(plan.contains("Index Scan using activities_due") && plan.contains("on activities_claimed"), "\(plan)")
+            #expect(!plan.contains("Bitmap Index Scan on activities_due"), "\(plan)")
+            #expect(!plan.contains("Seq Scan on activities"), "\(plan)")
+        }
+    }
+
     @Test("the sets' reads keep the plans by key they made on empty tables once the tables have grown")
     func setReadsKeepKeysFromEmptyTables() async throws {
         try await withTemporaryStore(.postgres) { store, _ in

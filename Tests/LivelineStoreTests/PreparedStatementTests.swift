@@ -104,6 +104,28 @@ struct PreparedStatementTests {
         }
     }
 
+    @Test("a read under settings has them in force, leaves none behind, and ends its transaction also when it fails")
+    func readUnderSettings() async throws {
+        try await withHandle { db throws in
+            let setting = "SELECT current_setting('enable_seqscan') AS s"
+            // Outside a transaction block, PostgreSQL refuses a savepoint.
+            func expectOutsideATransaction() {
+                #expect(throws: (any Error).self) { try db.query("SAVEPOINT probe", []) }
+                db.endTransaction()
+            }
+            for _ in 1...3 {
+                #expect(try db.query(setting, [], settings: [("enable_seqscan", "off")]).first?.column("s")?.string == "off")
+                #expect(try db.query(setting, []).first?.column("s")?.string == "on")
+                expectOutsideATransaction()
+            }
+            #expect(throws: (any Error).self) { try db.query("SELECT 1 / 0 AS n", [], settings: [("enable_seqscan", "off")]) }
+            // As a pool's read ends, whatever its outcome.
+            db.endTransaction()
+            expectOutsideATransaction()
+            #expect(try db.query("SELECT 41 + 1 AS n", []).first?.column("n")?.integer == 42)
+        }
+    }
+
     @Test("the statements PostgreSQL plans are told apart from commands by their first word")
     func plannedStatements() {
         for sql in ["SELECT MIN(due) AS due FROM t", "\n    WITH x AS (SELECT 1) SELECT * FROM x", "insert into t VALUES (1)",

@@ -136,6 +136,7 @@ struct TimelineTests {
                 "DROP TABLE webhooks",
                 "DROP TABLE fanout_slices",
                 "ALTER TABLE instances DROP COLUMN priority10_tally",
+                "DROP INDEX activities_claimed",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])

@@ -384,5 +384,15 @@ enum PostgresMigrations {
                 """
             ]
         ),
+        Migration(
+            version: 10,
+            name: "activities under a lease (SQLite step 20)",
+            statements: [
+                // During a burst of 10,000 updates, the engine's question of when its next activity is due read every
+                // pending activity: 494 calls, 3.1 ms each (`pg_stat_statements`). Building the index holds the table's
+                // writes back once, for as long as it takes.
+                "CREATE INDEX activities_claimed ON activities(claim_expires_at) WHERE claim_expires_at IS NOT NULL",
+            ]
+        ),
     ]
 }

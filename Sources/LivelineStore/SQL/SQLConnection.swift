@@ -82,6 +82,17 @@ extension SQLConnection {
         dialect == .postgres ? " " + clause : ""
     }
 
+    /// Runs `sql` with `binds` as a read under `settings` (planner settings) and returns its rows: on PostgreSQL in a
+    /// read-only transaction of its own, where ``setLocal(_:)`` holds, sent with the statement and its `COMMIT` (one
+    /// round trip); SQLite has no such settings and runs the statement as it is.
+    func query(_ sql: String, _ binds: [SQLiteData], settings: [(name: String, value: String)]) throws -> [StoreRow] {
+        guard dialect == .postgres else { return try query(sql, binds) }
+        try execute("BEGIN READ ONLY", [])
+        try setLocal(settings)
+        // A failed statement leaves the transaction aborted: its `COMMIT` then ends it (PostgreSQL answers `ROLLBACK`).
+        return try queries([(sql, binds), ("COMMIT", [])])[0]
+    }
+
     /// Runs `sql`, which binds nothing, and returns its rows.
     @discardableResult
     func query(_ sql: String) throws -> [StoreRow] {
