@@ -497,7 +497,8 @@ struct ClientTests {
         // connection fails with a different (also correct) message, and on a loaded fresh machine the whole suite's
         // start has kept the TLS handshake from finishing within the two seconds.
         // A few more answered requests first: the connection sends no request left with less than twice its smoothed
-        // answer time, and on a loaded machine the first answer alone once took more than half the timeout.
+        // answer time (at most half the timeout), and on a loaded machine the first answer alone once took more than
+        // half the timeout.
         try await withServerAndClient(
             configuration: .init(connections: 1, requestTimeout: .seconds(4)),
             script: { _ in .ok }
