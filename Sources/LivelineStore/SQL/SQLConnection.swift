@@ -120,7 +120,8 @@ enum WriteIsolation: Sendable, Hashable {
     /// share one transaction and one commit with other such writes (group commit). `key` orders the writes of a shared
     /// transaction, so that every transaction takes its locks in one order and none waits for another in a cycle:
     /// build it with ``groupKey(_:)``, coarsest part first (an activity's writes before its instances'). Its statements
-    /// read and write rows by key only: on PostgreSQL they run with cached plans that keep to keys (``PostgresHandle/groupedWriteSettings``).
+    /// read and write rows by key only: on PostgreSQL they run with cached plans that keep to keys
+    /// (``PostgresHandle/groupedWriteSettings``).
     case grouped(key: String)
 
     /// A key for ``grouped(key:)``: the parts joined by NUL, so that a key sorts before every key it is a prefix of and
