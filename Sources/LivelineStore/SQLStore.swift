@@ -587,22 +587,14 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     /// The activities of `keys` that exist, read in one statement on PostgreSQL (it binds arrays).
-    ///
-    /// The read is by key whatever the values, so it runs with the grouped writes' plan settings
-    /// (``PostgresHandle/groupedWriteSettings``): a plan kept, over the primary key. Planned for its values at every
-    /// call, as the readers' statements are, it cost PostgreSQL more to plan than to run: over 10,000 updates through
-    /// the API, 1,644 calls took 546 ms planning and 255 ms running (`pg_stat_statements`).
     static func activities(_ keys: [ActivityKey], on reader: any StoreReader) async throws -> [ActivityKey: ActivityRecord] {
-        let binds = [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))]
-        let rows = try await reader.read { db in
-            try db.query(
-                """
-                SELECT a.* FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
-                JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
-                """,
-                binds, settings: PostgresHandle.groupedWriteSettings
-            )
-        }
+        let rows = try await reader.query(
+            """
+            SELECT a.* FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
+            JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
+            """,
+            [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))]
+        )
         var found: [ActivityKey: ActivityRecord] = [:]
         found.reserveCapacity(rows.count)
         for row in rows {
