@@ -87,10 +87,13 @@ final class PostgresHandle: SQLConnection {
     /// `log_planner_stats`, 3,000 registrations and 1,000 updates through the API planned it 8,032 times, and in `perf`
     /// those plans took about a quarter of PostgreSQL's CPU. The grouped writes' own statements read and write rows by
     /// key, one or many (`unnest` of arrays), and their generic plans are the same (`EXPLAIN EXECUTE` under
-    /// `force_generic_plan`: a lookup, or a nested loop, over the primary key). The engine's claim
-    /// (``SQLStore/claimPendingActivity(owner:now:lease:platforms:)``) runs with it too: it turns sorts and sequential
-    /// scans off, which leaves each of its steps one plan.
+    /// `force_generic_plan`: a lookup, or a nested loop, over the primary key).
     static let cachedPlans = (name: "plan_cache_mode", value: "auto")
+
+    /// Every statement keeps the one plan it made first, made without the values: for statements that have one plan
+    /// whatever their values. The engine's claim (``SQLStore/claimPendingActivity(owner:now:lease:platforms:)``) turns
+    /// sorts and sequential scans off, which leaves each of its steps one plan (`PostgresPlanTests` holds the settle's).
+    static let keptPlans = (name: "plan_cache_mode", value: "force_generic_plan")
 
     /// The settings of the grouped writes: cached plans (``cachedPlans``), and no sequential scans, hash joins or merge
     /// joins, so that the one plan each of their statements keeps is the lookup by key it was written for.
