@@ -132,7 +132,7 @@ extension SQLStore {
             // (`PostgresHandle.keptPlans`) rather than plan it at every claim: over 3,000 updates from 4 connections,
             // planning the settles took 1.9 s (1.2 ms each: up to 64 activities, four subqueries) and running them 0.4 s.
             // Left to choose (`cachedPlans`), it still planned them at most claims: 0.55 s over 10,000 updates.
-            try db.setLocal([("enable_sort", "off"), ("enable_seqscan", "off"), PostgresHandle.keptPlans])
+            try db.setLocal(Self.claimSettings)
             let picked = try db.query(
                 Self.pickStatement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]
             ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
@@ -159,9 +159,16 @@ extension SQLStore {
     }
 
     public func nextClaimableAt() async throws -> Date? {
-        let row = try await reader.read { try $0.query(Self.dueStatement, [], settings: [("enable_seqscan", "off")]) }.first
+        let row = try await reader.read { try $0.query(Self.dueStatement, [], settings: Self.dueSettings) }.first
         return row?.column("due")?.integer.map(Self.date)
     }
+
+    /// The claim's planner settings on PostgreSQL (see ``claimPendingActivity(owner:now:lease:platforms:)``): no sorts,
+    /// no sequential scans, and the plans kept.
+    static let claimSettings: [(name: String, value: String)] = [("enable_sort", "off"), ("enable_seqscan", "off"), PostgresHandle.keptPlans]
+
+    /// The planner settings ``dueStatement`` runs under on PostgreSQL.
+    static let dueSettings: [(name: String, value: String)] = [("enable_seqscan", "off")]
 
     /// When the next pending activity or fan-out slice is due: an activity at its dispatch time, and not before its
     /// lease runs out; a slice not sent yet as its lease runs out (at once when unclaimed).

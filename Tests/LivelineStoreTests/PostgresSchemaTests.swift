@@ -350,7 +350,7 @@ struct PostgresPlanTests {
                 return "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
             }
             let plan = try await store.transaction { db in
-                try db.setLocal([("enable_sort", "off"), ("enable_seqscan", "off"), ("plan_cache_mode", "force_generic_plan")])
+                try db.setLocal(SQLStore.claimSettings)
                 try db.query("PREPARE settle_probe AS " + PostgresDialect.translate(settle.sql), [])
                 return try db.query("EXPLAIN EXECUTE settle_probe(" + arguments.joined(separator: ", ") + ")", [])
                     .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
@@ -368,7 +368,7 @@ struct PostgresPlanTests {
             try await makeApp(store)
             let plan = try await store.transaction { db in
                 // As ``SQLStore/nextClaimableAt()`` runs it; kept from the first call, made while the tables are empty.
-                try db.setLocal([("enable_seqscan", "off")])
+                try db.setLocal(SQLStore.dueSettings)
                 try db.query("PREPARE due AS " + PostgresDialect.translate(SQLStore.dueStatement), [])
                 try db.query("EXECUTE due", [])
                 // Then 20,000 pending activities, two of them leased.
