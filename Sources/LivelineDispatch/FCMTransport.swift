@@ -67,19 +67,23 @@ public actor FCMTransportDirectory: PushTransportDirectory {
     private let store: any CredentialStore & AppStore
     private let sealer: CredentialSealer
     private let fallback: Fallback?
+    private let clientConfiguration: FCMClient.Configuration
     private let now: @Sendable () -> Date
     private let logger: Logger
     private var clients: [String: (version: Date?, client: FCMClient)] = [:]
     private var warned: Set<String> = []
 
-    /// Creates the directory.
+    /// Creates the directory. Each app's client takes its timeouts and its limit of concurrent sends from
+    /// `clientConfiguration`, and its base URL and trusted CA from the app's credentials.
     public init(
-        store: any CredentialStore & AppStore, sealer: CredentialSealer, fallback: Fallback? = nil, now: @escaping @Sendable () -> Date = { Date() },
+        store: any CredentialStore & AppStore, sealer: CredentialSealer, fallback: Fallback? = nil,
+        clientConfiguration: FCMClient.Configuration = FCMClient.Configuration(), now: @escaping @Sendable () -> Date = { Date() },
         logger: Logger = Logger(label: "liveline.fcm")
     ) {
         self.store = store
         self.sealer = sealer
         self.fallback = fallback
+        self.clientConfiguration = clientConfiguration
         self.now = now
         self.logger = logger
     }
@@ -103,13 +107,10 @@ public actor FCMTransportDirectory: PushTransportDirectory {
         } else {
             return nil
         }
-        let client = try FCMClient(
-            serviceAccount: try credentials.serviceAccount(),
-            configuration: FCMClient.Configuration(
-                baseURL: credentials.baseURL ?? FCMClient.defaultBaseURL, trustedCAPEM: credentials.caCertificatePEM
-            ),
-            now: now, logger: logger
-        )
+        var configuration = clientConfiguration
+        configuration.baseURL = credentials.baseURL ?? FCMClient.defaultBaseURL
+        configuration.trustedCAPEM = credentials.caCertificatePEM
+        let client = try FCMClient(serviceAccount: try credentials.serviceAccount(), configuration: configuration, now: now, logger: logger)
         if let previous = clients[appID]?.client { await previous.shutdown() }
         clients[appID] = (stored?.updatedAt, client)
         return FCMPushTransport(client: client)

@@ -30,6 +30,9 @@ struct FCMTransportTests {
         let projectID: String
         let clock: SharedClock
         let appID = "app_android"
+        /// Clients built by the directories of these tests: patient, because the suite runs beside tests that keep
+        /// every core busy (under such load a 10 s connect to the emulator once timed out, in CI).
+        static let clientConfiguration = FCMClient.Configuration(requestTimeout: .seconds(60), connectTimeout: .seconds(60))
 
         func push(to token: String, sequence: Int64, body: [UInt8]? = nil) -> OutgoingPush {
             let message = FCMLiveUpdateMessage(
@@ -65,7 +68,9 @@ struct FCMTransportTests {
         let credentials = FCMCredentials(
             serviceAccountJSON: json, baseURL: try #require(emulator.baseURL), caCertificatePEM: emulator.caCertificatePEM
         )
-        let directory = FCMTransportDirectory(store: store, sealer: sealer, now: { [clock] in clock.now }, logger: logger)
+        let directory = FCMTransportDirectory(
+            store: store, sealer: sealer, clientConfiguration: Environment.clientConfiguration, now: { [clock] in clock.now }, logger: logger
+        )
         let environment = Environment(
             emulator: emulator, store: store, sealer: sealer, directory: directory, credentials: credentials, projectID: "android-project",
             clock: clock
@@ -219,12 +224,13 @@ struct FCMTransportTests {
             try credentials.validate()
             let directory = FCMTransportDirectory(
                 store: environment.store, sealer: environment.sealer, fallback: { _ in credentials },
-                now: { [clock = environment.clock] in clock.now }
+                clientConfiguration: Environment.clientConfiguration, now: { [clock = environment.clock] in clock.now }
             )
             let transport = try #require(try await directory.transport(appID: environment.appID, platform: .android))
             let token = environment.emulator.addDevice(projectID: demo.projectID)
-            guard case .delivered = await transport.send(environment.push(to: token, sequence: 1)) else {
-                Issue.record("expected delivered")
+            let outcome = await transport.send(environment.push(to: token, sequence: 1))
+            guard case .delivered = outcome else {
+                Issue.record("expected delivered, got \(outcome)")
                 await directory.shutdown()
                 return
             }
