@@ -98,7 +98,10 @@ func withEmulatedPhones<T>(_ body: (EmulatedPhones) async throws -> T) async thr
     try await store.saveCredentials(try fcmCredentials.stored(appID: appID, sealer: sealer, at: clock.now))
 
     let apnsDirectory = APNsTransportDirectory(store: store, sealer: sealer, connectionsPerApp: 2, now: { [clock] in clock.now })
-    let fcmDirectory = FCMTransportDirectory(store: store, sealer: sealer, now: { [clock] in clock.now })
+    // Patient timeouts, as in FCMTransportTests: these tests run beside others that keep every core busy.
+    let fcmDirectory = FCMTransportDirectory(
+        store: store, sealer: sealer, clientConfiguration: FCMTransportTests.Environment.clientConfiguration, now: { [clock] in clock.now }
+    )
     let environment = EmulatedPhones(
         store: store, apns: apns, fcm: fcm, transports: PlatformTransports(ios: apnsDirectory, android: fcmDirectory),
         channels: apnsDirectory, clock: clock,
