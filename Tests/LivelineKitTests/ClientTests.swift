@@ -94,9 +94,12 @@ struct ClientTests {
     func persistence() async throws {
         let directory = uniqueTemporaryURL(prefix: "livelinekit-persist")
         defer { try? FileManager.default.removeItem(at: directory) }
-        // Offline, with a long backoff: every call fails once and waits.
+        // Offline, with a long backoff: every call fails once and waits. The answers are held until every call is
+        // recorded: a call merged into an operation after its failure makes it due again (newer data is tried at
+        // once), and the device's registration then failed twice whenever the first send finished between the calls.
         let offline = ScriptedTransport()
         offline.answer { _ in nil }
+        offline.hold()
         var first: LivelineClient? = try makeClient(kitConfiguration(directory, retry: LivelineRetryPolicy(initialDelay: 600, maximumDelay: 600)), offline)
         let events = await first!.events()
         await first!.registerDevice(userID: "user-1", locale: "en-US")
@@ -104,6 +107,7 @@ struct ClientTests {
         await first!.registerActivity(id: "match-42", attributesType: "MatchAttributes", pushToken: Data([0x01]))
         await first!.registerActivity(id: "match-42", attributesType: "MatchAttributes", pushToken: "0202")
         await first!.report(.dismissed, activityID: "match-42")
+        offline.release()
         var iterator = events.makeAsyncIterator()
         guard case .willRetry(let waiting, let at, let reason)? = await iterator.next() else {
             Issue.record("expected a retry")
