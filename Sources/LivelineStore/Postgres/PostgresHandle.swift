@@ -158,10 +158,10 @@ final class PostgresHandle: SQLConnection {
     /// A statement with bound values, or one PostgreSQL plans (``isPlanned(_:)``), is prepared the second time this
     /// connection says it (``preparedLimit`` at most): the first time waits for PostgreSQL to parse it and describe its
     /// parameters and rows, which it then keeps; every later call binds, plans and runs it (for its values, see
-    /// ``open(_:logger:)``; a grouped write's, see ``cachedPlans``; without values, once). Its placeholders carry their
-    /// values' types (``PostgresDialect/translate(_:parameterTypes:)``), as the types sent with an unprepared statement
-    /// do, so both read the statement alike. A statement that cannot be prepared (in a transaction a failure has
-    /// aborted, say) is sent unprepared, and fails there if it must.
+    /// ``open(_:logger:)``; a grouped write's, see ``cachedPlans``; the engine's claim's, ``keptPlans``; without values,
+    /// once). Its placeholders carry their values' types (``PostgresDialect/translate(_:parameterTypes:)``), as the
+    /// types sent with an unprepared statement do, so both read the statement alike. A statement that cannot be
+    /// prepared (in a transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
     private func sendStatement(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
         let connection = try openConnection()
         guard !binds.isEmpty || Self.isPlanned(sql) else {
