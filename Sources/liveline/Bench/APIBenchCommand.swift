@@ -81,7 +81,7 @@ extension Bench {
                     )
                 }
                 let load = try await HTTPLoad.connect(host: "127.0.0.1", ports: nodes.ports, connections: connections, eventLoop: eventLoop)
-                print(
+                Bench.say(
                     "liveline bench api: \(connections) HTTP/1.1 keep-alive connections\(nodes.count > 1 ? " spread round-robin over the nodes" : ""), "
                         + "\(self.server.storeText), \(nodes.pidText)"
                 )
@@ -94,7 +94,7 @@ extension Bench {
                     let answered = try await load.run(count: healthz) { _ in
                         LoadRequest(method: .GET, uri: "/healthz", authorization: publishable, body: nil)
                     }
-                    print("  GET /healthz (the ceiling)        \(Bench.describe(answered, count: healthz))")
+                    Bench.say("  GET /healthz (the ceiling)        \(Bench.describe(answered, count: healthz))")
                     printCPU("a request", requests: healthz, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
                     cpu = nodes.cpuSeconds()
                     ownCPU = Bench.processCPUSeconds()
@@ -108,7 +108,7 @@ extension Bench {
                         authorization: publishable, body: BenchRequests.registrationBody(pushToken: BenchRequests.pushToken(index))
                     )
                 }
-                print("  registrations (\(perActivity) an activity)   \(Bench.describe(registered, count: registrations))")
+                Bench.say("  registrations (\(perActivity) an activity)   \(Bench.describe(registered, count: registrations))")
                 printCPU("a registration", requests: registrations, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
 
                 let secret = "Bearer \(app.secretKey)"
@@ -127,7 +127,7 @@ extension Bench {
                     )
                 }
                 let burstEnded = ContinuousClock.now
-                print("  updates (\(watched ? "watched" : "distinct") activities)    \(Bench.describe(accepted, count: updates))")
+                Bench.say("  updates (\(watched ? "watched" : "distinct") activities)    \(Bench.describe(accepted, count: updates))")
                 printCPU("an update", requests: updates, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
                 // Counting the sink's pushes in the background, while the paced updates go out.
                 let expected = updates * perActivity
@@ -151,7 +151,7 @@ extension Bench {
                     }
                     try await Task.sleep(for: .seconds(afterSeconds))
                     let after = try await paced.stop()
-                    print("  right after the updates, 100 /s  \(Bench.describe(after, count: after.latencies.count))")
+                    Bench.say("  right after the updates, 100 /s  \(Bench.describe(after, count: after.latencies.count))")
                 }
                 // The engine's backlog: the updates were accepted faster than the engine sends (or, with nothing watching
                 // them, marks done) their activities.
@@ -164,17 +164,17 @@ extension Bench {
                 switch pending {
                 case 0?:
                     let took = ContinuousClock.now - burstEnded
-                    print("  engine caught up                 \(String(format: "%.2f", took.seconds)) s after the burst ended (no activity pending delivery)")
+                    Bench.say("  engine caught up                 \(String(format: "%.2f", took.seconds)) s after the burst ended (no activity pending delivery)")
                 case let left?:
-                    print("  engine caught up                 not within 10 minutes (\(BenchRequests.grouped(left)) activities pending delivery)")
+                    Bench.say("  engine caught up                 not within 10 minutes (\(BenchRequests.grouped(left)) activities pending delivery)")
                 case nil:
-                    print("  engine caught up                 unknown (/metrics could not be read)")
+                    Bench.say("  engine caught up                 unknown (/metrics could not be read)")
                 }
                 if let delivered {
                     if let took = try await delivered.value {
-                        print("  every push at the sink           \(BenchRequests.grouped(expected)) pushes, \(String(format: "%.2f", took.seconds)) s after the burst began")
+                        Bench.say("  every push at the sink           \(BenchRequests.grouped(expected)) pushes, \(String(format: "%.2f", took.seconds)) s after the burst began")
                     } else {
-                        print("  every push at the sink           not within 10 minutes")
+                        Bench.say("  every push at the sink           not within 10 minutes")
                     }
                 }
                 await load.close()
@@ -187,7 +187,7 @@ extension Bench {
             let perRequest = 1e6 / Double(max(1, requests))
             var line = "    CPU \(what): " + String(format: "server %.1f µs, load generator %.1f µs", server.reduce(0, +) * perRequest, own * perRequest)
             if server.count > 1 { line += " (servers: \(Bench.perNodeCPU(server, per: requests, unit: "request")))" }
-            print(line)
+            Bench.say(line)
         }
     }
 }

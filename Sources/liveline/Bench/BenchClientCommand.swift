@@ -84,7 +84,7 @@ extension Bench {
             await client.shutdown()
 
             let seconds = elapsed.seconds
-            print("""
+            Bench.say("""
 
                 liveline bench client: \(pushes) pushes, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue)
                   all answers in          \(Bench.format(elapsed))

@@ -12,6 +12,12 @@ struct Bench: AsyncParsableCommand {
         abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self, API.self, Broadcast.self, Client.self]
     )
 
+    /// Prints one line of a benchmark's report at once. Swift's `print` buffers standard output when it is a file or a
+    /// pipe, so a run written to a log (or through `tee`) showed nothing until it ended; each line is one `write`.
+    static func say(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
     /// Where a benchmark's pushes go.
     enum SinkKind: String, ExpressibleByArgument, CaseIterable {
         case emulator, nginx
@@ -157,7 +163,7 @@ struct Bench: AsyncParsableCommand {
             )
             try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: Date()))
 
-            print("Registering \(instances) instances…")
+            Bench.say("Registering \(instances) instances…")
             let setupStart = ContinuousClock.now
             for index in 0..<instances {
                 var token = String(format: "%064x", index + 1)
@@ -168,7 +174,7 @@ struct Bench: AsyncParsableCommand {
                     at: Date()
                 )
             }
-            print("  done in \(Bench.format(ContinuousClock.now - setupStart)).")
+            Bench.say("  done in \(Bench.format(ContinuousClock.now - setupStart)).")
 
             var configuration = DispatcherConfiguration()
             configuration.pushesInFlight = sending.inFlight
@@ -243,7 +249,7 @@ struct Bench: AsyncParsableCommand {
 
             acceptLatencies.sort()
             let seconds = elapsed.seconds
-            print("""
+            Bench.say("""
 
                 liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(sinkKind.rawValue), direct\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
                   all pushes received in  \(Bench.format(elapsed))

@@ -113,11 +113,11 @@ extension Bench {
                     )
                 }
                 await load.close()
-                print(
+                Bench.say(
                     "liveline bench broadcast: \(BenchRequests.grouped(subscribers)) channel subscribers (iOS 18), "
                         + "\(BenchRequests.grouped(tokens)) token instances (iOS 17) on one activity; server pid \(server.pid)"
                 )
-                print("  token registrations   \(Bench.describe(registered, count: tokens))")
+                Bench.say("  token registrations   \(Bench.describe(registered, count: tokens))")
                 // The creating update's pushes settle first (the token phones were registered after it and are caught up).
                 _ = try await Self.waitUntil(seconds: 120) {
                     deviceTokens.allSatisfy { emulator.display(token: $0)?.contentState != nil }
@@ -150,7 +150,7 @@ extension Bench {
                     let after = emulator.statistics
                     let broadcasts = after.broadcasts - before.broadcasts
                     let requests = after.totalRequests - before.totalRequests
-                    print(
+                    Bench.say(
                         "  update \(round): APNs requests \(BenchRequests.grouped(requests)) (broadcasts \(broadcasts), token pushes "
                             + "\(BenchRequests.grouped(requests - broadcasts)))   every subscriber shows it "
                             + (channelShown.map { String(format: "%.3f s", $0.seconds) } ?? "not within 300 s")

@@ -55,7 +55,7 @@ extension Bench {
         do {
             result = try await body(nodes)
         } catch {
-            if !nodes.allRunning { print("A server exited: \(nodes.exitedLogs())") }
+            if !nodes.allRunning { Bench.say("A server exited: \(nodes.exitedLogs())") }
             await nodes.stop()
             throw error
         }
@@ -157,11 +157,11 @@ extension Bench {
         BenchChildren.shared.remove(process.processIdentifier)
         let text = String(decoding: data, as: UTF8.self)
         guard let rate = BenchRequests.h2loadRate(text) else {
-            print("  h2load gave no rate: \(text.split(separator: "\n").suffix(5).joined(separator: " | "))")
+            Bench.say("  h2load gave no rate: \(text.split(separator: "\n").suffix(5).joined(separator: " | "))")
             return nil
         }
         if let succeeded = BenchRequests.h2loadSucceeded(text), succeeded != requests {
-            print("  h2load: only \(succeeded) of \(requests) requests answered 2xx")
+            Bench.say("  h2load: only \(succeeded) of \(requests) requests answered 2xx")
         }
         return rate
     }
@@ -192,12 +192,12 @@ extension Bench.FanOut {
             if let emulator = target.emulator {
                 for index in 0..<instances { _ = emulator.addDevice(bundleID: target.bundleID, token: BenchRequests.pushToken(index)) }
             }
-            print("""
+            Bench.say("""
                 liveline bench fanout (through the HTTP API): \(BenchRequests.grouped(instances)) instances on one activity, sink \(sinkKind.rawValue), \
                 \(self.server.storeText), \(nodes.pidText)
                 """)
             if nodes.count > 1 {
-                print("  registrations spread round-robin over the \(nodes.count) nodes' ports; updates posted to node 1")
+                Bench.say("  registrations spread round-robin over the \(nodes.count) nodes' ports; updates posted to node 1")
             }
             // Two references, each before and after the rounds: h2load at its fastest (one path, no APNs headers), and
             // h2load sending requests shaped as the fan-out's pushes (each instance's device path, APNs' headers).
@@ -205,13 +205,13 @@ extension Bench.FanOut {
                 devices: instances, headers: Bench.pushHeaders(bundleID: target.bundleID, signingKey: target.key)
             )
             if h2loadRequests > 0, sink is NginxSink, Bench.findExecutable("h2load") == nil {
-                print("  h2load not found (Debian: apt-get install nghttp2-client): no reference in this run")
+                Bench.say("  h2load not found (Debian: apt-get install nghttp2-client): no reference in this run")
             }
             let before = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
-            if let before { print("  h2load → nginx, before      \(BenchRequests.grouped(Int(before))) requests/s") }
+            if let before { Bench.say("  h2load → nginx, before      \(BenchRequests.grouped(Int(before))) requests/s") }
             let shapedBefore = try await Bench.h2load(sink, requests: h2loadRequests, directory: root, shape: shaped)
             if let shapedBefore {
-                print("  h2load → nginx, before      \(BenchRequests.grouped(Int(shapedBefore))) requests/s shaped as pushes (device paths, APNs' headers)")
+                Bench.say("  h2load → nginx, before      \(BenchRequests.grouped(Int(shapedBefore))) requests/s shaped as pushes (device paths, APNs' headers)")
             }
 
             // Registration: every instance through the API, from keep-alive connections.
@@ -224,7 +224,7 @@ extension Bench.FanOut {
                 )
             }
             await registering.close()
-            print("  registrations               \(Bench.describe(registered, count: instances))")
+            Bench.say("  registrations               \(Bench.describe(registered, count: instances))")
             guard registered.succeeded == instances else {
                 throw ValidationError("Only \(registered.succeeded) of \(instances) registrations succeeded.")
             }
@@ -278,7 +278,7 @@ extension Bench.FanOut {
                 sideLatencies.append(contentsOf: sideResult.latencies)
                 let rate = Double(instances) / elapsed.seconds
                 rates.append(rate)
-                print(
+                Bench.say(
                     "  round \(round) of \(rounds)  "
                         + Bench.roundLine(
                             instances: instances, elapsed: elapsed, rate: rate, h2load: before, shapedH2load: shapedBefore,
@@ -287,7 +287,7 @@ extension Bench.FanOut {
                         )
                 )
                 if nodes.count > 1 {
-                    print("      server CPU per node  \(Bench.perNodeCPU(cpu, per: instances, unit: "push"))")
+                    Bench.say("      server CPU per node  \(Bench.perNodeCPU(cpu, per: instances, unit: "push"))")
                 }
                 // Each node's share, from its /metrics push counter: the counters may trail the sink by a moment.
                 var sent = await Bench.sentDuring(nodes, since: sentBefore)
@@ -296,7 +296,7 @@ extension Bench.FanOut {
                     try await Task.sleep(for: .milliseconds(50))
                     sent = await Bench.sentDuring(nodes, since: sentBefore)
                 }
-                print("      pushes sent (/metrics)  \(Bench.perNodeText(sent))")
+                Bench.say("      pushes sent (/metrics)  \(Bench.perNodeText(sent))")
                 // With --h2load-each-round the pause comes after the last round too: the engine may still be recording
                 // its progress when the reference runs.
                 if round < rounds || h2loadEachRound, pause > 0 { try await Task.sleep(for: .seconds(pause)) }
@@ -304,7 +304,7 @@ extension Bench.FanOut {
                     let reference = try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
                     eachRound.append(reference)
                     if let reference, let adjacent = BenchRequests.adjacentReference(eachRound, round: round) {
-                        print(
+                        Bench.say(
                             "      h2load after round \(round)  \(BenchRequests.grouped(Int(reference))) requests/s; "
                                 + "the round \(String(format: "%.2f", rate / adjacent)) × the runs either side"
                         )
@@ -316,10 +316,10 @@ extension Bench.FanOut {
 
             // With --h2load-each-round, the plain run after the last round is the one after the rounds.
             let after = h2loadEachRound ? eachRound.last ?? nil : try await Bench.h2load(sink, requests: h2loadRequests, directory: root)
-            if let after { print("  h2load → nginx, after       \(BenchRequests.grouped(Int(after))) requests/s") }
+            if let after { Bench.say("  h2load → nginx, after       \(BenchRequests.grouped(Int(after))) requests/s") }
             let shapedAfter = try await Bench.h2load(sink, requests: h2loadRequests, directory: root, shape: shaped)
             if let shapedAfter {
-                print("  h2load → nginx, after       \(BenchRequests.grouped(Int(shapedAfter))) requests/s shaped as pushes")
+                Bench.say("  h2load → nginx, after       \(BenchRequests.grouped(Int(shapedAfter))) requests/s shaped as pushes")
             }
             sideLatencies.sort()
             var range = "  pushes/s over the rounds    \(BenchRequests.grouped(Int(rates.min() ?? 0))) – \(BenchRequests.grouped(Int(rates.max() ?? 0)))"
@@ -332,21 +332,21 @@ extension Bench.FanOut {
             }
             let share = BenchRequests.slowestShare(rates)
             if !share.isEmpty { range += "   \(share)" }
-            print(range)
+            Bench.say(range)
             if h2loadEachRound, eachRound.contains(where: { $0 != nil }) {
                 let runs = eachRound.compactMap { $0 }
                 let references = BenchRequests.adjacentReferences(eachRound, rounds: rounds)
-                print(
+                Bench.say(
                     "  each round's own reference  \(BenchRequests.adjacentRatioRange(rates, references: references))   "
                         + "h2load itself \(BenchRequests.grouped(Int(runs.min() ?? 0))) – \(BenchRequests.grouped(Int(runs.max() ?? 0))) "
                         + "requests/s over \(runs.count) runs, \(BenchRequests.slowestShare(runs))"
                 )
             }
             if !sideLatencies.isEmpty {
-                print("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
+                Bench.say("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
             }
-            print("  total time                  \(Bench.format(ContinuousClock.now - runStarted)) (registrations, rounds and pauses, h2load runs included)")
-            print("  bench process peak memory   \(Bench.peakMemory())")
+            Bench.say("  total time                  \(Bench.format(ContinuousClock.now - runStarted)) (registrations, rounds and pauses, h2load runs included)")
+            Bench.say("  bench process peak memory   \(Bench.peakMemory())")
         }
     }
 }

@@ -69,7 +69,7 @@ final class ServerNodes: Sendable {
     func printPeakMemory() {
         for (node, server) in zip(1..., servers) {
             let label = servers.count == 1 ? "server peak memory (VmHWM)" : "node \(node) peak memory (VmHWM)"
-            print("  \(label.padding(toLength: 26, withPad: " ", startingAt: 0))  \(Bench.megabytes(server.peakResidentBytes()))")
+            Bench.say("  \(label.padding(toLength: 26, withPad: " ", startingAt: 0))  \(Bench.megabytes(server.peakResidentBytes()))")
         }
     }
 
