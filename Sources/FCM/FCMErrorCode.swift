@@ -19,11 +19,14 @@ public struct FCMErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
 
     /// No more information is available about this error.
     public static let unspecifiedError = FCMErrorCode(rawValue: "UNSPECIFIED_ERROR")
-    /// 400: the request was invalid (a field, the payload size, the token's form …). Never retried.
+    /// 400: the request was invalid (a field, the payload size, the token's form …). Never retried; when the answer
+    /// blames the token (``FCMResponse/blamesToken``), the token is dropped as for ``unregistered``.
     public static let invalidArgument = FCMErrorCode(rawValue: "INVALID_ARGUMENT")
     /// 404: the token is no longer valid (the app was uninstalled, the token expired or rotated). Drop it.
     public static let unregistered = FCMErrorCode(rawValue: "UNREGISTERED")
-    /// 403: the token belongs to another sender (another Firebase project).
+    /// 403: the token belongs to another sender (another Firebase project): "the authenticated sender ID is different
+    /// from the sender ID for the registration token". A refusal of that one token, never retried, which says nothing
+    /// of the other tokens.
     public static let senderIDMismatch = FCMErrorCode(rawValue: "SENDER_ID_MISMATCH")
     /// 429: the project's or the device's sending rate is exceeded. Retry after a delay.
     public static let quotaExceeded = FCMErrorCode(rawValue: "QUOTA_EXCEEDED")
@@ -45,8 +48,8 @@ public struct FCMErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
     public var knownDisposition: FCMErrorDisposition? {
         switch self {
         case .unregistered: .invalidToken
-        case .invalidArgument: .terminal
-        case .senderIDMismatch, .thirdPartyAuthError: .credentials
+        case .invalidArgument, .senderIDMismatch: .terminal
+        case .thirdPartyAuthError: .credentials
         case .quotaExceeded, .unavailable, .internal: .retryable
         default: nil
         }
@@ -57,10 +60,11 @@ public struct FCMErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
 public enum FCMErrorDisposition: Sendable, Hashable {
     /// The registration token is no longer valid (`UNREGISTERED`, 404): invalidate it; never retry.
     case invalidToken
-    /// The request can never succeed as sent (`INVALID_ARGUMENT`, other 4xx): never retry.
+    /// The request can never succeed as sent (`INVALID_ARGUMENT`, `SENDER_ID_MISMATCH`, other 4xx): never retry.
     case terminal
-    /// The credentials are refused: `SENDER_ID_MISMATCH`, `THIRD_PARTY_AUTH_ERROR`, 403, or a 401 that a fresh
-    /// access token did not cure. The app's service account or project is misconfigured.
+    /// The credentials are refused: `THIRD_PARTY_AUTH_ERROR`, a 403 without a code (`PERMISSION_DENIED`: the service
+    /// account may not send for the project), or a 401 that a fresh access token did not cure. The app's service
+    /// account or project is misconfigured.
     case credentials
     /// A temporary condition (`QUOTA_EXCEEDED`, `UNAVAILABLE`, `INTERNAL`, 429, 5xx): retry later with backoff,
     /// honouring `Retry-After`.

@@ -15,6 +15,8 @@ import Foundation
 public struct FCMResponse: Sendable, Hashable {
     /// The `@type` of the detail that carries FCM's error code.
     public static let fcmErrorType = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
+    /// The `@type` of the detail that names the fields of a request Google refused.
+    public static let badRequestType = "type.googleapis.com/google.rpc.BadRequest"
 
     /// The HTTP status.
     public var status: Int
@@ -28,6 +30,9 @@ public struct FCMResponse: Sendable, Hashable {
     public var errorMessage: String?
     /// How long to wait before retrying, from the `Retry-After` header (seconds or an HTTP date).
     public var retryAfter: Duration?
+    /// The fields a `google.rpc.BadRequest` detail names (`fieldViolations[].field`), or `nil` when the answer has
+    /// no such detail (errors only).
+    public var fieldViolations: [String]?
 
     /// Whether FCM accepted the message.
     public var isSuccess: Bool { (200..<300).contains(status) }
@@ -38,10 +43,28 @@ public struct FCMResponse: Sendable, Hashable {
         return String(messageName[messageName.index(after: slash)...])
     }
 
-    /// How to treat a refusal; `nil` for a success.
+    /// How to treat a refusal; `nil` for a success. An `INVALID_ARGUMENT` that is about the registration token
+    /// (``blamesToken``) invalidates the token, as `UNREGISTERED` does; any other is ``FCMErrorDisposition/terminal``.
     public var disposition: FCMErrorDisposition? {
-        isSuccess ? nil : FCMErrorDisposition.disposition(status: status, code: errorCode)
+        if isSuccess { return nil }
+        if errorCode == .invalidArgument, blamesToken { return .invalidToken }
+        return FCMErrorDisposition.disposition(status: status, code: errorCode)
     }
+
+    /// Whether a 400 `INVALID_ARGUMENT` is about the registration token rather than the message. Google's error page
+    /// shows the two apart: a token that is not a valid FCM registration token is answered with the `FcmError` detail
+    /// alone, a message FCM cannot accept with a `google.rpc.BadRequest` detail naming the field at fault. A field
+    /// violation on `message.token` blames the token too. (Liveline checks its messages' fields, data and size
+    /// before sending, so its own `INVALID_ARGUMENT`s are the tokens'; Google's token guide asks senders to delete
+    /// tokens answered `UNREGISTERED` or `INVALID_ARGUMENT`.)
+    public var blamesToken: Bool {
+        guard errorCode == .invalidArgument else { return false }
+        guard let fieldViolations else { return hasFCMErrorDetail }
+        return fieldViolations.contains("message.token")
+    }
+
+    /// Whether the answer carried FCM's own `FcmError` detail.
+    public var hasFCMErrorDetail = false
 
     /// A short text for logs and delivery records: the error code (or `HTTP <status>`), never a secret.
     public var reason: String {
@@ -77,7 +100,14 @@ public struct FCMResponse: Sendable, Hashable {
         errorMessage = error?["message"] as? String
         let details = error?["details"] as? [[String: Any]] ?? []
         let detailCode = details.first { ($0["@type"] as? String) == Self.fcmErrorType }?["errorCode"] as? String
+        hasFCMErrorDetail = detailCode != nil
         errorCode = detailCode.map(FCMErrorCode.init(rawValue:)) ?? Self.errorCode(googleStatus: errorStatus, httpStatus: status)
+        let badRequests = details.filter { ($0["@type"] as? String) == Self.badRequestType }
+        if !badRequests.isEmpty {
+            fieldViolations = badRequests.flatMap { detail in
+                (detail["fieldViolations"] as? [[String: Any]] ?? []).compactMap { $0["field"] as? String }
+            }
+        }
     }
 
     /// The FCM code a response without an `FcmError` detail stands for: from Google's canonical `status` when it

@@ -51,8 +51,9 @@ public struct DispatcherConfiguration: Sendable {
     public var idlePollInterval: Duration = .seconds(5)
     /// Retries of 429, 5xx and transport failures.
     public var retry = RetryPolicy()
-    /// The least wait before retrying an Android (FCM) push: Google asks senders not to retry quota and availability
-    /// errors at once.
+    /// The least wait before retrying an Android (FCM) push, and where its exponential backoff starts (see
+    /// ``RetryPolicy/delay(afterAttempt:retryAfter:floor:random:)``): Google asks senders to retry quota and
+    /// availability errors with exponential backoff, never at once.
     public var fcmRetryFloor: Duration = .seconds(10)
     /// Apple's priority-10 budget per iOS instance.
     public var budget = PriorityBudget()
@@ -822,8 +823,8 @@ public final class Dispatcher: Service, Sendable {
             case .retryable(let reason, let retryAfter, let providerID):
                 record(.retrying, providerID, reason)
                 if attempt < configuration.retry.maximumAttempts, !Task.isShuttingDownGracefully {
-                    var delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, random: random())
-                    if push.platform == .android { delay = max(delay, configuration.fcmRetryFloor) }
+                    let floor: Duration = push.platform == .android ? configuration.fcmRetryFloor : .zero
+                    let delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, floor: floor, random: random())
                     try? await Task.sleep(for: delay)
                     continue
                 }

@@ -30,4 +30,18 @@ public struct RetryPolicy: Sendable, Hashable {
         guard let retryAfter else { return jittered }
         return max(jittered, min(retryAfter, .seconds(3600)))
     }
+
+    /// The wait before attempt `attempt + 1` for a service that asks for at least `floor` before any retry (FCM:
+    /// "retry with exponential backoff", and not at once): the backoff starts at `floor` and doubles with each
+    /// attempt, up to `maximumDelay` or eight times `floor`, whichever is longer; the jitter adds up to half of it
+    /// again (never takes from it), so pushes refused together are not retried together; never less than
+    /// `retryAfter`. A zero `floor` is ``delay(afterAttempt:retryAfter:random:)``.
+    public func delay(afterAttempt attempt: Int, retryAfter: Duration?, floor: Duration, random: Double) -> Duration {
+        guard floor > .zero else { return delay(afterAttempt: attempt, retryAfter: retryAfter, random: random) }
+        let exponent = min(max(attempt - 1, 0), 30)
+        let exponential = min(floor * (1 << exponent), max(maximumDelay, floor * 8))
+        let jittered = exponential * (1 + 0.5 * min(max(random, 0), 1))
+        guard let retryAfter else { return jittered }
+        return max(jittered, min(retryAfter, .seconds(3600)))
+    }
 }

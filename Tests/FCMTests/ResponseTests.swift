@@ -35,7 +35,7 @@ struct ResponseTests {
 
         let mismatch = FCMResponse(status: 403, body: Self.errorBody(code: 403, status: "PERMISSION_DENIED", errorCode: "SENDER_ID_MISMATCH"))
         #expect(mismatch.errorCode == .senderIDMismatch)
-        #expect(mismatch.disposition == .credentials)
+        #expect(mismatch.disposition == .terminal)
 
         let novel = FCMResponse(status: 400, body: Self.errorBody(code: 400, status: "INVALID_ARGUMENT", errorCode: "BRAND_NEW_CODE"))
         #expect(novel.errorCode == .unknown("BRAND_NEW_CODE"))
@@ -73,7 +73,7 @@ struct ResponseTests {
         arguments: [
             (FCMErrorCode.unregistered, 404, FCMErrorDisposition.invalidToken),
             (.invalidArgument, 400, .terminal),
-            (.senderIDMismatch, 403, .credentials),
+            (.senderIDMismatch, 403, .terminal),
             (.thirdPartyAuthError, 401, .credentials),
             (.quotaExceeded, 429, .retryable),
             (.unavailable, 503, .retryable),
@@ -90,6 +90,54 @@ struct ResponseTests {
     )
     func classification(code: FCMErrorCode, status: Int, expected: FCMErrorDisposition) {
         #expect(FCMErrorDisposition.disposition(status: status, code: code) == expected)
+    }
+
+    @Test("an INVALID_ARGUMENT that blames the token invalidates it; one about the message is terminal")
+    func invalidArgumentBlame() {
+        // Google's error page: a token that is not a valid registration token is answered with FCM's detail alone.
+        let token = FCMResponse(
+            status: 400,
+            body: Array(
+                #"{"error":{"code":400,"message":"The registration token is not a valid FCM registration token","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"INVALID_ARGUMENT"}]}}"#.utf8
+            )
+        )
+        #expect(token.errorCode == .invalidArgument)
+        #expect(token.fieldViolations == nil)
+        #expect(token.blamesToken)
+        #expect(token.disposition == .invalidToken)
+
+        // … and a message it cannot accept with a BadRequest detail naming the field.
+        let data = FCMResponse(
+            status: 400,
+            body: Array(
+                #"{"error":{"code":400,"message":"Invalid value at 'message.data[0].value' (TYPE_STRING), 12","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"message.data[0].value","description":"Invalid value at 'message.data[0].value' (TYPE_STRING), 12"}]}]}}"#.utf8
+            )
+        )
+        #expect(data.errorCode == .invalidArgument)
+        #expect(data.fieldViolations == ["message.data[0].value"])
+        #expect(!data.blamesToken)
+        #expect(data.disposition == .terminal)
+
+        // Both details (as the emulator answers): the field decides.
+        func both(field: String) -> FCMResponse {
+            FCMResponse(
+                status: 400,
+                body: Array(
+                    #"{"error":{"code":400,"message":"m","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"INVALID_ARGUMENT"},{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"\#(field)","description":"m"}]}]}}"#.utf8
+                )
+            )
+        }
+        #expect(both(field: "message.token").disposition == .invalidToken)
+        #expect(both(field: "message.android.ttl").disposition == .terminal)
+        #expect(both(field: "message").disposition == .terminal)
+
+        // Without any detail nothing blames the token: terminal.
+        let bare = FCMResponse(status: 400, body: Self.errorBody(code: 400, status: "INVALID_ARGUMENT", errorCode: nil))
+        #expect(bare.errorCode == .invalidArgument)
+        #expect(!bare.blamesToken)
+        #expect(bare.disposition == .terminal)
+        // Another code with FCM's detail alone is not about the token either.
+        #expect(FCMResponse(status: 404, body: Self.errorBody(code: 404, status: "NOT_FOUND", errorCode: "UNREGISTERED")).blamesToken == false)
     }
 
     @Test("the documented codes are the ones Google lists")

@@ -235,6 +235,36 @@ struct AndroidEndToEndTests {
         }
     }
 
+    @Test("another Firebase project's token (403 SENDER_ID_MISMATCH) is refused alone: the other phones receive, the credentials stay healthy")
+    func senderIDMismatch() async throws {
+        try await withEmulatedPhones { env in
+            let foreign = env.fcm.addDevice(projectID: "another-project")
+            try await env.register("pixel-foreign", activity: "match-1", platform: .android, token: foreign)
+            let kept = try await env.addAndroid("pixel-kept", activity: "match-1")
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                for (index, score) in ["1-0", "2-0"].enumerated() {
+                    _ = try await env.update("match-1", ["score": .string(score)])
+                    dispatcher.wake()
+                    #expect(try await waitFor { env.notification(kept, "match-1")?.contentState == ["score": .string(score)] })
+                    #expect(try await waitFor { env.fcm.statistics.byErrorCode["SENDER_ID_MISMATCH", default: 0] == index + 1 })
+                }
+                #expect(try await waitFor {
+                    try await env.store.deliveries(appID: env.appID, activityID: "match-1", cursor: nil, limit: 100).items
+                        .filter { $0.deviceID == "pixel-foreign" }.count == 2
+                })
+            }
+            let credentials = try await env.store.credentials(appID: env.appID, provider: .fcm)
+            #expect(credentials?.healthy == true, "one token of another project says nothing of the service account")
+            // The token stays (it may be the app's own mistake, not the phone's), each refusal in the timeline.
+            #expect(try await env.instance("match-1", "pixel-foreign")?.state == .active)
+            let refused = try await env.store.deliveries(appID: env.appID, activityID: "match-1", cursor: nil, limit: 100).items
+                .filter { $0.deviceID == "pixel-foreign" }
+            #expect(refused.count == 2)
+            #expect(refused.allSatisfy { $0.status == .rejected && $0.reason == "SENDER_ID_MISMATCH" })
+        }
+    }
+
     @Test("503 UNAVAILABLE with Retry-After is retried, no sooner than asked, and delivered")
     func retried() async throws {
         try await withEmulatedPhones { env in

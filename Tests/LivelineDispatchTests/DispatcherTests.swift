@@ -318,6 +318,27 @@ struct RetryPolicyTests {
         #expect(policy.delay(afterAttempt: 1, retryAfter: .seconds(5), random: 1) == .seconds(5))
     }
 
+    @Test("with a floor (FCM), the backoff starts at the floor, doubles, and its jitter only adds")
+    func flooredBackoff() {
+        let policy = RetryPolicy(maximumAttempts: 5, baseDelay: .milliseconds(200), maximumDelay: .seconds(30))
+        let floor = Duration.seconds(10)
+        // 10, 20, 40, 80 s, then no longer than eight times the floor (longer than the 30 s maximum).
+        #expect(policy.delay(afterAttempt: 1, retryAfter: nil, floor: floor, random: 0) == .seconds(10))
+        #expect(policy.delay(afterAttempt: 2, retryAfter: nil, floor: floor, random: 0) == .seconds(20))
+        #expect(policy.delay(afterAttempt: 3, retryAfter: nil, floor: floor, random: 0) == .seconds(40))
+        #expect(policy.delay(afterAttempt: 4, retryAfter: nil, floor: floor, random: 0) == .seconds(80))
+        #expect(policy.delay(afterAttempt: 9, retryAfter: nil, floor: floor, random: 0) == .seconds(80))
+        // Jitter: up to half again, never below the floor; two pushes refused together wait differently.
+        #expect(policy.delay(afterAttempt: 1, retryAfter: nil, floor: floor, random: 1) == .seconds(15))
+        #expect(policy.delay(afterAttempt: 1, retryAfter: nil, floor: floor, random: 0.2) != policy.delay(afterAttempt: 1, retryAfter: nil, floor: floor, random: 0.7))
+        // Retry-After still wins when it is longer; a zero floor is the plain backoff.
+        #expect(policy.delay(afterAttempt: 1, retryAfter: .seconds(60), floor: floor, random: 1) == .seconds(60))
+        #expect(policy.delay(afterAttempt: 2, retryAfter: nil, floor: .zero, random: 1) == .milliseconds(400))
+        // A floor above the maximum delay still doubles.
+        let small = RetryPolicy(maximumAttempts: 5, baseDelay: .milliseconds(5), maximumDelay: .milliseconds(100))
+        #expect(small.delay(afterAttempt: 2, retryAfter: nil, floor: .milliseconds(400), random: 0) == .milliseconds(800))
+    }
+
     @Test("sealed secrets open only with the same master key and app")
     func sealing() throws {
         let sealer = try CredentialSealer(masterKey: Array(repeating: 1, count: 32))

@@ -25,10 +25,13 @@ struct FCMRefusal: Error, Sendable {
     /// A `google.rpc.BadRequest` field violation, `(field, description)` (400s).
     var fieldViolation: (field: String, description: String)?
 
-    static func invalidArgument(_ message: String, field: String? = nil) -> FCMRefusal {
+    /// A request FCM cannot accept as written: its field violation names `field`, or `message` for the request as a
+    /// whole (as Google's "Invalid JSON payload received" answers do). Only a token that is not a valid registration
+    /// token is answered with the `FcmError` detail alone, and the emulator knows every token it answers for.
+    static func invalidArgument(_ message: String, field: String = "message") -> FCMRefusal {
         FCMRefusal(
             status: 400, errorCode: "INVALID_ARGUMENT", message: message, errorInfoReason: nil,
-            fieldViolation: field.map { ($0, message) }
+            fieldViolation: (field, message)
         )
     }
 
