@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import NIOHPACK
 import NIOHTTP2
 import NIOSSL
 
@@ -241,23 +242,9 @@ final class APNsConnection: ChannelInboundHandler {
         let notification = request.notification
 
         let hasBody = notification.payload.readableBytes > 0
-        // HPACK: values that repeat (authorization, topic, ...) go into the dynamic table; per-request values
-        // (path, apns-id) are sent literally without indexing so they do not churn it.
-        var block = HTTP2Frame.FramePayload.Headers(headers: [:], endStream: !hasBody)
-        block.headers.reserveCapacity(11)
-        block.headers.add(name: ":method", value: "POST")
-        block.headers.add(name: ":scheme", value: "https")
-        block.headers.add(name: ":path", value: request.path, indexing: .nonIndexable)
-        block.headers.add(name: ":authority", value: shared.authority)
-        block.headers.add(name: "authorization", value: token.authorization)
-        block.headers.add(name: "apns-push-type", value: notification.pushType)
-        block.headers.add(name: "apns-topic", value: notification.topic)
-        block.headers.add(name: "apns-priority", value: request.priorityString)
-        if let expiration = notification.expiration {
-            block.headers.add(name: "apns-expiration", value: String(expiration))
-        }
-        block.headers.add(name: "apns-id", value: request.apnsIDString, indexing: .nonIndexable)
-        block.headers.add(name: "content-type", value: "application/json")
+        let block = HTTP2Frame.FramePayload.Headers(
+            headers: Self.deviceRequestHeaders(request, authority: shared.authority, authorization: token.authorization), endStream: !hasBody
+        )
 
         context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(block))), promise: nil)
         if hasBody {
@@ -280,19 +267,10 @@ final class APNsConnection: ChannelInboundHandler {
         context: ChannelHandlerContext
     ) {
         let body = head.body.flatMap { $0.readableBytes > 0 ? $0 : nil }
-        var block = HTTP2Frame.FramePayload.Headers(headers: [:], endStream: body == nil)
-        block.headers.reserveCapacity(6 + head.headers.count)
-        block.headers.add(name: ":method", value: head.method)
-        block.headers.add(name: ":scheme", value: "https")
-        block.headers.add(name: ":path", value: head.path)
-        block.headers.add(name: ":authority", value: shared.authority)
-        block.headers.add(name: "authorization", value: authorization)
-        for (name, value) in head.headers {
-            block.headers.add(name: name, value: value, indexing: name == "apns-request-id" ? .nonIndexable : .indexable)
-        }
-        if body != nil {
-            block.headers.add(name: "content-type", value: "application/json")
-        }
+        let block = HTTP2Frame.FramePayload.Headers(
+            headers: Self.requestHeaders(head, authority: shared.authority, authorization: authorization, hasBody: body != nil),
+            endStream: body == nil
+        )
         context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(block))), promise: nil)
         if let body {
             context.write(
@@ -301,6 +279,50 @@ final class APNsConnection: ChannelInboundHandler {
             )
         }
         markNeedsFlush()
+    }
+
+    /// The header block of a device push, encoded as Apple asks ("Sending notification requests to APNs": APNs keeps a
+    /// small HPACK dynamic table): `:path` and `authorization` as literals without indexing, and `apns-id`, which is
+    /// new on every request, likewise; every other field (method, scheme, authority, push type, topic, priority,
+    /// expiration, content type) with incremental indexing, so that it costs a byte from the second request on.
+    static func deviceRequestHeaders(_ request: PendingRequest, authority: String, authorization: String) -> HPACKHeaders {
+        let notification = request.notification
+        var headers = HPACKHeaders()
+        headers.reserveCapacity(11)
+        headers.add(name: ":method", value: "POST")
+        headers.add(name: ":scheme", value: "https")
+        headers.add(name: ":path", value: request.path, indexing: .nonIndexable)
+        headers.add(name: ":authority", value: authority)
+        headers.add(name: "authorization", value: authorization, indexing: .nonIndexable)
+        headers.add(name: "apns-push-type", value: notification.pushType)
+        headers.add(name: "apns-topic", value: notification.topic)
+        headers.add(name: "apns-priority", value: request.priorityString)
+        if let expiration = notification.expiration {
+            headers.add(name: "apns-expiration", value: String(expiration))
+        }
+        headers.add(name: "apns-id", value: request.apnsIDString, indexing: .nonIndexable)
+        headers.add(name: "content-type", value: "application/json")
+        return headers
+    }
+
+    /// The header block of a request other than a device push (a broadcast, a channel management request), encoded
+    /// as ``deviceRequestHeaders(_:authority:authorization:)``: `:path`, `authorization` and the per-request
+    /// `apns-request-id` as literals without indexing, the rest with incremental indexing.
+    static func requestHeaders(_ head: APNsRequestHead, authority: String, authorization: String, hasBody: Bool) -> HPACKHeaders {
+        var headers = HPACKHeaders()
+        headers.reserveCapacity(6 + head.headers.count)
+        headers.add(name: ":method", value: head.method)
+        headers.add(name: ":scheme", value: "https")
+        headers.add(name: ":path", value: head.path, indexing: .nonIndexable)
+        headers.add(name: ":authority", value: authority)
+        headers.add(name: "authorization", value: authorization, indexing: .nonIndexable)
+        for (name, value) in head.headers {
+            headers.add(name: name, value: value, indexing: name == "apns-request-id" ? .nonIndexable : .indexable)
+        }
+        if hasBody {
+            headers.add(name: "content-type", value: "application/json")
+        }
+        return headers
     }
 
     private func write(_ frame: HTTP2Frame) {
