@@ -120,7 +120,8 @@ enum BroadcastRules {
     ) throws(APNsEmulatorCore.Rejection) -> String {
         guard bundleRegistered else { throw .init(400, "FeatureNotEnabled") }
         if headers.hasDuplicateAPNsHeader { throw .init(400, "DuplicateHeaders") }
-        guard headers.pushType == "liveactivity" else { throw .init(400, "InvalidPushType") }
+        guard let pushType = headers.pushType else { throw .init(400, "MissingPushType") }
+        guard pushType == "liveactivity" else { throw .init(400, "InvalidPushType") }
         let channelID = try ChannelManagement.checkChannelID(headers.channelID)
         guard let channel, !channel.deleted else { throw .init(400, "ChannelNotRegistered") }
         guard channel.bundleID == bundleID else { throw .init(403, "TopicMismatch") }

@@ -101,6 +101,7 @@ struct RequestHeaders {
     /// The `apns-*` headers, in Apple's order; returns the topic's bundle id.
     func checkAPNsHeaders(isRegistered: Bool) throws(APNsEmulatorCore.Rejection) -> String {
         if hasDuplicateAPNsHeader { throw .init(400, "DuplicateHeaders") }
+        guard let pushType else { throw .init(400, "MissingPushType") }
         guard pushType == "liveactivity" else { throw .init(400, "InvalidPushType") }
         guard topic != nil else { throw .init(400, "MissingTopic") }
         guard let bundleID = topicBundleID else { throw .init(400, "BadTopic") }

@@ -114,6 +114,7 @@ struct APNsBroadcastTests {
         #expect(check(good + [("apns-priority", "1")]) == nil)
         #expect(check(good + [("apns-expiration", "0")]) == nil)
         #expect(check([("apns-push-type", "alert"), ("apns-channel-id", channel.id)])! == (400, "InvalidPushType"))
+        #expect(check([("apns-channel-id", channel.id)])! == (400, "MissingPushType"))
         #expect(check([("apns-push-type", "liveactivity")])! == (400, "MissingChannelId"))
         #expect(check([("apns-push-type", "liveactivity"), ("apns-channel-id", "%%%")])! == (400, "BadChannelId"))
         #expect(check(good, channel: nil)! == (400, "ChannelNotRegistered"))

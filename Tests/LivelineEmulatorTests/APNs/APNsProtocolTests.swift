@@ -146,7 +146,7 @@ struct APNsProtocolTests {
         RejectionCase(name: "iat 61 minutes old", status: 403, reason: "ExpiredProviderToken") { fixture in
             fixture.push(payload(timestamp: fixture.clock.seconds), providerToken: fixture.key.token(issuedAt: fixture.clock.seconds - 61 * 60))
         },
-        RejectionCase(name: "no apns-push-type", status: 400, reason: "InvalidPushType") { fixture in
+        RejectionCase(name: "no apns-push-type", status: 400, reason: "MissingPushType") { fixture in
             fixture.push(payload(timestamp: fixture.clock.seconds), ["apns-push-type": nil])
         },
         RejectionCase(name: "apns-push-type alert", status: 400, reason: "InvalidPushType") { fixture in
