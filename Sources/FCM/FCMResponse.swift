@@ -33,6 +33,8 @@ public struct FCMResponse: Sendable, Hashable {
     /// The fields a `google.rpc.BadRequest` detail names (`fieldViolations[].field`), or `nil` when the answer has
     /// no such detail (errors only).
     public var fieldViolations: [String]?
+    /// Whether the answer carried FCM's own `FcmError` detail (errors only).
+    public var hasFCMErrorDetail = false
 
     /// Whether FCM accepted the message.
     public var isSuccess: Bool { (200..<300).contains(status) }
@@ -47,7 +49,7 @@ public struct FCMResponse: Sendable, Hashable {
     /// (``blamesToken``) invalidates the token, as `UNREGISTERED` does; any other is ``FCMErrorDisposition/terminal``.
     public var disposition: FCMErrorDisposition? {
         if isSuccess { return nil }
-        if errorCode == .invalidArgument, blamesToken { return .invalidToken }
+        if blamesToken { return .invalidToken }
         return FCMErrorDisposition.disposition(status: status, code: errorCode)
     }
 
@@ -62,9 +64,6 @@ public struct FCMResponse: Sendable, Hashable {
         guard let fieldViolations else { return hasFCMErrorDetail }
         return fieldViolations.contains("message.token")
     }
-
-    /// Whether the answer carried FCM's own `FcmError` detail.
-    public var hasFCMErrorDetail = false
 
     /// A short text for logs and delivery records: the error code (or `HTTP <status>`), never a secret.
     public var reason: String {
