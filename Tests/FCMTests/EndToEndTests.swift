@@ -154,11 +154,12 @@ struct EndToEndTests {
             let elsewhere = harness.emulator.addDevice(projectID: "another-project")
             let mismatch = try await harness.send(harness.message(sequence: 1), to: elsewhere)
             #expect(mismatch.errorCode == .senderIDMismatch)
-            #expect(mismatch.disposition == .credentials)
+            #expect(mismatch.disposition == .terminal, "another project's token is that token's refusal")
 
             let otherProject = try await harness.send(harness.message(sequence: 1), to: elsewhere, project: "another-project")
             #expect(otherProject.status == 403)
-            #expect(otherProject.disposition == .credentials)
+            #expect(otherProject.errorCode == .unknown("PERMISSION_DENIED"))
+            #expect(otherProject.disposition == .credentials, "a project the service account may not send for is the credentials' fault")
 
             let fresh = harness.emulator.addDevice(projectID: harness.account.projectID)
             let invalid = try await harness.client.send(

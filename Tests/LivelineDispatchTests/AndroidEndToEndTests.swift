@@ -235,6 +235,29 @@ struct AndroidEndToEndTests {
         }
     }
 
+    @Test("a token FCM says is not a registration token (400 INVALID_ARGUMENT, FCM's detail alone) invalidates that instance only")
+    func malformedToken() async throws {
+        try await withEmulatedPhones { env in
+            try await env.register("pixel-bad", activity: "match-1", platform: .android, token: "not/a.token!")
+            let kept = try await env.addAndroid("pixel-kept", activity: "match-1")
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.update("match-1", ["score": "1-0"])
+                dispatcher.wake()
+                #expect(try await waitFor {
+                    try await env.instance("match-1", "pixel-bad")?.state == .invalidated
+                        && env.notification(kept, "match-1")?.contentState == ["score": "1-0"]
+                })
+                _ = try await env.update("match-1", ["score": "2-0"])
+                dispatcher.wake()
+                #expect(try await waitFor { env.notification(kept, "match-1")?.contentState == ["score": "2-0"] })
+            }
+            #expect(env.fcm.statistics.byErrorCode["INVALID_ARGUMENT", default: 0] == 1, "nothing more is sent to an invalidated token")
+            let credentials = try await env.store.credentials(appID: env.appID, provider: .fcm)
+            #expect(credentials?.healthy == true)
+        }
+    }
+
     @Test("another Firebase project's token (403 SENDER_ID_MISMATCH) is refused alone: the other phones receive, the credentials stay healthy")
     func senderIDMismatch() async throws {
         try await withEmulatedPhones { env in

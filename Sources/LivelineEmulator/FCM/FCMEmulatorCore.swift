@@ -39,8 +39,24 @@ struct FCMRefusal: Error, Sendable {
         FCMRefusal(status: 401, errorCode: nil, message: message, errorInfoReason: reason, fieldViolation: nil)
     }
 
+    /// A service account sending for a project it has no rights in: Google's IAM refusal, 403 `PERMISSION_DENIED`
+    /// without FCM's detail (`SENDER_ID_MISMATCH` is about a token of another project, not the caller's project).
+    static func permissionDenied(projectID: String) -> FCMRefusal {
+        FCMRefusal(
+            status: 403, errorCode: nil,
+            message: "Permission 'cloudmessaging.messages.create' denied on resource '//cloudresourcemanager.googleapis.com/projects/\(projectID)' (or it may not exist).",
+            errorInfoReason: "IAM_PERMISSION_DENIED", fieldViolation: nil
+        )
+    }
     static let senderIDMismatch = FCMRefusal(
         status: 403, errorCode: "SENDER_ID_MISMATCH", message: "SenderId mismatch", errorInfoReason: nil, fieldViolation: nil
+    )
+    /// A token that cannot be an FCM registration token at all, answered as Google's error page shows: 400
+    /// `INVALID_ARGUMENT` with FCM's detail alone, no field violation (a well-formed token FCM does not know is 404
+    /// ``unregistered``).
+    static let notARegistrationToken = FCMRefusal(
+        status: 400, errorCode: "INVALID_ARGUMENT", message: "The registration token is not a valid FCM registration token",
+        errorInfoReason: nil, fieldViolation: nil
     )
     static let unregistered = FCMRefusal(
         status: 404, errorCode: "UNREGISTERED", message: "Requested entity was not found.", errorInfoReason: nil,
@@ -99,8 +115,9 @@ final class FCMEmulatorCore: Sendable {
     static let maximumRequestBytes = 1_048_576
     /// The longest time to live FCM supports: 4 weeks.
     static let maximumTimeToLive: Double = 2_419_200
-    /// Data keys FCM reserves.
-    static let reservedDataKeys: Set<String> = ["from", "notification", "message_type"]
+    /// Data keys FCM reserves: the Message reference names "from" and "message_type", and keys starting with
+    /// "google" or "gcm" (the error codes' page: "such as from, or gcm, or any value prefixed by google").
+    static let reservedDataKeys: Set<String> = ["from", "message_type"]
 
     struct Device: Sendable, Codable {
         var projectID: String
@@ -384,6 +401,7 @@ final class FCMEmulatorCore: Sendable {
             let device = state.withLock { state in
                 state.devices[message.token].map { (projectID: $0.projectID, unregisteredAt: $0.unregisteredAt) }
             }
+            guard Self.isRegistrationTokenForm(message.token) else { throw .notARegistrationToken }
             guard let device, device.unregisteredAt == nil else { throw .unregistered }
             guard device.projectID == projectID else { throw .senderIDMismatch }
             if message.validateOnly {
@@ -493,7 +511,7 @@ final class FCMEmulatorCore: Sendable {
                 reason: "ACCESS_TOKEN_EXPIRED"
             )
         }
-        guard issued.projectID == projectID else { throw .senderIDMismatch }
+        guard issued.projectID == projectID else { throw .permissionDenied(projectID: projectID) }
     }
 
     /// A `messages:send` body that passed FCM's checks.
@@ -646,7 +664,7 @@ final class FCMEmulatorCore: Sendable {
             let lowered = key.lowercased()
             if reservedDataKeys.contains(lowered) || lowered.hasPrefix("google") || lowered.hasPrefix("gcm") {
                 throw .invalidArgument(
-                    "Invalid data payload key \"\(key)\": from, notification, message_type and keys starting with google or gcm are reserved.",
+                    "Invalid data payload key \"\(key)\": from, message_type and keys starting with google or gcm are reserved.",
                     field: "\(field).\(key)"
                 )
             }
@@ -692,6 +710,16 @@ final class FCMEmulatorCore: Sendable {
     }
 
     /// A new registration token in FCM's shape: an instance id, `:APA91b`, and a long random tail.
+    /// Whether `token` has the form of an FCM registration token: letters, digits, `_`, `-` and `:` (as in
+    /// ``newRegistrationToken()``'s `<instance id>:APA91b<…>`).
+    static func isRegistrationTokenForm(_ token: String) -> Bool {
+        !token.isEmpty
+            && token.utf8.allSatisfy { byte in
+                (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ":")
+            }
+    }
+
     static func newRegistrationToken() -> String {
         randomText(count: 22) + ":APA91b" + randomText(count: 134)
     }

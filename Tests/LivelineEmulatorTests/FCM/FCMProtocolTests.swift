@@ -177,10 +177,23 @@ struct FCMProtocolTests {
                 #expect(response.fcmErrorCode == "INVALID_ARGUMENT", "\(body)")
                 #expect(response.googleMessage?.contains(naming) == true, "\(body): \(response.googleMessage ?? "no message")")
                 #expect(response.json?.objectValue?["error"]?.objectValue?["code"] == 400, "\(body)")
+                // Every refusal of a message names a field (Google's BadRequest detail): only a token that is not a
+                // registration token is answered with FCM's detail alone, which senders take for the token's fault.
+                let details = response.json?.objectValue?["error"]?.objectValue?["details"]?.arrayValue ?? []
+                #expect(details.contains { $0.objectValue?["@type"] == "type.googleapis.com/google.rpc.BadRequest" }, "\(body)")
             }
             await connection.close()
             #expect(fixture.emulator.device(token: fixture.token)?.acceptedCount == 0)
             #expect(fixture.emulator.statistics.byErrorCode == ["INVALID_ARGUMENT": Self.invalidBodies.count])
+        }
+    }
+
+    @Test("data keys Google does not reserve are accepted, notification among them")
+    func unreservedKeys() async throws {
+        try await withFCMEmulator { fixture in
+            let body = #"{"message":{"token":"\#(fixture.token)","data":{"notification":"1","fromage":"brie","my_google":"x"}}}"#
+            let response = try await fixture.answer(fixture.send(Array(body.utf8)))
+            #expect(response.status == 200, "\(response.googleMessage ?? "")")
         }
     }
 
@@ -214,17 +227,18 @@ struct FCMProtocolTests {
         }
     }
 
-    @Test("a project other than the service account's gets 403 SENDER_ID_MISMATCH")
+    @Test("a project other than the service account's gets 403 PERMISSION_DENIED, without FCM's detail")
     func wrongProject() async throws {
         try await withFCMEmulator { fixture in
             let response = try await fixture.answer(fixture.send(liveUpdateBody(token: fixture.token, sequence: 1), project: "someone-else"))
             #expect(response.status == 403)
-            #expect(response.fcmErrorCode == "SENDER_ID_MISMATCH")
+            #expect(response.fcmErrorCode == nil)
             #expect(response.googleStatus == "PERMISSION_DENIED")
+            #expect(String(decoding: response.body, as: UTF8.self).contains("IAM_PERMISSION_DENIED"))
         }
     }
 
-    @Test("unknown and unregistered tokens get 404 UNREGISTERED; another project's token 403 SENDER_ID_MISMATCH")
+    @Test("unknown and unregistered tokens get 404 UNREGISTERED; another project's token 403 SENDER_ID_MISMATCH; a malformed one 400")
     func tokens() async throws {
         try await withFCMEmulator { fixture in
             let unknown = try await fixture.answer(fixture.send(liveUpdateBody(token: "never-registered", sequence: 1)))
@@ -243,7 +257,15 @@ struct FCMProtocolTests {
             let mismatch = try await fixture.answer(fixture.send(liveUpdateBody(token: foreign, sequence: 1)))
             #expect(mismatch.status == 403)
             #expect(mismatch.fcmErrorCode == "SENDER_ID_MISMATCH")
-            #expect(fixture.emulator.statistics.byErrorCode == ["UNREGISTERED": 2, "SENDER_ID_MISMATCH": 1])
+            // Not the form of a registration token at all: 400 INVALID_ARGUMENT with FCM's detail alone, as Google's
+            // error page shows, no field violation.
+            let malformed = try await fixture.answer(fixture.send(liveUpdateBody(token: "not/a.token!", sequence: 1)))
+            #expect(malformed.status == 400)
+            #expect(malformed.fcmErrorCode == "INVALID_ARGUMENT")
+            #expect(malformed.googleMessage == "The registration token is not a valid FCM registration token")
+            let details = malformed.json?.objectValue?["error"]?.objectValue?["details"]?.arrayValue ?? []
+            #expect(details.count == 1)
+            #expect(fixture.emulator.statistics.byErrorCode == ["UNREGISTERED": 2, "SENDER_ID_MISMATCH": 1, "INVALID_ARGUMENT": 1])
         }
     }
 
