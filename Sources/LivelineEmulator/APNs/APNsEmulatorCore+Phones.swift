@@ -176,8 +176,16 @@ extension APNsEmulatorCore {
             return (.ignored(why), nil)
         case .start:
             guard case .success(let push) = decoded else { return (.ignored("unreadable"), nil) }
-            // iOS 18 subscribes the activity to the channel the start names; an older phone ignores the key.
-            let channelID = phone.supportsBroadcastChannels ? push.inputPushChannel : nil
+            // iOS 18 subscribes the activity to the channel the start names. Apple: "If you send this payload to a
+            // device that doesn't run iOS 18 and later, then the Live Activity will not start."
+            if push.inputPushChannel != nil, !phone.supportsBroadcastChannels {
+                let why = "input-push-channel needs iOS 18 or later; this phone runs iOS \(phone.version)"
+                phone.ignoredStartCount += 1
+                phone.lastIgnoredStartReason = why
+                state.phones[phone.id] = phone
+                return (.ignored(why), nil)
+            }
+            let channelID = push.inputPushChannel
             // A channel activity gets an update token only when the start asks for one; otherwise it is kept under a
             // local key no token push can reach. Without a channel the phone issues one either way, as iOS 17.2 did.
             let issuesToken = channelID == nil || push.inputPushTokenRequested
