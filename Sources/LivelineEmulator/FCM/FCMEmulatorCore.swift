@@ -26,8 +26,8 @@ struct FCMRefusal: Error, Sendable {
     var fieldViolation: (field: String, description: String)?
 
     /// A request FCM cannot accept as written: its field violation names `field`, or `message` for the request as a
-    /// whole (as Google's "Invalid JSON payload received" answers do). Only a token that is not a valid registration
-    /// token is answered with the `FcmError` detail alone, and the emulator knows every token it answers for.
+    /// whole (as Google's "Invalid JSON payload received" answers do). Only a token that is not of a registration
+    /// token's form is answered with the `FcmError` detail alone (``notARegistrationToken``).
     static func invalidArgument(_ message: String, field: String = "message") -> FCMRefusal {
         FCMRefusal(
             status: 400, errorCode: "INVALID_ARGUMENT", message: message, errorInfoReason: nil,
@@ -398,10 +398,10 @@ final class FCMEmulatorCore: Sendable {
                 throw .invalidArgument("Invalid JSON payload received. The content type must be application/json, not \(contentType).")
             }
             let message = try Self.validate(body: body, token: &token)
+            guard Self.isRegistrationTokenForm(message.token) else { throw .notARegistrationToken }
             let device = state.withLock { state in
                 state.devices[message.token].map { (projectID: $0.projectID, unregisteredAt: $0.unregisteredAt) }
             }
-            guard Self.isRegistrationTokenForm(message.token) else { throw .notARegistrationToken }
             guard let device, device.unregisteredAt == nil else { throw .unregistered }
             guard device.projectID == projectID else { throw .senderIDMismatch }
             if message.validateOnly {
