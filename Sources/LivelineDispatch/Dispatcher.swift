@@ -55,6 +55,10 @@ public struct DispatcherConfiguration: Sendable {
     /// ``RetryPolicy/delay(afterAttempt:retryAfter:floor:random:)``): Google asks senders to retry quota and
     /// availability errors with exponential backoff, never at once.
     public var fcmRetryFloor: Duration = .seconds(10)
+    /// Where the backoff of an Android push refused with `QUOTA_EXCEEDED` starts, when FCM names no longer
+    /// `Retry-After`: Google asks senders to retry a message rate exceeded "with exponential backoff with a minimum
+    /// initial delay of 1 minute" (a project's quota is refilled in the following minute).
+    public var fcmQuotaRetryFloor: Duration = .seconds(60)
     /// Apple's priority-10 budget per iOS instance.
     public var budget = PriorityBudget()
     /// The platforms this engine delivers to.
@@ -823,7 +827,7 @@ public final class Dispatcher: Service, Sendable {
             case .retryable(let reason, let retryAfter, let providerID):
                 record(.retrying, providerID, reason)
                 if attempt < configuration.retry.maximumAttempts, !Task.isShuttingDownGracefully {
-                    let floor: Duration = push.platform == .android ? configuration.fcmRetryFloor : .zero
+                    let floor = configuration.retryFloor(platform: push.platform, reason: reason)
                     let delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, floor: floor, random: random())
                     try? await Task.sleep(for: delay)
                     continue

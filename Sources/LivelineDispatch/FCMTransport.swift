@@ -60,6 +60,18 @@ public struct FCMPushTransport: PushTransport {
     }
 }
 
+extension DispatcherConfiguration {
+    /// Where the backoff of a push to `platform` refused with `reason` starts (see
+    /// ``RetryPolicy/delay(afterAttempt:retryAfter:floor:random:)``): zero for iOS; for FCM's `QUOTA_EXCEEDED`
+    /// ``fcmQuotaRetryFloor`` (or ``fcmRetryFloor`` when longer), for FCM's other refusals ``fcmRetryFloor``.
+    public func retryFloor(platform: Platform, reason: String) -> Duration {
+        switch platform {
+        case .ios: .zero
+        case .android: reason == FCMErrorCode.quotaExceeded.rawValue ? max(fcmRetryFloor, fcmQuotaRetryFloor) : fcmRetryFloor
+        }
+    }
+}
+
 /// Builds and keeps one ``FCMClient`` per app from its stored (sealed) FCM credentials; an app without credentials
 /// uses `fallback` (the local FCM emulator's demo service account) when there is one.
 public actor FCMTransportDirectory: PushTransportDirectory {

@@ -56,6 +56,8 @@ public struct LivelineConfiguration: Sendable {
     public var budget: PriorityBudget = PriorityBudget()
     /// The least seconds before an FCM push is retried.
     public var fcmRetryFloor: Int = 10
+    /// Seconds where the backoff of an FCM push refused with `QUOTA_EXCEEDED` starts (Google: at least a minute).
+    public var fcmQuotaRetryFloor: Int = 60
     /// Seconds a delivery engine's claim on an activity lasts from its last renewal: how long the other nodes wait
     /// before they take over the fan-out of a node that died.
     public var claimLease: Int = 30
@@ -160,7 +162,9 @@ public struct LivelineConfiguration: Sendable {
         Key(name: "liveline.sliceSize", environment: "LIVELINE_SLICE_SIZE", flag: nil, defaultValue: "10000",
             summary: "PostgreSQL: a fan-out of more instances is cut into slices of this many, sent by every node's engines together; 0 for none."),
         Key(name: "liveline.fcmRetryFloor", environment: "LIVELINE_FCM_RETRY_FLOOR", flag: nil, defaultValue: "10",
-            summary: "Seconds an FCM push waits at least before a retry (QUOTA_EXCEEDED, UNAVAILABLE, INTERNAL), however short the backoff or Retry-After."),
+            summary: "Seconds an FCM push waits at least before a retry (UNAVAILABLE, INTERNAL), however short the backoff or Retry-After."),
+        Key(name: "liveline.fcmQuotaRetryFloor", environment: "LIVELINE_FCM_QUOTA_RETRY_FLOOR", flag: nil, defaultValue: "60",
+            summary: "The same for QUOTA_EXCEEDED (Google: exponential backoff from at least a minute; a project's quota refills in the following minute)."),
         Key(name: "liveline.budget.hourly", environment: "LIVELINE_BUDGET_HOURLY", flag: nil, defaultValue: "10",
             summary: "Priority-10 pushes per iOS instance per hour (counted per quarter of an hour: a push counts for 60 to 75 minutes); updates beyond it go at priority 5 (alerts and ends always at 10)."),
         Key(name: "liveline.budget.hourlyWithFrequentPushes", environment: "LIVELINE_BUDGET_HOURLY_WITH_FREQUENT_PUSHES", flag: nil,
@@ -276,6 +280,7 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("staleness.first and staleness.minimum must be positive and staleness.maximum at least staleness.minimum.")
         }
         fcmRetryFloor = scoped.int(forKey: "fcmRetryFloor", default: 10)
+        fcmQuotaRetryFloor = scoped.int(forKey: "fcmQuotaRetryFloor", default: 60)
         claimLease = scoped.int(forKey: "claimLease", default: 30)
         guard (3...3600).contains(claimLease) else { throw ConfigurationError("claimLease must be between 3 and 3600 seconds.") }
         sliceSize = scoped.int(forKey: "sliceSize", default: 10_000)
@@ -283,6 +288,9 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("sliceSize must be 0 (no shared fan-outs) or between 100 and 10000000 instances.")
         }
         guard (0...3600).contains(fcmRetryFloor) else { throw ConfigurationError("fcmRetryFloor must be between 0 and 3600 seconds.") }
+        guard (0...3600).contains(fcmQuotaRetryFloor) else {
+            throw ConfigurationError("fcmQuotaRetryFloor must be between 0 and 3600 seconds.")
+        }
         let defaultBudget = PriorityBudget()
         let hourly = scoped.int(forKey: "budget.hourly", default: defaultBudget.hourly)
         let frequent = scoped.int(forKey: "budget.hourlyWithFrequentPushes", default: defaultBudget.hourlyWithFrequentPushes)

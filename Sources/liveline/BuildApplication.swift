@@ -33,6 +33,7 @@ func buildApplication(
         var dispatch = DispatcherConfiguration()
         dispatch.budget = configuration.budget
         dispatch.fcmRetryFloor = .seconds(configuration.fcmRetryFloor)
+        dispatch.fcmQuotaRetryFloor = .seconds(configuration.fcmQuotaRetryFloor)
         dispatch.claimLease = TimeInterval(configuration.claimLease)
         dispatch.pushesPerCall = configuration.enginePushesPerCall
         dispatch.pushesInFlight = configuration.enginePushesInFlight

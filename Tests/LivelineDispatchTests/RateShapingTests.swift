@@ -103,4 +103,45 @@ struct FCMRetryFloorTests {
             #expect(ContinuousClock.now - started >= .milliseconds(400), "the 5 ms backoff was raised to the 400 ms floor")
         }
     }
+
+    @Test("QUOTA_EXCEEDED is retried no sooner than the quota floor (Google: from at least a minute)", arguments: StoreKind.available)
+    func quotaFloor(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            _ = try await store.registerInstance(
+                InstanceRegistration(appID: appID, activityID: "match", deviceID: "pixel", platform: .android, pushToken: "fcm-token-1",
+                                     attributesType: "A", attributes: [:], userID: nil),
+                at: Date()
+            )
+            let transport = ScriptedTransport()
+            transport.answer("fcm-token-1", with: [.retryable(reason: "QUOTA_EXCEEDED", retryAfter: nil, providerID: nil)])
+            var configuration = fastConfiguration()
+            configuration.fcmRetryFloor = .milliseconds(50)
+            configuration.fcmQuotaRetryFloor = .milliseconds(900)
+            let started = ContinuousClock.now
+            try await whileDispatching(store, transport, configuration: configuration) { (dispatcher: Dispatcher) async throws in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { transport.pushes(to: "fcm-token-1").count == 2 })
+            }
+            #expect(ContinuousClock.now - started >= .milliseconds(900), "the 50 ms floor was raised to the 900 ms quota floor")
+        }
+    }
+
+    @Test("where each refusal's backoff starts")
+    func floors() {
+        var configuration = DispatcherConfiguration()
+        #expect(configuration.retryFloor(platform: .android, reason: "QUOTA_EXCEEDED") == .seconds(60))
+        #expect(configuration.retryFloor(platform: .android, reason: "UNAVAILABLE") == .seconds(10))
+        #expect(configuration.retryFloor(platform: .android, reason: "INTERNAL") == .seconds(10))
+        #expect(configuration.retryFloor(platform: .ios, reason: "TooManyRequests") == .zero)
+        // A general floor longer than the quota floor wins for quota refusals too.
+        configuration.fcmRetryFloor = .seconds(90)
+        #expect(configuration.retryFloor(platform: .android, reason: "QUOTA_EXCEEDED") == .seconds(90))
+        // Google's answer: 60 – 90 s, then 120 – 180 s, 240 – 360 s.
+        let policy = RetryPolicy(maximumDelay: .seconds(30))
+        #expect(policy.delay(afterAttempt: 1, retryAfter: nil, floor: .seconds(60), random: 0) == .seconds(60))
+        #expect(policy.delay(afterAttempt: 2, retryAfter: nil, floor: .seconds(60), random: 1) == .seconds(180))
+        #expect(policy.delay(afterAttempt: 3, retryAfter: nil, floor: .seconds(60), random: 0) == .seconds(240))
+    }
 }
