@@ -419,16 +419,24 @@ final class APNsConnection: ChannelInboundHandler {
             response.reason = parsed.reason.map(APNsErrorReason.init(rawValue:))
             response.tokenInvalidSince = parsed.timestampMilliseconds.map { Date(timeIntervalSince1970: $0 / 1000) }
         }
-        let usedToken = request.tokenUsed
-        request.finish(.success(response))
-
         var retirement = StateMachine.ConnectionAction.none
         if status == 403, let reason = response.reason {
             switch reason {
             case .expiredProviderToken, .invalidProviderToken:
-                if let usedToken {
-                    shared.tokens.refresh(replacing: usedToken)
-                    logger.notice("APNs refused the provider token; a new one will be used", metadata: ["reason": "\(reason)"])
+                if let usedToken = request.tokenUsed {
+                    let renewal = shared.tokens.refresh(replacing: usedToken)
+                    response.providerTokenReplaced = renewal.replacedRefusedToken
+                    switch renewal {
+                    case .renewed:
+                        logger.notice("APNs refused the provider token; a new one will be used", metadata: ["reason": "\(reason)"])
+                    case .kept(_, let age, firstRefusal: true):
+                        logger.warning(
+                            "APNs refused a provider token signed less than 20 minutes ago; it is kept, since Apple allows one renewal in 20 minutes and a new token from the same key would be refused alike: check the key, its key id and team id, the environment, and this machine's clock",
+                            metadata: ["reason": "\(reason)", "tokenAge": "\(age)"]
+                        )
+                    case .kept, .alreadyReplaced:
+                        break
+                    }
                 }
             case .unrelatedKeyIdInToken:
                 retirement = state.retire(because: .unrelatedKeyIDInToken)
@@ -436,6 +444,7 @@ final class APNsConnection: ChannelInboundHandler {
                 break
             }
         }
+        request.finish(.success(response))
         let then = state.responseEnded(on: streamID, now: .now())
         perform(retirement)
         perform(then)

@@ -60,6 +60,10 @@ public struct APNsResponse: Sendable, Hashable {
     /// The `apns-request-id` header, if present: APNs answers broadcast and channel management requests with the
     /// `apns-request-id` the request carried (or one it made up when the request had none).
     public var requestID: String?
+    /// For a 403 `ExpiredProviderToken` or `InvalidProviderToken`: whether the client has since replaced the refused
+    /// provider token, so that sending again may succeed. A token younger than 20 minutes is kept (see
+    /// ``APNsProviderTokens/refresh(replacing:)``), and then this is false: the request would be refused again.
+    public var providerTokenReplaced = false
 
     /// Creates a response value (the client builds these; fakes in tests may too).
     public init(

@@ -12,7 +12,8 @@ import Synchronization
 /// Apple rejects tokens older than an hour (403 `ExpiredProviderToken`) and tokens renewed more often than every
 /// 20 minutes (429 `TooManyProviderTokenUpdates`). So one token is cached and shared by every request and connection
 /// until it is ``refreshAfter`` old; the only earlier renewal is the one ``refresh(replacing:)`` forces after APNs
-/// refused the current token. The clock is injected, so tests can cover hours without sleeping.
+/// refused the current token, and only once that token is 20 minutes old. The clock is injected, so tests can cover
+/// hours without sleeping.
 ///
 /// Thread-safe: all methods may be called concurrently from any thread.
 public final class APNsProviderTokens: Sendable {
@@ -34,6 +35,36 @@ public final class APNsProviderTokens: Sendable {
         var token: String
         var authorization: String
         var issuedAt: Date
+        /// Whether APNs has refused it and it was kept (too young to be renewed).
+        var refusedAndKept = false
+    }
+
+    /// What ``refresh(replacing:)`` did about a token APNs refused.
+    public enum Renewal: Sendable, Equatable {
+        /// A new token was signed: the refused one was the current one and at least 20 minutes old, or the current
+        /// one was due anyway. Requests refused with the old token may be sent again with `token`.
+        case renewed(token: String)
+        /// The refused token had already been replaced (by an earlier refusal, or by age): `token` is the current one,
+        /// and requests refused with the old one may be sent again with it.
+        case alreadyReplaced(token: String)
+        /// The refused token is the current one and younger than 20 minutes, so it is kept: renewing it would break
+        /// Apple's rule of one renewal in 20 minutes (429 `TooManyProviderTokenUpdates`), and a token signed now with
+        /// the same key, ids and clock is refused for the same reason (a revoked key, a wrong team or key id, a clock
+        /// an hour off). `firstRefusal` is true for the first refusal of this token, so that it is reported once.
+        case kept(token: String, age: Duration, firstRefusal: Bool)
+
+        /// The token to use from now on.
+        public var token: String {
+            switch self {
+            case .renewed(let token), .alreadyReplaced(let token), .kept(let token, _, _): token
+            }
+        }
+
+        /// Whether the current token differs from the refused one, so that one more try may succeed.
+        public var replacedRefusedToken: Bool {
+            if case .kept = self { return false }
+            return true
+        }
     }
 
     /// Creates a token source.
@@ -64,21 +95,31 @@ public final class APNsProviderTokens: Sendable {
         state.withLock { $0?.issuedAt }
     }
 
-    /// Forces a new token because APNs refused `staleToken` (403 `ExpiredProviderToken` or
-    /// `InvalidProviderToken`), unless `staleToken` was already replaced: then the current token is returned
-    /// (refreshed only if it is itself due), so N concurrent refusals of one token cause one refresh.
+    /// Asks for a new token because APNs refused `staleToken` (403 `ExpiredProviderToken` or `InvalidProviderToken`).
     ///
-    /// - Returns: The token to use from now on.
+    /// When `staleToken` was already replaced, the current token is returned (refreshed only if it is itself due), so
+    /// N concurrent refusals of one token cause one refresh. When it is the current token, a new one is signed only
+    /// if it is at least ``minimumRefreshAge`` (20 minutes) old; a younger one is kept (``Renewal/kept(token:age:firstRefusal:)``).
+    ///
+    /// - Returns: What was done, and the token to use from now on.
     @discardableResult
-    public func refresh(replacing staleToken: String) -> String {
+    public func refresh(replacing staleToken: String) -> Renewal {
         state.withLock { issued in
             let now = self.now()
-            if let current = issued, current.token != staleToken, !isDue(current, now: now) {
-                return current.token
+            if let current = issued, !isDue(current, now: now) {
+                if current.token != staleToken {
+                    return .alreadyReplaced(token: current.token)
+                }
+                let age = Duration.seconds(now.timeIntervalSince(current.issuedAt))
+                if age < Self.minimumRefreshAge {
+                    let first = !current.refusedAndKept
+                    issued?.refusedAndKept = true
+                    return .kept(token: current.token, age: age, firstRefusal: first)
+                }
             }
             let fresh = makeToken(issuedAt: now)
             issued = fresh
-            return fresh.token
+            return .renewed(token: fresh.token)
         }
     }
 

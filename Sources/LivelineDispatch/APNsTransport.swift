@@ -8,8 +8,9 @@ import NIOPosix
 
 /// Sends Live Activity pushes through an ``APNsClient`` and turns Apple's answers into ``PushOutcome``s.
 ///
-/// A 403 InvalidProviderToken or ExpiredProviderToken gets one more try (the client has already replaced
-/// the refused provider token); if APNs refuses that too, the outcome is `.credentialsRejected`.
+/// A 403 InvalidProviderToken or ExpiredProviderToken gets one more try when the client has replaced the refused
+/// provider token (it keeps one younger than 20 minutes, Apple's least time between renewals); if APNs refuses that
+/// too, or the token was kept, the outcome is `.credentialsRejected`.
 public struct APNsPushTransport: PushTransport {
     public let client: APNsClient
 
@@ -88,7 +89,7 @@ public struct APNsPushTransport: PushTransport {
             return .done(.retryable(reason: reason, retryAfter: response.retryAfter, providerID: response.apnsID))
         case .credentials:
             let tokenProblem = response.reason == .expiredProviderToken || response.reason == .invalidProviderToken
-            if tokenProblem, !retriedWithFreshToken { return .retryWithFreshToken }
+            if tokenProblem, response.providerTokenReplaced, !retriedWithFreshToken { return .retryWithFreshToken }
             return .done(.credentialsRejected(reason: reason, providerID: response.apnsID))
         }
     }

@@ -249,7 +249,7 @@ struct ClientTests {
         }
     }
 
-    @Test("403 ExpiredProviderToken forces one new token for all concurrent refusals", arguments: [
+    @Test("403 ExpiredProviderToken of a token 20 minutes old forces one new token for all concurrent refusals", arguments: [
         APNsErrorReason.expiredProviderToken, .invalidProviderToken,
     ])
     func expiredProviderToken(reason: APNsErrorReason) async throws {
@@ -264,7 +264,7 @@ struct ClientTests {
                     ? .respond(status: 403, body: #"{"reason":"\#(reason.rawValue)"}"#) : .ok
             }
         ) { server, client in
-            clock.advance(by: .seconds(60))
+            clock.advance(by: .seconds(20 * 60))
             let responses = try await withThrowingTaskGroup(of: APNsResponse.self) { group in
                 for _ in 0..<20 {
                     group.addTask { try await client.send(makeNotification()) }
@@ -273,7 +273,7 @@ struct ClientTests {
             }
             #expect(responses.count == 20)
             // Requests that went out with the first token were refused; the client forced exactly one refresh.
-            #expect(responses.allSatisfy { $0.isSuccess || ($0.reason == reason && $0.disposition == .credentials) })
+            #expect(responses.allSatisfy { $0.isSuccess || ($0.reason == reason && $0.disposition == .credentials && $0.providerTokenReplaced) })
             #expect(responses.contains { $0.reason == reason })
             #expect(tokens.current() != first)
             #expect(tokens.issuedAt != firstIssued)
@@ -281,6 +281,27 @@ struct ClientTests {
             #expect(after.isSuccess)
             let used = Set(server.requests.compactMap { $0.header("authorization") })
             #expect(used.count == 2, "one refusal wave, one refresh: \(used.count) tokens")
+        }
+    }
+
+    @Test("403 InvalidProviderToken of a token younger than 20 minutes keeps it: no renewal Apple would refuse", arguments: [
+        APNsErrorReason.expiredProviderToken, .invalidProviderToken,
+    ])
+    func youngProviderTokenKept(reason: APNsErrorReason) async throws {
+        let clock = TestClock(testStart)
+        let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
+        let first = tokens.current()
+        try await withServerAndClient(
+            tokens: tokens, script: { _ in .respond(status: 403, body: #"{"reason":"\#(reason.rawValue)"}"#) }
+        ) { server, client in
+            clock.advance(by: .seconds(5 * 60))
+            for _ in 0..<3 {
+                let response = try await client.send(makeNotification())
+                #expect(response.reason == reason)
+                #expect(!response.providerTokenReplaced)
+            }
+            #expect(tokens.current() == first)
+            #expect(Set(server.requests.compactMap { $0.header("authorization") }) == ["bearer \(first)"])
         }
     }
 

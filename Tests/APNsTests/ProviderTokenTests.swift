@@ -85,26 +85,47 @@ struct ProviderTokenTests {
         #expect(tokens.current() != first)
     }
 
-    @Test("refresh(replacing:) forces a new token only for the current one")
+    @Test("refresh(replacing:) signs a new token for the current one once it is 20 minutes old, and only for the current one")
     func forcedRefresh() throws {
         let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let first = tokens.current()
 
-        clock.advance(by: .seconds(60))
-        let second = tokens.refresh(replacing: first)
-        #expect(second != first, "a 403 for the current token forces a new one at once")
-        #expect(tokens.current() == second)
-        #expect(tokens.issuedAt == Date(timeIntervalSince1970: 1_700_000_060))
+        clock.advance(by: .seconds(20 * 60))
+        let renewal = tokens.refresh(replacing: first)
+        #expect(renewal == .renewed(token: tokens.current()))
+        let second = renewal.token
+        #expect(second != first, "a 403 for the current token 20 minutes old forces a new one at once")
+        #expect(renewal.replacedRefusedToken)
+        #expect(tokens.issuedAt == Date(timeIntervalSince1970: 1_700_001_200))
 
         // More refusals of the old token (requests that were in flight with it) change nothing,
-        // at any time before the normal refresh age: not even after 20 minutes, let alone before.
-        #expect(tokens.refresh(replacing: first) == second)
+        // at any time before the normal refresh age.
+        #expect(tokens.refresh(replacing: first) == .alreadyReplaced(token: second))
         for _ in 0..<49 {
             clock.advance(by: .seconds(60))
-            #expect(tokens.refresh(replacing: first) == second)
+            #expect(tokens.refresh(replacing: first) == .alreadyReplaced(token: second))
         }
         #expect(tokens.current() == second)
+    }
+
+    @Test("a refused token younger than 20 minutes is kept (Apple: one renewal in 20 minutes), and its first refusal says so")
+    func youngRefusedTokenKept() throws {
+        let clock = TestClock(testStart)
+        let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
+        let first = tokens.current()
+        clock.advance(by: .seconds(60))
+        #expect(tokens.refresh(replacing: first) == .kept(token: first, age: .seconds(60), firstRefusal: true))
+        #expect(!tokens.refresh(replacing: first).replacedRefusedToken)
+        clock.advance(by: .seconds(18 * 60))
+        #expect(tokens.refresh(replacing: first) == .kept(token: first, age: .seconds(19 * 60), firstRefusal: false))
+        #expect(tokens.current() == first)
+        // At 20 minutes a refusal renews it; the new token's own first refusal is reported again.
+        clock.advance(by: .seconds(60))
+        let second = tokens.refresh(replacing: first).token
+        #expect(second != first)
+        clock.advance(by: .seconds(1))
+        #expect(tokens.refresh(replacing: second) == .kept(token: second, age: .seconds(1), firstRefusal: true))
     }
 
     @Test("refresh(replacing:) of a replaced token still refreshes a due token")
@@ -112,24 +133,27 @@ struct ProviderTokenTests {
         let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let first = tokens.current()
-        let second = tokens.refresh(replacing: first)
+        clock.advance(by: .seconds(20 * 60))
+        let second = tokens.refresh(replacing: first).token
         clock.advance(by: .seconds(50 * 60))
         let third = tokens.refresh(replacing: first)
-        #expect(third != second)
-        #expect(third != first)
-        #expect(tokens.current() == third)
+        #expect(third == .renewed(token: tokens.current()))
+        #expect(third.token != second)
+        #expect(third.token != first)
     }
 
-    @Test("refresh(replacing:) is not rate limited for the current token, and never before 20 minutes otherwise")
+    @Test("refresh(replacing:) never renews before 20 minutes, whichever token is named")
     func noEarlyRefresh() {
         let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let first = tokens.current()
-        let second = tokens.refresh(replacing: first)
-        // 19 minutes, asked with a replaced token: kept.
+        clock.advance(by: .seconds(20 * 60))
+        let second = tokens.refresh(replacing: first).token
+        // 19 minutes, asked with a replaced token, an unknown one, or the current one: kept.
         clock.advance(by: .seconds(19 * 60))
-        #expect(tokens.refresh(replacing: first) == second)
-        #expect(tokens.refresh(replacing: "not a token we made") == second)
+        #expect(tokens.refresh(replacing: first).token == second)
+        #expect(tokens.refresh(replacing: "not a token we made").token == second)
+        #expect(tokens.refresh(replacing: second).token == second)
         #expect(tokens.current() == second)
     }
 
@@ -138,9 +162,10 @@ struct ProviderTokenTests {
         let clock = TestClock(testStart)
         let tokens = APNsProviderTokens(signingKey: makeSigningKey(), now: clock.closure)
         let stale = tokens.current()
+        clock.advance(by: .seconds(25 * 60))
         let results = await withTaskGroup(of: String.self) { group in
             for _ in 0..<64 {
-                group.addTask { tokens.refresh(replacing: stale) }
+                group.addTask { tokens.refresh(replacing: stale).token }
             }
             var all: Set<String> = []
             for await token in group {

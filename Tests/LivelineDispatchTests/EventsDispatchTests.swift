@@ -94,6 +94,11 @@ struct EventsEndToEndTests {
                 #expect(try await waitFor {
                     try await env.store.events(appID: env.appID, after: nil, types: [.credentialsUnhealthy], limit: 10).count == 1
                 })
+                // The refused token was just signed: it is kept, not renewed at once (Apple: one renewal in 20 minutes,
+                // and a new token from the same key would be refused alike), so the push is not sent again with another.
+                let refused = env.apns.pushes(token: known).filter { $0.status == 403 }
+                #expect(refused.count == 1)
+                #expect(refused.first?.reason == "InvalidProviderToken")
             }
             let unhealthy = try await env.store.events(appID: env.appID, after: nil, types: [.credentialsUnhealthy], limit: 10)
             #expect(unhealthy.count == 1)
