@@ -26,9 +26,7 @@ public struct RetryPolicy: Sendable, Hashable {
         let exponent = min(max(attempt - 1, 0), 30)
         let exponential = min(baseDelay * (1 << exponent), maximumDelay)
         let jitter = 0.5 + 0.5 * min(max(random, 0), 1)
-        let jittered = exponential * jitter
-        guard let retryAfter else { return jittered }
-        return max(jittered, min(retryAfter, .seconds(3600)))
+        return Self.honouring(retryAfter, exponential * jitter)
     }
 
     /// The wait before attempt `attempt + 1` for a service that asks for at least `floor` before any retry (FCM:
@@ -40,8 +38,12 @@ public struct RetryPolicy: Sendable, Hashable {
         guard floor > .zero else { return delay(afterAttempt: attempt, retryAfter: retryAfter, random: random) }
         let exponent = min(max(attempt - 1, 0), 30)
         let exponential = min(floor * (1 << exponent), max(maximumDelay, floor * 8))
-        let jittered = exponential * (1 + 0.5 * min(max(random, 0), 1))
-        guard let retryAfter else { return jittered }
-        return max(jittered, min(retryAfter, .seconds(3600)))
+        return Self.honouring(retryAfter, exponential * (1 + 0.5 * min(max(random, 0), 1)))
+    }
+
+    /// `delay`, or the service's `Retry-After` when that is longer (at most an hour: a longer one is taken for an hour).
+    private static func honouring(_ retryAfter: Duration?, _ delay: Duration) -> Duration {
+        guard let retryAfter else { return delay }
+        return max(delay, min(retryAfter, .seconds(3600)))
     }
 }
