@@ -46,6 +46,15 @@ final class APNsConnectionHandler: ChannelInboundHandler {
     private var unacknowledgedConnectionBytes = 0
     private var needsFlush = false
     private var inRead = false
+    /// Whether the connection's stream limit was raised after its first valid provider token (push listener).
+    private var streamsRaised = false
+
+    /// The push listener's first SETTINGS: one stream at a time. Apple ("Establishing a connection to APNs"): "if
+    /// you're using an authentication token, APNs allows only one stream until you post a request with a valid
+    /// authentication token." The channel management listener starts at ``openedStreamLimit``.
+    static let streamLimitBeforeToken = 1
+    /// The stream limit once a request carried a valid provider token.
+    static let openedStreamLimit = 1000
 
     init(core: APNsEmulatorCore, listener: Listener = .push, logger: Logger) {
         self.core = core
@@ -154,6 +163,13 @@ final class APNsConnectionHandler: ChannelInboundHandler {
             case .push: core.handle(request, connection: &tokenState)
             case .channelManagement: core.handleChannelManagement(request, connection: &tokenState)
             }
+        if case .push = listener, !streamsRaised, tokenState.token != nil, let context {
+            // The first valid provider token opens the connection to many concurrent streams.
+            streamsRaised = true
+            let settings: HTTP2Settings = [HTTP2Setting(parameter: .maxConcurrentStreams, value: Self.openedStreamLimit)]
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings)))), promise: nil)
+            needsFlush = true
+        }
         if streamID > highestServedStreamID { highestServedStreamID = streamID }
         if case .none = goAway, let limit = outcome.goAwayAfterRequests, requestCount >= limit {
             // Requests complete out of stream order, so the GOAWAY names the highest stream served;

@@ -225,7 +225,10 @@ public final class APNsEmulator: Service, Sendable {
         let logger = self.logger
         let connections = self.connections
         let settings = [
-            HTTP2Setting(parameter: .maxConcurrentStreams, value: 1000),
+            HTTP2Setting(
+                parameter: .maxConcurrentStreams,
+                value: listener == .push ? APNsConnectionHandler.streamLimitBeforeToken : APNsConnectionHandler.openedStreamLimit
+            ),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16 * 1024),
         ]
         return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)

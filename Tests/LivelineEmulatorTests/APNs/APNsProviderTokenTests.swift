@@ -51,6 +51,22 @@ struct ProviderTokenTests {
         }
     }
 
+    @Test("One stream until a request carries a valid provider token, then many (Apple: Establishing a connection to APNs)")
+    func oneStreamBeforeToken() async throws {
+        try await withEmulator { fixture in
+            let connection = try await fixture.connect()
+            let refused = try await connection.send(fixture.push(payload(timestamp: fixture.clock.seconds), providerToken: "not.a.token"))
+            #expect(refused.reason == "InvalidProviderToken")
+            #expect(try await connection.streamLimits == [1], "a refused token opens nothing")
+            #expect(try await connection.send(fixture.push(payload(timestamp: fixture.clock.seconds))).status == 200)
+            #expect(try await connection.streamLimits == [1, 1000])
+            let results = try await connection.sendAll((1...20).map { fixture.push(payload(timestamp: fixture.clock.seconds + Double($0))) })
+            #expect(results.allSatisfy { (try? $0.get().status) == 200 })
+            #expect(try await connection.streamLimits == [1, 1000], "raised once")
+            await connection.close()
+        }
+    }
+
     @Test("A token's signature is verified once, then served from the cache; registering a key clears it")
     func verificationIsCached() async throws {
         try await withEmulator { fixture in

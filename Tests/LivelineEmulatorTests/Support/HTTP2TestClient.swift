@@ -69,6 +69,8 @@ final class HTTP2TestClientHandler: ChannelInboundHandler {
     private var unacknowledgedBytes = 0
     private(set) var goAway: ReceivedGoAway?
     let goAwayPromise: EventLoopPromise<ReceivedGoAway>
+    /// Every `SETTINGS_MAX_CONCURRENT_STREAMS` the server sent, in order.
+    private(set) var streamLimits: [Int] = []
 
     init(eventLoop: any EventLoop) {
         goAwayPromise = eventLoop.makePromise(of: ReceivedGoAway.self)
@@ -121,6 +123,8 @@ final class HTTP2TestClientHandler: ChannelInboundHandler {
                 pending[frame.streamID]?.body.append(contentsOf: buffer.readableBytesView)
             }
             if payload.endStream { complete(frame.streamID) }
+        case .settings(.settings(let settings)):
+            for setting in settings where setting.parameter == .maxConcurrentStreams { streamLimits.append(setting.value) }
         case .rstStream:
             pending.removeValue(forKey: frame.streamID)?.promise.fail(TestClientError.streamReset)
         case .goAway(let lastStreamID, let errorCode, let opaqueData):
@@ -235,6 +239,14 @@ final class HTTP2TestConnection: Sendable {
 
     func close() async {
         try? await channel.close()
+    }
+
+    /// Every `SETTINGS_MAX_CONCURRENT_STREAMS` the server has sent so far, in order.
+    var streamLimits: [Int] {
+        get async throws {
+            let handler = self.handler
+            return try await channel.eventLoop.submit { handler.value.streamLimits }.get()
+        }
     }
 
     var isActive: Bool { channel.isActive }
