@@ -18,6 +18,14 @@ public enum IdempotencyKey {
     /// not a space (HTTP trims spaces around a header's value, so they could not arrive).
     public static let pattern = "^[!-~]([ -~]{0,253}[!-~])?$"
 
+    /// The key under which a request is remembered. The backend's keys (`sk_…`) and the phones' (`pk_…`) are kept apart:
+    /// the publishable key is public, and a phone that could take a key the backend uses (a predictable one such as
+    /// `start-match-42`) would make the backend's request fail with `idempotency_key_reused` for a day. A phone's key
+    /// is remembered behind a prefix that starts with DEL (`0x7F`), which no valid key holds, so the two never meet.
+    public static func remembered(_ key: String, fromPublishableKey: Bool) -> String {
+        fromPublishableKey ? "\u{7F}publishable:" + key : key
+    }
+
     /// Whether `key` is a valid key: 1 to ``maximumLength`` printable ASCII characters (`0x20`–`0x7E`), neither the
     /// first nor the last a space.
     public static func isValid(_ key: String) -> Bool {

@@ -8,7 +8,8 @@ import NIOCore
 
 /// The `Idempotency-Key` header of the `/v1` API's POSTs: the one piece a route adopts to take part.
 ///
-/// A POST that carries a key is remembered, per app, with its response, in the very transaction that accepts it; the
+/// A POST that carries a key is remembered, per app and per kind of API key (a phone's `pk_…` requests apart from the
+/// backend's `sk_…` ones: ``IdempotencyKey/remembered(_:fromPublishableKey:)``), with its response, in the very transaction that accepts it; the
 /// same key with the same request (method, path and body bytes) within 24 hours is answered with that first response,
 /// verbatim, plus `Idempotent-Replayed: true`, and nothing is done again; the same key with another request is refused
 /// with 422 `idempotency_key_reused`. Only accepted requests are remembered: a request refused with a 4xx (or failed
@@ -18,7 +19,7 @@ import NIOCore
 ///
 /// A route adopts it in two steps:
 ///
-/// 1. answer through ``respond(to:body:appID:store:now:represent:perform:)``: `represent` renders the write's result as
+/// 1. answer through ``respond(to:body:caller:store:now:represent:perform:)``: `represent` renders the write's result as
 ///    the response (the first response and the remembered one are the same rendering), `perform` parses and validates
 ///    the request and hands the claim it is given to the lifecycle, which passes it (through
 ///    ``IdempotencyClaim/pullback(_:)`` if the Store's result lacks something the response shows) to the Store:
@@ -27,7 +28,7 @@ import NIOCore
 ///    let caller = try await authenticator.authenticate(request, access: .secret)
 ///    let body = try await RequestBody.read(request)
 ///    return try await IdempotentPOST.respond(
-///        to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
+///        to: request, body: body.bytes, caller: caller, store: store, now: clock.now(), represent: Self.acceptedResponse
 ///    ) { claim in
 ///        let start = … // parse and validate `body`
 ///        return try await lifecycle.start(start, idempotency: claim)
@@ -54,12 +55,16 @@ enum IdempotentPOST {
         }
     }
 
-    /// The request's `Idempotency-Key` and fingerprint; `nil` without the header. Throws 400 `invalid_idempotency_key`.
-    static func key(of request: Request, body: ByteBuffer) throws -> RequestKey? {
+    /// The request's `Idempotency-Key` (as remembered for a caller with `scope`) and fingerprint; `nil` without the
+    /// header. Throws 400 `invalid_idempotency_key`.
+    static func key(of request: Request, body: ByteBuffer, scope: APIKeyScope) throws -> RequestKey? {
         let values = request.headers[values: keyHeader]
         guard let key = values.first else { return nil }
         guard values.count == 1, IdempotencyKey.isValid(key) else { throw APIError.invalidIdempotencyKey }
-        return RequestKey(key: key, fingerprint: fingerprint(method: request.method.rawValue, path: request.uri.path, body: body))
+        return RequestKey(
+            key: IdempotencyKey.remembered(key, fromPublishableKey: scope == .publishable),
+            fingerprint: fingerprint(method: request.method.rawValue, path: request.uri.path, body: body)
+        )
     }
 
     /// SHA-256 of the request as it arrived: its method, a line feed, its path, a line feed, its body's bytes.
@@ -76,12 +81,12 @@ enum IdempotentPOST {
     /// is answered even when the request would now be refused (an end, retried after it ended the activity); the Store
     /// decides again inside its transaction, which settles two requests with one new key arriving together.
     static func respond<Result: Sendable>(
-        to request: Request, body: ByteBuffer, appID: String, store: any LifecycleStore, now: Date,
+        to request: Request, body: ByteBuffer, caller: Caller, store: any LifecycleStore, now: Date,
         represent: @escaping @Sendable (Result) -> StoredResponse,
         perform: (IdempotencyClaim<Result>?) async throws -> IdempotentOutcome<Result>
     ) async throws -> Response {
-        let key = try key(of: request, body: body)
-        if let key, let remembered = try await store.idempotencyRecord(appID: appID, key: key.key) {
+        let key = try key(of: request, body: body, scope: caller.scope)
+        if let key, let remembered = try await store.idempotencyRecord(appID: caller.appID, key: key.key) {
             switch remembered.decision(for: key.fingerprint, now: now) {
             case .replay: return response(remembered.response, replayed: true)
             case .refuseReuse: throw APIError.idempotencyKeyReused

@@ -92,7 +92,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let activityID = try Self.pathID("activityId", context)
         let body = try await RequestBody.read(request)
         return try await IdempotentPOST.respond(
-            to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
+            to: request, body: body.bytes, caller: caller, store: store, now: clock.now(), represent: Self.acceptedResponse
         ) { claim in
             try body.allowOnly([
                 "contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate", "minUpdateInterval", "delivery",
@@ -122,7 +122,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let activityID = try Self.pathID("activityId", context)
         let body = try await RequestBody.read(request, allowEmpty: true)
         return try await IdempotentPOST.respond(
-            to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
+            to: request, body: body.bytes, caller: caller, store: store, now: clock.now(), represent: Self.acceptedResponse
         ) { claim in
             try body.allowOnly(["contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate"])
             let contentState = try Self.contentState(body, required: false)
@@ -241,7 +241,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let deviceID = try Self.pathID("deviceId", context)
         let body = try await RequestBody.read(request)
         return try await IdempotentPOST.respond(
-            to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.instanceResponse
+            to: request, body: body.bytes, caller: caller, store: store, now: clock.now(), represent: Self.instanceResponse
         ) { claim in
             try body.allowOnly(["type", "enabled"])
             let report: ActivityLifecycle.InstanceReport

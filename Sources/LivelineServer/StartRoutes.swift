@@ -26,7 +26,7 @@ struct StartRoutes<Context: RequestContext>: Sendable {
         let activityID = try LifecycleRoutes<Context>.pathID("activityId", context)
         let body = try await RequestBody.read(request)
         return try await IdempotentPOST.respond(
-            to: request, body: body.bytes, appID: caller.appID, store: store, now: clock.now(), represent: Self.acceptedResponse
+            to: request, body: body.bytes, caller: caller, store: store, now: clock.now(), represent: Self.acceptedResponse
         ) { claim in
             try await lifecycle.start(
                 try Self.activityStart(from: body, appID: caller.appID, activityID: activityID),

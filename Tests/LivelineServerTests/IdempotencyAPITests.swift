@@ -138,6 +138,35 @@ struct IdempotencyAPITests {
         }
     }
 
+    @Test("a phone's key (pk_) cannot take or answer for a key of the backend's (sk_): the two are kept apart")
+    func publishableApart() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            _ = try await api.json(.put, "/v1/activities/junk/instances/x", key: app.publishableKey, registerBody)
+            // A phone takes the key the backend will use for its update …
+            let taken = try await api.post(
+                "/v1/activities/junk/instances/x/events", key: app.publishableKey, idempotencyKey: "update-order-1", ["type": "ended"]
+            )
+            #expect(taken.status == .ok)
+            // … and the backend's request under it is performed all the same.
+            let backend = try await api.post("/v1/activities/order-1/updates", key: app.secretKey, idempotencyKey: "update-order-1", update)
+            #expect(backend.status == .accepted)
+            #expect(backend.headers[replayed] == nil)
+            #expect(try await store.activity(appID: app.id, activityID: "order-1")?.sequence == 1)
+            // Each side keeps its own rules: another phone request under the phones' key is refused as reuse, and the
+            // backend's retry is its own first answer.
+            _ = try await api.json(.put, "/v1/activities/junk/instances/y", key: app.publishableKey, registerBody)
+            let phone = try await api.post(
+                "/v1/activities/junk/instances/y/events", key: app.publishableKey, idempotencyKey: "update-order-1", ["type": "ended"]
+            )
+            #expect(phone.status == .unprocessableContent)
+            #expect(phone.errorCode == "idempotency_key_reused")
+            let retried = try await api.post("/v1/activities/order-1/updates", key: app.secretKey, idempotencyKey: "update-order-1", update)
+            #expect(retried.headers[replayed] == "true")
+            #expect(try await store.activity(appID: app.id, activityID: "order-1")?.sequence == 1)
+        }
+    }
+
     @Test("after 24 hours a key is free again")
     func afterRetention() async throws {
         let clock = TestClock(testStart)
