@@ -39,7 +39,7 @@ struct DeviceRoutes<Context: RequestContext>: Sendable {
         let body = try await RequestBody.read(request)
         let registration = try Self.registration(body, appID: caller.appID, deviceID: deviceID)
         let (device, created) = try await store.putDevice(registration, at: clock.now())
-        return Response.json(Representation.device(device), status: created ? .created : .ok)
+        return Response.json(Representation.device(device, for: caller.scope), status: created ? .created : .ok)
     }
 
     @Sendable func device(_ request: Request, context: Context) async throws -> Response {

@@ -84,7 +84,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
                 attributesType: attributesType, attributes: attributes, userID: userID, channelID: channelID
             )
         )
-        return Response.json(Representation.instance(result.instance), status: result.change == .created ? .created : .ok)
+        return Response.json(Representation.instance(result.instance, for: caller.scope), status: result.change == .created ? .created : .ok)
     }
 
     @Sendable func update(_ request: Request, context: Context) async throws -> Response {
@@ -241,7 +241,8 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let deviceID = try Self.pathID("deviceId", context)
         let body = try await RequestBody.read(request)
         return try await IdempotentPOST.respond(
-            to: request, body: body.bytes, caller: caller, store: store, now: clock.now(), represent: Self.instanceResponse
+            to: request, body: body.bytes, caller: caller, store: store, now: clock.now(),
+            represent: { instance in Self.instanceResponse(instance, for: caller.scope) }
         ) { claim in
             try body.allowOnly(["type", "enabled"])
             let report: ActivityLifecycle.InstanceReport
@@ -335,8 +336,8 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     }
 
     /// An instance after a reported event, as the API answers it: 200 and the instance.
-    @Sendable static func instanceResponse(_ instance: InstanceRecord) -> StoredResponse {
-        StoredResponse(status: Int(HTTPResponse.Status.ok.code), body: Representation.instance(instance).encoded)
+    @Sendable static func instanceResponse(_ instance: InstanceRecord, for scope: APIKeyScope) -> StoredResponse {
+        StoredResponse(status: Int(HTTPResponse.Status.ok.code), body: Representation.instance(instance, for: scope).encoded)
     }
 
     // MARK: Input rules

@@ -75,6 +75,47 @@ enum Representation {
         ])
     }
 
+    /// An instance as a caller with `scope` may see it: whole for the secret key; for the publishable key (a phone) its
+    /// ``instanceReceipt(_:)``.
+    static func instance(_ record: InstanceRecord, for scope: APIKeyScope) -> JSONValue {
+        scope == .secret ? instance(record) : instanceReceipt(record)
+    }
+
+    /// What a phone (the publishable key) is answered about an instance: its ids and state, without its push token and
+    /// user id. The publishable key ships inside the app, so whoever extracts it could otherwise read any device's
+    /// token and user by naming the device; only the secret key reads those.
+    static func instanceReceipt(_ record: InstanceRecord) -> JSONValue {
+        .object([
+            "activityId": .string(record.activityID),
+            "deviceId": .string(record.deviceID),
+            "platform": .string(record.platform.rawValue),
+            "state": .string(record.state.rawValue),
+            "frequentPushesEnabled": record.frequentPushesEnabled.map(JSONValue.bool) ?? .null,
+            "deliveredSequence": .integer(record.deliveredSequence),
+            "channelId": optional(record.channelID),
+            "createdAt": date(record.createdAt),
+            "updatedAt": date(record.updatedAt),
+        ])
+    }
+
+    /// A device as a caller with `scope` may see it: whole for the secret key; for the publishable key (a phone) its
+    /// ``deviceReceipt(_:)``.
+    static func device(_ record: DeviceRecord, for scope: APIKeyScope) -> JSONValue {
+        scope == .secret ? device(record) : deviceReceipt(record)
+    }
+
+    /// What a phone (the publishable key) is answered about a device: its id, platform and dates, without what is
+    /// stored for it (user id, tags, tokens, OS version, locale), which a phone registering under a guessed device id
+    /// must not read; only the secret key reads those.
+    static func deviceReceipt(_ record: DeviceRecord) -> JSONValue {
+        .object([
+            "deviceId": .string(record.deviceID),
+            "platform": .string(record.platform.rawValue),
+            "createdAt": date(record.createdAt),
+            "updatedAt": date(record.updatedAt),
+        ])
+    }
+
     /// A device: its usable push-to-start tokens apart from the ones APNs rejected, which are kept to show why and when.
     static func device(_ record: DeviceRecord) -> JSONValue {
         var usable: [String: JSONValue] = [:]

@@ -144,7 +144,8 @@ struct BroadcastAPITests {
             )
             #expect(registered.status == .created)
             #expect(registered["channelId"] == .string(channelID))
-            #expect(registered["pushToken"] == "")
+            let listed = try await api.call(.get, "/v1/activities/match-1/instances", key: app.secretKey)
+            #expect(listed["data"]?.arrayValue?.first?.objectValue?["pushToken"] == "")
             // An iOS 17 phone of the same activity keeps its token: hybrid delivery.
             let older = try await api.json(
                 .put, "/v1/activities/match-1/instances/iphone-17", key: app.publishableKey, ["platform": "ios", "pushToken": .string(iosToken)]

@@ -21,19 +21,28 @@ struct DeviceAPITests {
                 ]
             )
             #expect(created.status == .created)
-            #expect(created["deviceId"] == "phone-1")
-            #expect(created["platform"] == "ios")
-            #expect(created["userId"] == "user-7")
-            #expect(created["tags"] == ["team": "red", "tier": "gold"])
-            #expect(created["pushToStartTokens"] == ["MatchAttributes": ["token": .string(startToken), "updatedAt": "2026-11-21T10:00:00Z"]])
-            #expect(created["droppedPushToStartTokens"] == [:])
-            #expect(created["fcmToken"] == .null && created["fcmTokenDropped"] == .null)
-            #expect(created["osVersion"] == "17.2.1" && created["locale"] == "en-US")
-            #expect(created["createdAt"] == "2026-11-21T10:00:00Z")
+            // A phone is answered the device's ids and dates only: what is stored for it is the backend's to read.
+            #expect(
+                created.json
+                    == ["deviceId": "phone-1", "platform": "ios", "createdAt": "2026-11-21T10:00:00Z", "updatedAt": "2026-11-21T10:00:00Z"]
+            )
+            let stored = try await api.call(.get, "/v1/devices/phone-1", key: app.secretKey)
+            #expect(stored["deviceId"] == "phone-1")
+            #expect(stored["platform"] == "ios")
+            #expect(stored["userId"] == "user-7")
+            #expect(stored["tags"] == ["team": "red", "tier": "gold"])
+            #expect(stored["pushToStartTokens"] == ["MatchAttributes": ["token": .string(startToken), "updatedAt": "2026-11-21T10:00:00Z"]])
+            #expect(stored["droppedPushToStartTokens"] == [:])
+            #expect(stored["fcmToken"] == .null && stored["fcmTokenDropped"] == .null)
+            #expect(stored["osVersion"] == "17.2.1" && stored["locale"] == "en-US")
+            #expect(stored["createdAt"] == "2026-11-21T10:00:00Z")
 
-            let same = try await api.json(.put, "/v1/devices/phone-1", key: app.publishableKey, ["platform": "ios"])
+            // The same with the secret key answers the whole device; absent fields keep what is stored.
+            let same = try await api.json(.put, "/v1/devices/phone-1", key: app.secretKey, ["platform": "ios"])
             #expect(same.status == .ok)
-            #expect(same.json == created.json, "absent fields keep what is stored")
+            #expect(same.json == stored.json, "absent fields keep what is stored")
+            let sameForPhone = try await api.json(.put, "/v1/devices/phone-1", key: app.publishableKey, ["platform": "ios"])
+            #expect(sameForPhone.json == created.json, "a phone naming another's device id reads nothing of it")
 
             let changed = try await api.json(
                 .put, "/v1/devices/phone-1", key: app.secretKey,
@@ -43,9 +52,10 @@ struct DeviceAPITests {
             #expect(changed["userId"] == .null)
             #expect(changed["tags"] == ["team": "blue"])
             #expect(changed["pushToStartTokens"]?.objectValue?.keys.sorted() == ["MatchAttributes", "OrderAttributes"])
-            let removed = try await api.json(
+            _ = try await api.json(
                 .put, "/v1/devices/phone-1", key: app.publishableKey, ["platform": "ios", "pushToStartTokens": ["MatchAttributes": nil]]
             )
+            let removed = try await api.call(.get, "/v1/devices/phone-1", key: app.secretKey)
             #expect(removed["pushToStartTokens"]?.objectValue?.keys.sorted() == ["OrderAttributes"])
 
             // A token APNs rejected shows apart, with its reason, until the phone registers again.
@@ -62,7 +72,8 @@ struct DeviceAPITests {
                 .put, "/v1/devices/pixel-1", key: app.publishableKey, ["platform": "android", "fcmToken": "fcm:token-1", "locale": "de-DE"]
             )
             #expect(android.status == .created)
-            #expect(android["fcmToken"] == "fcm:token-1")
+            #expect(android["fcmToken"] == nil)
+            #expect(try await api.call(.get, "/v1/devices/pixel-1", key: app.secretKey)["fcmToken"] == "fcm:token-1")
             try await store.dropDeviceToken(appID: app.id, deviceID: "pixel-1", token: "fcm:token-1", reason: "UNREGISTERED", at: testStart)
             let dropped = try await api.call(.get, "/v1/devices/pixel-1", key: app.secretKey)
             #expect(dropped["fcmTokenDropped"] == ["reason": "UNREGISTERED", "droppedAt": "2026-11-21T10:00:00Z"])

@@ -192,6 +192,7 @@ struct IdempotencyAPITests {
             let first = try await api.post(path, key: app.publishableKey, idempotencyKey: "ev-1", ["type": "frequentPushes", "enabled": true])
             #expect(first.status == .ok)
             #expect(first["frequentPushesEnabled"] == true)
+            #expect(first["pushToken"] == nil && first["userId"] == nil, "a phone is answered the instance's receipt")
             let again = try await api.post(path, key: app.publishableKey, idempotencyKey: "ev-1", ["type": "frequentPushes", "enabled": true])
             #expect(again.status == .ok)
             #expect(again.json == first.json)
