@@ -54,6 +54,8 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
 
     @Sendable func rotateKeys(_ request: Request, context: Context) async throws -> Response {
         try authorize(request)
+        // It takes no body; one that is sent must still be a JSON object without members, not ignored.
+        try await RequestBody.read(request, allowEmpty: true).allowOnly([])
         guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
         return Response.json(Self.appWithKeys(try await administration.rotateKeys(appID: appID)))
     }

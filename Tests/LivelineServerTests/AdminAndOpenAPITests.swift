@@ -39,6 +39,12 @@ struct AdminAPITests {
             #expect(list["data"]!.arrayItems.count == 1)
             #expect(!list.json.encodedString.contains(secret))  // keys are never listed
 
+            // The rotation takes no body; a malformed one is refused and rotates nothing.
+            let garbled = try await api.call(.post, "/admin/v1/apps/\(appID)/keys/rotate", key: adminToken, body: "{{{garbage")
+            #expect(garbled.status == .badRequest)
+            #expect(garbled.errorCode == "malformed_json")
+            #expect(try await api.call(.get, "/v1/activities/a", key: secret).status == .ok)
+
             let rotated = try await api.call(.post, "/admin/v1/apps/\(appID)/keys/rotate", key: adminToken)
             #expect(rotated.status == .ok)
             let newSecret = try #require(rotated["secretKey"]?.stringValue)

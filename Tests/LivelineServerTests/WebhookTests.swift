@@ -161,6 +161,9 @@ struct WebhookTests {
             #expect(deliveries.count == 5)
             #expect(deliveries.allSatisfy { $0.objectValue?["status"] == "delivered" && $0.objectValue?["lastStatusCode"] == 200 })
 
+            let garbled = try await api.call(.post, "/v1/webhooks/\(id)/test", key: app.secretKey, body: "{{{")
+            #expect(garbled.status == .badRequest, "it takes no body, and a malformed one is refused, not ignored")
+            #expect(garbled.errorCode == "malformed_json")
             let test = try await api.call(.post, "/v1/webhooks/\(id)/test", key: app.secretKey)
             #expect(test.status == .accepted)
             #expect(try await deliver(sender) { firstReceptions().count == 6 })
