@@ -149,11 +149,21 @@ public struct APNsLiveActivityPayload: Sendable, Hashable {
         }
         let size = byteCount
         guard size <= maximumBytes else {
+            let field = largestPayloadField(contentState: contentState, alert: alert, attributes: attributes)
             throw ValidationError(
                 code: "payload_too_large",
-                message: "The APNs payload would be \(size) bytes; APNs accepts at most \(maximumBytes). Send a smaller contentState.",
-                field: "contentState"
+                message: "The APNs payload would be \(size) bytes; APNs accepts at most \(maximumBytes). Send a smaller \(field).",
+                field: field
             )
         }
     }
+}
+
+/// The request field that makes up most of a payload found too large (`contentState`, `alert` or `attributes`), for the
+/// refusal to name the part to shrink.
+func largestPayloadField(contentState: JSONValue, alert: LiveActivityAlert?, attributes: JSONValue?) -> String {
+    var largest = (field: "contentState", bytes: contentState.encoded.count)
+    if let alert, case let bytes = alert.json.encoded.count, bytes > largest.bytes { largest = ("alert", bytes) }
+    if let attributes, case let bytes = attributes.encoded.count, bytes > largest.bytes { largest = ("attributes", bytes) }
+    return largest.field
 }

@@ -160,10 +160,11 @@ public struct FCMLiveUpdateMessage: Sendable, Hashable {
         }
         let size = dataByteCount
         guard size <= maximumBytes else {
+            let field = largestPayloadField(contentState: contentState, alert: alert, attributes: attributes)
             throw ValidationError(
                 code: "payload_too_large",
-                message: "The FCM data would be \(size) bytes; FCM accepts at most \(maximumBytes). Send a smaller contentState.",
-                field: "contentState"
+                message: "The FCM data would be \(size) bytes; FCM accepts at most \(maximumBytes). Send a smaller \(field).",
+                field: field
             )
         }
     }

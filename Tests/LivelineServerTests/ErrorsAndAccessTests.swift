@@ -149,6 +149,7 @@ struct ErrorsAndAccessTests {
                 (["contentState": [1, 2]], "invalid_content_state", "contentState"),
                 (["contentState": "text"], "invalid_content_state", "contentState"),
                 (["contentState": ["text": .string(big)]], "payload_too_large", "contentState"),
+                (["contentState": ["a": 1], "alert": ["title": .string(big), "body": "b"]], "payload_too_large", "alert"),
                 (["contentState": [:], "dismissalDate": "2026-11-21T10:30:00Z"], "dismissal_date_not_allowed", "dismissalDate"),
                 (["contentState": [:], "priority": 7], "invalid_priority", "priority"),
                 (["contentState": [:], "staleDate": "next tuesday"], "invalid_date", "staleDate"),
