@@ -130,7 +130,15 @@ struct WebhookRoutes<Context: RequestContext>: Sendable {
     }
 
     static func webhookID(_ context: Context) throws -> String {
-        guard let id = context.parameters.get("webhookId"), id.utf8.count <= 64 else { throw notFound("") }
+        guard let raw = context.parameters.get("webhookId") else { throw notFound("") }
+        // Decoded as the other ids of a path are, so a message names the id as the caller wrote it.
+        let id = raw.utf8.contains(UInt8(ascii: "%")) ? (raw.removingPercentEncoding ?? raw) : raw
+        guard id.utf8.count <= 64 else {
+            throw APIError(
+                .notFound, code: "webhook_not_found", message: "No webhook has an id that long (\(id.utf8.count) bytes; ids are at most 64).",
+                field: "webhookId"
+            )
+        }
         return id
     }
 
