@@ -141,7 +141,9 @@ struct MethodNotAllowedMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        let allowed = allowedMethods(request.uri.path)
+        var allowed = allowedMethods(request.uri.path)
+        // HEAD is served wherever GET is (HeadServingResponder).
+        if allowed.contains(.get) { allowed.insert(.head) }
         guard !allowed.isEmpty, !allowed.contains(request.method) else { return try await next(request, context) }
         let error = APIError(.methodNotAllowed, code: "method_not_allowed", message: "\(request.method) is not allowed on \(request.uri.path).")
         var response = Response.json(error.json, status: error.status)

@@ -70,13 +70,13 @@ public enum LivelineApplication {
         onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
-            router: makeRouter(
+            router: HeadServingRouter(makeRouter(
                 store: store, clock: clock, adminToken: configuration.adminToken, sealer: sealer, staleness: configuration.staleness,
                 budget: configuration.budget, delivery: delivery, startConfirmationTimeout: configuration.startConfirmationTimeout,
                 channels: channels, broadcast: configuration.broadcast,
                 webhookURLs: WebhookURLPolicy(allowsPrivateNetworks: configuration.webhooks.allowsPrivateNetworks),
                 webhookDeliverer: webhookDeliverer, metrics: configuration.metricsEnabled ? metrics : nil
-            ),
+            )),
             server: .guardedHTTP1(limits: configuration.connections, logger: logger),
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),

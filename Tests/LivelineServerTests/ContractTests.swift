@@ -13,17 +13,17 @@ struct ContractTests {
     @Test(
         "a known path with a method it does not serve: 405 method_not_allowed with Allow",
         arguments: [
-            (HTTPRequest.Method.patch, "/v1/app", "GET"),
-            (.post, "/healthz", "GET"),
-            (.delete, "/openapi.json", "GET"),
-            (.put, "/v1/activities", "GET"),
-            (.post, "/v1/activities/order-1", "DELETE, GET"),
+            (HTTPRequest.Method.patch, "/v1/app", "GET, HEAD"),
+            (.post, "/healthz", "GET, HEAD"),
+            (.delete, "/openapi.json", "GET, HEAD"),
+            (.put, "/v1/activities", "GET, HEAD"),
+            (.post, "/v1/activities/order-1", "DELETE, GET, HEAD"),
             (.get, "/v1/activities/order-1/updates", "POST"),
             (.options, "/v1/activities/order-1/instances/device-1", "PUT"),
-            (.head, "/v1/activities/order-1/instances", "GET"),
-            (.delete, "/admin/v1/apps", "GET, POST"),
+            (.head, "/v1/activities/order-1/updates", "POST"),
+            (.delete, "/admin/v1/apps", "GET, HEAD, POST"),
             (.get, "/admin/v1/apps/app_x/credentials/apns", "PUT"),
-            (HTTPRequest.Method("QUERY")!, "/v1/attributes-types/Delivery/schema", "GET, PUT"),
+            (HTTPRequest.Method("QUERY")!, "/v1/attributes-types/Delivery/schema", "GET, HEAD, PUT"),
         ]
     )
     func methodNotAllowed(method: HTTPRequest.Method, path: String, allow: String) async throws {
@@ -37,6 +37,24 @@ struct ContractTests {
                 #expect(reply.json.member("error")?.member("message")?.stringValue?.isEmpty == false)
                 #expect(reply.json.member("error")?.member("field") == .null)
             }
+        }
+    }
+
+    @Test("HEAD is served wherever GET is: the same status and headers, no body (RFC 9110)")
+    func head() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            for path in ["/healthz", "/v1/app", "/v1/activities/nope", "/openapi.json"] {
+                let get = try await api.call(.get, path, key: app.secretKey)
+                let head = try await api.call(.head, path, key: app.secretKey)
+                #expect(head.status == get.status, "\(path)")
+                #expect(head.headers[.contentType] == get.headers[.contentType], "\(path)")
+                #expect(head.headers[.contentLength] == get.headers[.contentLength], "\(path)")
+                #expect(head.headers[.contentLength].flatMap { Int($0) } ?? 0 > 0, "\(path)")
+                #expect(head.json == .null, "\(path): no body")
+            }
+            // Authentication applies as to GET.
+            #expect(try await api.call(.head, "/v1/app").status == .unauthorized)
         }
     }
 

@@ -101,7 +101,7 @@ private func withRouter<T: Sendable>(
         store: store, clock: clock.wallClock, adminToken: adminToken, sealer: sealer, channels: channels, broadcast: broadcast,
         webhookURLs: webhookURLs
     )
-    let app = Application(router: router)
+    let app = Application(router: HeadServingRouter(router))
     do {
         let result = try await app.test(.router) { client in try await body(API(client: client), store) }
         try await store.close()

@@ -1,0 +1,35 @@
+import HTTPTypes
+import Hummingbird
+
+/// Serves `HEAD` wherever `GET` is served, as HTTP asks of every general-purpose server (RFC 9110, 9.1 and 9.3.2): the
+/// request is answered as its `GET` would be, with the same status and headers (`Content-Length` included) and no
+/// body. A load balancer or uptime check that probes `HEAD /healthz` gets the health, not a 405.
+///
+/// It wraps the router's responder rather than being one of the router's middleware, because the router picks a
+/// route by method before any middleware runs.
+struct HeadServingResponder<Responder: HTTPResponder>: HTTPResponder {
+    typealias Context = Responder.Context
+
+    let responder: Responder
+
+    func respond(to request: Request, context: Context) async throws -> Response {
+        guard request.method == .head else { return try await responder.respond(to: request, context: context) }
+        var head = request.head
+        head.method = .get
+        let response = try await responder.respond(to: Request(head: head, body: request.body), context: context)
+        return response.createHeadResponse()
+    }
+}
+
+/// A router whose responder also serves `HEAD` (``HeadServingResponder``).
+public struct HeadServingRouter<Context: RequestContext>: HTTPResponderBuilder {
+    /// The router itself.
+    public let router: Router<Context>
+
+    /// Wraps `router`.
+    public init(_ router: Router<Context>) { self.router = router }
+
+    public func buildResponder() -> some HTTPResponder<Context> {
+        HeadServingResponder(responder: router.buildResponder())
+    }
+}
