@@ -56,6 +56,32 @@ struct ConnectionLimitsTests {
         }
     }
 
+    @Test(
+        "bytes that are not HTTP/1.1 are answered with the API's JSON error and the connection closed",
+        arguments: [
+            ("FOO /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n", "400", "malformed_request"),
+            ("GET /" + String(repeating: "a", count: 100_000) + " HTTP/1.1\r\nHost: localhost\r\n\r\n", "431", "header_fields_too_large"),
+            ("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nNOT HTTP\r\n\r\n", "400", nil),
+        ] as [(String, String, String?)]
+    )
+    func notHTTP(request: String, status: String, code: String?) async throws {
+        try await withServer(ConnectionLimits(headerTimeout: Self.long, bodyTimeout: Self.long, idleTimeout: Self.long)) { port, _ in
+            let connection = try await RawConnection.open(port: port)
+            try await connection.send(request)
+            #expect(try await connection.closed(within: .seconds(10)) != nil, "the connection is closed")
+            let answer = connection.received
+            if let code {
+                #expect(answer.hasPrefix("HTTP/1.1 \(status)"), "\(answer)")
+                #expect(answer.contains(#""code":"\#(code)""#), "\(answer)")
+                #expect(answer.contains("Content-Type: application/json"), "\(answer)")
+            } else {
+                // Garbage behind a request that is being answered: that answer first, whole, then a refusal.
+                #expect(answer.hasPrefix("HTTP/1.1 200 OK"), "\(answer)")
+                #expect(answer.contains(#"{"status":"ok"}HTTP/1.1 \#(status)"#), "\(answer)")
+            }
+        }
+    }
+
     @Test("an idle keep-alive connection is closed after the idle timeout, and one that never sends anything too")
     func idle() async throws {
         // Three seconds rather than one: the request must reach the server before the connection's first idle

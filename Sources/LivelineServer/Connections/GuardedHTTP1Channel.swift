@@ -4,6 +4,7 @@ import HummingbirdCore
 import LivelineCore
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOHTTPTypes
 
 /// Liveline's HTTP/1.1 child channel: Hummingbird's `HTTP1Channel` with a connection's deadlines
@@ -78,6 +79,11 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
     private let logger: Logger
     private var context: ChannelHandlerContext?
     private var timer: Scheduled<Void>?
+    /// A request's head arrived and its response's end has not been written: an answer of this handler's own would
+    /// cross the route's.
+    private var requestOpen = false
+    /// The connection is being answered and closed by this handler.
+    private var closing = false
 
     init(limits: ConnectionLimits, logger: Logger) {
         deadlines = ConnectionDeadlines(limits: limits)
@@ -110,7 +116,9 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .head: perform(deadlines.requestHeadReceived(at: .now()))
+        case .head:
+            requestOpen = true
+            perform(deadlines.requestHeadReceived(at: .now()))
         case .body: break
         case .end: perform(deadlines.requestEndReceived(at: .now()))
         }
@@ -121,9 +129,23 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
         switch unwrapOutboundIn(data) {
         case .head: perform(deadlines.responseHeadWritten(at: .now()))
         case .body: break
-        case .end: perform(deadlines.responseEndWritten(at: .now()))
+        case .end:
+            requestOpen = false
+            perform(deadlines.responseEndWritten(at: .now()))
         }
         context.write(data, promise: promise)
+    }
+
+    /// Bytes that are not HTTP/1.1 (an unknown method, a header block over the decoder's limit, a broken request
+    /// line) arriving between requests are answered with the API's JSON error (``APIError/malformedRequest(_:)``) and
+    /// the connection is closed, where Hummingbird would answer an empty 400. Within a request (its route may be
+    /// answering) the error goes on to Hummingbird, which closes the connection.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let parseError = error as? HTTPParserError, !requestOpen else { return context.fireErrorCaught(error) }
+        guard !closing else { return }
+        closing = true
+        logger.debug("Answering a request that is not HTTP/1.1 and closing the connection", metadata: ["error": "\(parseError)"])
+        answerAndClose(APIError.malformedRequest(parseError), context: context)
     }
 
     /// Bytes arrived, as ``ConnectionBytesObserver`` saw them.
@@ -165,12 +187,18 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
 
     /// Writes the 408 answer, then closes the connection — at once if the write cannot finish within a second.
     private func answerTimeout(context: ChannelHandlerContext) {
-        let body = ByteBuffer(string: APIError.requestTimeout.json.encodedString)
+        answerAndClose(.requestTimeout, context: context)
+    }
+
+    /// Writes `error` as the API's JSON error, then closes the connection — at once if the write cannot finish within
+    /// a second.
+    private func answerAndClose(_ error: APIError, context: ChannelHandlerContext) {
+        let body = ByteBuffer(string: error.json.encodedString)
         var fields = HTTPFields()
         fields[.contentType] = "application/json"
         fields[.contentLength] = String(body.readableBytes)
         fields[.connection] = "close"
-        context.write(wrapOutboundOut(.head(HTTPResponse(status: .requestTimeout, headerFields: fields))), promise: nil)
+        context.write(wrapOutboundOut(.head(HTTPResponse(status: error.status, headerFields: fields))), promise: nil)
         context.write(wrapOutboundOut(.body(body)), promise: nil)
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
@@ -190,6 +218,22 @@ extension ConnectionDeadlines.Kind {
 }
 
 extension APIError {
+    /// The answer to bytes that are not an HTTP/1.1 request: 431 `header_fields_too_large` for a request line and
+    /// headers over the decoder's limit, 400 `malformed_request` otherwise.
+    static func malformedRequest(_ error: HTTPParserError) -> APIError {
+        switch error {
+        case .headerOverflow:
+            APIError(
+                HTTPResponse.Status(code: 431, reasonPhrase: "Request Header Fields Too Large"), code: "header_fields_too_large",
+                message: "The request line and headers are larger than this server accepts; the connection is closed."
+            )
+        case .invalidMethod:
+            APIError(.badRequest, code: "malformed_request", message: "The request's method is not an HTTP method; the connection is closed.")
+        default:
+            APIError(.badRequest, code: "malformed_request", message: "The request is not valid HTTP/1.1 (\(error)); the connection is closed.")
+        }
+    }
+
     /// The answer to a request whose body did not arrive within the body timeout.
     static let requestTimeout = APIError(
         .requestTimeout, code: "request_timeout", message: "The request's body did not arrive in time; the connection is closed."
