@@ -829,8 +829,10 @@ public final class Dispatcher: Service, Sendable {
                 if attempt < configuration.retry.maximumAttempts, !Task.isShuttingDownGracefully {
                     let floor = configuration.retryFloor(platform: push.platform, reason: reason)
                     let delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, floor: floor, random: random())
-                    try? await Task.sleep(for: delay)
-                    continue
+                    // A shutdown ends the wait (it may be a minute or more): the push is left for the next pass, after
+                    // the restart, instead of holding the server up.
+                    try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
+                    if !Task.isShuttingDownGracefully { continue }
                 }
                 final = .exhausted
             }

@@ -3,6 +3,8 @@ import LivelineCore
 import LivelineDispatch
 import LivelineStore
 import LivelineTestSupport
+import Logging
+import ServiceLifecycle
 import Testing
 
 @Suite("Rate shaping (minUpdateInterval, injected clock)")
@@ -143,5 +145,33 @@ struct FCMRetryFloorTests {
         #expect(policy.delay(afterAttempt: 1, retryAfter: nil, floor: .seconds(60), random: 0) == .seconds(60))
         #expect(policy.delay(afterAttempt: 2, retryAfter: nil, floor: .seconds(60), random: 1) == .seconds(180))
         #expect(policy.delay(afterAttempt: 3, retryAfter: nil, floor: .seconds(60), random: 0) == .seconds(240))
+    }
+}
+
+@Suite("Shutdown during a retry's wait")
+struct ShutdownDuringRetryTests {
+    @Test("a graceful shutdown ends a long wait before a retry at once; the push is left for the next pass", arguments: StoreKind.available)
+    func shutdownEndsTheWait(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "match", devices: 0..<1)
+            let transport = ScriptedTransport()
+            transport.answer(token(0), with: [.retryable(reason: "TooManyRequests", retryAfter: .seconds(60), providerID: nil)])
+            let dispatcher = Dispatcher(store: store, transports: transport, configuration: fastConfiguration())
+            let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [dispatcher], logger: Logger(label: "test")))
+            let running = Task { try await group.run() }
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
+            dispatcher.wake()
+            #expect(try await eventually { transport.pushes(to: token(0)).count == 1 })
+            // The push now waits a minute (its Retry-After) before its second attempt.
+            try await Task.sleep(for: .milliseconds(200))
+            let asked = ContinuousClock.now
+            await group.triggerGracefulShutdown()
+            try await running.value
+            #expect(ContinuousClock.now - asked < .seconds(20), "the engine stopped without waiting out the Retry-After")
+            #expect(transport.pushes(to: token(0)).count == 1, "nothing was sent again on the way out")
+            let instance = try await store.instances(appID: appID, activityID: "match", cursor: nil, limit: 1).items.first
+            #expect(instance?.deliveredSequence == 0, "not delivered: the next pass sends it")
+        }
     }
 }
