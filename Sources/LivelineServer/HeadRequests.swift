@@ -7,12 +7,13 @@ import Hummingbird
 ///
 /// It wraps the router's responder rather than being one of the router's middleware, because the router picks a
 /// route by method before any middleware runs.
-struct HeadServingResponder<Responder: HTTPResponder>: HTTPResponder {
-    typealias Context = Responder.Context
+public struct HeadServingResponder<Responder: HTTPResponder>: HTTPResponder {
+    public typealias Context = Responder.Context
 
-    let responder: Responder
+    /// The responder asked, with `GET` for a `HEAD`.
+    public let responder: Responder
 
-    func respond(to request: Request, context: Context) async throws -> Response {
+    public func respond(to request: Request, context: Context) async throws -> Response {
         guard request.method == .head else { return try await responder.respond(to: request, context: context) }
         var head = request.head
         head.method = .get
@@ -29,7 +30,9 @@ public struct HeadServingRouter<Context: RequestContext>: HTTPResponderBuilder {
     /// Wraps `router`.
     public init(_ router: Router<Context>) { self.router = router }
 
-    public func buildResponder() -> some HTTPResponder<Context> {
+    // A concrete return type: with `some HTTPResponder<Context>` here the release build's compiler crashed (Swift 6,
+    // signal 11 emitting `makeApplication`).
+    public func buildResponder() -> HeadServingResponder<RouterResponder<Context>> {
         HeadServingResponder(responder: router.buildResponder())
     }
 }
