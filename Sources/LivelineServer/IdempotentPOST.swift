@@ -9,8 +9,8 @@ import NIOCore
 /// The `Idempotency-Key` header of the `/v1` API's POSTs: the one piece a route adopts to take part.
 ///
 /// A POST that carries a key is remembered, per app and per kind of API key (a phone's `pk_…` requests apart from the
-/// backend's `sk_…` ones: ``IdempotencyKey/remembered(_:fromPublishableKey:)``), with its response, in the very transaction that accepts it; the
-/// same key with the same request (method, path and body bytes) within 24 hours is answered with that first response,
+/// backend's `sk_…` ones: ``IdempotencyKey/remembered(_:fromPublishableKey:)``), with its response, in the very
+/// transaction that accepts it; the same key with the same request (method, path and body bytes) within 24 hours is answered with that first response,
 /// verbatim, plus `Idempotent-Replayed: true`, and nothing is done again; the same key with another request is refused
 /// with 422 `idempotency_key_reused`. Only accepted requests are remembered: a request refused with a 4xx (or failed
 /// with a 5xx) leaves the key free for a corrected retry. A key that is not 1–255 printable ASCII characters (neither
