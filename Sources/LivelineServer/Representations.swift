@@ -85,17 +85,11 @@ enum Representation {
     /// user id. The publishable key ships inside the app, so whoever extracts it could otherwise read any device's
     /// token and user by naming the device; only the secret key reads those.
     static func instanceReceipt(_ record: InstanceRecord) -> JSONValue {
-        .object([
-            "activityId": .string(record.activityID),
-            "deviceId": .string(record.deviceID),
-            "platform": .string(record.platform.rawValue),
-            "state": .string(record.state.rawValue),
-            "frequentPushesEnabled": record.frequentPushesEnabled.map(JSONValue.bool) ?? .null,
-            "deliveredSequence": .integer(record.deliveredSequence),
-            "channelId": optional(record.channelID),
-            "createdAt": date(record.createdAt),
-            "updatedAt": date(record.updatedAt),
-        ])
+        // A list of what is shown, not of what is hidden: a field added to the instance stays the secret key's.
+        only(
+            instance(record),
+            ["activityId", "deviceId", "platform", "state", "frequentPushesEnabled", "deliveredSequence", "channelId", "createdAt", "updatedAt"]
+        )
     }
 
     /// A device as a caller with `scope` may see it: whole for the secret key; for the publishable key (a phone) its
@@ -108,12 +102,12 @@ enum Representation {
     /// stored for it (user id, tags, tokens, OS version, locale), which a phone registering under a guessed device id
     /// must not read; only the secret key reads those.
     static func deviceReceipt(_ record: DeviceRecord) -> JSONValue {
-        .object([
-            "deviceId": .string(record.deviceID),
-            "platform": .string(record.platform.rawValue),
-            "createdAt": date(record.createdAt),
-            "updatedAt": date(record.updatedAt),
-        ])
+        only(device(record), ["deviceId", "platform", "createdAt", "updatedAt"])
+    }
+
+    /// `object`'s members named in `keys`, and no others.
+    private static func only(_ object: JSONValue, _ keys: Set<String>) -> JSONValue {
+        .object((object.objectValue ?? [:]).filter { keys.contains($0.key) })
     }
 
     /// A device: its usable push-to-start tokens apart from the ones APNs rejected, which are kept to show why and when.
