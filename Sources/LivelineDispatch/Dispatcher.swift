@@ -871,7 +871,7 @@ public final class Dispatcher: Service, Sendable {
             let last = result.attempts.last
             switch result.final {
             case .delivered:
-                progress.delivered.append(pushed)
+                if result.event == .start { progress.startsDelivered.append(pushed) } else { progress.delivered.append(pushed) }
                 if result.event == .end { progress.endDelivered.append(pushed) }
             case .rejected:
                 // Refused for good: this sequence is done for the instance; a newer one is tried afresh.

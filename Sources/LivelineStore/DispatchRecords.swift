@@ -116,8 +116,13 @@ public struct PushedInstance: Sendable, Hashable {
 public struct DeliveryProgress: Sendable {
     public var appID: String
     public var activityID: String
-    /// Instances that now have their `sequence` (a delivered sequence only ever rises).
+    /// Instances that now have their `sequence` (a delivered sequence only ever rises), matched on the token pushed to:
+    /// an instance that has another token by now keeps its delivered sequence.
     public var delivered: [PushedInstance]
+    /// Instances whose `start` push (to the device's push-to-start or FCM token) was delivered: they have its
+    /// `sequence` whatever token they hold by now. The phone may register the started activity's own update token
+    /// before this is written, and the phone shows what the start carried, so that new token must not be sent it again.
+    public var startsDelivered: [PushedInstance] = []
     /// Instances whose token the push service refused: they become `invalidated`.
     public var invalidated: [PushedInstance]
     /// Instances that received the activity's end: they become `ended`.

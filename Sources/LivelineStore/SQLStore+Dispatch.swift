@@ -329,7 +329,7 @@ extension SQLStore {
         // Each row of the list carries the whole key, app and activity too, so that the only way to the instances is
         // the primary key, one lookup a row: given the app and activity once, PostgreSQL could also read all of the
         // activity's instances and match them, and did whenever its statistics said the activity had a handful.
-        func update(_ chunk: ArraySlice<Row>) -> (sql: String, binds: [SQLiteData]) {
+        func update(_ chunk: ArraySlice<Row>, matchingToken: Bool = true) -> (sql: String, binds: [SQLiteData]) {
             var binds: [SQLiteData] = []
             binds.reserveCapacity(chunk.count * 6)
             for (instance, row) in chunk {
@@ -345,13 +345,18 @@ extension SQLStore {
                     priority10_tally = COALESCE(CAST(v.column6 AS BIGINT), instances.priority10_tally)
                 FROM (VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
                 WHERE instances.app_id = v.column1 AND instances.activity_id = v.column2
-                  AND instances.device_id = v.column3 AND instances.push_token = v.column4
+                  AND instances.device_id = v.column3\(matchingToken ? " AND instances.push_token = v.column4" : "")
                 """,
                 binds
             )
         }
         var parts = free.chunked(into: progressRowsPerPart).map { [update($0)] }
-        statements += last.chunked(into: progressRowsPerPart).map(update)
+        statements += last.chunked(into: progressRowsPerPart).map { update($0) }
+        // Delivered starts, whatever token the instance holds by now (``DeliveryProgress/startsDelivered``).
+        let starts: [Row] = progress.startsDelivered.map {
+            (key: PushedToken(deviceID: $0.deviceID, token: $0.token), value: (sequence: $0.sequence, tally: nil))
+        }
+        statements += starts.chunked(into: progressRowsPerPart).map { update($0, matchingToken: false) }
         for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
             for chunk in instances.chunked(into: 400) {
                 // The state machine's rules, per current state (dismissed stays dismissed, and so on).

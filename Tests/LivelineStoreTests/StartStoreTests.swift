@@ -158,6 +158,49 @@ struct StartStoreTests {
         }
     }
 
+    @Test(
+        "an iPhone confirming before its start's delivery is written still has the start's sequence once it is: no repeat",
+        arguments: StoreKind.available
+    )
+    func confirmedBeforeTheStartIsRecorded(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.all), at: t0)
+            _ = try await store.admitStartAudience(appID: "app_test", activityID: "match-1", limit: 1000, at: t0)
+            // The phone shows the start and registers the activity's update token before the engine has written the
+            // start's delivery (a fast phone, or a busy writer).
+            let registered = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: "app_test", activityID: "match-1", deviceID: "ios-1", platform: .ios, pushToken: "bb01",
+                    attributesType: "MatchAttributes", attributes: nil, userID: nil
+                ),
+                at: t0
+            )
+            #expect(registered.instance.deliveredSequence == 0)
+            var progress = DeliveryProgress(appID: "app_test", activityID: "match-1")
+            progress.startsDelivered = [PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1)]
+            try await store.recordProgress(progress, at: t0)
+            let pending = try await store.pendingInstances(
+                appID: "app_test", activityID: "match-1", below: 1, platforms: [.ios], after: nil, limit: 10
+            )
+            #expect(!pending.map(\.deviceID).contains("ios-1"), "the update token is not sent the state the start showed")
+            let instance = try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items
+                .first { $0.deviceID == "ios-1" }
+            #expect(instance?.deliveredSequence == 1)
+            #expect(instance?.pushToken == "bb01")
+            // An update's delivery to the old token still moves nothing.
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "match-1", contentState: ["minute": 2]), at: t0)
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "match-1", delivered: [PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 2)]),
+                at: t0
+            )
+            let after = try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items
+                .first { $0.deviceID == "ios-1" }
+            #expect(after?.deliveredSequence == 1)
+        }
+    }
+
     @Test("audiences by device ids (unknown ones skipped), user ids and tags (all must match)", arguments: StoreKind.available)
     func audiences(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
