@@ -85,29 +85,23 @@ struct RateShapingTests {
 struct FCMRetryFloorTests {
     @Test("an Android push is retried no sooner than the floor, whatever the backoff says", arguments: StoreKind.available)
     func floor(on kind: StoreKind) async throws {
-        try await withTemporaryStore(kind) { store, _ in
-            try await seedApp(store)
-            _ = try await store.registerInstance(
-                InstanceRegistration(appID: appID, activityID: "match", deviceID: "pixel", platform: .android, pushToken: "fcm-token-1",
-                                     attributesType: "A", attributes: [:], userID: nil),
-                at: Date()
-            )
-            let transport = ScriptedTransport()
-            transport.answer("fcm-token-1", with: [.retryable(reason: "UNAVAILABLE", retryAfter: nil, providerID: nil)])
-            var configuration = fastConfiguration()
-            configuration.fcmRetryFloor = .milliseconds(400)
-            let started = ContinuousClock.now
-            try await whileDispatching(store, transport, configuration: configuration) { (dispatcher: Dispatcher) async throws in
-                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
-                dispatcher.wake()
-                #expect(try await eventually { transport.pushes(to: "fcm-token-1").count == 2 })
-            }
-            #expect(ContinuousClock.now - started >= .milliseconds(400), "the 5 ms backoff was raised to the 400 ms floor")
-        }
+        var configuration = fastConfiguration()
+        configuration.fcmRetryFloor = .milliseconds(400)
+        let waited = try await secondAttempt(on: kind, refusedWith: "UNAVAILABLE", configuration)
+        #expect(waited >= .milliseconds(400), "the 5 ms backoff was raised to the 400 ms floor")
     }
 
     @Test("QUOTA_EXCEEDED is retried no sooner than the quota floor (Google: from at least a minute)", arguments: StoreKind.available)
     func quotaFloor(on kind: StoreKind) async throws {
+        var configuration = fastConfiguration()
+        configuration.fcmRetryFloor = .milliseconds(50)
+        configuration.fcmQuotaRetryFloor = .milliseconds(900)
+        let waited = try await secondAttempt(on: kind, refusedWith: "QUOTA_EXCEEDED", configuration)
+        #expect(waited >= .milliseconds(900), "the 50 ms floor was raised to the 900 ms quota floor")
+    }
+
+    /// How long an Android push's second attempt came after the update, its first refused with `reason`.
+    private func secondAttempt(on kind: StoreKind, refusedWith reason: String, _ configuration: DispatcherConfiguration) async throws -> Duration {
         try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
             _ = try await store.registerInstance(
@@ -116,17 +110,14 @@ struct FCMRetryFloorTests {
                 at: Date()
             )
             let transport = ScriptedTransport()
-            transport.answer("fcm-token-1", with: [.retryable(reason: "QUOTA_EXCEEDED", retryAfter: nil, providerID: nil)])
-            var configuration = fastConfiguration()
-            configuration.fcmRetryFloor = .milliseconds(50)
-            configuration.fcmQuotaRetryFloor = .milliseconds(900)
+            transport.answer("fcm-token-1", with: [.retryable(reason: reason, retryAfter: nil, providerID: nil)])
             let started = ContinuousClock.now
             try await whileDispatching(store, transport, configuration: configuration) { (dispatcher: Dispatcher) async throws in
                 _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
                 dispatcher.wake()
                 #expect(try await eventually { transport.pushes(to: "fcm-token-1").count == 2 })
             }
-            #expect(ContinuousClock.now - started >= .milliseconds(900), "the 50 ms floor was raised to the 900 ms quota floor")
+            return ContinuousClock.now - started
         }
     }
 
