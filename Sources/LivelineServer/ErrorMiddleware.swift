@@ -4,6 +4,7 @@ import LivelineCore
 import LivelineStore
 import Logging
 import NIOCore
+import NIOHTTP1
 
 /// Turns every error a route throws into Liveline's JSON error shape with the right status.
 /// Nothing escapes as a bare 500 page: unexpected errors become `internal_error`, logged once.
@@ -13,6 +14,13 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch {
             let apiError = Self.apiError(for: error, request: request)
+            if error is HTTPParserError {
+                // The body broke off as something that is not HTTP/1.1 (a chunk size that is not hexadecimal, say): the
+                // decoder cannot find the next request, so Hummingbird closes the connection after this answer.
+                var response = Response.json(apiError.json, status: apiError.status)
+                response.headers[.connection] = "close"
+                return response
+            }
             if apiError.status == .internalServerError {
                 context.logger.error("Unexpected error", metadata: ["error": "\(String(reflecting: error))", "path": "\(request.uri.path)"])
             } else if let failure = error as? PostgresFailure, failure.isConnectionLost {
@@ -30,6 +38,9 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return APIError(error)
         case is NIOTooManyBytesError:
             return .bodyTooLarge
+        case let error as HTTPParserError:
+            // Thrown by the body's stream when what follows a request's head is not HTTP/1.1.
+            return .malformedRequest(error)
         case let error as StoreError:
             switch error {
             case .appNotFound: return APIError(.notFound, code: "app_not_found", message: "No such app.", field: "appId")

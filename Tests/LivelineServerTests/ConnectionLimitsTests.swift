@@ -82,6 +82,22 @@ struct ConnectionLimitsTests {
         }
     }
 
+    @Test("a body that breaks off as something that is not HTTP/1.1 is answered 400 malformed_request, not 500, and the connection closed")
+    func brokenChunkedBody() async throws {
+        try await withServer(ConnectionLimits(headerTimeout: Self.long, bodyTimeout: Self.long, idleTimeout: Self.long)) { port, app in
+            let connection = try await RawConnection.open(port: port)
+            try await connection.send(
+                "POST /v1/activities/o1/updates HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer \(app.secretKey)\r\n"
+                    + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"
+            )
+            #expect(try await connection.closed(within: .seconds(10)) != nil, "the connection is closed")
+            let answer = connection.received
+            #expect(answer.hasPrefix("HTTP/1.1 400"), "\(answer)")
+            #expect(answer.contains(#""code":"malformed_request""#), "\(answer)")
+            #expect(answer.contains("Connection: close"), "\(answer)")
+        }
+    }
+
     @Test("an idle keep-alive connection is closed after the idle timeout, and one that never sends anything too")
     func idle() async throws {
         // Three seconds rather than one: the request must reach the server before the connection's first idle

@@ -139,7 +139,8 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
     /// Bytes that are not HTTP/1.1 (an unknown method, a header block over the decoder's limit, a broken request
     /// line) arriving between requests are answered with the API's JSON error (``APIError/malformedRequest(_:)``) and
     /// the connection is closed, where Hummingbird would answer an empty 400. Within a request (its route may be
-    /// answering) the error goes on to Hummingbird, which closes the connection.
+    /// answering) the error goes on to Hummingbird: the route reading the body sees it thrown, ``ErrorMiddleware``
+    /// answers the same JSON error, and Hummingbird closes the connection.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         guard let parseError = error as? HTTPParserError, !requestOpen else { return context.fireErrorCaught(error) }
         guard !closing else { return }
