@@ -68,7 +68,8 @@ extension EventRecord {
 public protocol EventStore: Sendable {
     /// The app's events after `position` (from the oldest kept when nil), of `types` (all when empty), oldest first.
     func events(appID: String, after position: Int64?, types: Set<LifecycleEventType>, limit: Int) async throws -> [EventRecord]
-    /// Forgets events recorded before `cutoff`; returns how many.
+    /// Forgets events recorded before `cutoff`; returns how many. The positions of the events recorded afterwards come
+    /// after every position given before, whatever was forgotten.
     func pruneEvents(olderThan cutoff: Date) async throws -> Int
     /// Records `instance.start_unconfirmed`, once, for each remotely started instance still `starting` since before
     /// `cutoff`; returns how many.
@@ -129,7 +130,9 @@ extension SQLStore: EventStore {
                 """
                 WITH given AS (
                     UPDATE events SET id = s.position FROM (
-                        SELECT seq, (SELECT COALESCE(MAX(id), 0) FROM events) + ROW_NUMBER() OVER (ORDER BY seq) AS position
+                        SELECT seq, GREATEST(
+                            (SELECT COALESCE(MAX(id), 0) FROM events), (SELECT COALESCE(MAX(pruned_through), 0) FROM event_feed)
+                        ) + ROW_NUMBER() OVER (ORDER BY seq) AS position
                         FROM events WHERE id IS NULL ORDER BY seq LIMIT \(Self.sequencerPassLimit)
                     ) AS s WHERE events.seq = s.seq
                     RETURNING 1
@@ -177,15 +180,31 @@ extension SQLStore: EventStore {
 
     public func pruneEvents(olderThan cutoff: Date) async throws -> Int {
         try await sequenceEvents()
-        // Ids rise with time: everything below the first event recorded at or after the cutoff goes.
-        return try await write(
-            """
-            DELETE FROM events WHERE id < COALESCE(
-                (SELECT id FROM events WHERE created_at >= ? ORDER BY id LIMIT 1), (SELECT MAX(id) + 1 FROM events)
-            ) RETURNING id
-            """,
-            [.integer(Self.millis(cutoff))]
-        ).count
+        let dialect = dialect
+        return try await transaction { db in
+            // Ids rise with time: everything below the first event recorded at or after the cutoff goes.
+            let pruned = try db.query(
+                """
+                DELETE FROM events WHERE id < COALESCE(
+                    (SELECT id FROM events WHERE created_at >= ? ORDER BY id LIMIT 1), (SELECT MAX(id) + 1 FROM events)
+                ) RETURNING id
+                """,
+                [.integer(Self.millis(cutoff))]
+            )
+            // PostgreSQL's sequencer goes on from the highest position kept; with every event gone it would start again
+            // at 1, under the cursors clients hold and the positions the webhooks have scanned up to, and neither would
+            // ever see the new events. The highest position pruned is kept for it (SQLite's AUTOINCREMENT keeps its own).
+            if dialect == .postgres, let highest = pruned.compactMap({ $0.column("id")?.integer }).max() {
+                try db.execute(
+                    """
+                    INSERT INTO event_feed (id, pruned_through) VALUES (1, ?)
+                    ON CONFLICT (id) DO UPDATE SET pruned_through = GREATEST(event_feed.pruned_through, EXCLUDED.pruned_through)
+                    """,
+                    [.integer(highest)]
+                )
+            }
+            return pruned.count
+        }
     }
 
     public func reportUnconfirmedStarts(startedBefore cutoff: Date, at now: Date) async throws -> Int {

@@ -161,6 +161,10 @@ struct PostgresSchemaTests {
             "id": .init(type: "integer", notNull: true), "owner": .init(type: "text", notNull: true),
             "expires_at": .init(type: "integer", notNull: true),
         ]
+        // The highest feed position pruned (step 11): SQLite's AUTOINCREMENT keeps it in `sqlite_sequence`.
+        expected.tables["event_feed"] = [
+            "id": .init(type: "integer", notNull: true), "pruned_through": .init(type: "integer", notNull: true),
+        ]
 
         #expect(postgres.tables.keys.sorted() == expected.tables.keys.sorted())
         for (table, columns) in expected.tables.sorted(by: { $0.key < $1.key }) {

@@ -228,6 +228,32 @@ struct SQLStoreTests {
             #expect(sequences.sorted() == Array(1...40))
         }
     }
+
+    @Test("events all pruned: the next event's position comes after every one given, not from 1 again", arguments: StoreKind.available)
+    func pruningKeepsThePosition(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            for n in 1...3 {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "match", contentState: ["n": .integer(Int64(n))]), at: t0)
+            }
+            let before = try await store.events(appID: "app_test", after: nil, types: [], limit: 100)
+            let last = try #require(before.last)
+            #expect(before.count == 3)
+            // Every event is past its retention.
+            #expect(try await store.pruneEvents(olderThan: t0.addingTimeInterval(3_600)) == 3)
+            #expect(try await store.events(appID: "app_test", after: nil, types: [], limit: 100).isEmpty)
+            #expect(try await store.pruneEvents(olderThan: t0.addingTimeInterval(3_600)) == 0)
+
+            _ = try await store.acceptUpdate(
+                ActivityUpdate(appID: "app_test", activityID: "match", contentState: ["n": 4]), at: t0.addingTimeInterval(7_200)
+            )
+            // A reader (or a webhook) that had seen the last event sees the new one after it.
+            let after = try await store.events(appID: "app_test", after: last.position, types: [], limit: 100)
+            #expect(after.map(\.type) == [.activityUpdated])
+            #expect(after.allSatisfy { $0.position > last.position })
+            #expect(!before.map(\.id).contains(after.first?.id ?? ""))
+        }
+    }
 }
 
 @Suite("SQLite store: delivery progress")

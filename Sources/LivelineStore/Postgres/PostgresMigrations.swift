@@ -394,5 +394,21 @@ enum PostgresMigrations {
                 "CREATE INDEX activities_claimed ON activities(claim_expires_at) WHERE claim_expires_at IS NOT NULL",
             ]
         ),
+        Migration(
+            version: 11,
+            name: "the feed's highest pruned position",
+            statements: [
+                // One row: the highest feed position the pruning of events has removed. The sequencer gives positions
+                // after it as well as after the highest kept, so a feed pruned to nothing never starts again at 1.
+                // SQLite's `AUTOINCREMENT` keeps its own.
+                """
+                CREATE TABLE event_feed (
+                    id BIGINT PRIMARY KEY CHECK (id = 1),
+                    pruned_through BIGINT NOT NULL
+                )
+                """,
+                "INSERT INTO event_feed (id, pruned_through) SELECT 1, COALESCE(MAX(id), 0) FROM events",
+            ]
+        ),
     ]
 }
