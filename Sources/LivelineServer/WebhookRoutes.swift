@@ -100,6 +100,13 @@ struct WebhookRoutes<Context: RequestContext>: Sendable {
         // It takes no body; one that is sent must still be a JSON object without members, not ignored.
         try await RequestBody.read(request, allowEmpty: true).allowOnly([])
         let webhook = try await existing(caller, context)
+        guard webhook.enabled else {
+            // Nothing is sent to a disabled endpoint: a test would wait as pending for ever.
+            throw APIError(
+                .conflict, code: "webhook_disabled",
+                message: "The webhook is disabled; nothing is sent to it. Delete it and create it again to resume.", field: "webhookId"
+            )
+        }
         let now = clock.now()
         let eventID = "evt_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(20)
         let payload: JSONValue = [

@@ -465,6 +465,17 @@ enum SQLiteMigrations {
                 "CREATE INDEX activities_claimed ON activities(claim_expires_at) WHERE claim_expires_at IS NOT NULL",
             ]
         ),
+        Migration(
+            version: 21,
+            name: "webhook deliveries' first attempts",
+            statements: [
+                // A delivery's retry period runs from its first attempt, not from when it was queued: a later event of an
+                // activity waits behind the earlier one, and that wait ate its retries. Deliveries tried before this
+                // step keep their queueing time as their start (the period they had).
+                "ALTER TABLE webhook_deliveries ADD COLUMN first_attempt_at INTEGER",
+                "UPDATE webhook_deliveries SET first_attempt_at = created_at WHERE attempts > 0",
+            ]
+        ),
     ]
 }
 

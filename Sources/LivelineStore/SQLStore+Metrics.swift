@@ -43,7 +43,7 @@ extension SQLStore: MetricsStore {
             }
             let pending = try db.query("SELECT COUNT(*) AS n FROM activities WHERE dispatched_sequence < sequence").first
             counts.pendingActivities = pending?.column("n")?.integer ?? 0
-            let webhooks = try db.query("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE status = 'pending'").first
+            let webhooks = try db.query("SELECT COUNT(*) AS n FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id WHERE d.status = 'pending' AND w.enabled = 1").first
             counts.pendingWebhookDeliveries = webhooks?.column("n")?.integer ?? 0
             return counts
         }

@@ -59,6 +59,8 @@ public struct WebhookDeliveryRecord: Sendable, Hashable {
     public var lastAttemptAt: Date?
     public var createdAt: Date
     public var finishedAt: Date?
+    /// When it was first tried (its retry period runs from then): nil before its first attempt.
+    public var firstAttemptAt: Date? = nil
 }
 
 /// A pending delivery due now, with what sending it needs.
@@ -92,10 +94,15 @@ public protocol WebhookStore: Sendable {
     func enqueueWebhookDeliveries(limit: Int, at now: Date) async throws -> Int
     /// A delivery of `payload` to one endpoint, outside the feed (`POST /v1/webhooks/{id}/test`).
     func enqueueWebhookTest(appID: String, webhookID: String, eventID: String, payload: String, at now: Date) async throws -> WebhookDeliveryRecord?
-    /// Pending deliveries due at `now` of enabled endpoints, each the oldest pending one of its activity at its endpoint.
-    /// On a database several nodes share, the deliveries returned are this node's for two minutes (the others skip
-    /// them), unless its attempt's record says otherwise sooner.
-    func dueWebhookDeliveries(now: Date, limit: Int) async throws -> [DueWebhookDelivery]
+    /// Pending deliveries due at `now` of enabled endpoints, each the oldest pending one of its activity at its endpoint,
+    /// none of those `excluding` names (the caller's attempts in flight) nor of the endpoints `excludingEndpoints`
+    /// names, and at most `perEndpoint` of one endpoint; the endpoints take turns (each one's first due delivery
+    /// before any one's second), so one endpoint's backlog does not keep another's deliveries waiting. On a database
+    /// several nodes share, the deliveries returned are this node's for two minutes (the others skip them), unless its
+    /// attempt's record says otherwise sooner.
+    func dueWebhookDeliveries(
+        now: Date, limit: Int, perEndpoint: Int, excluding: Set<Int64>, excludingEndpoints: Set<String>
+    ) async throws -> [DueWebhookDelivery]
     /// When the next pending delivery falls due, if any.
     func nextWebhookDeliveryAt() async throws -> Date?
     /// Records one attempt and what follows from it.
@@ -199,15 +206,31 @@ extension SQLStore: WebhookStore {
     /// How long a node that took due webhook deliveries on a shared database has to send them before another node may.
     static let webhookDeliveryLease: TimeInterval = 120
 
-    public func dueWebhookDeliveries(now: Date, limit: Int) async throws -> [DueWebhookDelivery] {
+    public func dueWebhookDeliveries(
+        now: Date, limit: Int, perEndpoint: Int, excluding: Set<Int64> = [], excludingEndpoints: Set<String> = []
+    ) async throws -> [DueWebhookDelivery] {
+        // The exclusions as literals (ids are numbers; endpoint ids are quoted as SQL strings), so the statement binds
+        // the same values on both databases; a deliverer has a few dozen attempts in flight at most.
+        var exclusions = ""
+        if !excluding.isEmpty { exclusions += " AND d.id NOT IN (\(excluding.sorted().map(String.init).joined(separator: ", ")))" }
+        if !excludingEndpoints.isEmpty {
+            let quoted = excludingEndpoints.sorted().map { "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" }
+            exclusions += " AND d.webhook_id NOT IN (\(quoted.joined(separator: ", ")))"
+        }
+        // `turn`: a delivery's place among its endpoint's due ones.
         let due = """
-            SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-            WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.enabled = 1
-              AND NOT EXISTS (
-                  SELECT 1 FROM webhook_deliveries p
-                  WHERE p.webhook_id = d.webhook_id AND p.ordering_key = d.ordering_key AND p.status = 'pending' AND p.id < d.id
-              )
-            ORDER BY d.next_attempt_at, d.id LIMIT \(limit)
+            SELECT t.id FROM (
+                SELECT d.id, d.next_attempt_at,
+                    ROW_NUMBER() OVER (PARTITION BY d.webhook_id ORDER BY d.next_attempt_at, d.id) AS turn
+                FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+                WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND w.enabled = 1\(exclusions)
+                  AND NOT EXISTS (
+                      SELECT 1 FROM webhook_deliveries p
+                      WHERE p.webhook_id = d.webhook_id AND p.ordering_key = d.ordering_key AND p.status = 'pending' AND p.id < d.id
+                  )
+            ) AS t
+            WHERE t.turn <= \(max(perEndpoint, 1))
+            ORDER BY t.turn, t.next_attempt_at, t.id LIMIT \(limit)
             """
         let rows: [StoreRow]
         switch dialect {
@@ -233,7 +256,9 @@ extension SQLStore: WebhookStore {
                 """
                 UPDATE webhook_deliveries AS d SET next_attempt_at = ?
                 FROM webhooks w
-                WHERE w.id = d.webhook_id AND d.id IN (\(due) FOR UPDATE OF d SKIP LOCKED)
+                WHERE w.id = d.webhook_id AND d.id IN (
+                    SELECT l.id FROM webhook_deliveries l WHERE l.id IN (\(due)) FOR UPDATE OF l SKIP LOCKED
+                )
                 RETURNING d.*, w.app_id AS webhook_app_id, w.url AS webhook_url, w.sealed_secret AS webhook_secret
                 """,
                 [.integer(Self.millis(now.addingTimeInterval(Self.webhookDeliveryLease))), .integer(Self.millis(now))]
@@ -273,16 +298,27 @@ extension SQLStore: WebhookStore {
             let rows = try db.query(
                 """
                 UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, next_attempt_at = ?, last_status_code = ?, last_error = ?,
-                    last_latency_ms = ?, last_attempt_at = ?, finished_at = ?
+                    last_latency_ms = ?, last_attempt_at = ?, finished_at = ?, first_attempt_at = COALESCE(first_attempt_at, ?)
                 WHERE id = ? RETURNING webhook_id
                 """,
                 [.text(status.rawValue), .integer(next), statusCode.map { .integer($0) } ?? .null, Self.text(error),
-                 .float(latencyMilliseconds), .integer(nowMillis), status == .pending ? .null : .integer(nowMillis), .integer(Int(deliveryID))]
+                 .float(latencyMilliseconds), .integer(nowMillis), status == .pending ? .null : .integer(nowMillis), .integer(nowMillis),
+                 .integer(Int(deliveryID))]
             )
             if case .failed(let reason) = result, let webhookID = rows.first?.column("webhook_id")?.string {
                 _ = try db.query(
                     "UPDATE webhooks SET enabled = 0, disabled_at = ?, disabled_reason = ? WHERE id = ? AND enabled = 1",
                     [.integer(nowMillis), .text(reason), .text(webhookID)]
+                )
+                // A disabled endpoint is never sent to again (it is deleted and created anew): the deliveries queued
+                // behind the one that failed end with it, rather than stay pending for ever.
+                _ = try db.query(
+                    """
+                    UPDATE webhook_deliveries SET status = 'failed', finished_at = ?, next_attempt_at = ?,
+                        last_error = COALESCE(last_error, 'not sent: the endpoint was disabled')
+                    WHERE webhook_id = ? AND status = 'pending'
+                    """,
+                    [.integer(nowMillis), .integer(nowMillis), .text(webhookID)]
                 )
             }
         }
@@ -315,7 +351,8 @@ extension SQLStore: WebhookStore {
             attempts: row.column("attempts")?.integer ?? 0, nextAttemptAt: try row.date("next_attempt_at"),
             lastStatusCode: row.column("last_status_code")?.integer, lastError: row.column("last_error")?.string,
             lastLatencyMilliseconds: row.column("last_latency_ms")?.double, lastAttemptAt: row.column("last_attempt_at")?.integer.map(date),
-            createdAt: try row.date("created_at"), finishedAt: row.column("finished_at")?.integer.map(date)
+            createdAt: try row.date("created_at"), finishedAt: row.column("finished_at")?.integer.map(date),
+            firstAttemptAt: row.column("first_attempt_at")?.integer.map(date)
         )
     }
 }

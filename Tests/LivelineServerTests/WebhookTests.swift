@@ -16,14 +16,16 @@ private let local = WebhookURLPolicy(allowsPrivateNetworks: true)
 /// Runs `body` with a deliverer to the local receiver, and closes it afterwards.
 private func withDeliverer<T>(
     _ store: any Store, retry: WebhookRetryPolicy = WebhookRetryPolicy(baseDelay: 0.01, maximumDelay: 0.05),
+    timeout: Duration = .seconds(20), now: @escaping @Sendable () -> Date = { Date() },
     _ body: (WebhookDeliverer) async throws -> T
 ) async throws -> T {
     var configuration = WebhookDeliverer.Configuration()
     configuration.urls = local
     configuration.retry = retry
-    // Generous: on a loaded machine a slow answer would be retried, and delivered twice (at least once is the promise).
-    configuration.timeout = .seconds(20)
-    let deliverer = WebhookDeliverer(store: store, sealer: sealer, configuration: configuration)
+    // Generous by default: on a loaded machine a slow answer would be retried, and delivered twice (at least once is the
+    // promise).
+    configuration.timeout = timeout
+    let deliverer = WebhookDeliverer(store: store, sealer: sealer, configuration: configuration, now: now)
     do {
         let result = try await body(deliverer)
         await deliverer.shutdown()
@@ -89,15 +91,15 @@ struct WebhookTests {
     func retryPolicy() {
         let policy = WebhookRetryPolicy(retryFor: 3600, baseDelay: 5, maximumDelay: 600)
         let created = Date(timeIntervalSince1970: 1_000_000)
-        #expect(policy.decide(statusCode: 204, error: nil, retryAfter: nil, attempt: 1, createdAt: created, now: created, random: 1) == .delivered)
-        #expect(policy.decide(statusCode: 500, error: nil, retryAfter: nil, attempt: 1, createdAt: created, now: created, random: 1)
+        #expect(policy.decide(statusCode: 204, error: nil, retryAfter: nil, attempt: 1, firstAttemptAt: created, now: created, random: 1) == .delivered)
+        #expect(policy.decide(statusCode: 500, error: nil, retryAfter: nil, attempt: 1, firstAttemptAt: created, now: created, random: 1)
             == .retry(next: created.addingTimeInterval(5)))
-        #expect(policy.decide(statusCode: 500, error: nil, retryAfter: nil, attempt: 3, createdAt: created, now: created, random: 0)
+        #expect(policy.decide(statusCode: 500, error: nil, retryAfter: nil, attempt: 3, firstAttemptAt: created, now: created, random: 0)
             == .retry(next: created.addingTimeInterval(10)))
-        #expect(policy.decide(statusCode: 429, error: nil, retryAfter: 120, attempt: 1, createdAt: created, now: created, random: 1)
+        #expect(policy.decide(statusCode: 429, error: nil, retryAfter: 120, attempt: 1, firstAttemptAt: created, now: created, random: 1)
             == .retry(next: created.addingTimeInterval(120)))
         let late = created.addingTimeInterval(3599)
-        guard case .failed(let reason) = policy.decide(statusCode: nil, error: "timed out", retryAfter: nil, attempt: 9, createdAt: created, now: late, random: 1)
+        guard case .failed(let reason) = policy.decide(statusCode: nil, error: "timed out", retryAfter: nil, attempt: 9, firstAttemptAt: created, now: late, random: 1)
         else {
             Issue.record("expected failed")
             return
@@ -218,6 +220,113 @@ struct WebhookTests {
             let webhook = try await api.call(.get, "/v1/webhooks/\(id)", key: app.secretKey)
             #expect(webhook["disabledReason"]?.stringValue?.contains("HTTP 502") == true)
             #expect(webhook["disabledAt"] != .null)
+            // Nothing is sent to it any more: what was queued behind the failed delivery failed with it, and a test is
+            // refused rather than left pending for ever.
+            let statuses = try await api.call(.get, "/v1/webhooks/\(id)/deliveries", key: app.secretKey)["data"]?.arrayValue?
+                .compactMap { $0.objectValue?["status"]?.stringValue } ?? []
+            #expect(!statuses.isEmpty)
+            #expect(!statuses.contains("pending"), "\(statuses)")
+            let test = try await api.call(.post, "/v1/webhooks/\(id)/test", key: app.secretKey)
+            #expect(test.status == .conflict)
+            #expect(test.errorCode == "webhook_disabled")
+            #expect(try await (store as? SQLStore)?.stateCounts().pendingWebhookDeliveries == 0)
+        }
+    }
+
+    @Test("a hanging endpoint holds only its own few attempts: another app's endpoint gets its events meanwhile")
+    func slowEndpointHoldsOnlyItsOwn() async throws {
+        let (slow, stopSlow) = try await WebhookReceiver.start()
+        let (quick, stopQuick) = try await WebhookReceiver.start()
+        defer { Task { await stopSlow(); await stopQuick() } }
+        try await withLiveline(sealer: sealer, webhookURLs: local) { api, store in
+            let app = try await createApp(store)
+            let other = try await createApp(store, name: "Other", bundleID: "com.example.other")
+            _ = try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string(slow.url)])
+            _ = try await api.json(.post, "/v1/webhooks", key: other.secretKey, ["url": .string(quick.url)])
+            slow.answer(with: Array(repeating: WebhookReceiver.Answer.hang, count: 100))
+            for n in 1...12 {
+                _ = try await api.json(.post, "/v1/activities/slow-\(n)/updates", key: app.secretKey, ["contentState": ["a": 1]])
+            }
+            var configuration = WebhookDeliverer.Configuration()
+            configuration.urls = local
+            configuration.timeout = .seconds(60)
+            let deliverer = WebhookDeliverer(store: store, sealer: sealer, configuration: configuration)
+            let running = Task { try await deliverer.run() }
+            defer { running.cancel() }
+            let deadline = ContinuousClock.now + .seconds(30)
+            while slow.received.count < 4, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(slow.received.count >= 4)
+            // The slow endpoint's attempts all hang now; the other app's event goes out beside them.
+            _ = try await api.json(.post, "/v1/activities/quick-1/updates", key: other.secretKey, ["contentState": ["a": 1]])
+            while quick.received.isEmpty, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(quick.received.count == 1)
+            // At most about `concurrencyPerEndpoint` to one endpoint (twice it at worst), not all 12, nor all 16 slots.
+            #expect(slow.received.count <= 2 * configuration.concurrencyPerEndpoint - 1, "\(slow.received.count)")
+            running.cancel()
+            _ = await running.result
+        }
+    }
+
+    @Test("an attempt ends at its deadline even when the endpoint trickles its answer's body")
+    func trickledAnswerEndsAtTheDeadline() async throws {
+        let (receiver, stop) = try await WebhookReceiver.start()
+        defer { Task { await stop() } }
+        try await withLiveline(sealer: sealer, webhookURLs: local) { api, store in
+            let app = try await createApp(store)
+            let id = try #require(try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string(receiver.url)])["id"]?.stringValue)
+            receiver.answer(with: [WebhookReceiver.Answer.trickle])
+            _ = try await api.json(.post, "/v1/activities/t-1/updates", key: app.secretKey, ["contentState": ["a": 1]])
+            try await withDeliverer(store, timeout: .seconds(2)) { (sender: WebhookDeliverer) async throws in
+                let started = ContinuousClock.now
+                // Bounded here, so a deliverer that waits for the whole body (1,000 s) fails the test instead of hanging it.
+                let pass = Task { try await sender.pass() }
+                let finished = await withTaskGroup(of: Bool.self) { group in
+                    group.addTask { _ = try? await pass.value; return true }
+                    group.addTask { try? await Task.sleep(for: .seconds(30)); return false }
+                    let first = await group.next() ?? false
+                    group.cancelAll()
+                    return first
+                }
+                #expect(finished, "the attempt outlived its deadline")
+                #expect(ContinuousClock.now - started < .seconds(15))
+            }
+            let delivery = try await api.call(.get, "/v1/webhooks/\(id)/deliveries", key: app.secretKey)["data"]?.arrayValue?.first?.objectValue
+            // The endpoint answered 200 before its body stalled: that answer stands.
+            #expect(delivery?["status"] == "delivered")
+            #expect(delivery?["attempts"] == 1)
+        }
+    }
+
+    @Test("Retry-After as an HTTP date is honoured; the retry period runs from the first attempt, not from the queueing")
+    func retryAfterDateAndFirstAttempt() async throws {
+        let (receiver, stop) = try await WebhookReceiver.start()
+        defer { Task { await stop() } }
+        try await withLiveline(sealer: sealer, webhookURLs: local) { api, store in
+            let app = try await createApp(store)
+            let id = try #require(try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string(receiver.url)])["id"]?.stringValue)
+            _ = try await api.json(.post, "/v1/activities/r-1/updates", key: app.secretKey, ["contentState": ["a": 1]])
+            // Queued now, first tried an hour later (it waited, say, behind an earlier delivery of its activity).
+            let queued = Date()
+            #expect(try await store.enqueueWebhookDeliveries(limit: 10, at: queued) == 1)
+            let tried = queued.addingTimeInterval(3_600)
+            let formatter = DateFormatter()
+            formatter.locale = Locale(identifier: "en_US_POSIX")
+            formatter.timeZone = TimeZone(identifier: "GMT")
+            formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+            let retryAt = formatter.string(from: tried.addingTimeInterval(600))
+            receiver.answer(with: [.status(.serviceUnavailable, [HTTPField.Name("Retry-After")!: retryAt])])
+            try await withDeliverer(store, retry: WebhookRetryPolicy(retryFor: 3_000, baseDelay: 1, maximumDelay: 3_600), now: { tried }) {
+                (sender: WebhookDeliverer) async throws in
+                #expect(try await sender.pass())
+            }
+            let delivery = try #require(try await store.webhookDeliveries(appID: app.id, webhookID: id, before: nil, limit: 1).first)
+            // Not failed: an hour after it was queued, but its first attempt.
+            #expect(delivery.status == .pending)
+            #expect(delivery.attempts == 1)
+            #expect(delivery.firstAttemptAt == Date(timeIntervalSince1970: (tried.timeIntervalSince1970 * 1000).rounded(.down) / 1000))
+            // Ten minutes on, as the date said (not the backoff's second).
+            #expect(delivery.nextAttemptAt.timeIntervalSince(tried) >= 599)
+            #expect(try await api.call(.get, "/v1/webhooks/\(id)", key: app.secretKey)["enabled"] == true)
         }
     }
 

@@ -3,7 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Synchronization
 
-/// A backend's webhook endpoint on 127.0.0.1: records each request and answers with the next scripted status (200 once
+/// A backend's webhook endpoint on 127.0.0.1: records each request and answers with the next scripted answer (200 once
 /// the script is used up).
 public final class WebhookReceiver: Sendable {
     public struct Received: Sendable {
@@ -11,12 +11,23 @@ public final class WebhookReceiver: Sendable {
         public var body: [UInt8]
     }
 
-    private let state = Mutex<(received: [Received], script: [HTTPResponse.Status])>(([], []))
+    /// How the receiver answers one request.
+    public enum Answer: Sendable {
+        /// This status, with these header fields.
+        case status(HTTPResponse.Status, HTTPFields = [:])
+        /// No answer at all, for as long as the client waits.
+        case hang
+        /// 200 with a body of 1,000 bytes announced, sent a byte a second.
+        case trickle
+    }
+
+    private let state = Mutex<(received: [Received], script: [Answer])>(([], []))
     private let task: Task<Void, any Error>
     public let port: Int
 
     public var received: [Received] { state.withLock { $0.received } }
-    public func answer(with statuses: [HTTPResponse.Status]) { state.withLock { $0.script = statuses } }
+    public func answer(with statuses: [HTTPResponse.Status]) { state.withLock { $0.script = statuses.map { .status($0) } } }
+    public func answer(with answers: [Answer]) { state.withLock { $0.script = answers } }
 
     private init(port: Int, task: Task<Void, any Error>) {
         self.port = port
@@ -29,11 +40,25 @@ public final class WebhookReceiver: Sendable {
         router.post("hook") { request, _ -> Response in
             let body = try await request.body.collect(upTo: 1 << 20)
             let receiver = box.withLock { $0 }
-            let status = receiver?.state.withLock { state -> HTTPResponse.Status in
+            let answer = receiver?.state.withLock { state -> Answer in
                 state.received.append(Received(headers: request.headers, body: Array(buffer: body)))
-                return state.script.isEmpty ? .ok : state.script.removeFirst()
-            } ?? .ok
-            return Response(status: status)
+                return state.script.isEmpty ? .status(.ok) : state.script.removeFirst()
+            } ?? .status(.ok)
+            switch answer {
+            case .status(let status, let fields):
+                return Response(status: status, headers: fields)
+            case .hang:
+                try await Task.sleep(for: .seconds(3600))
+                return Response(status: .ok)
+            case .trickle:
+                return Response(status: .ok, body: ResponseBody(contentLength: 1000) { writer in
+                    for _ in 0..<1000 {
+                        try await writer.write(ByteBuffer(string: "x"))
+                        try await Task.sleep(for: .seconds(1))
+                    }
+                    try await writer.finish(nil)
+                })
+            }
         }
         let (portStream, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = Application(

@@ -1,16 +1,18 @@
 import AsyncHTTPClient
 import CoreMetrics
+import FCM
 import Foundation
 import LivelineCore
 import LivelineStore
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
 import ServiceLifecycle
 
 /// When a webhook delivery is tried again, and when it is given up: exponential backoff with jitter, never sooner than
-/// the endpoint's `Retry-After`, for `retryFor` after the delivery was made. Pure.
+/// the endpoint's `Retry-After`, for `retryFor` after the delivery's first attempt. Pure.
 public struct WebhookRetryPolicy: Sendable, Hashable {
     /// How long a delivery is retried before it fails and its endpoint is disabled (Standard Webhooks' senders retry
     /// for about a day).
@@ -26,17 +28,18 @@ public struct WebhookRetryPolicy: Sendable, Hashable {
         self.maximumDelay = maximumDelay
     }
 
-    /// What follows attempt number `attempt` (1-based) of a delivery made at `createdAt`: a 2xx answer is delivered;
-    /// anything else (another status, a timeout, no connection) is retried until `retryFor` has passed.
+    /// What follows attempt number `attempt` (1-based) of a delivery first tried at `firstAttemptAt`: a 2xx answer is
+    /// delivered; anything else (another status, a timeout, no connection) is retried until `retryFor` has passed since
+    /// the first attempt (the time a delivery waited behind an earlier one of its activity, untried, does not count).
     public func decide(
-        statusCode: Int?, error: String?, retryAfter: TimeInterval?, attempt: Int, createdAt: Date, now: Date, random: Double
+        statusCode: Int?, error: String?, retryAfter: TimeInterval?, attempt: Int, firstAttemptAt: Date, now: Date, random: Double
     ) -> WebhookAttemptResult {
         if let statusCode, (200..<300).contains(statusCode) { return .delivered }
         let exponent = Double(min(max(attempt - 1, 0), 30))
         let backoff = min(baseDelay * pow(2, exponent), maximumDelay) * (0.5 + 0.5 * min(max(random, 0), 1))
         let delay = max(backoff, min(retryAfter ?? 0, maximumDelay))
         let next = now.addingTimeInterval(delay)
-        guard next <= createdAt.addingTimeInterval(retryFor) else {
+        guard next <= firstAttemptAt.addingTimeInterval(retryFor) else {
             let last = statusCode.map { "HTTP \($0)" } ?? error ?? "no answer"
             return .failed(reason: "Deliveries failed for \(Int(retryFor)) s; the last attempt: \(last). Delete and create the webhook to resume.")
         }
@@ -53,10 +56,14 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
     public struct Configuration: Sendable {
         public var urls = WebhookURLPolicy(allowsPrivateNetworks: false)
         public var retry = WebhookRetryPolicy()
-        /// The longest an endpoint may take to answer.
+        /// The longest one attempt may take, from sending the request to the last byte of the answer: an endpoint that
+        /// answers slowly, or trickles its body, has the attempt counted as failed (with the status, if one came).
         public var timeout: Duration = .seconds(10)
-        /// Deliveries sent at once.
+        /// Deliveries sent at once…
         public var concurrency = 16
+        /// …and at most about this many to one endpoint (twice it at worst: a slow endpoint holds at most that many of
+        /// the slots, and the others go on).
+        public var concurrencyPerEndpoint = 4
         /// The longest it rests before looking for new events when nothing is due.
         public var pollInterval: Duration = .seconds(1)
 
@@ -107,19 +114,46 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         try? await http.shutdown()
     }
 
+    /// Sends deliveries as they fall due, each as soon as a slot is free: an attempt that takes long (up to
+    /// ``Configuration/timeout``) holds its own slot only, never the others' deliveries. Graceful shutdown cancels the
+    /// attempts in flight; they stay pending and are sent again.
     public func run() async throws {
-        while !Task.isShuttingDownGracefully && !Task.isCancelled {
-            let worked = (try? await pass()) ?? false
-            if !worked { await rest() }
+        let inFlight = NIOLockedValueBox<[Int64: String]>([:])
+        await withDiscardingTaskGroup { group in
+            while !Task.isShuttingDownGracefully && !Task.isCancelled {
+                let running = inFlight.withLockedValue { $0 }
+                var started = 0
+                var found = false
+                if running.count < configuration.concurrency, let due = try? await fetchDue(inFlight: running) {
+                    found = !due.isEmpty
+                    for delivery in due {
+                        inFlight.withLockedValue { $0[delivery.delivery.id] = delivery.delivery.webhookID }
+                        started += 1
+                        group.addTask {
+                            await self.send(delivery)
+                            inFlight.withLockedValue { _ = $0.removeValue(forKey: delivery.delivery.id) }
+                            self.wakeSignal.wake()
+                        }
+                    }
+                }
+                if started > 0 { continue }
+                // Nothing could start: every slot is taken, or what is due is in flight already (its end wakes this).
+                if found || running.count >= configuration.concurrency || !running.isEmpty {
+                    await wakeSignal.wait(atMost: configuration.pollInterval)
+                } else {
+                    await rest()
+                }
+            }
+            group.cancelAll()
         }
         await shutdown()
     }
 
-    /// One pass: turns new events into deliveries, sends those due. Returns whether anything was sent.
+    /// One pass: turns new events into deliveries, sends those due and waits for their attempts. Returns whether
+    /// anything was sent.
     @discardableResult
     public func pass() async throws -> Bool {
-        _ = try await store.enqueueWebhookDeliveries(limit: 500, at: now())
-        let due = try await store.dueWebhookDeliveries(now: now(), limit: configuration.concurrency)
+        let due = try await fetchDue(inFlight: [:])
         guard !due.isEmpty else { return false }
         await withTaskGroup(of: Void.self) { group in
             for delivery in due {
@@ -127,6 +161,18 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
             }
         }
         return true
+    }
+
+    /// Turns new events into deliveries, then takes the due ones that fit beside the attempts `inFlight` (delivery id →
+    /// endpoint).
+    private func fetchDue(inFlight: [Int64: String]) async throws -> [DueWebhookDelivery] {
+        _ = try await store.enqueueWebhookDeliveries(limit: 500, at: now())
+        let perEndpoint = max(configuration.concurrencyPerEndpoint, 1)
+        let busy = Dictionary(inFlight.map { ($0.value, 1) }, uniquingKeysWith: +).filter { $0.value >= perEndpoint }.keys
+        return try await store.dueWebhookDeliveries(
+            now: now(), limit: configuration.concurrency - inFlight.count, perEndpoint: perEndpoint, excluding: Set(inFlight.keys),
+            excludingEndpoints: Set(busy)
+        )
     }
 
     private func rest() async {
@@ -142,6 +188,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
     private func send(_ due: DueWebhookDelivery) async {
         let delivery = due.delivery
         let started = ContinuousClock.now
+        let firstAttemptAt = delivery.firstAttemptAt ?? now()
         var statusCode: Int?
         var failure: String?
         var retryAfter: TimeInterval?
@@ -164,18 +211,20 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
                 name: "webhook-signature", value: StandardWebhooks.signature(key: key, id: delivery.eventID, timestamp: timestamp, body: body)
             )
             request.body = .bytes(ByteBuffer(bytes: body))
-            let response = try await http.execute(request, timeout: .seconds(configuration.timeout.components.seconds))
-            statusCode = Int(response.status.code)
-            retryAfter = response.headers.first(name: "retry-after").flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) }
-            _ = try? await response.body.collect(upTo: 64 * 1024)
+            let answer = try await exchange(request, deadline: started + configuration.timeout)
+            statusCode = answer.status
+            // Seconds or an HTTP date, as RFC 9110 allows (the same reading as FCM's).
+            retryAfter = answer.retryAfter.flatMap { FCMResponse.retryAfter($0, now: now()) }.map(\.seconds)
         } catch let refusal as WebhookURLPolicy.Refusal {
             failure = "refused: \(refusal.description)"
         } catch {
             failure = "\(error)"
         }
+        // Cancelled by graceful shutdown: nothing is recorded; the delivery stays pending and is sent again.
+        guard !Task.isCancelled else { return }
         let latency = (ContinuousClock.now - started).seconds * 1000
         let result = configuration.retry.decide(
-            statusCode: statusCode, error: failure, retryAfter: retryAfter, attempt: delivery.attempts + 1, createdAt: delivery.createdAt,
+            statusCode: statusCode, error: failure, retryAfter: retryAfter, attempt: delivery.attempts + 1, firstAttemptAt: firstAttemptAt,
             now: now(), random: random()
         )
         attemptDuration.recordNanoseconds(Int64(latency * 1_000_000))
@@ -194,6 +243,28 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         } catch {
             logger.error("Recording a webhook attempt failed; it will be sent again", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// What one attempt got: the status and the `Retry-After` header.
+    private struct Answer: Sendable {
+        var status: Int
+        var retryAfter: String?
+    }
+
+    /// Sends `request` and reads its answer, all of it by `deadline`: the head through the client's own deadline, then
+    /// the body (up to 64 KiB) raced against the time left, so a body trickled a byte at a time ends the attempt at the
+    /// deadline (the connection is dropped; the status stands, since the endpoint has answered).
+    private func exchange(_ request: HTTPClientRequest, deadline: ContinuousClock.Instant) async throws -> Answer {
+        let left = max(deadline - ContinuousClock.now, .zero)
+        let response = try await http.execute(request, deadline: .now() + .nanoseconds(Int64(left.seconds * 1e9)))
+        let body = response.body
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { _ = try? await body.collect(upTo: 64 * 1024) }
+            group.addTask { try? await Task.sleep(until: deadline, clock: .continuous) }
+            await group.next()
+            group.cancelAll()
+        }
+        return Answer(status: Int(response.status.code), retryAfter: response.headers.first(name: "retry-after"))
     }
 
     /// The addresses `host` resolves to (on NIO's thread pool: getaddrinfo blocks).

@@ -410,5 +410,13 @@ enum PostgresMigrations {
                 "INSERT INTO event_feed (id, pruned_through) SELECT 1, COALESCE(MAX(id), 0) FROM events",
             ]
         ),
+        Migration(
+            version: 12,
+            name: "webhook deliveries' first attempts (SQLite step 21)",
+            statements: [
+                "ALTER TABLE webhook_deliveries ADD COLUMN first_attempt_at BIGINT",
+                "UPDATE webhook_deliveries SET first_attempt_at = created_at WHERE attempts > 0",
+            ]
+        ),
     ]
 }
