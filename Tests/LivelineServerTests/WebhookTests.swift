@@ -75,11 +75,19 @@ struct WebhookTests {
             "https://169.254.169.254/latest/meta-data", "https://[::1]/", "https://[fd00::1]/", "https://[fe80::1]/", "https://[::ffff:127.0.0.1]/",
             "https://localhost/", "https://api.localhost/", "https://100.64.0.1/", "https://0.0.0.0/", "https://user:pass@example.com/",
             "ftp://example.com/", "not a url",
+            // 127.0.0.1 in the forms the resolver takes as an address, and private IPv4 behind IPv6 prefixes.
+            "https://127.1/", "https://2130706433/", "https://0x7f.1/", "https://0177.0.0.1/", "https://0x7f000001/", "https://10.1/",
+            "https://[fec0::1]/", "https://[2002:7f00:1::]/", "https://[2002:c0a8:101::]/",
         ] {
             #expect(throws: WebhookURLPolicy.Refusal.self, "\(refused)") { _ = try strict.check(refused) }
         }
         #expect(try strict.check("https://hooks.example.com/liveline").host == "hooks.example.com")
         #expect(try strict.check("https://93.184.216.34/hook").host == "93.184.216.34")
+        #expect(try strict.check("https://1572395042/hook").host == "1572395042")  // 93.184.216.34
+        #expect(try strict.check("https://cafe.example.com/hook").host == "cafe.example.com")
+        #expect(try strict.check("https://[2002:5db8:d822::]/").host != nil)  // 6to4 of 93.184.216.34
+        #expect(WebhookURLPolicy.parse("cafe") == nil)
+        #expect(WebhookURLPolicy.parse("0x7f.1") == [127, 0, 0, 1])
         #expect(throws: WebhookURLPolicy.Refusal.self) { try strict.check(resolved: [[10, 0, 0, 1]]) }
         #expect(throws: WebhookURLPolicy.Refusal.self) { try strict.check(resolved: [[93, 184, 216, 34], [127, 0, 0, 1]]) }
         try strict.check(resolved: [[93, 184, 216, 34]])

@@ -47,10 +47,16 @@ public struct WebhookURLPolicy: Sendable {
         }
     }
 
-    /// An IPv4 (4 bytes) or IPv6 (16 bytes) literal, or nil.
+    /// An IPv4 (4 bytes) or IPv6 (16 bytes) literal, or nil. IPv4 in every form the resolver and the HTTP client accept
+    /// as an address (`inet_aton`'s): dotted quads, and the shorter, decimal, octal and hexadecimal forms such as
+    /// `127.1`, `2130706433` and `0x7f.1`, which all name 127.0.0.1.
     public static func parse(_ host: String) -> [UInt8]? {
         var v4 = in_addr()
         if inet_pton(AF_INET, host, &v4) == 1 { return withUnsafeBytes(of: v4) { Array($0) } }
+        if !host.isEmpty, host.utf8.allSatisfy({ $0 == 0x2E || ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x66) || $0 | 0x20 == 0x78 }),
+           inet_aton(host, &v4) != 0 {
+            return withUnsafeBytes(of: v4) { Array($0) }
+        }
         var v6 = in6_addr()
         if inet_pton(AF_INET6, host, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
         return nil
@@ -65,6 +71,8 @@ public struct WebhookURLPolicy: Sendable {
         if address[0..<12].allSatisfy({ $0 == 0 }) { return false }  // ::, ::1 and the deprecated compatible form
         if address[0] & 0xfe == 0xfc { return false }  // fc00::/7 unique local
         if address[0] == 0xfe, address[1] & 0xc0 == 0x80 { return false }  // fe80::/10 link-local
+        if address[0] == 0xfe, address[1] & 0xc0 == 0xc0 { return false }  // fec0::/10 site-local (deprecated, RFC 3879)
+        if address[0] == 0x20, address[1] == 0x02 { return isPublicV4(Array(address[2..<6])) }  // 6to4: its IPv4 address
         if address[0] == 0xff { return false }  // multicast
         if address[0] == 0x20, address[1] == 0x01, address[2] == 0x0d, address[3] == 0xb8 { return false }  // 2001:db8::/32
         if address[0] == 0x00, address[1] == 0x64, address[2] == 0xff, address[3] == 0x9b { return isPublicV4(Array(address[12...])) }  // NAT64
