@@ -39,9 +39,12 @@ extension SQLStore {
                 relevanceScore: nil
             )
         }
+        // An attributes type the backend gave (with a start, before any update) binds its later starts. One that only
+        // phones' registrations gave (any holder of the publishable key may register first, under a guessed activity
+        // id) is replaced by the backend's start below.
         if let type = existing?.column("attributes_type")?.string, type != start.attributesType {
             if head?.state == .ended { throw StoreError.activityEnded }
-            throw StoreError.attributesTypeMismatch(existing: type)
+            if (head?.sequence ?? 0) > 0 { throw StoreError.attributesTypeMismatch(existing: type) }
         }
         // The state the phones get: a start to the devices admitted, an update (without the start's alert) to those
         // already watching.

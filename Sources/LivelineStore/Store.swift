@@ -46,7 +46,8 @@ public protocol LifecycleStore: Sendable {
     func acceptUpdate(_ update: ActivityUpdate, at now: Date) async throws -> AcceptedSequence
     /// Accepts a remote start as the activity's next sequence (creating the activity on first sight) and keeps its
     /// audience, counted, for the delivery engine to admit: O(1) writes whatever the audience's size. Throws
-    /// `activityEnded`, or `attributesTypeMismatch` when the activity has another attributes type.
+    /// `activityEnded`, or `attributesTypeMismatch` when the activity has state already and another attributes type
+    /// (a type only phones' registrations gave is replaced by the start's).
     func startActivity(_ start: ActivityStart, at now: Date) async throws -> AcceptedStart
     /// Remotely started instances still `starting` (not confirmed by their phone) since `cutoff` or longer: how many, and
     /// the `limit` oldest.

@@ -125,6 +125,28 @@ struct StartAPITests {
         }
     }
 
+    @Test("a phone's registration does not fix the attributes type against the backend: its start sets it; its own type binds after")
+    func registrationDoesNotBindTheType() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            // Anyone with the publishable key registers first, under a guessable activity id, with a type of its own.
+            let registered = try await api.json(
+                .put, "/v1/activities/match-77/instances/stranger", key: app.publishableKey,
+                ["platform": "ios", "pushToken": .string(String(repeating: "ab", count: 32)), "attributesType": "EvilType",
+                 "attributes": ["x": "y"]]
+            )
+            #expect(registered.status == .created)
+            let path = "/v1/activities/match-77/start"
+            #expect(try await api.json(.post, path, key: app.secretKey, startBody(["all": true])).status == .accepted)
+            let activity = try #require(try await store.activity(appID: app.id, activityID: "match-77"))
+            #expect(activity.attributesType == "MatchAttributes")
+            // The backend's own type binds from now on.
+            let otherType = try await api.json(.post, path, key: app.secretKey, startBody(["all": true], type: "OtherAttributes"))
+            #expect(otherType.status == .conflict)
+            #expect(otherType.errorCode == "attributes_type_mismatch")
+        }
+    }
+
     @Test("a start targets only the calling app's devices; another app's activity of the same id is untouched")
     func tenantIsolation() async throws {
         try await withLiveline { api, store in

@@ -20,7 +20,9 @@ extension ActivityLifecycle {
         var start = start
         let current = try await store.activityWithoutInstanceCounts(appID: start.appID, activityID: start.activityID)
         if let current, current.state != .active { throw APIError.activityEnded(start.activityID) }
-        if let type = current?.attributesType, type != start.attributesType {
+        // The type is the backend's once it has given the activity state; before, it came from a phone's registration
+        // (any holder of the publishable key), and the backend's start sets it.
+        if let current, let type = current.attributesType, type != start.attributesType, current.sequence > 0 {
             throw Self.attributesTypeMismatch(start.activityID, existing: type)
         }
         let plan = try await deliveryPlan(requested, appID: start.appID, current: current)
