@@ -20,7 +20,20 @@ import ServiceLifecycle
 func buildApplication(
     _ configuration: LivelineConfiguration, logger: Logger, metrics: LivelineMetrics = LivelineMetrics()
 ) async throws -> some ApplicationProtocol {
-    let store = try await LivelineApplication.openStore(configuration, logger: logger)
+    // One server on a SQLite file (``ServeLock``), taken before the database is opened or migrated.
+    var lock: ServeLock?
+    if case .sqlite(let path) = try configuration.databaseLocation {
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
+        lock = try ServeLock.acquire(databasePath: path)
+    }
+    let store: SQLStore
+    do {
+        store = try await LivelineApplication.openStore(configuration, logger: logger)
+    } catch {
+        lock?.release()
+        throw error
+    }
     logger.info("Database ready", metadata: ["database": "\(store.location)"])
     do {
         let sealer = try CredentialSealer(masterKey: try LivelineApplication.masterKey(configuration))
@@ -51,10 +64,11 @@ func buildApplication(
         webhookConfiguration.urls = WebhookURLPolicy(allowsPrivateNetworks: configuration.webhooks.allowsPrivateNetworks)
         webhookConfiguration.retry.retryFor = configuration.webhooks.retryFor
         let webhooks = WebhookDeliverer(store: store, sealer: sealer, configuration: webhookConfiguration, logger: logger)
-        let closing = ClosingService {
+        let closing = ClosingService { [lock] in
             await apns.shutdown()
             await fcm.shutdown()
             try await store.close()
+            lock?.release()
         }
         let listening: [any Service] = store.nodeWakeChannel.map { channel in
             [NodeWakeService(channel: channel) { announcer in
@@ -75,6 +89,7 @@ func buildApplication(
         )
     } catch {
         try? await store.close()
+        lock?.release()
         throw error
     }
 }
