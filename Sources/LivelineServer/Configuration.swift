@@ -240,25 +240,25 @@ public struct LivelineConfiguration: Sendable {
         let scoped = reader.scoped(to: "liveline")
         self.init(
             host: scoped.string(forKey: "host", default: defaults.host),
-            port: scoped.int(forKey: "port", default: defaults.port),
+            port: try scoped.checkedInt("port", default: defaults.port),
             dataDirectory: scoped.string(forKey: "dataDirectory", default: defaults.dataDirectory),
             database: scoped.string(forKey: "database", isSecret: true),
             adminToken: scoped.string(forKey: "adminToken", isSecret: true),
-            dev: scoped.bool(forKey: "dev", default: false),
+            dev: try scoped.checkedBool("dev", default: false),
             logLevel: .info,
             masterKey: scoped.string(forKey: "masterKey", isSecret: true),
-            emulator: scoped.bool(forKey: "emulator"),
-            emulatorPort: scoped.int(forKey: "emulatorPort", default: 8443),
-            emulatorControlPort: scoped.int(forKey: "emulatorControlPort", default: 8091)
+            emulator: try scoped.checkedBool("emulator"),
+            emulatorPort: try scoped.checkedInt("emulatorPort", default: 8443),
+            emulatorControlPort: try scoped.checkedInt("emulatorControlPort", default: 8091)
         )
-        emulatorChannelsPort = scoped.int(forKey: "emulatorChannelsPort", default: 8445)
-        databaseWriters = scoped.int(forKey: "databasePool.writers", default: databaseWriters)
-        databaseReaders = scoped.int(forKey: "databasePool.readers", default: databaseReaders)
+        emulatorChannelsPort = try scoped.checkedInt("emulatorChannelsPort", default: 8445)
+        databaseWriters = try scoped.checkedInt("databasePool.writers", default: databaseWriters)
+        databaseReaders = try scoped.checkedInt("databasePool.readers", default: databaseReaders)
         guard databaseWriters >= 1, databaseReaders >= 1 else {
             throw ConfigurationError("databasePool.writers and databasePool.readers must be at least 1.")
         }
-        fcmEmulatorPort = scoped.int(forKey: "fcmEmulatorPort", default: 8444)
-        fcmEmulatorControlPort = scoped.int(forKey: "fcmEmulatorControlPort", default: 8092)
+        fcmEmulatorPort = try scoped.checkedInt("fcmEmulatorPort", default: 8444)
+        fcmEmulatorControlPort = try scoped.checkedInt("fcmEmulatorControlPort", default: 8092)
         emulatorRegisterWith = scoped.string(forKey: "emulatorRegisterWith")
         emulatorPublishableKey = scoped.string(forKey: "emulatorPublishableKey")
         if let url = emulatorRegisterWith, url != "none", !(url.hasPrefix("http://") || url.hasPrefix("https://")) {
@@ -272,18 +272,24 @@ public struct LivelineConfiguration: Sendable {
         }
         let defaultStaleness = StalenessPolicy()
         staleness = StalenessPolicy(
-            first: Int64(scoped.int(forKey: "staleness.first", default: Int(defaultStaleness.first))),
-            minimum: Int64(scoped.int(forKey: "staleness.minimum", default: Int(defaultStaleness.minimum))),
-            maximum: Int64(scoped.int(forKey: "staleness.maximum", default: Int(defaultStaleness.maximum)))
+            first: Int64(try scoped.checkedInt("staleness.first", default: Int(defaultStaleness.first))),
+            minimum: Int64(try scoped.checkedInt("staleness.minimum", default: Int(defaultStaleness.minimum))),
+            maximum: Int64(try scoped.checkedInt("staleness.maximum", default: Int(defaultStaleness.maximum)))
         )
         guard staleness.first > 0, staleness.minimum > 0, staleness.maximum >= staleness.minimum else {
             throw ConfigurationError("staleness.first and staleness.minimum must be positive and staleness.maximum at least staleness.minimum.")
         }
-        fcmRetryFloor = scoped.int(forKey: "fcmRetryFloor", default: 10)
-        fcmQuotaRetryFloor = scoped.int(forKey: "fcmQuotaRetryFloor", default: 60)
-        claimLease = scoped.int(forKey: "claimLease", default: 30)
+        // A first stale time outside the bounds would be moved to the nearer one (StalenessPolicy), not honoured.
+        guard (staleness.minimum...staleness.maximum).contains(staleness.first) else {
+            throw ConfigurationError(
+                "staleness.first (\(staleness.first) s) must be between staleness.minimum (\(staleness.minimum) s) and staleness.maximum (\(staleness.maximum) s)."
+            )
+        }
+        fcmRetryFloor = try scoped.checkedInt("fcmRetryFloor", default: 10)
+        fcmQuotaRetryFloor = try scoped.checkedInt("fcmQuotaRetryFloor", default: 60)
+        claimLease = try scoped.checkedInt("claimLease", default: 30)
         guard (3...3600).contains(claimLease) else { throw ConfigurationError("claimLease must be between 3 and 3600 seconds.") }
-        sliceSize = scoped.int(forKey: "sliceSize", default: 10_000)
+        sliceSize = try scoped.checkedInt("sliceSize", default: 10_000)
         guard sliceSize == 0 || (100...10_000_000).contains(sliceSize) else {
             throw ConfigurationError("sliceSize must be 0 (no shared fan-outs) or between 100 and 10000000 instances.")
         }
@@ -292,26 +298,26 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("fcmQuotaRetryFloor must be between 0 and 3600 seconds.")
         }
         let defaultBudget = PriorityBudget()
-        let hourly = scoped.int(forKey: "budget.hourly", default: defaultBudget.hourly)
-        let frequent = scoped.int(forKey: "budget.hourlyWithFrequentPushes", default: defaultBudget.hourlyWithFrequentPushes)
+        let hourly = try scoped.checkedInt("budget.hourly", default: defaultBudget.hourly)
+        let frequent = try scoped.checkedInt("budget.hourlyWithFrequentPushes", default: defaultBudget.hourlyWithFrequentPushes)
         guard hourly >= 0, frequent >= hourly else {
             throw ConfigurationError("budget.hourly must not be negative, and budget.hourlyWithFrequentPushes at least budget.hourly.")
         }
         budget = PriorityBudget(hourly: hourly, hourlyWithFrequentPushes: frequent)
         let defaultLifetime = LifetimePolicy()
         lifetime = LifetimePolicy(
-            endAfter: TimeInterval(scoped.int(forKey: "lifetime.endAfter", default: Int(defaultLifetime.endAfter))),
-            instancesEndAfter: TimeInterval(scoped.int(forKey: "lifetime.instancesEndAfter", default: Int(defaultLifetime.instancesEndAfter))),
-            retention: TimeInterval(scoped.int(forKey: "lifetime.retention", default: Int(defaultLifetime.retention)))
+            endAfter: TimeInterval(try scoped.checkedInt("lifetime.endAfter", default: Int(defaultLifetime.endAfter))),
+            instancesEndAfter: TimeInterval(try scoped.checkedInt("lifetime.instancesEndAfter", default: Int(defaultLifetime.instancesEndAfter))),
+            retention: TimeInterval(try scoped.checkedInt("lifetime.retention", default: Int(defaultLifetime.retention)))
         )
         guard lifetime.endAfter > 0, lifetime.instancesEndAfter > 0, lifetime.retention > 0 else {
             throw ConfigurationError("lifetime.endAfter, lifetime.instancesEndAfter and lifetime.retention must be positive.")
         }
         let defaultConnections = ConnectionLimits()
-        let headerTimeout = scoped.int(forKey: "connections.headerTimeout", default: Int(defaultConnections.headerTimeout.nanoseconds / 1_000_000_000))
-        let bodyTimeout = scoped.int(forKey: "connections.bodyTimeout", default: Int(defaultConnections.bodyTimeout.nanoseconds / 1_000_000_000))
-        let idleTimeout = scoped.int(forKey: "connections.idleTimeout", default: Int(defaultConnections.idleTimeout.nanoseconds / 1_000_000_000))
-        let maximumConnections = scoped.int(forKey: "connections.maximum", default: defaultConnections.maximumConnections)
+        let headerTimeout = try scoped.checkedInt("connections.headerTimeout", default: Int(defaultConnections.headerTimeout.nanoseconds / 1_000_000_000))
+        let bodyTimeout = try scoped.checkedInt("connections.bodyTimeout", default: Int(defaultConnections.bodyTimeout.nanoseconds / 1_000_000_000))
+        let idleTimeout = try scoped.checkedInt("connections.idleTimeout", default: Int(defaultConnections.idleTimeout.nanoseconds / 1_000_000_000))
+        let maximumConnections = try scoped.checkedInt("connections.maximum", default: defaultConnections.maximumConnections)
         guard [headerTimeout, bodyTimeout, idleTimeout].allSatisfy({ (1...3600).contains($0) }) else {
             throw ConfigurationError("connections.headerTimeout, connections.bodyTimeout and connections.idleTimeout must be between 1 and 3600 seconds.")
         }
@@ -320,38 +326,38 @@ public struct LivelineConfiguration: Sendable {
             headerTimeout: .seconds(Int64(headerTimeout)), bodyTimeout: .seconds(Int64(bodyTimeout)), idleTimeout: .seconds(Int64(idleTimeout)),
             maximumConnections: maximumConnections
         )
-        engineNiceness = scoped.int(forKey: "engine.niceness", default: 10)
+        engineNiceness = try scoped.checkedInt("engine.niceness", default: 10)
         guard (0...19).contains(engineNiceness) else {
             throw ConfigurationError("engine.niceness must be between 0 and 19; got \(engineNiceness).")
         }
         let engineDefaults = DispatcherConfiguration()
-        enginePushesPerCall = scoped.int(forKey: "engine.pushesPerCall", default: engineDefaults.pushesPerCall)
+        enginePushesPerCall = try scoped.checkedInt("engine.pushesPerCall", default: engineDefaults.pushesPerCall)
         guard (1...10_000).contains(enginePushesPerCall) else {
             throw ConfigurationError("engine.pushesPerCall must be between 1 and 10000; got \(enginePushesPerCall).")
         }
-        enginePushesInFlight = scoped.int(forKey: "engine.pushesInFlight", default: max(engineDefaults.pushesInFlight, enginePushesPerCall))
+        enginePushesInFlight = try scoped.checkedInt("engine.pushesInFlight", default: max(engineDefaults.pushesInFlight, enginePushesPerCall))
         guard (enginePushesPerCall...100_000).contains(enginePushesInFlight) else {
             throw ConfigurationError(
                 "engine.pushesInFlight must be at least engine.pushesPerCall (\(enginePushesPerCall)) and at most 100000; got \(enginePushesInFlight)."
             )
         }
-        engineProgressBatch = scoped.int(forKey: "engine.progressBatch", default: engineDefaults.progressBatchSize)
+        engineProgressBatch = try scoped.checkedInt("engine.progressBatch", default: engineDefaults.progressBatchSize)
         guard (1...10_000).contains(engineProgressBatch) else {
             throw ConfigurationError("engine.progressBatch must be between 1 and 10000; got \(engineProgressBatch).")
         }
-        let confirmation = scoped.int(forKey: "starts.confirmationTimeout", default: 120)
+        let confirmation = try scoped.checkedInt("starts.confirmationTimeout", default: 120)
         guard (1...86_400).contains(confirmation) else {
             throw ConfigurationError("starts.confirmationTimeout must be between 1 and 86400 seconds; got \(confirmation).")
         }
         startConfirmationTimeout = TimeInterval(confirmation)
         lifetime.startConfirmationTimeout = startConfirmationTimeout
-        let eventRetention = scoped.int(forKey: "events.retention", default: Int(LifetimePolicy().eventRetention))
+        let eventRetention = try scoped.checkedInt("events.retention", default: Int(LifetimePolicy().eventRetention))
         guard (60...(366 * 24 * 3600)).contains(eventRetention) else {
             throw ConfigurationError("events.retention must be between 60 seconds and a year; got \(eventRetention).")
         }
         lifetime.eventRetention = TimeInterval(eventRetention)
-        webhooks.allowsPrivateNetworks = scoped.bool(forKey: "webhooks.allowPrivateNetworks", default: dev)
-        let retryFor = scoped.int(forKey: "webhooks.retryFor", default: Int(webhooks.retryFor))
+        webhooks.allowsPrivateNetworks = try scoped.checkedBool("webhooks.allowPrivateNetworks", default: dev)
+        let retryFor = try scoped.checkedInt("webhooks.retryFor", default: Int(webhooks.retryFor))
         guard (10...(7 * 24 * 3600)).contains(retryFor) else {
             throw ConfigurationError("webhooks.retryFor must be between 10 seconds and 7 days; got \(retryFor).")
         }
@@ -364,7 +370,7 @@ public struct LivelineConfiguration: Sendable {
         guard let storagePolicy = ChannelStoragePolicy(rawValue: policyName) else {
             throw ConfigurationError("broadcast.messageStoragePolicy must be 'mostRecent' or 'none'; got '\(policyName)'.")
         }
-        let maximumChannels = scoped.int(forKey: "broadcast.maximumChannels", default: Limits.maximumChannelsPerApp)
+        let maximumChannels = try scoped.checkedInt("broadcast.maximumChannels", default: Limits.maximumChannelsPerApp)
         guard (1...Limits.maximumChannelsPerApp).contains(maximumChannels) else {
             throw ConfigurationError("broadcast.maximumChannels must be between 1 and \(Limits.maximumChannelsPerApp); got \(maximumChannels).")
         }
@@ -381,7 +387,7 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("logFormat must be 'text' or 'json'; got '\(format)'.")
         }
         self.logFormat = logFormat
-        metricsEnabled = scoped.bool(forKey: "metrics.enabled", default: true)
+        metricsEnabled = try scoped.checkedBool("metrics.enabled", default: true)
         guard (0...65535).contains(port) else { throw ConfigurationError("port must be between 0 and 65535; got \(port).") }
         if let adminToken, adminToken.utf8.count < 16 {
             throw ConfigurationError("The admin token must be at least 16 characters.")
@@ -400,9 +406,49 @@ public struct LivelineConfiguration: Sendable {
             EnvironmentVariablesProvider(environmentVariables: environment ?? ProcessInfo.processInfo.environment, secretsSpecifier: secrets)
         )
         if let file {
+            try checkFileKeys(file)
             providers.append(try await FileProvider<JSONSnapshot>(filePath: FilePath(file)))
         }
         return ConfigReader(providers: providers)
+    }
+
+    /// Refuses a configuration file whose `liveline` object holds a key Liveline does not know (`"prot": 8080`), which
+    /// would otherwise be ignored in silence; other top-level members are left to whatever else reads the file.
+    static func checkFileKeys(_ file: String) throws {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw ConfigurationError("Cannot read the configuration file \(file).")
+        }
+        let document: Any
+        do {
+            document = try JSONSerialization.jsonObject(with: data)
+        } catch {
+            throw ConfigurationError("The configuration file \(file) is not valid JSON.")
+        }
+        guard let top = document as? [String: Any] else {
+            throw ConfigurationError("The configuration file \(file) must be a JSON object with a \"liveline\" object.")
+        }
+        guard let liveline = top["liveline"] else { return }
+        guard let object = liveline as? [String: Any] else {
+            throw ConfigurationError("\"liveline\" in the configuration file \(file) must be a JSON object.")
+        }
+        let known = Set(keys.map(\.name))
+        func unknown(_ object: [String: Any], under prefix: String) -> [String] {
+            object.flatMap { member, value -> [String] in
+                let name = prefix + "." + member
+                if known.contains(name) { return [] }
+                if let nested = value as? [String: Any], known.contains(where: { $0.hasPrefix(name + ".") }) {
+                    return unknown(nested, under: name)
+                }
+                return [name]
+            }
+        }
+        let names = unknown(object, under: "liveline").sorted()
+        guard names.isEmpty else {
+            throw ConfigurationError(
+                "Unknown key\(names.count == 1 ? "" : "s") in the configuration file \(file): \(names.joined(separator: ", ")). "
+                    + "`liveline config` lists the keys."
+            )
+        }
     }
 
     /// Where the database setting points: a SQLite file, or a PostgreSQL database.
@@ -428,6 +474,51 @@ public struct LivelineConfiguration: Sendable {
             if database.hasPrefix("sqlite:") { return .sqlite(path: String(database.dropFirst("sqlite:".count))) }
             return .sqlite(path: database)
         }
+    }
+}
+
+extension ConfigReader {
+    /// The whole number at `key` (relative to this reader's scope), `defaultValue` when no source sets it. A value that
+    /// is set but is not a whole number (`LIVELINE_PORT=abc`, an empty variable, `"port": "x"` in the file) is an
+    /// error: the reader's own `int(forKey:default:)` would quietly take the default, over every source below it.
+    func checkedInt(_ key: String, default defaultValue: Int) throws -> Int {
+        try checkedInt(key) ?? defaultValue
+    }
+
+    /// The whole number at `key`, nil when no source sets it; one that is set but is not a whole number is an error.
+    func checkedInt(_ key: String) throws -> Int? {
+        do {
+            return try requiredInt(forKey: ConfigKey(key))
+        } catch {
+            try Self.rethrowUnlessMissing(error, key: key, expected: "a whole number")
+            return nil
+        }
+    }
+
+    /// The boolean at `key`, `defaultValue` when no source sets it; one that is set but is not `true` or `false` is
+    /// an error (a mistyped `LIVELINE_METRICS_ENABLED=off` must not leave `/metrics` open).
+    func checkedBool(_ key: String, default defaultValue: Bool) throws -> Bool {
+        try checkedBool(key) ?? defaultValue
+    }
+
+    /// The boolean at `key`, nil when no source sets it; one that is set but is not `true` or `false` is an error.
+    func checkedBool(_ key: String) throws -> Bool? {
+        do {
+            return try requiredBool(forKey: ConfigKey(key))
+        } catch {
+            try Self.rethrowUnlessMissing(error, key: key, expected: "true or false")
+            return nil
+        }
+    }
+
+    /// Returns when `error` says no source set the key; otherwise throws a ``ConfigurationError`` naming the key, its
+    /// environment variable and what it must be. (swift-configuration's errors are not public types: a missing
+    /// value is told apart by its description.)
+    private static func rethrowUnlessMissing(_ error: any Error, key: String, expected: String) throws {
+        if "\(error)".hasPrefix("Missing required config value") { return }
+        let name = "liveline." + key
+        let environment = LivelineConfiguration.keys.first { $0.name == name }?.environment
+        throw ConfigurationError("\(name)\(environment.map { " (\($0))" } ?? "") must be \(expected).")
     }
 }
 

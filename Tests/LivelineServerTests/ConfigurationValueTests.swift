@@ -1,0 +1,69 @@
+import Foundation
+import LivelineTestSupport
+import Testing
+
+@testable import LivelineServer
+
+@Suite("Configuration values that cannot be used are refused, never replaced by the default")
+struct ConfigurationValueTests {
+    private func configuration(_ environment: [String: String], file: String? = nil) async throws -> LivelineConfiguration {
+        try LivelineConfiguration(reader: await LivelineConfiguration.reader(flags: [:], file: file, environment: environment))
+    }
+
+    private func writeFile(_ json: String) throws -> URL {
+        let url = uniqueTemporaryURL(prefix: "liveline-config").appendingPathExtension("json")
+        try Data(json.utf8).write(to: url)
+        return url
+    }
+
+    @Test(
+        "a value of the wrong type in the environment is an error naming the key and its variable",
+        arguments: [
+            ("LIVELINE_PORT", "abc", "liveline.port (LIVELINE_PORT) must be a whole number"),
+            ("LIVELINE_PORT", "", "liveline.port (LIVELINE_PORT) must be a whole number"),
+            ("LIVELINE_METRICS_ENABLED", "off", "liveline.metrics.enabled (LIVELINE_METRICS_ENABLED) must be true or false"),
+            ("LIVELINE_BUDGET_HOURLY", "", "liveline.budget.hourly (LIVELINE_BUDGET_HOURLY) must be a whole number"),
+            ("LIVELINE_EMULATOR", "maybe", "liveline.emulator (LIVELINE_EMULATOR) must be true or false"),
+        ]
+    )
+    func wrongTypeInTheEnvironment(variable: String, value: String, message: String) async throws {
+        await #expect {
+            _ = try await configuration([variable: value])
+        } throws: { error in
+            (error as? ConfigurationError)?.description.hasPrefix(message) == true
+        }
+    }
+
+    @Test("a value of the wrong type in the file is an error; a good one is read, and the environment still comes first")
+    func wrongTypeInTheFile() async throws {
+        let bad = try writeFile(#"{"liveline": {"metrics": {"enabled": "false"}}}"#)
+        defer { try? FileManager.default.removeItem(at: bad) }
+        await #expect(throws: ConfigurationError.self) { _ = try await configuration([:], file: bad.path) }
+
+        let good = try writeFile(#"{"liveline": {"port": 48082, "metrics": {"enabled": false}, "staleness": {"first": 900}}}"#)
+        defer { try? FileManager.default.removeItem(at: good) }
+        let read = try await configuration([:], file: good.path)
+        #expect(read.port == 48082)
+        #expect(!read.metricsEnabled)
+        #expect(read.staleness.first == 900)
+        #expect(try await configuration(["LIVELINE_PORT": "48083"], file: good.path).port == 48083)
+    }
+
+    @Test("a key the file's liveline object holds and Liveline does not know is refused, named")
+    func unknownKeysInTheFile() async throws {
+        let file = try writeFile(#"{"liveline": {"prot": 48080, "metrics": {"enabld": false}, "port": 1}, "other": {"tool": 1}}"#)
+        defer { try? FileManager.default.removeItem(at: file) }
+        await #expect {
+            _ = try await configuration([:], file: file.path)
+        } throws: { error in
+            let text = (error as? ConfigurationError)?.description ?? ""
+            return text.contains("liveline.metrics.enabld, liveline.prot") && !text.contains("other") && !text.contains("liveline.port")
+        }
+    }
+
+    @Test("a first stale time outside the minimum and maximum is refused, not moved to the nearer bound")
+    func firstStaleTimeWithinBounds() async throws {
+        await #expect(throws: ConfigurationError.self) { _ = try await configuration(["LIVELINE_STALENESS_FIRST": "100"]) }
+        #expect(try await configuration(["LIVELINE_STALENESS_FIRST": "600"]).staleness.first == 600)
+    }
+}
