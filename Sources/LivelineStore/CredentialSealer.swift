@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Crypto
 import Foundation
 
@@ -66,10 +69,23 @@ public struct CredentialSealer: Sendable {
             return Array(data)
         }
         let key = newMasterKey()
-        let created = FileManager.default.createFile(
-            atPath: path, contents: Data(Data(key).base64EncodedString().utf8), attributes: [.posixPermissions: 0o600]
-        )
-        guard created else { throw CredentialError("Cannot write the master key to \(path).") }
+        // Written whole to a file of its own, readable by the owner alone from its creation (0600 at `open`, not a
+        // `chmod` after the rename: a crash between the two left the key readable by every local user), synced, then
+        // linked to `path`: `link` refuses an existing `path`, so of two processes creating the key at once, one's
+        // key wins and the other reads it, never sealing with a key that is then overwritten.
+        let temporary = path + ".new-\(getpid())-\(UUID().uuidString)"
+        let bytes = Array(Data(key).base64EncodedString().utf8)
+        let descriptor = Glibc.open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw CredentialError("Cannot write the master key to \(path): \(String(cString: strerror(errno))).") }
+        defer { unlink(temporary) }
+        let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+        let synced = fsync(descriptor) == 0
+        Glibc.close(descriptor)
+        guard written == bytes.count, synced else { throw CredentialError("Cannot write the master key to \(path).") }
+        guard link(temporary, path) == 0 else {
+            if errno == EEXIST { return try loadOrCreateMasterKey(at: path) }
+            throw CredentialError("Cannot write the master key to \(path): \(String(cString: strerror(errno))).")
+        }
         return key
     }
 

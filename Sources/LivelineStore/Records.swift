@@ -579,6 +579,28 @@ public enum StoreError: Error, Sendable, Hashable {
     case schemaTooNew(found: Int, supported: Int)
 }
 
+extension StoreError: CustomStringConvertible {
+    /// A sentence for an operator (the API answers its own JSON errors).
+    public var description: String {
+        switch self {
+        case .schemaTooNew(let found, let supported):
+            "The database was written by a newer Liveline (its schema is at version \(found); this one knows up to \(supported)). Run that release or a newer one; this one would not know what the newer steps changed."
+        case .appNotFound: "No such app."
+        case .activityNotFound: "No such activity."
+        case .instanceNotFound: "No such instance."
+        case .activityEnded: "The activity has ended."
+        case .attributesTypeMismatch(let existing): "The activity has attributes type '\(existing)'."
+        case .duplicateApp: "An app with this id exists."
+        case .invalidCursor: "The cursor is not one this server issued."
+        case .idempotencyKeyReused: "The Idempotency-Key holds another request."
+        case .platformMismatch(let registered): "The device is registered as '\(registered.rawValue)'."
+        case .deliveryMismatch(let existing): "The activity is delivered by '\(existing.rawValue)'."
+        case .channelLimitReached(let maximum): "The app holds its \(maximum) broadcast channels."
+        case .channelMismatch: "The channel is not the activity's."
+        }
+    }
+}
+
 extension ActivityRecord {
     /// What the activity's next state depends on (``LiveActivityState/update(activityID:after:contentState:staleDate:relevanceScore:alert:now:)``
     /// and ``LiveActivityState/end(activityID:after:contentState:staleDate:relevanceScore:alert:dismissalDate:now:)``).

@@ -132,12 +132,20 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError(error.description)
         }
         let logger = makeLogger(level: configuration.logLevel, format: configuration.logFormat)
-        // Before anything records a metric: the engine's, the Store's and the API's are all made from this factory.
-        let metrics = LivelineMetrics()
-        if configuration.metricsEnabled {
-            MetricsSystem.bootstrap(LivelineMetrics.prometheusFactory(registry: metrics.registry))
+        do {
+            try ListeningPorts.checkFree(configuration)
+            // Before anything records a metric: the engine's, the Store's and the API's are all made from this factory.
+            let metrics = LivelineMetrics()
+            if configuration.metricsEnabled {
+                MetricsSystem.bootstrap(LivelineMetrics.prometheusFactory(registry: metrics.registry))
+            }
+            try await buildApplication(configuration, logger: logger, metrics: metrics).runService()
+        } catch {
+            // What ends the server is said as its log says everything else: one JSON object with --log-format json.
+            guard configuration.logFormat == .json else { throw error }
+            logger.critical("Liveline stopped on an error", metadata: ["error": "\(error)"])
+            throw ExitCode.failure
         }
-        try await buildApplication(configuration, logger: logger, metrics: metrics).runService()
     }
 }
 
