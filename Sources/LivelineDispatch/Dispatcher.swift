@@ -45,6 +45,10 @@ public struct DispatcherConfiguration: Sendable {
     public var slicePollInterval: Duration = .milliseconds(100)
     /// How long a claim on an activity (or a slice of its fan-out) lasts without renewal.
     public var claimLease: TimeInterval = 30
+    /// How long graceful shutdown waits for the pushes in flight (a slow push service answers within its 30-second
+    /// request timeout) before it cancels them. What a cancelled push did is not known: it is sent again after the
+    /// restart (at least once), as after a crash.
+    public var shutdownGrace: Duration = .seconds(10)
     /// The longest an idle engine rests before it looks for work again when nobody wakes it. Accepted work wakes it
     /// at once, and work waiting for a retry or a lease is claimed when it falls due, so this only bounds how late a
     /// missed wake-up is noticed.
@@ -116,12 +120,38 @@ public final class Dispatcher: Service, Sendable {
     public func run() async throws {
         try await store.releaseAllClaims()
         logger.info("Delivery engine started", metadata: ["workers": "\(configuration.workers)", "platforms": "\(configuration.platforms)"])
-        await withTaskGroup(of: Void.self) { group in
-            for index in 0..<configuration.workers {
-                group.addTask { await self.workerLoop(index: index) }
+        let grace = configuration.shutdownGrace
+        // The workers, and beside them a timer that starts at graceful shutdown: when the workers have not finished or
+        // handed back their passes within the grace, they are cancelled.
+        let graceOver = await withTaskGroup(of: Bool.self) { outer in
+            outer.addTask {
+                await withTaskGroup(of: Void.self) { group in
+                    for index in 0..<self.configuration.workers {
+                        group.addTask { await self.workerLoop(index: index) }
+                    }
+                    group.addTask { await self.pruneLoop() }
+                    await group.waitForAll()
+                }
+                return false
             }
-            group.addTask { await self.pruneLoop() }
-            await group.waitForAll()
+            outer.addTask {
+                do {
+                    try await gracefulShutdown()
+                    try await Task.sleep(for: grace)
+                    return true
+                } catch {
+                    return false  // Cancelled: the workers ended first.
+                }
+            }
+            let first = await outer.next() ?? false
+            outer.cancelAll()
+            return first
+        }
+        if graceOver {
+            logger.warning(
+                "Pushes still in flight at the end of the shutdown grace were cancelled; they are sent again after the restart",
+                metadata: ["grace": "\(grace)"]
+            )
         }
         logger.info("Delivery engine stopped")
     }

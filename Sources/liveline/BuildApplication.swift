@@ -83,7 +83,10 @@ func buildApplication(
         return LivelineApplication.makeApplication(
             configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: delivery, channels: apns,
             webhookDeliverer: webhooks,
-            services: [closing] + (emulators?.services ?? [])
+            // Shut down in the reverse order: the engine before the push clients it sends with (`closing`), and the
+            // clients before the emulators they are connected to (an emulator closed first waited for their
+            // connections, and the clients logged its GOAWAY).
+            services: (emulators?.services ?? []) + [closing]
                 + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks] + listening,
             metrics: metrics
         )

@@ -12,6 +12,7 @@ final class ScriptedTransport: PushTransport, PushTransportDirectory, @unchecked
     private var sent: [OutgoingPush] = []
     private var script: [String: [PushOutcome]] = [:]
     private var healthReports: [(String, Bool)] = []
+    private var begun = 0
     let delay: Duration?
 
     init(delay: Duration? = nil) { self.delay = delay }
@@ -22,8 +23,11 @@ final class ScriptedTransport: PushTransport, PushTransportDirectory, @unchecked
     var pushes: [OutgoingPush] { lock.withLock { sent } }
     func pushes(to token: String) -> [OutgoingPush] { pushes.filter { $0.token == token } }
     var unhealthyReports: Int { lock.withLock { healthReports.filter { !$0.1 }.count } }
+    /// Pushes handed over, answered or still in flight (in `delay`).
+    var pushesBegun: Int { lock.withLock { begun } }
 
     func send(_ push: OutgoingPush) async -> PushOutcome {
+        lock.withLock { begun += 1 }
         if let delay { try? await Task.sleep(for: delay) }
         return lock.withLock {
             sent.append(push)

@@ -165,4 +165,30 @@ struct ShutdownDuringRetryTests {
             #expect(instance?.deliveredSequence == 0, "not delivered: the next pass sends it")
         }
     }
+
+    @Test("a graceful shutdown waits for a push in flight no longer than the grace, then cancels it", arguments: StoreKind.available)
+    func shutdownGraceBoundsPushesInFlight(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "match", devices: 0..<1)
+            // A push service that takes two minutes to answer.
+            let transport = ScriptedTransport(delay: .seconds(120))
+            var configuration = fastConfiguration()
+            configuration.shutdownGrace = .seconds(1)
+            let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration)
+            let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [dispatcher], logger: Logger(label: "test")))
+            let running = Task { try await group.run() }
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
+            dispatcher.wake()
+            #expect(try await eventually { transport.pushesBegun == 1 }, "the push is in flight")
+            try await Task.sleep(for: .milliseconds(200))
+            let asked = ContinuousClock.now
+            await group.triggerGracefulShutdown()
+            try await running.value
+            let took = ContinuousClock.now - asked
+            #expect(took >= .milliseconds(900), "the grace was given")
+            #expect(took < .seconds(20), "the engine stopped at the end of the grace, not when the push service answered")
+        }
+    }
 }
+
