@@ -57,7 +57,8 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         public var urls = WebhookURLPolicy(allowsPrivateNetworks: false)
         public var retry = WebhookRetryPolicy()
         /// The longest one attempt may take, from sending the request to the last byte of the answer: an endpoint that
-        /// answers slowly, or trickles its body, has the attempt counted as failed (with the status, if one came).
+        /// has not answered by then has the attempt counted as failed; one that trickles its answer's body is cut off
+        /// then (its status stands).
         public var timeout: Duration = .seconds(10)
         /// Deliveries sent at once…
         public var concurrency = 16
