@@ -487,12 +487,7 @@ extension ConfigReader {
 
     /// The whole number at `key`, nil when no source sets it; one that is set but is not a whole number is an error.
     func checkedInt(_ key: String) throws -> Int? {
-        do {
-            return try requiredInt(forKey: ConfigKey(key))
-        } catch {
-            try Self.rethrowUnlessMissing(error, key: key, expected: "a whole number")
-            return nil
-        }
+        try checked(key, expected: "a whole number") { try requiredInt(forKey: $0) }
     }
 
     /// The boolean at `key`, `defaultValue` when no source sets it; one that is set but is not `true` or `false` is
@@ -503,10 +498,16 @@ extension ConfigReader {
 
     /// The boolean at `key`, nil when no source sets it; one that is set but is not `true` or `false` is an error.
     func checkedBool(_ key: String) throws -> Bool? {
+        try checked(key, expected: "true or false") { try requiredBool(forKey: $0) }
+    }
+
+    /// The value `read` finds at `key`; nil when no source sets it; a ``ConfigurationError`` naming the key, its
+    /// environment variable and what it must be (`expected`) when one sets a value `read` cannot convert.
+    private func checked<Value>(_ key: String, expected: String, _ read: (ConfigKey) throws -> Value) throws -> Value? {
         do {
-            return try requiredBool(forKey: ConfigKey(key))
+            return try read(ConfigKey(key))
         } catch {
-            try Self.rethrowUnlessMissing(error, key: key, expected: "true or false")
+            try Self.rethrowUnlessMissing(error, key: key, expected: expected)
             return nil
         }
     }
