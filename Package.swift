@@ -202,6 +202,7 @@ let package = Package(
             dependencies: [
                 "liveline",
                 "LivelineServer",
+                "LivelineTestSupport",
                 "LivelineDispatch",
                 "LivelineEmulator",
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -9,6 +9,16 @@ import Glibc
 
 @Suite("One liveline serve on a SQLite database")
 struct ServeLockTests {
+    /// Polls `condition` every 50 ms until it holds or `timeout` passes; returns whether it held.
+    private func waitFor(timeout: Duration, _ condition: () -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return condition()
+    }
+
     @Test("the lock is taken once: a second taker is refused with the holder's pid, and takes it once it is let go")
     func lockInProcess() throws {
         let root = uniqueTemporaryURL(prefix: "liveline-lock")
