@@ -17,7 +17,8 @@ struct EventRoutes<Context: RequestContext>: Sendable {
     @Sendable func events(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let query = request.uri.queryParameters
-        let after = try PageCursor.position(request, "after")
+        let numbers = store.publicNumbers(appID: caller.appID)
+        let after = try PageCursor.counter(request, "after", numbers)
         var types: Set<LifecycleEventType> = []
         if let list = query["types"].map(String.init) {
             for name in list.split(separator: ",", omittingEmptySubsequences: false) {
@@ -36,7 +37,7 @@ struct EventRoutes<Context: RequestContext>: Sendable {
         return Response.json(
             .object([
                 "data": .array(events.map(Representation.event)),
-                "nextCursor": position.map { .string(PageCursor.encode(position: $0)) } ?? .null,
+                "nextCursor": position.map { .string(PageCursor.encode(counter: $0, numbers)) } ?? .null,
             ])
         )
     }

@@ -272,11 +272,16 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let activityID = try Self.pathID("activityId", context)
         _ = try await existingActivity(caller, activityID)
+        // The Store's cursors carry an attempt's id, a counter all apps share; the app sees its own number for it.
+        let numbers = store.publicNumbers(appID: caller.appID)
+        let before = try PageCursor.counter(request, "cursor", numbers)
         let page = try await store.deliveries(
-            appID: caller.appID, activityID: activityID, cursor: try PageCursor.query(request, .sequence),
-            limit: try Self.limit(request)
+            appID: caller.appID, activityID: activityID, cursor: before.map { PageCursor.encode(position: $0) }, limit: try Self.limit(request)
         )
-        return Response.json(Representation.page(page, Representation.delivery))
+        let next = page.nextCursor == nil ? nil : page.items.last.map { PageCursor.encode(counter: $0.id, numbers) }
+        return Response.json(
+            .object(["data": .array(page.items.map { Representation.delivery($0, numbers) }), "nextCursor": Representation.optional(next)])
+        )
     }
 
     @Sendable func app(_ request: Request, context: Context) async throws -> Response {

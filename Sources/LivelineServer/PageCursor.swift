@@ -1,5 +1,6 @@
 import Hummingbird
 import LivelineCore
+import LivelineStore
 
 /// The `cursor` query parameter of the paginated lists, checked against the form the OpenAPI
 /// document gives: the canonical base64url (RFC 4648 §5, without padding) of the last key of the
@@ -76,5 +77,28 @@ extension PageCursor {
             throw APIError.badRequest("invalid_cursor", "\(name) is not a cursor this server issued.", field: name)
         }
         return position
+    }
+}
+
+extension PageCursor {
+    /// The cursor for one of the app's counters (a feed position, a webhook delivery's id): the base64url of the digits
+    /// of the number the app sees for it (``PublicNumbers``), never the counter, which all apps share.
+    static func encode(counter: Int64, _ numbers: PublicNumbers) -> String {
+        encode(position: numbers.shown(counter))
+    }
+
+    /// The counter a cursor in query parameter `name` stands for, nil without one; anything else is 400
+    /// `invalid_cursor`. A bare counter, as cursors were before ``PublicNumbers``, is still read as one: a client that
+    /// kept one across an upgrade goes on where it was, and learns nothing it did not give.
+    static func counter(_ request: Request, _ name: String, _ numbers: PublicNumbers) throws -> Int64? {
+        try position(request, name).map { numbers.counter(for: $0) ?? $0 }
+    }
+}
+
+extension PublicNumbers {
+    /// What the app is shown for `counter`: its number, or (for a counter outside ``counters``, which no database
+    /// reaches) the counter itself rather than a trap.
+    func shown(_ counter: Int64) -> Int64 {
+        Self.counters.contains(counter) ? number(for: counter) : counter
     }
 }

@@ -170,9 +170,10 @@ enum Representation {
         ])
     }
 
-    static func delivery(_ record: DeliveryRecord) -> JSONValue {
+    /// One push attempt of the timeline; its id is the number the app sees for it (``PublicNumbers``).
+    static func delivery(_ record: DeliveryRecord, _ numbers: PublicNumbers) -> JSONValue {
         .object([
-            "id": .integer(record.id),
+            "id": .integer(numbers.shown(record.id)),
             "deviceId": .string(record.deviceID),
             "platform": .string(record.platform.rawValue),
             "sequence": .integer(record.sequence),

@@ -117,17 +117,18 @@ struct WebhookRoutes<Context: RequestContext>: Sendable {
             appID: caller.appID, webhookID: webhook.id, eventID: eventID, payload: payload.encodedString, at: now
         ) else { throw Self.notFound(webhook.id) }
         deliverer?.wake()
-        return Response.json(Representation.webhookDelivery(delivery), status: .accepted)
+        return Response.json(Representation.webhookDelivery(delivery, store.publicNumbers(appID: caller.appID)), status: .accepted)
     }
 
     @Sendable func deliveries(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let webhook = try await existing(caller, context)
-        let before = try PageCursor.position(request, "cursor")
+        let numbers = store.publicNumbers(appID: caller.appID)
+        let before = try PageCursor.counter(request, "cursor", numbers)
         let limit = try LifecycleRoutes<Context>.limit(request)
         let page = try await store.webhookDeliveries(appID: caller.appID, webhookID: webhook.id, before: before, limit: limit)
-        let next: JSONValue = page.count == limit ? page.last.map { .string(PageCursor.encode(position: $0.id)) } ?? .null : .null
-        return Response.json(.object(["data": .array(page.map(Representation.webhookDelivery)), "nextCursor": next]))
+        let next: JSONValue = page.count == limit ? page.last.map { .string(PageCursor.encode(counter: $0.id, numbers)) } ?? .null : .null
+        return Response.json(.object(["data": .array(page.map { Representation.webhookDelivery($0, numbers) }), "nextCursor": next]))
     }
 
     private func existing(_ caller: Caller, _ context: Context) async throws -> WebhookRecord {
@@ -168,9 +169,10 @@ extension Representation {
         ])
     }
 
-    static func webhookDelivery(_ record: WebhookDeliveryRecord) -> JSONValue {
+    /// A webhook delivery; its id is the number the app sees for it (``PublicNumbers``).
+    static func webhookDelivery(_ record: WebhookDeliveryRecord, _ numbers: PublicNumbers) -> JSONValue {
         .object([
-            "id": .integer(record.id),
+            "id": .integer(numbers.shown(record.id)),
             "eventId": .string(record.eventID),
             "status": .string(record.status.rawValue),
             "attempts": .integer(Int64(record.attempts)),

@@ -476,6 +476,16 @@ enum SQLiteMigrations {
                 "UPDATE webhook_deliveries SET first_attempt_at = created_at WHERE attempts > 0",
             ]
         ),
+        Migration(
+            version: 22,
+            name: "the store's secrets",
+            statements: [
+                // Secrets of the database itself, the same for every process that opens it: `public_numbers`, the key
+                // of the numbers apps see in place of the counters all apps share (`PublicNumbers`), made when a store
+                // first opens the database.
+                "CREATE TABLE store_secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
+            ]
+        ),
     ]
 }
 

@@ -94,9 +94,10 @@ extension SQLStore: EventStore {
         try db.execute(statement.sql, statement.binds)
     }
 
-    /// The public id of the event at `position`: `evt_` and the position in base 36, the same wherever the event goes.
-    static func eventID(position: Int64) -> String {
-        "evt_" + String(position, radix: 36)
+    /// The public id of the app's event at `position`: `evt_` and, in base 36, the number the app sees for the position
+    /// (``PublicNumbers``), the same wherever the event goes.
+    func eventID(position: Int64, appID: String) -> String {
+        "evt_" + String(publicNumbers(appID: appID).number(for: position), radix: 36)
     }
 
     /// On PostgreSQL, gives feed positions to the committed events still without one (up to ``sequencerPassLimit``
@@ -166,13 +167,15 @@ extension SQLStore: EventStore {
             binds += types.map { .text($0.rawValue) }.sorted { "\($0)" < "\($1)" }
         }
         sql += " ORDER BY id LIMIT \(limit)"
-        return try await reader.query(sql, binds).map(Self.event(from:))
+        return try await reader.query(sql, binds).map(event(from:))
     }
 
-    static func event(from row: StoreRow) throws -> EventRecord {
-        EventRecord(
-            position: Int64(row.column("id")?.integer ?? 0), id: eventID(position: Int64(row.column("id")?.integer ?? 0)),
-            type: LifecycleEventType(rawValue: try row.string("type")) ?? .activityUpdated, appID: try row.string("app_id"),
+    func event(from row: StoreRow) throws -> EventRecord {
+        let position = Int64(row.column("id")?.integer ?? 0)
+        let appID = try row.string("app_id")
+        return EventRecord(
+            position: position, id: eventID(position: position, appID: appID),
+            type: LifecycleEventType(rawValue: try row.string("type")) ?? .activityUpdated, appID: appID,
             activityID: row.column("activity_id")?.string, deviceID: row.column("device_id")?.string,
             data: try row.json("data") ?? [:], createdAt: try row.date("created_at")
         )

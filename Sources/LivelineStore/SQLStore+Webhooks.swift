@@ -165,7 +165,7 @@ extension SQLStore: WebhookStore {
                 let scanned = Int64(row.column("scanned_position")?.integer ?? 0)
                 let events = try db.query(
                     "SELECT * FROM events WHERE app_id = ? AND id > ? ORDER BY id LIMIT \(limit)", [.text(webhook.appID), .integer(Int(scanned))]
-                ).map(Self.event(from:))
+                ).map(self.event(from:))
                 guard let last = events.last else { continue }
                 for event in events where webhook.receives(event.type) {
                     _ = try db.query(

@@ -42,6 +42,9 @@ public final class SQLStore: Store, DispatchStore {
     /// Keys of activities read in one statement, at most.
     static let activitiesPerRead = 500
 
+    /// The database's secret for ``PublicNumbers`` (read, or made, by ``migrate(logger:)``), and each app's numbers.
+    private let publicNumberKeys = Mutex<(secret: [UInt8]?, apps: [String: PublicNumbers])>((nil, [:]))
+
     /// `readers`: the read connections `reader` has.
     init(
         dialect: SQLDialect, location: String, writer: any StoreWriter, reader: any StoreReader, readers: Int = defaultReaders,
@@ -133,7 +136,7 @@ public final class SQLStore: Store, DispatchStore {
     func migrate(logger: Logger) async throws {
         let migrations = self.migrations
         let dialect = self.dialect
-        try await transaction { db in
+        let secret = try await transaction { db in
             if dialect == .postgres {
                 // At READ COMMITTED, not the writes' SERIALIZABLE: a serializable transaction reads the snapshot taken
                 // when its first statement began, that is before the lock was granted, so a node that waited for it
@@ -160,6 +163,27 @@ public final class SQLStore: Store, DispatchStore {
                     [.integer(migration.version), .text(migration.name), .integer(Self.millis(Date()))]
                 )
             }
+            // The secret of the apps' public numbers: made once per database, the same for every node that shares it.
+            try db.query(
+                "INSERT INTO store_secrets (name, value) VALUES ('public_numbers', ?) ON CONFLICT (name) DO NOTHING",
+                [.blob(ByteBuffer(bytes: CredentialSealer.newMasterKey()))]
+            )
+            guard let secret = try db.query("SELECT value FROM store_secrets WHERE name = 'public_numbers'").first?.column("value")?.blob,
+                secret.readableBytes == 32
+            else { throw CorruptRow(column: "store_secrets.value") }
+            return Array(buffer: secret)
+        }
+        publicNumberKeys.withLock { $0.secret = secret }
+    }
+
+    /// The numbers the app `appID` sees in place of the database's shared counters.
+    public func publicNumbers(appID: String) -> PublicNumbers {
+        publicNumberKeys.withLock { keys in
+            if let numbers = keys.apps[appID] { return numbers }
+            guard let secret = keys.secret else { preconditionFailure("the store was not opened (migrate(logger:) reads the secret)") }
+            let numbers = PublicNumbers(secret: secret, appID: appID)
+            keys.apps[appID] = numbers
+            return numbers
         }
     }
 

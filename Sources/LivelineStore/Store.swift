@@ -18,6 +18,10 @@ public protocol Store: AppStore, LifecycleStore, LifetimeStore, SchemaStore, Dis
 
     /// Closes the store; no call may follow.
     func close() async throws
+
+    /// The numbers the app `appID` sees in place of the counters all apps share (``PublicNumbers``): in its event ids,
+    /// its feed's cursors and the ids of its deliveries.
+    func publicNumbers(appID: String) -> PublicNumbers
 }
 
 /// Apps, their keys and their budgets.

@@ -77,6 +77,40 @@ struct EventsAPITests {
         }
     }
 
+    @Test("an app's event ids and cursors are its own numbers: they tell nothing of how many events other apps recorded")
+    func publicNumbers() async throws {
+        try await withLiveline { api, store in
+            let one = try await createApp(store, name: "One", bundleID: "com.example.one")
+            let two = try await createApp(store, name: "Two", bundleID: "com.example.two")
+            #expect(try await api.json(.post, "/v1/activities/a/updates", key: one.secretKey, ["contentState": ["a": 1]]).status == .accepted)
+            for index in 0..<20 {
+                #expect(try await api.json(.post, "/v1/activities/b-\(index)/updates", key: two.secretKey, ["contentState": ["b": 1]]).status == .accepted)
+            }
+            #expect(try await api.json(.post, "/v1/activities/c/updates", key: one.secretKey, ["contentState": ["c": 1]]).status == .accepted)
+
+            let page = try await api.call(.get, "/v1/events?limit=1", key: one.secretKey)
+            let firstID = try #require(page["data"]?.arrayValue?.first?.objectValue?["id"]?.stringValue)
+            let firstNumber = try #require(Int64(firstID.dropFirst("evt_".count), radix: 36))
+            // The feed's positions are 1 and 22 here; the app sees numbers of its own instead.
+            #expect(PublicNumbers.numbers.contains(firstNumber), "\(firstID) is the shared counter, not the app's number")
+            let cursor = try #require(page["nextCursor"]?.stringValue)
+            let cursorDigits = try #require(PageCursorDigits.decode(cursor))
+            #expect(cursorDigits == firstNumber, "the cursor is the event's number, not its position")
+            let rest = try await api.call(.get, "/v1/events?after=\(cursor)", key: one.secretKey)
+            let restIDs = rest["data"]?.arrayValue?.compactMap { $0.objectValue?["id"]?.stringValue } ?? []
+            #expect(restIDs.count == 1)
+            let secondNumber = try #require(restIDs.first.flatMap { Int64($0.dropFirst("evt_".count), radix: 36) })
+            #expect(PublicNumbers.numbers.contains(secondNumber))
+            #expect(secondNumber - firstNumber != 21)
+
+            // The same counter is a different number in each app, and the store gives the same number after a reopen.
+            #expect(store.publicNumbers(appID: one.id).number(for: 1) != store.publicNumbers(appID: two.id).number(for: 1))
+            // A cursor kept from before public numbers (a bare position) still reads from where it was.
+            let bare = Base64URL.encode(Array("1".utf8))
+            #expect(try await api.call(.get, "/v1/events?after=\(bare)", key: one.secretKey)["data"]?.arrayValue?.count == 1)
+        }
+    }
+
     @Test("a remote start is activity.started with its audience; a start still unconfirmed after the timeout is reported once")
     func startAndUnconfirmed() async throws {
         let clock = TestClock(testStart)
@@ -123,5 +157,14 @@ struct EventsAPITests {
             #expect(try await LifetimeSweeper(store: store, policy: policy, now: { clock.now }).sweep().eventsPruned == 1)
             #expect(types(try await api.call(.get, "/v1/events", key: app.secretKey)).isEmpty)
         }
+    }
+}
+
+/// The number a feed cursor carries: the decimal digits inside its base64url.
+enum PageCursorDigits {
+    static func decode(_ cursor: String) -> Int64? {
+        var text = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        return Data(base64Encoded: text).flatMap { Int64(String(decoding: $0, as: UTF8.self)) }
     }
 }

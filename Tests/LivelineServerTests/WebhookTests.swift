@@ -170,6 +170,10 @@ struct WebhookTests {
             let deliveries = try await api.call(.get, "/v1/webhooks/\(id)/deliveries", key: app.secretKey)["data"]?.arrayValue ?? []
             #expect(deliveries.count == 5)
             #expect(deliveries.allSatisfy { $0.objectValue?["status"] == "delivered" && $0.objectValue?["lastStatusCode"] == 200 })
+            // Their ids are the app's own numbers, not the counter every app's deliveries share.
+            #expect(deliveries.allSatisfy {
+                if case .integer(let id)? = $0.objectValue?["id"] { PublicNumbers.numbers.contains(id) } else { false }
+            })
 
             let garbled = try await api.call(.post, "/v1/webhooks/\(id)/test", key: app.secretKey, body: "{{{")
             #expect(garbled.status == .badRequest, "it takes no body, and a malformed one is refused, not ignored")

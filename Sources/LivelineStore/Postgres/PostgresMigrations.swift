@@ -418,5 +418,12 @@ enum PostgresMigrations {
                 "UPDATE webhook_deliveries SET first_attempt_at = created_at WHERE attempts > 0",
             ]
         ),
+        Migration(
+            version: 13,
+            name: "the store's secrets (SQLite step 22)",
+            statements: [
+                "CREATE TABLE store_secrets (name TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL)",
+            ]
+        ),
     ]
 }
