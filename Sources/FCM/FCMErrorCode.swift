@@ -58,7 +58,7 @@ public struct FCMErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
 
 /// What a sender must do with a message FCM refused.
 public enum FCMErrorDisposition: Sendable, Hashable {
-    /// The registration token is no longer valid (`UNREGISTERED`, 404): invalidate it; never retry.
+    /// The registration token is no longer valid (`UNREGISTERED`, 404 with Google's `NOT_FOUND`): invalidate it; never retry.
     case invalidToken
     /// The request can never succeed as sent (`INVALID_ARGUMENT`, `SENDER_ID_MISMATCH`, other 4xx): never retry.
     case terminal
@@ -71,13 +71,14 @@ public enum FCMErrorDisposition: Sendable, Hashable {
     case retryable
 
     /// Classifies an FCM error response: a code with a ``FCMErrorCode/knownDisposition`` decides by itself;
-    /// otherwise the HTTP status: 404 → ``invalidToken``; 401 and 403 → ``credentials``; 429 and 5xx →
-    /// ``retryable``; anything else → ``terminal``, so that a misunderstanding never turns into a retry loop.
+    /// otherwise the HTTP status: 401, 403 and 404 → ``credentials``; 429 and 5xx → ``retryable``; anything else →
+    /// ``terminal``, so that a misunderstanding never turns into a retry loop. A 404 invalidates a token only with
+    /// Google's word for it (`UNREGISTERED`, or the status `NOT_FOUND`): a bare one comes from something that does not
+    /// know the send method (a wrong base URL or project), and would otherwise invalidate every device of the app.
     public static func disposition(status: Int, code: FCMErrorCode?) -> FCMErrorDisposition {
         if let known = code?.knownDisposition { return known }
         switch status {
-        case 404: return .invalidToken
-        case 401, 403: return .credentials
+        case 401, 403, 404: return .credentials
         case 429, 500...599: return .retryable
         default: return .terminal
         }

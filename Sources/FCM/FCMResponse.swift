@@ -120,9 +120,9 @@ public struct FCMResponse: Sendable, Hashable {
         case "INTERNAL": return .internal
         default: break
         }
+        // A 404 without Google's status is not FCM's answer about a token (a wrong base URL, a proxy): no code.
         switch httpStatus {
         case 400: return .invalidArgument
-        case 404: return .unregistered
         case 429: return .quotaExceeded
         case 500: return .internal
         case 503: return .unavailable

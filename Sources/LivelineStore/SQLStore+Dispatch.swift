@@ -468,9 +468,11 @@ extension SQLStore {
             let was = try db.query(
                 "SELECT healthy FROM app_credentials WHERE app_id = ? AND provider = ?", [.text(appID), .text(provider.rawValue)]
             ).first?.column("healthy")?.integer
+            // `updated_at` is when the credentials were set, and the push directories' version of them: a change of
+            // health is neither (a client rebuilt for it cut off the pushes in flight on the one it replaced).
             _ = try db.query(
-                "UPDATE app_credentials SET healthy = ?, health_reason = ?, updated_at = ? WHERE app_id = ? AND provider = ?",
-                [.integer(healthy ? 1 : 0), Self.text(reason), .integer(Self.millis(now)), .text(appID), .text(provider.rawValue)]
+                "UPDATE app_credentials SET healthy = ?, health_reason = ? WHERE app_id = ? AND provider = ?",
+                [.integer(healthy ? 1 : 0), Self.text(reason), .text(appID), .text(provider.rawValue)]
             )
             // Told once, when they turn unhealthy.
             if !healthy, let was, was != 0 {

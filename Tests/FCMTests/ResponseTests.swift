@@ -66,6 +66,11 @@ struct ResponseTests {
         #expect(FCMResponse(status: 502, body: [UInt8]()).reason == "HTTP 502")
         #expect(FCMResponse(status: 418, body: [UInt8]()).disposition == .terminal)
         #expect(FCMResponse(status: 401, body: [UInt8]()).disposition == .credentials)
+        // A 404 that is not Google's (a wrong base URL, a proxy) blames the app's setup, never the device's token.
+        let bare = FCMResponse(status: 404, body: Array("<html>Not Found</html>".utf8))
+        #expect(bare.errorCode == nil)
+        #expect(bare.disposition == .credentials)
+        #expect(FCMResponse(status: 404, body: Self.errorBody(code: 404, status: "NOT_FOUND", errorCode: nil)).disposition == .invalidToken)
     }
 
     @Test(
@@ -80,7 +85,7 @@ struct ResponseTests {
             (.internal, 500, .retryable),
             (.unspecifiedError, 400, .terminal),
             (.unspecifiedError, 500, .retryable),
-            (.unknown("SOMETHING_NEW"), 404, .invalidToken),
+            (.unknown("SOMETHING_NEW"), 404, .credentials),
             (.unknown("SOMETHING_NEW"), 409, .terminal),
             (.unknown("SOMETHING_NEW"), 403, .credentials),
             (.unknown("SOMETHING_NEW"), 401, .credentials),

@@ -162,7 +162,11 @@ struct CredentialsAPITests {
 
             let listed = try await api.call(.get, "/admin/v1/apps/\(app.id)/credentials", key: adminToken)
             #expect(listed["data"]?.arrayItems.count == 1)
-            try await store.setCredentialsHealth(appID: app.id, provider: .apns, healthy: false, reason: "InvalidProviderToken", at: Date())
+            let setAt = try await store.credentials(appID: app.id, provider: .apns)?.updatedAt
+            try await store.setCredentialsHealth(appID: app.id, provider: .apns, healthy: false, reason: "InvalidProviderToken", at: Date() + 60)
+            // When they were set stays: it is also the version the push connections are built from, and a change of health
+            // rebuilt them, cutting off the pushes in flight.
+            #expect(try await store.credentials(appID: app.id, provider: .apns)?.updatedAt == setAt)
             let seen = try await api.call(.get, "/v1/app", key: app.secretKey)
             #expect(seen["id"] == .string(app.id))
             let credentials = try #require(seen["credentials"]?.arrayItems.first?.objectValue)
