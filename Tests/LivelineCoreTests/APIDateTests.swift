@@ -44,4 +44,39 @@ struct APIDateTests {
             #expect(parsed.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } == millis)
         }
     }
+
+    @Test("valid RFC 3339 dates are read as Foundation reads them, across eras, leap days and offsets")
+    func readsValidDates() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            let seconds = Int64.random(in: 0..<253_402_300_800, using: &generator)
+            let date = Date(timeIntervalSince1970: TimeInterval(seconds))
+            #expect(APIDate.parseISO8601(foundation(date, fractional: false)) == date)
+        }
+        #expect(APIDate.parseISO8601("2024-02-29T12:00:00+02:00") == Date(timeIntervalSince1970: 1_709_200_800))
+        #expect(APIDate.parseISO8601("2024-02-29T12:00:00-00:30") == Date(timeIntervalSince1970: 1_709_209_800))
+        #expect(APIDate.parseISO8601("2026-11-21t10:00:00z") == APIDate.parseISO8601("2026-11-21T10:00:00Z"), "RFC 3339 allows t and z")
+        #expect(APIDate.parseISO8601("2026-11-21T10:00:00.25Z")?.timeIntervalSince1970 == 1_795_255_200.25)
+    }
+
+    @Test(
+        "an invalid date is refused, not rolled over or cut short",
+        arguments: [
+            "2026-11-31T10:00:00Z", "2026-02-29T10:00:00Z", "2026-13-01T10:00:00Z", "2026-00-10T10:00:00Z", "2026-11-00T10:00:00Z",
+            "2026-11-21T24:00:00Z", "2026-11-21T10:60:00Z", "2026-11-21T10:00:61Z", "2026-11-21T10:00:00+99:99",
+            "2026-11-21T10:00:00+24:00", "2026-11-21T10:00:00Zjunk", "2026-11-21T10:00:00Z (oops)", "2026-11-21T10:00:00",
+            "2026-11-21 10:00:00Z", "2026-11-21T10:00Z", "2026-11-21T10:00:00.Z", "2026-11-21T10:00:00+0200", "26-11-21T10:00:00Z",
+            "+2026-11-21T10:00:00Z", "2026-11-21", "",
+        ]
+    )
+    func refusesInvalidDates(_ text: String) {
+        #expect(APIDate.parseISO8601(text) == nil)
+    }
+
+    @Test("a date before 1970 is out of range for an activity's dates, as a negative number is")
+    func rangeOfStrings() {
+        #expect(throws: ValidationError.self) { try APIDate.epochSeconds(from: "0001-01-01T00:00:00Z", field: "staleDate") }
+        #expect(throws: ValidationError.self) { try APIDate.epochSeconds(from: "1969-12-31T23:59:59Z", field: "staleDate") }
+        #expect((try? APIDate.epochSeconds(from: "1970-01-01T00:00:00Z", field: "staleDate")) == 0)
+    }
 }
