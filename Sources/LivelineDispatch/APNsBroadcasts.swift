@@ -43,7 +43,9 @@ extension APNsPushTransport: BroadcastTransport {
             return .retryable(reason: reason, retryAfter: response.retryAfter, requestID: response.requestID)
         case .credentials:
             let tokenProblem = response.reason == .expiredProviderToken || response.reason == .invalidProviderToken
-            if tokenProblem, !retriedWithFreshToken { return nil }
+            // Sent again only when a new token replaced the refused one (as a device push is): with the same token, a
+            // second refusal is certain, and one request more.
+            if tokenProblem, response.providerTokenReplaced, !retriedWithFreshToken { return nil }
             return .credentialsRejected(reason: reason, requestID: response.requestID)
         }
     }

@@ -423,7 +423,10 @@ public final class Dispatcher: Service, Sendable {
         case .unscheduled: retryAt = nil
         }
         // An unsettled broadcast keeps the activity pending: it is looked at again when it falls due, never at once.
-        let due = [retryAt, broadcastDue].compactMap { $0 }.min()
+        // A fan-out with nothing to retry (`.now`: look again only if something new came meanwhile) does not bring it
+        // forward: the broadcast is what is behind, and looking at once published it again at once, a refused or
+        // failing broadcast a few times a second for as long as the activity lived.
+        let due = release == .now && broadcastDue != nil ? broadcastDue : [retryAt, broadcastDue].compactMap { $0 }.min()
         try await store.releaseClaim(
             appID: appID, activityID: activityID, owner: claim.owner, platforms: configuration.platforms, retryAt: due
         )

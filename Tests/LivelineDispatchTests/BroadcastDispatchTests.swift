@@ -146,6 +146,29 @@ struct BroadcastDispatchTests {
     }
 }
 
+extension BroadcastDispatchTests {
+    @Test("a broadcast refused on every pass is published again after the pass-retry delay, not at once", arguments: StoreKind.available)
+    func refusedBroadcastWaits(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            _ = try await broadcastActivity(store, "match-9", subscribers: 1, tokens: 0..<1)
+            let transport = ScriptedBroadcasts()
+            transport.answer(with: Array(repeating: .credentialsRejected(reason: "InvalidProviderToken", requestID: nil), count: 10_000))
+            var configuration = fastConfiguration()
+            configuration.retry.passRetryDelay = .milliseconds(400)
+            try await running(Dispatcher(store: store, transports: transport, configuration: configuration)) {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match-9", contentState: ["home": 1]), at: Date())
+                // The token instance is done after the first pass; the broadcast is refused on each one.
+                #expect(try await eventually { transport.tokens.pushes.count == 1 && !transport.broadcasts.isEmpty })
+                try await Task.sleep(for: .milliseconds(1_000))
+            }
+            // One pass at once, then one every 400 ms: a few in 1 s. Looked at again at once, it was published hundreds
+            // of times.
+            #expect(transport.broadcasts.count <= 6, "\(transport.broadcasts.count) broadcasts in about 1 s")
+        }
+    }
+}
+
 /// Channel deletions at the edge of a unit test; the first `failures` deletions fail.
 private final class DeletingChannels: BroadcastChannelManagement, @unchecked Sendable {
     private let lock = NSLock()
