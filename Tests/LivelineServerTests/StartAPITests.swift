@@ -77,6 +77,31 @@ struct StartAPITests {
         }
     }
 
+    @Test("an update of a remotely started activity must fit the start push a phone still waiting for its start gets")
+    func updateFitsTheStart() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            var body = startBody(["all": true]).objectValue!
+            body["attributes"] = ["notes": .string(String(repeating: "a", count: 1_500))]
+            #expect(try await api.json(.post, "/v1/activities/match-5/start", key: app.secretKey, .object(body)).status == .accepted)
+            // 2,600 bytes of state fit an update (4,096 bytes) but not a start beside 1,500 bytes of attributes.
+            let large = try await api.json(
+                .post, "/v1/activities/match-5/updates", key: app.secretKey, ["contentState": ["commentary": .string(String(repeating: "b", count: 2_600))]]
+            )
+            #expect(large.status == .unprocessableContent)
+            #expect(large.errorCode == "payload_too_large")
+            #expect(large.errorField == "contentState")
+            let small = try await api.json(
+                .post, "/v1/activities/match-5/updates", key: app.secretKey, ["contentState": ["commentary": .string(String(repeating: "b", count: 1_000))]]
+            )
+            #expect(small.status == .accepted)
+            // An activity started on the phones has no start to carry: the same large state is accepted.
+            #expect(try await api.json(
+                .post, "/v1/activities/order-5/updates", key: app.secretKey, ["contentState": ["commentary": .string(String(repeating: "b", count: 2_600))]]
+            ).status == .accepted)
+        }
+    }
+
     @Test("refusals: publishable key, missing alert, reserved attribute, bad audiences, ended activity, another attributes type")
     func refusals() async throws {
         try await withLiveline { api, store in

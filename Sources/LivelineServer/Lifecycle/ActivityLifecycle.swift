@@ -48,6 +48,22 @@ struct ActivityLifecycle: Sendable {
 
     // MARK: Updates and ends
 
+    /// Refuses a state of a remotely started activity that a start push could not carry: a phone of the start that has
+    /// not started yet (its start was retried, or it was admitted later) gets its start with the newest state, its
+    /// attributes and the start's alert, and APNs would refuse it (413), leaving the phone without its activity.
+    static func validateStartRenderings(of next: LiveActivityState, for current: ActivityRecord, now: Date) throws(ValidationError) {
+        guard let alert = current.startAlert, let attributesType = current.attributesType, let attributes = current.attributes else { return }
+        do {
+            try next.validateStartRenderings(attributesType: attributesType, attributes: attributes, alert: alert, now: now)
+        } catch where error.code == "payload_too_large" {
+            throw ValidationError(
+                code: "payload_too_large",
+                message: "This activity was started remotely, and a phone still waiting for its start gets the start push with the newest state, the activity's attributes and the start's alert: with this contentState that push would be too large for the push service. Send a smaller contentState.",
+                field: "contentState"
+            )
+        }
+    }
+
     /// Accepts `update`, as the backend posted it, as the activity's next sequence (creating the activity on first
     /// sight). Its `contentShape` is the lifecycle's to set. Under an idempotency key (`idempotency`), the Store
     /// remembers the accepted update with its response, or replays the response of the same update accepted before.
@@ -70,6 +86,7 @@ struct ActivityLifecycle: Sendable {
             throw Self.apiError(error, activityID: update.activityID)
         }
         try next.validateRenderings(now: now, delivery: plan.delivery)
+        if let current { try Self.validateStartRenderings(of: next, for: current, now: now) }
         try await prepareDelivery(plan, appID: update.appID, activityID: update.activityID)
         var accepting = update
         accepting.contentState = next.contentState
