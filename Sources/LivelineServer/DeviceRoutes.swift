@@ -197,6 +197,22 @@ struct DeviceRoutes<Context: RequestContext>: Sendable {
         return tokens
     }
 
+    /// The values of `name` in a query string, decoded as HTML forms and the usual clients (`URLSearchParams`, Python's
+    /// `urlencode`) encode them: `+` is a space, `%2B` a plus. (A tag such as `city:New York` arrives as `New+York`.)
+    /// A value that is not valid percent-encoding is 422 `invalid_tag`, as any other malformed tag condition.
+    static func formValues(_ name: String, in query: String) throws -> [String] {
+        let decode = { (text: Substring) in String(text).replacingOccurrences(of: "+", with: " ").removingPercentEncoding }
+        return try query.split(separator: "&", omittingEmptySubsequences: true).compactMap { pair in
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard decode(parts[0]) == name else { return nil }
+            guard parts.count > 1 else { return "" }
+            guard let value = decode(parts[1]) else {
+                throw ValidationError(code: "invalid_tag", message: "\(name) is not valid percent-encoding.", field: name)
+            }
+            return value
+        }
+    }
+
     /// The listing's filter: `userId` and any number (up to 16) of `tag=key:value`, all of which must hold.
     static func filter(_ request: Request) throws -> DeviceFilter {
         let query = request.uri.queryParameters
@@ -204,7 +220,7 @@ struct DeviceRoutes<Context: RequestContext>: Sendable {
         if let userID = query["userId"].map(String.init) {
             filter.userID = try Identifier.validate(userID, field: "userId")
         }
-        let tags = query.getAll("tag")
+        let tags = try formValues("tag", in: request.uri.query ?? "")
         guard tags.count <= maximumTagFilters else {
             throw ValidationError(code: "too_many_tags", message: "At most \(maximumTagFilters) tag conditions.", field: "tag")
         }

@@ -26,7 +26,12 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             } else if let failure = error as? PostgresFailure, failure.isConnectionLost {
                 context.logger.warning("The database connection was lost", metadata: ["error": "\(failure)", "path": "\(request.uri.path)"])
             }
-            return Response.json(apiError.json, status: apiError.status)
+            var response = Response.json(apiError.json, status: apiError.status)
+            if apiError.status == .unauthorized {
+                // RFC 9110 §11.6.1: a 401 carries a challenge, here the scheme the API takes (RFC 6750 §3).
+                response.headers[.wwwAuthenticate] = "Bearer realm=\"liveline\""
+            }
+            return response
         }
     }
 

@@ -33,6 +33,7 @@ struct ErrorsAndAccessTests {
                     let reply = try await api.call(route.method, route.path, key: key, body: route.body?.encodedString)
                     #expect(reply.status == .unauthorized, "\(route.method) \(route.path) with \(key ?? "no key")")
                     #expect(reply.errorCode == (key == nil ? "unauthorized" : "invalid_api_key"))
+                    #expect(reply.headers[.wwwAuthenticate] == "Bearer realm=\"liveline\"", "RFC 9110: a 401 carries a challenge")
                     #expect(reply.json.objectValue?["error"]?.objectValue?["message"]?.stringValue?.isEmpty == false)
                 }
             }
