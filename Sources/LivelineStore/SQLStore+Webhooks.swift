@@ -84,7 +84,9 @@ public enum WebhookAttemptResult: Sendable, Hashable {
 /// Webhook endpoints and their deliveries.
 public protocol WebhookStore: Sendable {
     /// Creates an endpoint; it receives the events recorded from now on.
-    func createWebhook(_ webhook: WebhookRecord) async throws
+    /// Creates an endpoint unless its app already has `maximum` of them (checked in the same transaction: endpoints
+    /// created at once cannot pass the limit together); false when it has.
+    func createWebhook(_ webhook: WebhookRecord, maximum: Int) async throws -> Bool
     func webhooks(appID: String) async throws -> [WebhookRecord]
     func webhook(appID: String, id: String) async throws -> WebhookRecord?
     /// Deletes an endpoint and its deliveries; false when the app has no such endpoint.
@@ -114,8 +116,10 @@ public protocol WebhookStore: Sendable {
 }
 
 extension SQLStore: WebhookStore {
-    public func createWebhook(_ webhook: WebhookRecord) async throws {
+    public func createWebhook(_ webhook: WebhookRecord, maximum: Int) async throws -> Bool {
         try await transaction { db in
+            let count = try db.query("SELECT COUNT(*) AS n FROM webhooks WHERE app_id = ?", [.text(webhook.appID)]).first?.column("n")?.integer ?? 0
+            guard count < maximum else { return false }
             _ = try db.query(
                 """
                 INSERT INTO webhooks (id, app_id, url, event_types, enabled, sealed_secret, scanned_position, created_at)
@@ -125,6 +129,7 @@ extension SQLStore: WebhookStore {
                  .text(JSONValue.array(webhook.eventTypes.map { .string($0.rawValue) }).encodedString), .integer(webhook.enabled ? 1 : 0),
                  .blob(ByteBuffer(bytes: webhook.sealedSecret)), .integer(Self.millis(webhook.createdAt))]
             )
+            return true
         }
     }
 

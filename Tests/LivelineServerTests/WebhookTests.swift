@@ -382,4 +382,22 @@ struct WebhookTests {
             #expect(try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": "https://hooks.example.com/x"]).status == .created)
         }
     }
+
+    @Test("an app has at most 20 webhooks, however many are created at once")
+    func limit() async throws {
+        try await withLiveline(sealer: sealer) { api, store in
+            let app = try await createApp(store)
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for index in 0..<30 {
+                    group.addTask {
+                        try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string("https://hooks.example.com/\(index)")]).status
+                    }
+                }
+                return try await group.reduce(into: [HTTPResponse.Status]()) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == .created }.count == 20)
+            #expect(statuses.filter { $0 == .conflict }.count == 10)
+            #expect(try await store.webhooks(appID: app.id).count == 20)
+        }
+    }
 }
