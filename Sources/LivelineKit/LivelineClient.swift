@@ -8,7 +8,9 @@ import Foundation
 /// created again on the same directory sends what waits. Calls coalesce (the newest token wins; see
 /// ``pendingOperations()``), go out in order (device, instance registrations, events), and are retried with
 /// exponential backoff and full jitter on transport errors, 408, 429 (never sooner than `Retry-After`) and 5xx.
-/// Any other refusal drops the call and is reported as ``LivelineEvent/rejected(_:status:code:message:)``.
+/// Any other refusal drops the call and is reported as ``LivelineEvent/rejected(_:status:code:message:)``; a device
+/// registration refused for one of the device's fields sends its push-to-start tokens again on their own. The key must
+/// be the app's publishable key (`pk_…`).
 public actor LivelineClient {
     /// What the client was made with.
     public nonisolated let configuration: LivelineConfiguration
@@ -28,7 +30,8 @@ public actor LivelineClient {
     /// Creates a client and loads the outbox a previous client on the same storage directory left; whatever waits
     /// there is sent at once (backoff starts over; attempt counts are kept).
     ///
-    /// - Throws: ``LivelineError`` when the storage directory cannot be created or the outbox file cannot be read.
+    /// - Throws: ``LivelineError`` when the key is not a publishable key (`pk_…`), or the storage directory cannot be
+    ///   created or the outbox file cannot be read.
     public init(configuration: LivelineConfiguration) throws {
         try self.init(
             configuration: configuration, transport: URLSessionTransport(), clock: { Date() },
@@ -41,6 +44,8 @@ public actor LivelineClient {
         configuration: LivelineConfiguration, transport: any LivelineTransport, clock: @escaping @Sendable () -> Date,
         random: @escaping @Sendable () -> Double, idempotencyKeys: @escaping @Sendable () -> String
     ) throws {
+        // A secret key would work on these routes, and ship inside the app: refused before anything is sent.
+        guard configuration.publishableKey.hasPrefix("pk_") else { throw LivelineError.notAPublishableKey }
         self.configuration = configuration
         self.transport = transport
         self.clock = clock
@@ -204,8 +209,14 @@ public actor LivelineClient {
                 outbox.complete(attempt)
                 persist()
                 emit(.sent(operation, status: status))
-            case .rejected(let status, let code, let message):
+            case .rejected(let status, let code, let message, let field):
                 outbox.reject(attempt)
+                // A device registration carries the push-to-start tokens merged with the device's fields: refused for
+                // one of those (a user id the server does not take, say), the tokens go again on their own, rather
+                // than being lost until iOS hands the app new ones.
+                if case .registerDevice(let registration) = operation.kind, let retry = Self.tokensAlone(registration, refusedField: field) {
+                    outbox.record(.registerDevice(retry))
+                }
                 persist()
                 emit(.rejected(operation, status: status, code: code, message: message))
             case .retry(let reason, let retryAfter):
@@ -222,6 +233,14 @@ public actor LivelineClient {
         }
         currentPass = nil
         schedule()
+    }
+
+    /// The push-to-start tokens of a refused device registration, to send again on their own; nil when it carried
+    /// nothing else (the tokens themselves were refused) or the refusal was about the tokens.
+    static func tokensAlone(_ registration: LivelineDeviceRegistration, refusedField field: String?) -> LivelineDeviceRegistration? {
+        guard !registration.pushToStartTokens.isEmpty, field.map({ !$0.hasPrefix("pushToStartTokens") }) ?? false else { return nil }
+        let alone = LivelineDeviceRegistration(pushToStartTokens: registration.pushToStartTokens)
+        return alone == registration ? nil : alone
     }
 
     /// Arms the timer for the next due operation (at once when one is due now). While a pass runs it does nothing:

@@ -89,6 +89,8 @@ public enum LivelineError: Error, Sendable, Hashable, CustomStringConvertible {
     case unreadableOutbox(String)
     /// ``Liveline/configure(_:)`` was called again with a different configuration.
     case alreadyConfigured
+    /// The configuration's key is not the app's publishable key (`pk_…`): a secret key must never ship in an app.
+    case notAPublishableKey
 
     /// A sentence saying what went wrong.
     public var description: String {
@@ -96,6 +98,7 @@ public enum LivelineError: Error, Sendable, Hashable, CustomStringConvertible {
         case .storage(let why): "LivelineKit storage: \(why)"
         case .unreadableOutbox(let why): "The LivelineKit outbox file cannot be read: \(why)"
         case .alreadyConfigured: "Liveline is already configured with another configuration."
+        case .notAPublishableKey: "publishableKey must be the app's publishable key (pk_…); a secret key must never ship in an app."
         }
     }
 }

@@ -29,7 +29,7 @@ enum LivelineOutcome: Sendable, Hashable {
     /// A transport error, 408, 429 or 5xx: try again, not before `retryAfter` seconds when the server said so.
     case retry(reason: String, retryAfter: TimeInterval?)
     /// Another status: the server will not take it. `code` is its `error.code` (or `http_<status>`).
-    case rejected(status: Int, code: String, message: String?)
+    case rejected(status: Int, code: String, message: String?, field: String? = nil)
 }
 
 /// The pure rules of the wire: how an operation becomes a request, and what an answer means.
@@ -75,15 +75,15 @@ enum LivelineWire {
             let reason = "HTTP \(status)" + (error.code.map { " \($0)" } ?? "")
             return .retry(reason: reason, retryAfter: response.headers["retry-after"].flatMap { retryAfter($0, now: now) })
         }
-        return .rejected(status: status, code: error.code ?? "http_\(status)", message: error.message)
+        return .rejected(status: status, code: error.code ?? "http_\(status)", message: error.message, field: error.field)
     }
 
-    /// `{"error": {"code", "message"}}`, when the body is that.
-    static func errorBody(_ body: Data) -> (code: String?, message: String?) {
+    /// `{"error": {"code", "message", "field"}}`, when the body is that.
+    static func errorBody(_ body: Data) -> (code: String?, message: String?, field: String?) {
         guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
             let error = object["error"] as? [String: Any]
-        else { return (nil, nil) }
-        return (error["code"] as? String, error["message"] as? String)
+        else { return (nil, nil, nil) }
+        return (error["code"] as? String, error["message"] as? String, error["field"] as? String)
     }
 
     /// A `Retry-After` value in seconds from `now`: delta-seconds (`120`) or an HTTP date. `nil` when unreadable.

@@ -245,6 +245,52 @@ struct ClientTests {
         try Data("not json".utf8).write(to: kitConfiguration(directory).outboxFile)
         #expect(throws: LivelineError.self) { try makeClient(kitConfiguration(directory), ScriptedTransport()) }
     }
+
+    @Test("A device registration refused for its user id sends its push-to-start token again on its own")
+    func tokenOutlivesARefusedField() async throws {
+        let directory = uniqueTemporaryURL(prefix: "livelinekit-token-alone")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let transport = ScriptedTransport()
+        let calls = Mutex(0)
+        transport.answer { request in
+            // The first attempt fails on the way, so that the token merges into the waiting registration.
+            guard calls.withLock({ $0 += 1; return $0 }) > 1 else { return nil }
+            let body = requestBody(request)
+            if body?["userId"] != nil {
+                return LivelineHTTPResponse(
+                    status: 422, headers: [:], body: Data(#"{"error":{"code":"invalid_id","message":"no","field":"userId"}}"#.utf8)
+                )
+            }
+            return LivelineHTTPResponse(status: 201, headers: [:], body: Data())
+        }
+        let client = try makeClient(kitConfiguration(directory), transport)
+        await client.registerDevice(userID: "alice@example.com")
+        await client.setPushToStartToken("abcd", attributesType: "MatchAttributes")
+        #expect(await eventually {
+            let pending = await client.pendingOperations()
+            return transport.requests.count == 3 && pending.isEmpty
+        })
+        let merged = try #require(transport.requests.dropFirst().first.flatMap(requestBody))
+        #expect(merged["userId"] as? String == "alice@example.com" && merged["pushToStartTokens"] != nil)
+        let retried = try #require(transport.requests.last.flatMap(requestBody))
+        #expect(retried["userId"] == nil)
+        #expect((retried["pushToStartTokens"] as? NSDictionary)?["MatchAttributes"] as? String == "abcd")
+        // A refusal of the tokens themselves is not sent again.
+        #expect(LivelineClient.tokensAlone(LivelineDeviceRegistration(pushToStartTokens: ["A": "zz"]), refusedField: "pushToStartTokens.A") == nil)
+        #expect(LivelineClient.tokensAlone(LivelineDeviceRegistration(userID: "u", pushToStartTokens: ["A": "zz"]), refusedField: "pushToStartTokens.A") == nil)
+        #expect(LivelineClient.tokensAlone(LivelineDeviceRegistration(pushToStartTokens: ["A": "zz"]), refusedField: "userId") == nil)
+    }
+
+    @Test("A secret key is refused before anything is sent: it would work on these routes, and ship inside the app")
+    func secretKeyRefused() throws {
+        let directory = uniqueTemporaryURL(prefix: "livelinekit-secret")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var configuration = kitConfiguration(directory)
+        configuration.publishableKey = "sk_" + String(repeating: "A", count: 48)
+        let transport = ScriptedTransport()
+        #expect(throws: LivelineError.notAPublishableKey) { try makeClient(configuration, transport) }
+        #expect(transport.requests.isEmpty)
+    }
 }
 
 /// A Live Activity made of streams the test feeds.

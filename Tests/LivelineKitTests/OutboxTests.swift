@@ -183,7 +183,7 @@ struct RetryScheduleTests {
         )
         #expect(
             LivelineWire.outcome(of: response(422, [:], #"{"error":{"code":"invalid_push_token","message":"hex","field":"pushToken"}}"#), now: now)
-                == .rejected(status: 422, code: "invalid_push_token", message: "hex")
+                == .rejected(status: 422, code: "invalid_push_token", message: "hex", field: "pushToken")
         )
         #expect(LivelineWire.outcome(of: response(404, [:], "not json"), now: now) == .rejected(status: 404, code: "http_404", message: nil))
         let date = Date(timeIntervalSince1970: 1_800_000_000)
