@@ -111,7 +111,8 @@ public actor FCMAccessTokens {
     /// A usable access token: the cached one, or a fresh one from one shared exchange.
     ///
     /// - Throws: ``FCMAuthenticationError`` when the endpoint refuses the assertion; ``FCMTransportError`` when it
-    ///   could not be reached. A failed exchange is not cached: the next call tries again.
+    ///   could not be reached. A failed exchange is not cached: the next call tries again. A failed refresh of a token
+    ///   still valid for more than a minute keeps that token in use, and tries again after 30 seconds.
     public func current() async throws -> String {
         if let cached, now() < cached.refreshAt { return cached.token }
         let task: Task<Cached, any Error>
@@ -146,9 +147,22 @@ public actor FCMAccessTokens {
             return fresh.token
         } catch {
             if inFlight == task { inFlight = nil }
+            // A refresh that failed while the token it replaces is still good for a while (the refresh margin is five
+            // minutes): FCM still takes that one, so it is used until then, and the exchange tried again a little later
+            // rather than by every send meanwhile.
+            if var kept = cached, now() + Self.expiryGuard < kept.expiresAt {
+                kept.refreshAt = min(now() + Self.refreshRetry, kept.expiresAt - Self.expiryGuard)
+                cached = kept
+                return kept.token
+            }
             throw error
         }
     }
+
+    /// How soon a refresh that failed is tried again while the cached token stays in use.
+    static let refreshRetry: TimeInterval = 30
+    /// A cached token is not used this close to its expiry (a send takes time to arrive).
+    static let expiryGuard: TimeInterval = 60
 
     /// Drops the cached token because FCM refused it (401), so the next ``current()`` makes a new exchange.
     /// When `token` is given and is no longer the cached one (another caller already replaced it), nothing changes:

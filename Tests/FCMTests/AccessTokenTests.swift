@@ -157,4 +157,24 @@ struct AccessTokenTests {
         #expect(try await tokens.current() == "access-token-2")
         #expect(FCMAuthenticationError(status: 503, error: "x").isRetryable)
     }
+
+    @Test("a refresh that fails while the token is still valid keeps it in use, and is tried again 30 s later")
+    func failedRefreshKeepsTheToken() async throws {
+        let clock = TestClock()
+        let exchange = ScriptedExchange(expiresIn: 3600)
+        let tokens = FCMAccessTokens(serviceAccount: try FCMServiceAccount(json: serviceAccountJSON()), exchange: exchange, now: { clock.now })
+        #expect(try await tokens.current() == "access-token-1")
+        clock.advance(by: 3600 - 300)
+        exchange.fail(with: FCMAuthenticationError(status: 503, error: "backendError"))
+        #expect(try await tokens.current() == "access-token-1", "FCM still takes it for five minutes")
+        #expect(try await tokens.current() == "access-token-1")
+        #expect(exchange.calls.count == 2, "not one exchange per send")
+        clock.advance(by: 30)
+        exchange.fail(with: nil)
+        #expect(try await tokens.current() == "access-token-3")
+        // Within a minute of its expiry a token is not used: the failure is the caller's.
+        clock.advance(by: 3600 - 60)
+        exchange.fail(with: FCMAuthenticationError(status: 503, error: "backendError"))
+        await #expect(throws: FCMAuthenticationError.self) { try await tokens.current() }
+    }
 }
