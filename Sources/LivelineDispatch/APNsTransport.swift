@@ -111,6 +111,8 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
     private let now: @Sendable () -> Date
     private let logger: Logger
     private var clients: [String: (version: Date?, client: APNsClient)] = [:]
+    /// Apps whose stored credentials are marked refused, as last read.
+    private var unhealthy: Set<String> = []
     private var channelManagers: [String: (version: Date?, manager: APNsChannelManager, bundleID: String)] = [:]
     private var warned: Set<String> = []
 
@@ -145,6 +147,7 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
     public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
         guard platform == .ios else { return nil }
         let stored = try await store.credentials(appID: appID, provider: .apns)
+        noteHealth(of: stored, appID: appID)
         if let cached = clients[appID], cached.version == stored?.updatedAt { return APNsPushTransport(client: cached.client) }
         guard let credentials = try await credentials(appID: appID)?.credentials else { return nil }
         // The actor is reentrant: while this call waited for the Store, another may have built the client for these
@@ -174,7 +177,19 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         }
     }
 
+    /// Remembers whether the app's stored credentials are marked refused, as read for its pushes.
+    private func noteHealth(of stored: StoredCredentials?, appID: String) {
+        if stored?.healthy == false { unhealthy.insert(appID) } else { unhealthy.remove(appID) }
+    }
+
     public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
+        // Accepted credentials are written only when they were marked refused: the engine says so after every call.
+        if healthy {
+            guard unhealthy.remove(appID) != nil else { return }
+            logger.notice("APNs takes the app's credentials again", metadata: ["app": "\(appID)"])
+        } else {
+            unhealthy.insert(appID)
+        }
         do {
             try await store.setCredentialsHealth(appID: appID, provider: .apns, healthy: healthy, reason: reason, at: now())
         } catch {

@@ -635,6 +635,11 @@ public final class Dispatcher: Service, Sendable {
                     }
                     group.addTask { [pushes, sent, cancelled] in
                         let results = pushes.isEmpty ? [] : await self.push(pushes, instances: sent, transport: rendition.transport)
+                        // A push the service took says the app's credentials work: marked unhealthy after a refusal,
+                        // they are healthy again (the directory writes only then).
+                        if let platform = pushes.first?.platform, results.contains(where: { $0.final == .delivered }) {
+                            await self.transports.credentialsHealth(appID: appID, platform: platform, healthy: true, reason: nil)
+                        }
                         return .resultsReceived(cancelled + results)
                     }
                 case .recordProgress(let batch):

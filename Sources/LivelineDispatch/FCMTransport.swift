@@ -85,6 +85,8 @@ public actor FCMTransportDirectory: PushTransportDirectory {
     private let now: @Sendable () -> Date
     private let logger: Logger
     private var clients: [String: (version: Date?, client: FCMClient)] = [:]
+    /// Apps whose stored credentials are marked refused, as last read.
+    private var unhealthy: Set<String> = []
     private var warned: Set<String> = []
 
     /// Creates the directory. Each app's client takes its timeouts and its limit of concurrent sends from
@@ -105,6 +107,7 @@ public actor FCMTransportDirectory: PushTransportDirectory {
     public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
         guard platform == .android else { return nil }
         let stored = try await store.credentials(appID: appID, provider: FCMCredentials.provider)
+        noteHealth(of: stored, appID: appID)
         if let cached = clients[appID], cached.version == stored?.updatedAt { return FCMPushTransport(client: cached.client) }
         let credentials: FCMCredentials
         if let stored {
@@ -130,7 +133,19 @@ public actor FCMTransportDirectory: PushTransportDirectory {
         return FCMPushTransport(client: client)
     }
 
+    /// Remembers whether the app's stored credentials are marked refused, as read for its pushes.
+    private func noteHealth(of stored: StoredCredentials?, appID: String) {
+        if stored?.healthy == false { unhealthy.insert(appID) } else { unhealthy.remove(appID) }
+    }
+
     public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {
+        // Accepted credentials are written only when they were marked refused: the engine says so after every call.
+        if healthy {
+            guard unhealthy.remove(appID) != nil else { return }
+            logger.notice("FCM takes the app's credentials again", metadata: ["app": "\(appID)"])
+        } else {
+            unhealthy.insert(appID)
+        }
         do {
             try await store.setCredentialsHealth(
                 appID: appID, provider: FCMCredentials.provider, healthy: healthy, reason: reason, at: now()

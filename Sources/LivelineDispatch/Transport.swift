@@ -84,6 +84,7 @@ extension PushTransport {
 public protocol PushTransportDirectory: Sendable {
     /// The transport for the app on `platform`, or nil when the app cannot send there (no credentials and no emulator).
     func transport(appID: String, platform: Platform) async throws -> (any PushTransport)?
-    /// Marks the app's credentials as refused (`healthy == false`) or accepted.
+    /// Marks the app's credentials as refused (`healthy == false`) or accepted. The engine reports them accepted after
+    /// every call with a delivered push: a directory records that only when they were marked refused.
     func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async
 }

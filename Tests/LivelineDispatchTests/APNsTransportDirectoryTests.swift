@@ -39,6 +39,30 @@ struct APNsTransportDirectoryTests {
         }
     }
 
+    @Test("credentials marked refused are healthy again once a push goes through, and the client stays the same throughout")
+    func healthRecovers() async throws {
+        try await withTemporaryStore { store, _ in
+            try await store.createApp(AppRecord(id: "app_h", name: "H", bundleID: "com.example.h", androidPackage: nil, createdAt: Date()), keys: [])
+            let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
+            let credentials = APNsCredentials(
+                teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: P256.Signing.PrivateKey().pemRepresentation, environment: .sandbox,
+                baseURL: "https://127.0.0.1:9"
+            )
+            try await store.saveCredentials(try credentials.stored(appID: "app_h", sealer: sealer, at: Date()))
+            let directory = APNsTransportDirectory(store: store, sealer: sealer)
+            let first = try await directory.transport(appID: "app_h", platform: .ios) as? APNsPushTransport
+            await directory.credentialsHealth(appID: "app_h", platform: .ios, healthy: false, reason: "InvalidProviderToken")
+            #expect(try await store.credentials(appID: "app_h", provider: .apns)?.healthy == false)
+            let again = try await directory.transport(appID: "app_h", platform: .ios) as? APNsPushTransport
+            #expect(again.map { ObjectIdentifier($0.client) } == first.map { ObjectIdentifier($0.client) }, "a change of health rebuilt the client")
+            await directory.credentialsHealth(appID: "app_h", platform: .ios, healthy: true, reason: nil)
+            let recovered = try await store.credentials(appID: "app_h", provider: .apns)
+            #expect(recovered?.healthy == true)
+            #expect(recovered?.healthReason == nil)
+            await directory.shutdown()
+        }
+    }
+
     @Test("a cached client serves the credentials it was built from and older ones, never newer ones")
     func cachedVersions() {
         let t0 = Date(timeIntervalSince1970: 1_795_000_000)
