@@ -75,9 +75,11 @@ struct ConnectionLimitsTests {
                 #expect(answer.contains(#""code":"\#(code)""#), "\(answer)")
                 #expect(answer.contains("Content-Type: application/json"), "\(answer)")
             } else {
-                // Garbage behind a request that is being answered: that answer first, whole, then a refusal.
+                // Garbage behind a request that is being answered: that answer first, whole, then the API's JSON refusal.
                 #expect(answer.hasPrefix("HTTP/1.1 200 OK"), "\(answer)")
                 #expect(answer.contains(#"{"status":"ok"}HTTP/1.1 \#(status)"#), "\(answer)")
+                #expect(answer.contains(#""code":"malformed_request""#), "\(answer)")
+                #expect(answer.components(separatedBy: "Content-Type: application/json").count == 3, "both answers are JSON: \(answer)")
             }
         }
     }

@@ -82,6 +82,10 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
     /// A request's head arrived and its response's end has not been written: an answer of this handler's own would
     /// cross the route's.
     private var requestOpen = false
+    /// A request's head arrived and its end has not: a parse error now is about its body, which its route reads.
+    private var requestArriving = false
+    /// Bytes that are not HTTP/1.1 arrived after a whole request whose answer is not written yet: answered after it.
+    private var malformedAfterRequest: HTTPParserError?
     /// The connection is being answered and closed by this handler.
     private var closing = false
 
@@ -118,9 +122,12 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
         switch unwrapInboundIn(data) {
         case .head:
             requestOpen = true
+            requestArriving = true
             perform(deadlines.requestHeadReceived(at: .now()))
         case .body: break
-        case .end: perform(deadlines.requestEndReceived(at: .now()))
+        case .end:
+            requestArriving = false
+            perform(deadlines.requestEndReceived(at: .now()))
         }
         context.fireChannelRead(data)
     }
@@ -134,6 +141,11 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
             perform(deadlines.responseEndWritten(at: .now()))
         }
         context.write(data, promise: promise)
+        // Bytes that are not HTTP/1.1 came after this request (pipelined): answered now that its answer is written.
+        if case .end = unwrapOutboundIn(data), let malformed = malformedAfterRequest {
+            malformedAfterRequest = nil
+            answerAndClose(APIError.malformedRequest(malformed), context: context)
+        }
     }
 
     /// Bytes that are not HTTP/1.1 (an unknown method, a header block over the decoder's limit, a broken request
@@ -141,12 +153,19 @@ final class ConnectionTimeoutHandler: ChannelDuplexHandler, RemovableChannelHand
     /// the connection is closed, where Hummingbird would answer an empty 400. Within a request (its route may be
     /// answering) the error goes on to Hummingbird: the route reading the body sees it thrown, ``ErrorMiddleware``
     /// answers the same JSON error, and Hummingbird closes the connection.
+    ///
+    /// Bytes that are not HTTP/1.1 pipelined after a whole request, while its answer is still being made, are answered
+    /// the same way once that answer is written.
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        guard let parseError = error as? HTTPParserError, !requestOpen else { return context.fireErrorCaught(error) }
+        guard let parseError = error as? HTTPParserError, !requestArriving else { return context.fireErrorCaught(error) }
         guard !closing else { return }
         closing = true
         logger.debug("Answering a request that is not HTTP/1.1 and closing the connection", metadata: ["error": "\(parseError)"])
-        answerAndClose(APIError.malformedRequest(parseError), context: context)
+        if requestOpen {
+            malformedAfterRequest = parseError
+        } else {
+            answerAndClose(APIError.malformedRequest(parseError), context: context)
+        }
     }
 
     /// Bytes arrived, as ``ConnectionBytesObserver`` saw them.
