@@ -355,6 +355,9 @@ public final class SQLStore: Store, DispatchStore {
                 try db.executeTogether(statements)
                 return RegistrationResult(change: .created, instance: Self.newInstance(r, nowMillis: nowMillis), needsDelivery: catchUp)
             }
+            // A device id is one installation: its platform never changes (as for devices; the instance's priority-10
+            // tally and its pushes are the platform's).
+            if instance.platform != r.platform { throw StoreError.platformMismatch(registered: instance.platform) }
             let newUserID = r.userID ?? instance.userID
             // A subscription to the channel counts as a token of its own: it replaces the token (or the push-to-start
             // token of a remote start), and a token replaces it.
@@ -363,10 +366,9 @@ public final class SQLStore: Store, DispatchStore {
             // A new token, or the phone confirming a remotely started instance (an Android phone registers the FCM token
             // its start went to).
             let newState = tokenChanged || wasStarting ? instance.state.applying(.tokenRegistered) : instance.state
-            guard tokenChanged || instance.platform != r.platform || instance.userID != newUserID || newState != instance.state else {
+            guard tokenChanged || instance.userID != newUserID || newState != instance.state else {
                 return RegistrationResult(change: .unchanged, instance: instance)
             }
-            instance.platform = r.platform
             instance.pushToken = r.pushToken
             instance.channelID = r.channelID
             instance.userID = newUserID

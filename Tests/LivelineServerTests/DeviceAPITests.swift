@@ -167,6 +167,21 @@ struct DeviceAPITests {
         }
     }
 
+    @Test("an instance's platform never changes, as a device's: the other platform is 409 platform_mismatch")
+    func instancePlatform() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            let ios: JSONValue = ["platform": "ios", "pushToken": .string(String(repeating: "ab", count: 32))]
+            #expect(try await api.json(.put, "/v1/activities/p-1/instances/phone-p", key: app.publishableKey, ios).status == .created)
+            let android = try await api.json(
+                .put, "/v1/activities/p-1/instances/phone-p", key: app.publishableKey, ["platform": "android", "pushToken": "fcm-token-p"]
+            )
+            #expect(android.status == .conflict)
+            #expect(android.errorCode == "platform_mismatch")
+            #expect(try await api.json(.put, "/v1/activities/p-1/instances/phone-p", key: app.publishableKey, ios).status == .ok)
+        }
+    }
+
     @Test("list by user and by tags, paged with a cursor; delete answers 204 then 404")
     func listAndDelete() async throws {
         try await withLiveline { api, store in

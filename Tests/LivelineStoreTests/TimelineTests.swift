@@ -137,6 +137,7 @@ struct TimelineTests {
                 "DROP TABLE fanout_slices",
                 "ALTER TABLE instances DROP COLUMN priority10_tally",
                 "DROP INDEX activities_claimed",
+                "DROP TABLE store_secrets",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])
