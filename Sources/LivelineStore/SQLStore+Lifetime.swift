@@ -18,7 +18,8 @@ extension SQLStore {
             WHERE a.state = 'active' AND a.delivery = 'token'
               AND EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id)
               AND NOT EXISTS (
-                  SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id AND i.state IN ('active', 'starting')
+                  SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id
+                    AND i.state IN ('active', 'starting', 'invalidated')
               )
               AND NOT EXISTS (SELECT 1 FROM start_audiences s WHERE s.app_id = a.app_id AND s.activity_id = a.activity_id AND s.admitted = 0)
             LIMIT \(limit)

@@ -114,7 +114,8 @@ public protocol LifecycleStore: Sendable {
 public protocol LifetimeStore: HousekeepingStore {
     /// Active activities first seen at or before `cutoff`, oldest first.
     func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey]
-    /// Active activities that had instances and have no active one left.
+    /// Active activities that had instances and have none left that is active, starting or invalidated (an invalidated
+    /// instance comes back when the phone registers the activity's new token).
     func activitiesWithAllInstancesGone(limit: Int) async throws -> [ActivityKey]
     /// Marks active instances registered at or before `cutoff` as ended (the platform has ended them); returns how many.
     func endInstances(registeredBefore cutoff: Date, at now: Date) async throws -> Int

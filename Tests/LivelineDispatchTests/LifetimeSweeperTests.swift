@@ -85,6 +85,18 @@ struct LifetimeSweeperTests {
             #expect(try await store.activity(appID: appID, activityID: "match")?.endReason == .allInstancesGone)
             // An activity that never had instances keeps its state for later registrations.
             #expect(try await store.activity(appID: appID, activityID: "lonely")?.state == .active)
+
+            // An invalidated instance is not gone: the phone registers the activity's new token, which revives it.
+            _ = try await store.registerInstance(instance("rotating", "phone", token: token(3)), at: clock.now)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "rotating", contentState: ["n": 1]), at: clock.now)
+            try await store.recordProgress(
+                DeliveryProgress(
+                    appID: appID, activityID: "rotating", invalidated: [PushedInstance(deviceID: "phone", token: token(3), sequence: 1)]
+                ),
+                at: clock.now
+            )
+            #expect(try await sweeper.sweep().endedWithAllInstancesGone == 0)
+            #expect(try await store.registerInstance(instance("rotating", "phone", token: token(4)), at: clock.now).instance.state == .active)
         }
     }
 
