@@ -201,9 +201,10 @@ extension LiveActivityState {
         )
     }
 
-    /// The final state an end accepted at `now` makes, after `head`: what is given, and for the content state, stale
-    /// date and relevance score that are not, the activity's current ones (an end repeats the last state unless told
-    /// otherwise). The alert and dismissal date are the end's own.
+    /// The final state an end accepted at `now` makes, after `head`: what is given, and for the content state and
+    /// relevance score that are not, the activity's current ones (an end repeats the last state unless told
+    /// otherwise). The alert, dismissal date and stale date are the end's own: the last update's stale date, inherited,
+    /// showed the final card as out of date on the Lock Screen for the hours an ended activity stays there.
     ///
     /// `nil` when there is no final state at all — no content state given, and none ever accepted: the activity ends
     /// as the next sequence (``ActivityHead/next(now:)``) with nothing to show or send. The API refuses such an end
@@ -216,7 +217,8 @@ extension LiveActivityState {
         guard let finalState = contentState ?? head.contentState else { return nil }
         let next = head.next(now: now)
         return LiveActivityState(
-            activityID: activityID, event: .end, sequence: next.sequence, timestamp: next.timestamp, contentState: finalState, staleDate: staleDate ?? head.staleDate, relevanceScore: relevanceScore ?? head.relevanceScore,
+            activityID: activityID, event: .end, sequence: next.sequence, timestamp: next.timestamp, contentState: finalState, staleDate: staleDate,
+            relevanceScore: relevanceScore ?? head.relevanceScore,
             alert: alert, dismissalDate: dismissalDate
         )
     }
