@@ -68,6 +68,27 @@ struct LifecycleAPITests {
         }
     }
 
+    @Test("under rate shaping the default stale date leaves room for the interval: fresh states are not shown stale")
+    func staleDateUnderShaping() async throws {
+        let clock = TestClock(testStart)
+        try await withLiveline(clock: clock) { api, store in
+            let app = try await createApp(store)
+            #expect(try await api.json(
+                .post, "/v1/activities/shaped/updates", key: app.secretKey, ["contentState": ["n": 1], "minUpdateInterval": 360]
+            ).status == .accepted)
+            clock.advance(by: 10)
+            #expect(try await api.json(.post, "/v1/activities/shaped/updates", key: app.secretKey, ["contentState": ["n": 2]]).status == .accepted)
+            // Updates 10 s apart alone would make it stale in 2 minutes; the phones get a state every 6.
+            let read = try await api.call(.get, "/v1/activities/shaped", key: app.secretKey)
+            #expect(read["staleDate"] == .string(APIDate.iso8601(testStart.addingTimeInterval(10 + 720))))
+            // A stale date given is kept as given.
+            #expect(try await api.json(
+                .post, "/v1/activities/shaped/updates", key: app.secretKey, ["contentState": ["n": 3], "staleDate": "2026-11-21T10:05:00Z"]
+            ).status == .accepted)
+            #expect(try await api.call(.get, "/v1/activities/shaped", key: app.secretKey)["staleDate"] == "2026-11-21T10:05:00Z")
+        }
+    }
+
     @Test("an activity with no instances keeps its latest state for instances that register later")
     func stateBeforeInstances() async throws {
         try await withLiveline { api, store in

@@ -75,7 +75,13 @@ struct ActivityLifecycle: Sendable {
         if let current, current.state != .active { throw APIError.activityEnded(update.activityID) }
         let plan = try await deliveryPlan(requested, appID: update.appID, current: current)
         let checked = try await contracts.check(update.contentState, appID: update.appID, activity: current, remember: true)
-        let staleDate = update.staleDate ?? staleness.staleDate(now: now, previous: current?.sequenceAt)
+        var staleDate = update.staleDate ?? staleness.staleDate(now: now, previous: current?.sequenceAt)
+        // Under rate shaping a state reaches the phones up to one interval after it is accepted, and the next one an
+        // interval after that: a default stale date reckoned from the accepts alone (updates every 10 s, an interval of
+        // 6 minutes: stale after 2) showed the phones' fresh state as stale most of the time.
+        if update.staleDate == nil, let interval = update.minUpdateInterval ?? current?.minUpdateInterval, interval > 0 {
+            staleDate = max(staleDate, APIDate.epochSeconds(now) + Int64((2 * interval).rounded(.up)))
+        }
         let next: LiveActivityState
         do {
             next = try LiveActivityState.update(
