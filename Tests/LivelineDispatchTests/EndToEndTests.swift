@@ -172,18 +172,19 @@ struct EndToEndTests {
         try await withEmulatedAPNs { env in
             var tokens: [String] = []
             for index in 0..<20 { tokens.append(try await env.addPhone("iphone-\(index)", activity: "match")) }
-            // Every answer takes 16 s, longer than the 12 s lease: a lease renewed only when a page is read would run out
+            // Every answer takes 24 s, longer than the 20 s lease: a lease renewed only when a page is read would run out
             // mid-pass, and the other engine would claim the activity and send every phone the update again. (Renewals
             // come every third of the lease; under a loaded test run they may be late, hence not a shorter lease: with
             // the whole suite running beside it and the machine's two cores busy, one renewal came 6.6 s after the one
             // before, past the 4 s lease this test had; and once, with an 8 s lease and 10 s answers, half the phones
             // were sent the update twice, most likely the lease lapsing after one of the two connections' answers were
-            // recorded and before the other's, and the other engine sending the unrecorded phones the update again.)
+            // recorded and before the other's, and the other engine sending the unrecorded phones the update again; and
+            // once more, in a full run of the suite on 2026-11-28, every phone twice with a 12 s lease and 16 s answers.)
             var slow = APNsFaults()
-            slow.delayMilliseconds = 16_000
+            slow.delayMilliseconds = 24_000
             env.emulator.setFaults(slow)
             var configuration = e2eConfiguration()
-            configuration.claimLease = 12
+            configuration.claimLease = 20
             let first = env.makeDispatcher(configuration)
             let second = env.makeDispatcher(configuration)
             try await running(first) { () async throws in
@@ -194,9 +195,9 @@ struct EndToEndTests {
                     first.wake()
                     second.wake()
                     #expect(try await waitFor { tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["minute": 1] } })
-                    // The phones show it when the pushes arrive; the answers come 16 s later, and only then does the pass
+                    // The phones show it when the pushes arrive; the answers come 24 s later, and only then does the pass
                     // end: a second sender would have sent by then.
-                    try await Task.sleep(for: .seconds(17))
+                    try await Task.sleep(for: .seconds(25))
                 }
             }
             for token in tokens {
