@@ -864,7 +864,9 @@ public final class Dispatcher: Service, Sendable {
                 final = .credentials
             case .retryable(let reason, let retryAfter, let providerID):
                 record(.retrying, providerID, reason)
-                if attempt < configuration.retry.maximumAttempts, !Task.isShuttingDownGracefully {
+                if attempt < configuration.retry.maximumAttempts, configuration.retriesWithinPass(platform: push.platform, reason: reason),
+                    !Task.isShuttingDownGracefully
+                {
                     let floor = configuration.retryFloor(platform: push.platform, reason: reason)
                     let delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, floor: floor, random: random())
                     // A shutdown ends the wait (it may be a minute or more): the push is left for the next pass, after

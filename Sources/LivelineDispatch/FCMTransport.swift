@@ -61,6 +61,14 @@ public struct FCMPushTransport: PushTransport {
 }
 
 extension DispatcherConfiguration {
+    /// Whether a push to `platform` refused with `reason` is tried again within the pass (after a backoff) rather than
+    /// left for the activity's next pass, ``RetryPolicy/passRetryDelay`` later. APNs' `TooManyRequests` (429) says the
+    /// provider sent too many notifications to that one device token in a short time: sending again within a second
+    /// or two, five times, is what it asks not to do.
+    public func retriesWithinPass(platform: Platform, reason: String) -> Bool {
+        !(platform == .ios && reason == "TooManyRequests")
+    }
+
     /// Where the backoff of a push to `platform` refused with `reason` starts (see
     /// ``RetryPolicy/delay(afterAttempt:retryAfter:floor:random:)``): zero for iOS; for FCM's `QUOTA_EXCEEDED`
     /// ``fcmQuotaRetryFloor`` (or ``fcmRetryFloor`` when longer), for FCM's other refusals ``fcmRetryFloor``.
