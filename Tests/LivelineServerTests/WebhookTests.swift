@@ -93,6 +93,10 @@ struct WebhookTests {
         try strict.check(resolved: [[93, 184, 216, 34]])
         let relaxed = WebhookURLPolicy(allowsPrivateNetworks: true)
         #expect(try relaxed.check("http://127.0.0.1:8000/hook").port == 8000)
+        // A URL too long is told so, not that it is not a URL.
+        let long = "https://hooks.example.com/" + String(repeating: "a", count: 2_048)
+        let refusal = #expect(throws: WebhookURLPolicy.Refusal.self) { _ = try strict.check(long) }
+        #expect(refusal?.description == "url must be at most 2,048 bytes.")
     }
 
     @Test("backoff doubles with jitter, honours Retry-After, and gives up after the retry period")

@@ -20,7 +20,8 @@ public struct WebhookURLPolicy: Sendable {
 
     /// Checks the URL's form and, when the host is an address, the address.
     public func check(_ text: String) throws(Refusal) -> URL {
-        guard text.utf8.count <= 2048, let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty
+        guard text.utf8.count <= 2048 else { throw Refusal("url must be at most 2,048 bytes.") }
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty
         else { throw Refusal("url must be an absolute https:// URL.") }
         guard url.user == nil, url.password == nil else { throw Refusal("url must not carry credentials.") }
         guard scheme == "https" || (allowsPrivateNetworks && scheme == "http") else {
