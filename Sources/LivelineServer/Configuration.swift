@@ -170,7 +170,7 @@ public struct LivelineConfiguration: Sendable {
         Key(name: "liveline.budget.hourlyWithFrequentPushes", environment: "LIVELINE_BUDGET_HOURLY_WITH_FREQUENT_PUSHES", flag: nil,
             defaultValue: "40", summary: "The same for an instance whose app reported frequent updates enabled."),
         Key(name: "liveline.lifetime.endAfter", environment: "LIVELINE_LIFETIME_END_AFTER", flag: nil, defaultValue: "27900",
-            summary: "Seconds after which Liveline ends an activity nobody ended, with its last state (iOS ends them at 8 hours)."),
+            summary: "Seconds after its first instance registered (or, without one, after its creation) that Liveline ends an activity nobody ended, with its last state (iOS ends them at 8 hours)."),
         Key(name: "liveline.lifetime.instancesEndAfter", environment: "LIVELINE_LIFETIME_INSTANCES_END_AFTER", flag: nil, defaultValue: "43200",
             summary: "Seconds after registering that an instance is marked ended (the platform has ended it)."),
         Key(name: "liveline.lifetime.retention", environment: "LIVELINE_LIFETIME_RETENTION", flag: nil, defaultValue: "604800",

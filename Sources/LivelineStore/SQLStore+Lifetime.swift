@@ -4,9 +4,21 @@ import SQLiteNIO
 
 extension SQLStore {
     public func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey] {
+        // iOS's eight hours run on each phone from when it started the Live Activity: an activity the backend created
+        // (its first update) hours before any phone started it counts from its first instance, not from then. One with
+        // no instance counts from its creation. (Instances are never registered before their activity exists, so the
+        // activity's own age is a first, indexed filter.)
         try await reader.query(
-            "SELECT app_id, activity_id FROM activities WHERE state = 'active' AND created_at <= ? ORDER BY created_at LIMIT \(limit)",
-            [.integer(Self.millis(cutoff))]
+            """
+            SELECT a.app_id, a.activity_id FROM activities a
+            WHERE a.state = 'active' AND a.created_at <= ?
+              AND (
+                  EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id AND i.created_at <= ?)
+                  OR NOT EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id)
+              )
+            ORDER BY a.created_at LIMIT \(limit)
+            """,
+            [.integer(Self.millis(cutoff)), .integer(Self.millis(cutoff))]
         ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
     }
 

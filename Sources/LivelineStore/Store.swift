@@ -112,7 +112,8 @@ public protocol LifecycleStore: Sendable {
 
 /// What the lifetime sweeper finds and changes: activities and instances past the platform's limits.
 public protocol LifetimeStore: HousekeepingStore {
-    /// Active activities first seen at or before `cutoff`, oldest first.
+    /// Active activities first seen at or before `cutoff` whose first instance (if they have one) registered at or
+    /// before `cutoff` too, oldest first.
     func activitiesActive(since cutoff: Date, limit: Int) async throws -> [ActivityKey]
     /// Active activities that had instances and have none left that is active, starting or invalidated (an invalidated
     /// instance comes back when the phone registers the activity's new token).

@@ -57,6 +57,25 @@ struct LifetimeSweeperTests {
         }
     }
 
+    @Test("the lifetime counts from the first phone's registration, not from a backend update hours before it", arguments: StoreKind.available)
+    func lifetimeFromFirstInstance(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            let clock = ManualClock(t0)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["minute": 0]), at: t0)
+            _ = try await store.registerInstance(instance("match", "d1", token: token(1)), at: t0.addingTimeInterval(3 * 3600))
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "nobody", contentState: ["n": 1]), at: t0)
+            let sweeper = LifetimeSweeper(store: store, now: { clock.now })
+            clock.set(t0.addingTimeInterval(7 * 3600 + 45 * 60))
+            #expect(try await sweeper.sweep().endedForLifetime == 1, "the activity no phone watches ends; the match goes on")
+            #expect(try await store.activity(appID: appID, activityID: "match")?.state == .active)
+            #expect(try await store.activity(appID: appID, activityID: "nobody")?.endReason == .lifetime)
+            clock.set(t0.addingTimeInterval(3 * 3600 + 7 * 3600 + 45 * 60))
+            #expect(try await sweeper.sweep().endedForLifetime == 1)
+            #expect(try await store.activity(appID: appID, activityID: "match")?.endReason == .lifetime)
+        }
+    }
+
     @Test("instances are marked ended 12 hours after registering; an activity whose instances are all gone ends", arguments: StoreKind.available)
     func instancesAndAllGone(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
