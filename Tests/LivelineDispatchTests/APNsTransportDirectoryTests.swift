@@ -8,19 +8,24 @@ import Testing
 
 @testable import LivelineDispatch
 
+/// A directory over `store`, where app `appID` has stored APNs credentials (for an APNs that is not there).
+private func directoryWithCredentials(_ store: SQLStore, appID: String) async throws -> APNsTransportDirectory {
+    try await store.createApp(AppRecord(id: appID, name: appID, bundleID: "com.example.\(appID)", androidPackage: nil, createdAt: Date()), keys: [])
+    let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
+    let credentials = APNsCredentials(
+        teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: P256.Signing.PrivateKey().pemRepresentation, environment: .sandbox,
+        baseURL: "https://127.0.0.1:9"
+    )
+    try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: Date()))
+    return APNsTransportDirectory(store: store, sealer: sealer)
+}
+
 @Suite("APNs transport directory")
 struct APNsTransportDirectoryTests {
     @Test("one app's passes asking for its transport at once share one APNs client: none is replaced, and shut down, under another's pushes")
     func concurrentAsksShareOneClient() async throws {
         try await withTemporaryStore { store, _ in
-            try await store.createApp(AppRecord(id: "app_c", name: "C", bundleID: "com.example.c", androidPackage: nil, createdAt: Date()), keys: [])
-            let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
-            let credentials = APNsCredentials(
-                teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: P256.Signing.PrivateKey().pemRepresentation, environment: .sandbox,
-                baseURL: "https://127.0.0.1:9"
-            )
-            try await store.saveCredentials(try credentials.stored(appID: "app_c", sealer: sealer, at: Date()))
-            let directory = APNsTransportDirectory(store: store, sealer: sealer)
+            let directory = try await directoryWithCredentials(store, appID: "app_c")
             // Sixteen passes starting together, as a shared fan-out's slices do: each asks while the others wait for the
             // Store.
             let clients = try await withThrowingTaskGroup(of: ObjectIdentifier?.self) { group in
@@ -42,14 +47,7 @@ struct APNsTransportDirectoryTests {
     @Test("credentials marked refused are healthy again once a push goes through, and the client stays the same throughout")
     func healthRecovers() async throws {
         try await withTemporaryStore { store, _ in
-            try await store.createApp(AppRecord(id: "app_h", name: "H", bundleID: "com.example.h", androidPackage: nil, createdAt: Date()), keys: [])
-            let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
-            let credentials = APNsCredentials(
-                teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: P256.Signing.PrivateKey().pemRepresentation, environment: .sandbox,
-                baseURL: "https://127.0.0.1:9"
-            )
-            try await store.saveCredentials(try credentials.stored(appID: "app_h", sealer: sealer, at: Date()))
-            let directory = APNsTransportDirectory(store: store, sealer: sealer)
+            let directory = try await directoryWithCredentials(store, appID: "app_h")
             let first = try await directory.transport(appID: "app_h", platform: .ios) as? APNsPushTransport
             await directory.credentialsHealth(appID: "app_h", platform: .ios, healthy: false, reason: "InvalidProviderToken")
             #expect(try await store.credentials(appID: "app_h", provider: .apns)?.healthy == false)
