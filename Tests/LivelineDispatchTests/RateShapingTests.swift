@@ -147,7 +147,9 @@ struct ShutdownDuringRetryTests {
             try await seedApp(store)
             try await register(store, activity: "match", devices: 0..<1)
             let transport = ScriptedTransport()
-            transport.answer(token(0), with: [.retryable(reason: "TooManyRequests", retryAfter: .seconds(60), providerID: nil)])
+            // A 503 with a Retry-After of a minute is waited for within the pass. (A 429 TooManyRequests is not: it goes
+            // to the next pass.)
+            transport.answer(token(0), with: [.retryable(reason: "ServiceUnavailable", retryAfter: .seconds(60), providerID: nil)])
             let dispatcher = Dispatcher(store: store, transports: transport, configuration: fastConfiguration())
             let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [dispatcher], logger: Logger(label: "test")))
             let running = Task { try await group.run() }
