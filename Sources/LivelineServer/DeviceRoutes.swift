@@ -78,14 +78,14 @@ struct DeviceRoutes<Context: RequestContext>: Sendable {
         guard let platform = Platform(rawValue: platformName) else {
             throw ValidationError(code: "invalid_platform", message: "platform must be 'ios' or 'android'.", field: "platform")
         }
-        if platform == .android, body.value("pushToStartTokens") != nil {
+        if platform == .android, body.members["pushToStartTokens"] != nil {
             throw ValidationError(
                 code: "not_for_platform",
                 message: "pushToStartTokens are iOS push-to-start tokens; an Android device registers its fcmToken.",
                 field: "pushToStartTokens"
             )
         }
-        if platform == .ios, body.value("fcmToken") != nil {
+        if platform == .ios, body.members["fcmToken"] != nil {
             throw ValidationError(
                 code: "not_for_platform", message: "fcmToken is an Android device's token; an iOS device registers pushToStartTokens.",
                 field: "fcmToken"

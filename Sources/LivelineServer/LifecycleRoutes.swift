@@ -55,7 +55,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             guard platform == .ios else {
                 throw ValidationError(code: "channel_not_allowed", message: "Only an iPhone subscribes to a broadcast channel.", field: "channelId")
             }
-            guard body.value("pushToken") == nil else {
+            guard body.members["pushToken"] == nil else {
                 throw ValidationError(
                     code: "token_and_channel", message: "Give pushToken or channelId, not both: a Live Activity has one or the other.",
                     field: "channelId"
@@ -98,7 +98,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
                 "contentState", "alert", "staleDate", "relevanceScore", "priority", "dismissalDate", "minUpdateInterval", "delivery",
                 "messageStoragePolicy",
             ])
-            if body.value("dismissalDate") != nil {
+            if body.members["dismissalDate"] != nil {
                 throw ValidationError(
                     code: "dismissal_date_not_allowed",
                     message: "dismissalDate belongs to ending an activity: POST /v1/activities/{activityId}/end.",
@@ -248,7 +248,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             let report: ActivityLifecycle.InstanceReport
             switch try body.requiredString("type") {
             case let type where type == "dismissed" || type == "ended":
-                if body.value("enabled") != nil {
+                if body.members["enabled"] != nil {
                     throw APIError.badRequest("unknown_field", "enabled belongs only to the frequentPushes event.", field: "enabled")
                 }
                 report = type == "dismissed" ? .dismissed : .ended

@@ -48,7 +48,7 @@ struct StartRoutes<Context: RequestContext>: Sendable {
 
     /// The start a request's body asks for, validated.
     static func activityStart(from body: RequestBody, appID: String, activityID: String) throws -> ActivityStart {
-        if body.value("dismissalDate") != nil {
+        if body.members["dismissalDate"] != nil {
             throw ValidationError(
                 code: "dismissal_date_not_allowed", message: "dismissalDate belongs to ending an activity, not to starting one.",
                 field: "dismissalDate"

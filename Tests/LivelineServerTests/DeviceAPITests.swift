@@ -146,27 +146,6 @@ struct DeviceAPITests {
         }
     }
 
-    @Test("null is the same as leaving a field out, also for the other platform's token and the update's dismissalDate")
-    func nullIsAbsent() async throws {
-        try await withLiveline { api, store in
-            let app = try await createApp(store)
-            #expect(try await api.json(.put, "/v1/devices/phone-n", key: app.publishableKey, ["platform": "ios", "fcmToken": .null]).status == .created)
-            #expect(try await api.json(
-                .put, "/v1/devices/pixel-n", key: app.publishableKey, ["platform": "android", "fcmToken": "fcm-token-n", "pushToStartTokens": .null]
-            ).status == .created)
-            #expect(try await api.json(
-                .post, "/v1/activities/n-1/updates", key: app.secretKey, ["contentState": ["a": 1], "dismissalDate": .null]
-            ).status == .accepted)
-            #expect(try await api.json(
-                .put, "/v1/activities/n-1/instances/phone-n", key: app.publishableKey,
-                ["platform": "ios", "pushToken": .string(String(repeating: "ab", count: 32)), "channelId": .null]
-            ).status == .created)
-            #expect(try await api.json(
-                .post, "/v1/activities/n-1/instances/phone-n/events", key: app.publishableKey, ["type": "dismissed", "enabled": .null]
-            ).status == .ok)
-        }
-    }
-
     @Test("an instance's platform never changes, as a device's: the other platform is 409 platform_mismatch")
     func instancePlatform() async throws {
         try await withLiveline { api, store in
