@@ -2,7 +2,7 @@
 ///
 /// Strict where lenient parsers are not: no trailing commas, no comments, no leading zeros, no
 /// unescaped control characters, valid surrogate pairs only, one value per document. A number
-/// written without a fraction or exponent stays an integer, and must fit in 64 bits.
+/// written without a fraction or exponent that fits in 64 bits stays an integer.
 public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The byte offset where parsing failed.
     public var offset: Int
@@ -225,12 +225,7 @@ struct JSONParser {
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
         let text = String(decoding: bytes[start..<index], as: UTF8.self)
-        if isInteger {
-            // An integer beyond 64 bits would become a double, another number on the phone (a UInt64 field's value
-            // changed, or undecodable): refused, not rounded.
-            guard let integer = Int64(text) else { throw JSONParseError(offset: start, reason: "integer out of range (beyond 64 bits)") }
-            return .integer(integer)
-        }
+        if isInteger, let integer = Int64(text) { return .integer(integer) }
         guard let double = Double(text), double.isFinite else { throw JSONParseError(offset: start, reason: "number out of range") }
         return .number(double)
     }
