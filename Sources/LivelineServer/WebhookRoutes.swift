@@ -61,14 +61,13 @@ struct WebhookRoutes<Context: RequestContext>: Sendable {
         let limitReached = APIError(
             .conflict, code: "webhook_limit_reached", message: "An app has at most \(Self.maximumWebhooks) webhooks.", field: "url"
         )
-        guard try await store.webhooks(appID: caller.appID).count < Self.maximumWebhooks else { throw limitReached }
         let id = "wh_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         let secret = StandardWebhooks.newSecret()
         let record = WebhookRecord(
             id: id, appID: caller.appID, url: url, eventTypes: types, enabled: enabled,
             sealedSecret: try sealer.seal(Array(secret.utf8), appID: caller.appID, webhookID: id), createdAt: clock.now()
         )
-        // Counted again where it is created: requests at once all passed the count above.
+        // Counted in the transaction that creates it: a count read before would let requests at once all pass.
         guard try await store.createWebhook(record, maximum: Self.maximumWebhooks) else { throw limitReached }
         var json = Representation.webhook(record).objectValue ?? [:]
         json["secret"] = .string(secret)
