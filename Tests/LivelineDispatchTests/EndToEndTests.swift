@@ -40,8 +40,42 @@ struct EmulatedAPNs {
         try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: activity, contentState: state, alert: alert), at: clock.now).sequence
     }
 
-    func makeDispatcher(_ configuration: DispatcherConfiguration = e2eConfiguration()) -> Dispatcher {
-        Dispatcher(store: store, transports: directory, configuration: configuration, now: { [clock] in clock.now })
+    func makeDispatcher(
+        _ configuration: DispatcherConfiguration = e2eConfiguration(), logger: Logger = Logger(label: "liveline.dispatch")
+    ) -> Dispatcher {
+        Dispatcher(store: store, transports: directory, configuration: configuration, logger: logger, now: { [clock] in clock.now })
+    }
+}
+
+/// Counts the delivery engines that logged their start, through a logger given to each: an engine on SQLite starts by
+/// taking back every claim on the database (one `liveline serve` per file, held by ``ServeLock``), so a test running two
+/// engines on one SQLite store waits until both have started before it gives them work.
+final class EngineStarts: @unchecked Sendable {
+    private let lock = NSLock()
+    private var started = 0
+
+    var count: Int { lock.withLock { started } }
+
+    /// A logger whose "Delivery engine started" is counted here.
+    func logger() -> Logger {
+        Logger(label: "liveline.dispatch") { _ in Handler(starts: self) }
+    }
+
+    fileprivate func record() { lock.withLock { started += 1 } }
+
+    private struct Handler: LogHandler {
+        let starts: EngineStarts
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .info
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            if event.message.description == "Delivery engine started" { starts.record() }
+        }
     }
 }
 
@@ -166,46 +200,40 @@ struct EndToEndTests {
 
     @Test(
         "an engine keeps its claim while APNs answers slower than the lease: a second engine sends nothing twice",
-        .tags(.slow), .unlessSkippingSlowTests,
-        // Under the whole suite on two cores it failed in 2 of 6 runs on 2026-11-28 (every phone, then half the phones,
-        // sent twice, with a 12 s and then a 20 s lease), and it passes alone: whether a lease lapses under load or
-        // something else lets the second engine in is not known yet. Until it is, it runs when asked for, so that a
-        // flaky run does not hold back everything else; run it with LIVELINE_LEASE_UNDER_LOAD_TEST=1.
-        .enabled(
-            if: ProcessInfo.processInfo.environment["LIVELINE_LEASE_UNDER_LOAD_TEST"] == "1",
-            "flaky under a loaded full run: LIVELINE_LEASE_UNDER_LOAD_TEST=1 runs it"
-        )
+        .tags(.slow), .unlessSkippingSlowTests
     )
     func slowAnswersKeepTheClaim() async throws {
         try await withEmulatedAPNs { env in
             var tokens: [String] = []
             for index in 0..<20 { tokens.append(try await env.addPhone("iphone-\(index)", activity: "match")) }
-            // Every answer takes 24 s, longer than the 20 s lease: a lease renewed only when a page is read would run out
+            // Every answer takes 15 s, longer than the 12 s lease: a lease renewed only when a page is read would run out
             // mid-pass, and the other engine would claim the activity and send every phone the update again. (Renewals
             // come every third of the lease; under a loaded test run they may be late, hence not a shorter lease: with
             // the whole suite running beside it and the machine's two cores busy, one renewal came 6.6 s after the one
-            // before, past the 4 s lease this test had; and once, with an 8 s lease and 10 s answers, half the phones
-            // were sent the update twice, most likely the lease lapsing after one of the two connections' answers were
-            // recorded and before the other's, and the other engine sending the unrecorded phones the update again; and
-            // once more, in a full run of the suite on 2026-11-28, every phone twice with a 12 s lease and 16 s answers.)
+            // before, past the 4 s lease this test once had. The phones sent twice in loaded full runs with longer leases
+            // were the start-up below, not a lapse.)
             var slow = APNsFaults()
-            slow.delayMilliseconds = 24_000
+            slow.delayMilliseconds = 15_000
             env.emulator.setFaults(slow)
             var configuration = e2eConfiguration()
-            configuration.claimLease = 20
-            let first = env.makeDispatcher(configuration)
-            let second = env.makeDispatcher(configuration)
+            configuration.claimLease = 12
+            let starts = EngineStarts()
+            let first = env.makeDispatcher(configuration, logger: starts.logger())
+            let second = env.makeDispatcher(configuration, logger: starts.logger())
             try await running(first) { () async throws in
                 try await running(second) { () async throws in
-                    // Both engines are past their start-up (which on SQLite drops the claims a crash left) before the update.
-                    try await Task.sleep(for: .seconds(1))
+                    // Both engines are past their start-up before the update: on SQLite an engine starts by taking back
+                    // every claim on the database, the other engine's too. (A fixed second's wait was not always enough
+                    // under a loaded full run: the second engine started after the first had sent, took its claim, and
+                    // sent every phone still waiting for its answer the update again.)
+                    #expect(try await waitFor { starts.count == 2 })
                     _ = try await env.update("match", ["minute": 1])
                     first.wake()
                     second.wake()
                     #expect(try await waitFor { tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["minute": 1] } })
-                    // The phones show it when the pushes arrive; the answers come 24 s later, and only then does the pass
-                    // end: a second sender would have sent by then.
-                    try await Task.sleep(for: .seconds(25))
+                    // The phones show it when the pushes arrive; the answers come 15 s later, and only then does the pass
+                    // end: a lease lapsing at 12 s would have let the second engine send by then.
+                    try await Task.sleep(for: .seconds(16))
                 }
             }
             for token in tokens {
