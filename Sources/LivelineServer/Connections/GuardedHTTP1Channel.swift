@@ -33,7 +33,14 @@ struct GuardedHTTP1Channel: ServerChildChannel {
         } catch {
             return channel.eventLoop.makeFailedFuture(error)
         }
-        return http1.setup(channel: channel, logger: logger)
+        return http1.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            // Right after the HTTP/1 decoder, where the request's HTTP version is still known (before the parts become
+            // HTTP types).
+            let operations = channel.pipeline.syncOperations
+            let decoder = try operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self)
+            try operations.addHandler(ContinueHandler(), position: .after(decoder.handler))
+            return value
+        }
     }
 
     func handle(value: Value, logger: Logger) async {
@@ -49,6 +56,64 @@ extension HTTPServerBuilder {
     /// HTTP/1.1 with Liveline's connection deadlines.
     static func guardedHTTP1(limits: ConnectionLimits, logger: Logger) -> HTTPServerBuilder {
         HTTPServerBuilder { responder in GuardedHTTP1Channel(responder: responder, limits: limits, logger: logger) }
+    }
+}
+
+/// Answers a request that expects `100-continue` with `100 Continue` once its header block has arrived, so the client
+/// sends its body at once (RFC 9110, section 10.1.1: a server that receives it "ought to" send an immediate
+/// 100 (Continue) or a final status code). Without it such a client waits before sending its body anyway: curl a whole
+/// second, for every request. An HTTP/1.0 request's expectation is ignored, as the RFC requires; any other
+/// expectation is left to the route (none is met).
+///
+/// Requests on a connection are answered one after the other, and a client may send the next before the answer to the
+/// one before has been written (pipelining): an interim answer then waits for the end of the answers before it, so it
+/// never lands inside one of them; a final answer to the request written before its interim one went out stands
+/// instead of it. The request's parts pass on unchanged.
+final class ContinueHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    /// The requests whose answer has not ended, oldest first: the version of each one still owed a `100 Continue`.
+    private var unanswered: [HTTPVersion?] = []
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head(let head) = unwrapInboundIn(data) {
+            unanswered.append(Self.expectsContinue(head) ? head.version : nil)
+            if unanswered.count == 1 { sendContinueIfOwed(context: context) }
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(let head) where head.status.code >= 200 || head.status == .switchingProtocols:
+            // The final answer has begun: no 100 is owed any longer.
+            if !unanswered.isEmpty { unanswered[0] = nil }
+            context.write(data, promise: promise)
+        case .end:
+            context.write(data, promise: promise)
+            if !unanswered.isEmpty {
+                unanswered.removeFirst()
+                sendContinueIfOwed(context: context)
+            }
+        default:
+            context.write(data, promise: promise)
+        }
+    }
+
+    /// Writes the `100 Continue` the oldest unanswered request is owed, if any.
+    private func sendContinueIfOwed(context: ChannelHandlerContext) {
+        guard let first = unanswered.first, let version = first else { return }
+        unanswered[0] = nil
+        context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: .continue))), promise: nil)
+    }
+
+    /// Whether `head` is an HTTP/1.1 (or later) request whose `Expect` is `100-continue` (compared without case).
+    static func expectsContinue(_ head: HTTPRequestHead) -> Bool {
+        guard head.version.major > 1 || (head.version.major == 1 && head.version.minor >= 1) else { return false }
+        return head.headers[canonicalForm: "expect"].contains { $0.lowercased() == "100-continue" }
     }
 }
 
