@@ -87,11 +87,18 @@ extension PageCursor {
         encode(position: numbers.shown(counter))
     }
 
-    /// The counter a cursor in query parameter `name` stands for, nil without one; anything else is 400
-    /// `invalid_cursor`. A bare counter, as cursors were before ``PublicNumbers``, is still read as one: a client that
-    /// kept one across an upgrade goes on where it was, and learns nothing it did not give.
+    /// The counter a cursor in query parameter `name` stands for, nil without one; anything that is not a cursor is 400
+    /// `invalid_cursor`.
+    ///
+    /// A number outside the app's numbers (``PublicNumbers/numbers``) — a bare counter, as cursors were before public
+    /// numbers, or any other — stands before every counter when it is below them and after every one when above, and
+    /// is never read as a counter: read as one, the app's own rows after a counter it chose told it where they sit among
+    /// every app's, and so how many rows the other apps wrote between two of its own. A client that kept a bare cursor
+    /// across the upgrade reads its listing from the start again.
     static func counter(_ request: Request, _ name: String, _ numbers: PublicNumbers) throws -> Int64? {
-        try position(request, name).map { numbers.counter(for: $0) ?? $0 }
+        guard let position = try position(request, name) else { return nil }
+        if let counter = numbers.counter(for: position) { return counter }
+        return position < PublicNumbers.numbers.lowerBound ? PublicNumbers.counters.lowerBound - 1 : PublicNumbers.counters.upperBound + 1
     }
 }
 

@@ -105,9 +105,17 @@ struct EventsAPITests {
 
             // The same counter is a different number in each app, and the store gives the same number after a reopen.
             #expect(store.publicNumbers(appID: one.id).number(for: 1) != store.publicNumbers(appID: two.id).number(for: 1))
-            // A cursor kept from before public numbers (a bare position) still reads from where it was.
-            let bare = Base64URL.encode(Array("1".utf8))
-            #expect(try await api.call(.get, "/v1/events?after=\(bare)", key: one.secretKey)["data"]?.arrayValue?.count == 1)
+            // A bare position (as cursors were before public numbers) is not read as a position: whatever it is, the
+            // app's whole feed follows it, so its own events after a position it chose tell it nothing of where they sit
+            // among every app's. A number above the app's numbers is after all of them.
+            for position in ["1", "2", "21", "22", "23", String((1 << 52) - 1)] {
+                let bare = Base64URL.encode(Array(position.utf8))
+                let reply = try await api.call(.get, "/v1/events?after=\(bare)", key: one.secretKey)
+                #expect(reply.status == .ok)
+                #expect(reply["data"]?.arrayValue?.count == 2, "after \(position)")
+            }
+            let above = Base64URL.encode(Array(String(1 << 53).utf8))
+            #expect(try await api.call(.get, "/v1/events?after=\(above)", key: one.secretKey)["data"]?.arrayValue?.count == 0)
         }
     }
 
