@@ -25,7 +25,9 @@ public protocol BroadcastStore: Sendable {
     func setBroadcastDefaults(appID: String, _ defaults: BroadcastDefaults) async throws
 
     /// Channels of ended activities that have left every screen (their dismissal date, or four hours after the end)
-    /// and are still held at APNs, oldest first.
+    /// and are still held at APNs, oldest first — once the end was broadcast (or given up for good), since a channel
+    /// deleted first never carries it, or when the channel is no longer registered; a channel whose end never went out
+    /// is deleted twelve hours after the end, when no Live Activity can still be on a screen.
     func channelsToDelete(now: Date, limit: Int) async throws -> [ChannelToDelete]
 
     /// Records that the channel was deleted at APNs (or was already gone).
@@ -148,17 +150,23 @@ extension SQLStore: BroadcastStore {
         if rows.isEmpty { throw StoreError.appNotFound }
     }
 
+    /// How long after its end a channel whose end broadcast has not gone out is kept, at most: twelve hours, past which
+    /// no Live Activity is on a screen (eight hours active, four more on the Lock Screen once ended), sent or not.
+    static let channelKeptAfterUnsentEnd: TimeInterval = 12 * 3600
+
     public func channelsToDelete(now: Date, limit: Int) async throws -> [ChannelToDelete] {
         let nowMillis = Self.millis(now)
         let rows = try await reader.query(
             """
             SELECT app_id, activity_id, channel_id FROM activities
             WHERE state = 'ended' AND channel_id IS NOT NULL AND channel_deleted_at IS NULL
-              AND MIN(COALESCE(dismissal_date * 1000, ended_at + ?), ended_at + ?) <= ?
+              AND ((MIN(COALESCE(dismissal_date * 1000, ended_at + ?), ended_at + ?) <= ?
+                    AND (broadcast_sequence >= sequence OR channel_status <> 'active'))
+                   OR ended_at + ? <= ?)
             ORDER BY ended_at LIMIT \(limit)
             """,
             [.integer(Int(Limits.maximumDismissalDelaySeconds) * 1000), .integer(Int(Limits.maximumDismissalDelaySeconds) * 1000),
-             .integer(nowMillis)]
+             .integer(nowMillis), .integer(Int(Self.channelKeptAfterUnsentEnd * 1000)), .integer(nowMillis)]
         )
         return try rows.map {
             ChannelToDelete(appID: try $0.string("app_id"), activityID: try $0.string("activity_id"), channelID: try $0.string("channel_id"))

@@ -211,6 +211,7 @@ struct BroadcastChannelSweepTests {
             _ = try await store.endActivity(
                 ActivityEnd(appID: appID, activityID: "match", dismissalDate: Int64(start.timeIntervalSince1970) + 600), at: start
             )
+            try await recordEndBroadcast(store, activityID: "match", channelID: channelID, at: start)
             let channels = DeletingChannels(failures: 1)
             let clock = LockedDate(start)
             let sweeper = LifetimeSweeper(
@@ -247,9 +248,48 @@ struct BroadcastChannelSweepTests {
             #expect(try await store.purgeActivities(endedBefore: start.addingTimeInterval(60)) == 0)
             let record = try #require(try await store.activity(appID: appID, activityID: "match"))
             #expect(record.channel?.status == .active)
+            try await recordEndBroadcast(store, activityID: "match", channelID: "aGVsZA==", at: start)
             // Four hours after the end it has surely left the screens.
             #expect(try await store.channelsToDelete(now: start.addingTimeInterval(3600), limit: 10).isEmpty)
             #expect(try await store.channelsToDelete(now: start.addingTimeInterval(4 * 3600 + 1), limit: 10).map(\.channelID) == ["aGVsZA=="])
+        }
+    }
+
+    @Test(
+        "a channel whose end broadcast has not gone out is kept past the dismissal, until the end goes out or twelve hours pass",
+        arguments: StoreKind.available
+    )
+    func keptUntilTheEndIsBroadcast(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            let start = Date(timeIntervalSince1970: 1_800_000_000)
+            for activityID in ["sent-late", "never-sent"] {
+                _ = try await store.assignChannel(
+                    appID: appID, activityID: activityID, channelID: "\(activityID)-channel", storagePolicy: .mostRecent, maximumChannels: 10,
+                    at: start
+                )
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: activityID, contentState: ["home": 1]), at: start)
+                // Ended and dismissed at once (DELETE /v1/activities/{id}): the dismissal date is now.
+                _ = try await store.endActivity(
+                    ActivityEnd(appID: appID, activityID: activityID, dismissalDate: Int64(start.timeIntervalSince1970)), at: start
+                )
+                // APNs is unavailable: the end is being retried, not settled.
+                try await recordEndBroadcast(
+                    store, activityID: activityID, channelID: "\(activityID)-channel", status: .retrying, settled: false, at: start
+                )
+            }
+            // Past the dismissal date, but the phones have not been told the activity ended: deleting the channel would
+            // leave it on their screens.
+            #expect(try await store.channelsToDelete(now: start.addingTimeInterval(600), limit: 10).isEmpty)
+            // The end goes out for one of them: its channel goes.
+            try await recordEndBroadcast(store, activityID: "sent-late", channelID: "sent-late-channel", at: start.addingTimeInterval(900))
+            #expect(try await store.channelsToDelete(now: start.addingTimeInterval(901), limit: 10).map(\.channelID) == ["sent-late-channel"])
+            // The other's end never goes out: its channel goes twelve hours after the end, when no screen can show it.
+            #expect(try await store.channelsToDelete(now: start.addingTimeInterval(12 * 3600 - 1), limit: 10).map(\.channelID) == ["sent-late-channel"])
+            #expect(
+                Set(try await store.channelsToDelete(now: start.addingTimeInterval(12 * 3600), limit: 10).map(\.channelID))
+                    == ["sent-late-channel", "never-sent-channel"]
+            )
         }
     }
 
@@ -278,6 +318,19 @@ struct BroadcastChannelSweepTests {
             }
         }
     }
+}
+
+/// Records the activity's end broadcast on `channelID` as the engine does when it went out (or was given up for good).
+private func recordEndBroadcast(_ store: SQLStore, activityID: String, channelID: String, status: DeliveryStatus = .delivered, settled: Bool = true, at date: Date)
+    async throws
+{
+    let sequence = try #require(try await store.activity(appID: appID, activityID: activityID)).sequence
+    let attempt = DeliveryRecord(
+        appID: appID, activityID: activityID, deviceID: "", platform: .ios, sequence: sequence, event: .end, priority: 10, status: status,
+        providerID: nil, reason: status == .delivered ? nil : "ServiceUnavailable", latencyMilliseconds: 1, attempt: 1, attemptedAt: date,
+        channelID: channelID
+    )
+    try await store.recordBroadcast(attempt, settled: settled, channelGone: false, at: date)
 }
 
 /// A date the test moves.
