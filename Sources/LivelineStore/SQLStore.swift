@@ -311,10 +311,16 @@ public final class SQLStore: Store, DispatchStore {
                  key + [.text(r.deviceID)]),
             ])
             let activity = found[0].first
+            let existing = try found[1].first.map(Self.instance(from:))
             // A phone subscribed to a channel names the activity's own.
             if let channelID = r.channelID, activity?.column("channel_id")?.string != channelID { throw StoreError.channelMismatch }
             if let activity {
-                if try activity.string("state") == ActivityState.ended.rawValue { throw StoreError.activityEnded }
+                if try activity.string("state") == ActivityState.ended.rawValue {
+                    // An ended activity takes no new instance and no new token, but for an iPhone it started remotely whose
+                    // app registers its update token only now: its push-to-start token took the start and can take
+                    // nothing else, so the end reaches that phone only at the token registered here.
+                    guard let existing, Self.startedAwaitingItsToken(existing, registration: r) else { throw StoreError.activityEnded }
+                }
                 if activity.column("attributes_type")?.string == nil, r.attributesType != nil {
                     // Attributes come from the first registration that carries them.
                     try db.execute(
@@ -334,7 +340,6 @@ public final class SQLStore: Store, DispatchStore {
             }
             // Whether the activity has an accepted state for a new instance or token to be caught up on.
             let hasState = (activity?.column("sequence")?.integer ?? 0) > 0
-            let existing = try found[1].first.map(Self.instance(from:))
             guard var instance = existing else {
                 var statements: [(sql: String, binds: [SQLiteData])] = [(
                     """
@@ -404,6 +409,14 @@ public final class SQLStore: Store, DispatchStore {
             }
             return RegistrationResult(change: .updated, instance: instance, needsDelivery: needsDelivery)
         }
+    }
+
+    /// Whether `instance` is an iPhone started remotely that has not registered a token of its own yet, and `registration`
+    /// is its app registering the update token of the Live Activity the start created (the same platform, a token, no
+    /// channel).
+    static func startedAwaitingItsToken(_ instance: InstanceRecord, registration: InstanceRegistration) -> Bool {
+        instance.state == .starting && instance.platform == .ios && registration.platform == .ios && registration.channelID == nil
+            && !registration.pushToken.isEmpty
     }
 
     // An update only reads and writes its activity's row, which it locks first on PostgreSQL (``head(appID:activityID:withState:locking:on:)``):

@@ -99,6 +99,42 @@ struct RemoteStartEndToEndTests {
         }
     }
 
+    @Test("an iPhone started remotely whose app registers its update token only after the end is sent the end there")
+    func registeredAfterTheEnd() async throws {
+        try await withEmulatedPhones { env in
+            let startToken = env.apns.addDevice(bundleID: env.bundleID)
+            try await env.addDevice("iphone-1", platform: .ios, startToken: ("MatchAttributes", startToken))
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.start("match-3", for: .all, ["minute": 1])
+                dispatcher.wake()
+                #expect(try await waitFor { env.apns.display(token: startToken)?.attributesType == "MatchAttributes" })
+                #expect(try await waitFor { try await env.instance("match-3", "iphone-1")?.deliveredSequence == 1 })
+                // The backend ends the activity before the phone's app woke up to register the update token.
+                _ = try await env.store.endActivity(
+                    ActivityEnd(appID: env.appID, activityID: "match-3", contentState: ["minute": 90]), at: env.clock.now
+                )
+                dispatcher.wake()
+                #expect(try await waitFor { try await env.store.activity(appID: env.appID, activityID: "match-3")?.dispatchedSequence == 2 })
+                #expect(env.apns.pushes(token: startToken).count == 1, "a push-to-start token takes nothing but the start")
+                // Now the app registers: the only way the end can reach the Live Activity the start created.
+                let updateToken = env.apns.addDevice(bundleID: env.bundleID)
+                try await env.register("iphone-1", activity: "match-3", platform: .ios, token: updateToken)
+                dispatcher.wake()
+                #expect(try await waitFor { env.apns.display(token: updateToken)?.ended == true })
+                #expect(env.apns.display(token: updateToken)?.contentState == ["minute": 90])
+                #expect(try await waitFor { try await env.instance("match-3", "iphone-1")?.state == .ended })
+                // Any other device, or another token once registered, is still refused on the ended activity.
+                await #expect(throws: StoreError.activityEnded) {
+                    try await env.register("iphone-2", activity: "match-3", platform: .ios, token: env.apns.addDevice(bundleID: env.bundleID))
+                }
+                await #expect(throws: StoreError.activityEnded) {
+                    try await env.register("iphone-1", activity: "match-3", platform: .ios, token: env.apns.addDevice(bundleID: env.bundleID))
+                }
+            }
+        }
+    }
+
     @Test("a push-to-start token APNs no longer takes is dropped from its device, and its instance invalidated")
     func refusedToken() async throws {
         try await withEmulatedPhones { env in
