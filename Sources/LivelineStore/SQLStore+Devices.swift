@@ -42,6 +42,11 @@ extension SQLStore: DeviceStore {
             }
             for token in outcome.savedPushToStartTokens {
                 try Self.savePushToStartToken(token, appID: r.appID, deviceID: r.deviceID, on: db)
+                if let previous = device.pushToStartTokens.first(where: { $0.attributesType == token.attributesType })?.token,
+                    previous != token.token
+                {
+                    try Self.moveUnsentStarts(appID: r.appID, deviceID: r.deviceID, from: previous, to: token.token, nowMillis: nowMillis, on: db)
+                }
             }
             if outcome.tagsChanged {
                 try db.query("DELETE FROM device_tags WHERE app_id = ? AND device_id = ?", [.text(r.appID), .text(r.deviceID)])
@@ -210,6 +215,24 @@ extension SQLStore: DeviceStore {
             """,
             [.text(appID), .text(deviceID), .text(token.attributesType), .text(token.token), .integer(millis(token.updatedAt))]
         )
+    }
+
+    /// Moves the remote starts of a device's iPhone that have not gone out yet from its push-to-start token `previous` to
+    /// the token that replaced it, and makes their activities pending, so each start goes to the token the phone has now:
+    /// APNs refuses the rotated one, and a start sent there is lost (PROTOCOLS.md: keep the newest token; old ones start
+    /// failing). A start already sent is left alone: the phone's app registers the update token of the activity it made.
+    static func moveUnsentStarts(appID: String, deviceID: String, from previous: String, to token: String, nowMillis: Int, on db: any SQLConnection) throws {
+        let moved = try db.query(
+            """
+            UPDATE instances SET push_token = ?, updated_at = ?
+            WHERE app_id = ? AND device_id = ? AND platform = 'ios' AND state = 'starting' AND delivered_sequence = 0 AND push_token = ?
+            RETURNING activity_id
+            """,
+            [.text(token), .integer(nowMillis), .text(appID), .text(deviceID), .text(previous)]
+        )
+        for row in moved {
+            try markPending(appID: appID, activityID: try row.string("activity_id"), in: db)
+        }
     }
 
     static func insertTags(_ tags: [String: String], appID: String, deviceID: String, on db: any SQLConnection) throws {

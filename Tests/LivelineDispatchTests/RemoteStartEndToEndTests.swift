@@ -135,6 +135,36 @@ struct RemoteStartEndToEndTests {
         }
     }
 
+    @Test("a start not yet sent when the phone rotates its push-to-start token goes to the new token")
+    func rotatedBeforeTheStartWentOut() async throws {
+        try await withEmulatedPhones { env in
+            let oldToken = env.apns.addDevice(bundleID: env.bundleID)
+            try await env.addDevice("iphone-1", platform: .ios, startToken: ("MatchAttributes", oldToken))
+            var unavailable = APNsFaults()
+            unavailable.unavailableRate = 1
+            env.apns.setFaults(unavailable)
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.start("match-5", for: .all, ["minute": 1])
+                dispatcher.wake()
+                #expect(try await waitFor { env.apns.pushes(token: oldToken).count >= 2 })
+                // The phone rotates its push-to-start token and registers the new one; APNs refuses the old one from now on.
+                let newToken = env.apns.addDevice(bundleID: env.bundleID)
+                _ = try await env.store.putDevice(
+                    DeviceRegistration(appID: env.appID, deviceID: "iphone-1", platform: .ios, pushToStartTokens: ["MatchAttributes": newToken]),
+                    at: env.clock.now
+                )
+                env.apns.expireDevice(token: oldToken)
+                env.apns.setFaults(APNsFaults())
+                dispatcher.wake()
+                #expect(try await waitFor { env.apns.display(token: newToken)?.attributesType == "MatchAttributes" })
+                #expect(try await waitFor { try await env.instance("match-5", "iphone-1")?.deliveredSequence == 1 })
+                #expect(try await env.instance("match-5", "iphone-1")?.state == .starting)
+                #expect(env.apns.pushes(token: oldToken).allSatisfy { $0.status != 200 })
+            }
+        }
+    }
+
     @Test("a push-to-start token APNs no longer takes is dropped from its device, and its instance invalidated")
     func refusedToken() async throws {
         try await withEmulatedPhones { env in
