@@ -321,10 +321,8 @@ public final class SQLStore: Store, DispatchStore {
                     // nothing else, so the end reaches that phone only at the token registered here.
                     guard let existing, Self.startedAwaitingItsToken(existing, registration: r) else { throw StoreError.activityEnded }
                 }
-                if activity.column("attributes_type")?.string == nil, r.attributesType != nil, (activity.column("sequence")?.integer ?? 0) == 0 {
-                    // Attributes come from the first registration that carries them, while the activity has no state: once
-                    // the backend gave it one, a registration (the publishable key, which anyone may hold) no longer
-                    // decides its attributes type, whose schema would then judge the backend's updates and starts.
+                if activity.column("attributes_type")?.string == nil, r.attributesType != nil {
+                    // Attributes come from the first registration that carries them.
                     try db.execute(
                         "UPDATE activities SET attributes_type = ?, attributes = ?, updated_at = ? WHERE app_id = ? AND activity_id = ?",
                         [Self.text(r.attributesType), Self.json(r.attributes), .integer(nowMillis), .text(r.appID), .text(r.activityID)]

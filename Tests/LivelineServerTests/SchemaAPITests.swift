@@ -79,31 +79,6 @@ struct SchemaAPITests {
         }
     }
 
-    @Test("a registration no longer sets the attributes type of an activity the backend gave a state: its schema does not bind the backend")
-    func registrationAfterState() async throws {
-        try await withLiveline { api, store in
-            let app = try await createApp(store)
-            _ = try await api.json(.put, "/v1/attributes-types/DeliveryAttributes/schema", key: app.secretKey, Self.schema)
-            // The backend updates an activity no phone registered yet: it has no attributes type.
-            let first = try await api.json(.post, "/v1/activities/order-7/updates", key: app.secretKey, ["contentState": ["text": "free"]])
-            #expect(first.status == .accepted)
-            // Anyone holding the publishable key registers with an attributes type whose schema the updates do not fit.
-            let registered = try await api.json(
-                .put, "/v1/activities/order-7/instances/stranger", key: app.publishableKey,
-                ["platform": "ios", "pushToken": .string(iosToken), "attributesType": "DeliveryAttributes", "attributes": ["orderId": "x"]]
-            )
-            #expect(registered.status == .created)
-            let activity = try await api.call(.get, "/v1/activities/order-7", key: app.secretKey)
-            #expect(activity["attributesType"] == .null)
-            // The backend's updates go on as before.
-            let next = try await api.json(.post, "/v1/activities/order-7/updates", key: app.secretKey, ["contentState": ["text": "still free"]])
-            #expect(next.status == .accepted)
-            // Before any state, the first registration's type is the activity's, as before.
-            _ = try await api.json(.put, "/v1/activities/order-8/instances/device-1", key: app.publishableKey, registerBody)
-            #expect(try await api.call(.get, "/v1/activities/order-8", key: app.secretKey)["attributesType"] == "DeliveryAttributes")
-        }
-    }
-
     @Test("without a schema, a field whose type changed since the first state is accepted and reported")
     func drift() async throws {
         try await withLiveline { api, store in
