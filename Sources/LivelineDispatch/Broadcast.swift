@@ -204,6 +204,10 @@ extension Dispatcher {
                 await transports.credentialsHealth(
                     appID: activity.appID, platform: .ios, healthy: false, reason: "APNs refused the app's credentials"
                 )
+            } else if step.status == .delivered {
+                // APNs took it: the app's credentials work, as after a token push (the directory writes only when they
+                // were marked unhealthy). A broadcast-only app has no token push to say so.
+                await transports.credentialsHealth(appID: activity.appID, platform: .ios, healthy: true, reason: nil)
             }
             switch step.next {
             case .done:

@@ -169,6 +169,25 @@ extension BroadcastDispatchTests {
     }
 }
 
+extension BroadcastDispatchTests {
+    @Test("a broadcast APNs takes says the app's credentials work again, for an app whose activity has only subscribers", arguments: StoreKind.available)
+    func broadcastRestoresHealth(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            _ = try await broadcastActivity(store, "match-4", subscribers: 2, tokens: 0..<0)
+            let transport = ScriptedBroadcasts()
+            transport.answer(with: [.credentialsRejected(reason: "InvalidProviderToken", requestID: nil)])
+            try await whileDispatching(store, transport) {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match-4", contentState: ["home": 1]), at: Date())
+                #expect(try await eventually { transport.broadcasts.count >= 2 })
+                #expect(try await eventually { transport.tokens.healthReported.last == true })
+            }
+            #expect(transport.tokens.healthReported.first == false)
+            #expect(transport.tokens.pushes.isEmpty)
+        }
+    }
+}
+
 /// Channel deletions at the edge of a unit test; the first `failures` deletions fail.
 private final class DeletingChannels: BroadcastChannelManagement, @unchecked Sendable {
     private let lock = NSLock()

@@ -23,6 +23,8 @@ final class ScriptedTransport: PushTransport, PushTransportDirectory, @unchecked
     var pushes: [OutgoingPush] { lock.withLock { sent } }
     func pushes(to token: String) -> [OutgoingPush] { pushes.filter { $0.token == token } }
     var unhealthyReports: Int { lock.withLock { healthReports.filter { !$0.1 }.count } }
+    /// The health reports, in order: true for healthy.
+    var healthReported: [Bool] { lock.withLock { healthReports.map(\.1) } }
     /// Pushes handed over, answered or still in flight (in `delay`).
     var pushesBegun: Int { lock.withLock { begun } }
 
