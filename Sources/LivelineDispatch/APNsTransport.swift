@@ -216,8 +216,9 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         let (manager, bundleID) = try await channelManager(appID: appID)
         do {
             try await manager.deleteChannel(bundleID: bundleID, channelID: channelID)
-        } catch let error as APNsChannelManagementError where error.reason == .channelNotRegistered || error.status == 404 {
-            // Already gone at APNs: deleted.
+        } catch let error as APNsChannelManagementError where error.reason == .channelNotRegistered {
+            // Already gone at APNs: deleted. (A 404 is Apple's `BadPath`, a request to a path it does not have, which
+            // says nothing of the channel: it fails, and the sweeper tries again.)
         } catch {
             throw Self.managementError(error)
         }
