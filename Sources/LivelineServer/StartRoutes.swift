@@ -117,6 +117,8 @@ struct StartRoutes<Context: RequestContext>: Sendable {
             var required: [String: String] = [:]
             for (key, tag) in tags {
                 guard let tag = tag.stringValue else { throw APIError.invalidType("\(field).\(key)", expected: "a string", got: tag) }
+                // A tag no device can carry would match nothing: refused as registering it is.
+                try DeviceRoutes<Context>.validateTag(key: key, value: tag, field: field)
                 required[key] = tag
             }
             return .tags(required)

@@ -128,11 +128,16 @@ struct StartAPITests {
                 (["userIds": ["u"], "all": true], .unprocessableContent, "audience"),
                 (["everyone": true], .badRequest, "audience.everyone"),
                 (["tags": ["team": 1]], .badRequest, "audience.tags.team"),
+                // Tags no device can carry (as PUT /v1/devices refuses them).
+                (["tags": ["a:b": "c"]], .unprocessableContent, "audience.tags"),
+                (["tags": ["": "c"]], .unprocessableContent, "audience.tags"),
+                (["tags": ["team": .string(String(repeating: "x", count: 257))]], .unprocessableContent, "audience.tags"),
                 ("all", .badRequest, "audience"),
             ] {
                 let reply = try await api.json(.post, path, key: app.secretKey, startBody(audience))
                 #expect(reply.status == status, "\(audience)")
                 #expect(reply.errorField == field, "\(audience)")
+                if field == "audience.tags" { #expect(reply.errorCode == "invalid_tag", "\(audience)") }
             }
 
             var withDismissal = startBody(["all": true]).objectValue!
