@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import NIOPosix
 import SQLiteNIO
 import Synchronization
@@ -68,6 +73,7 @@ final class SQLiteWriter: StoreWriter {
     /// data (a deleted instance's push token does not linger beside its neighbours), but leaves freed pages as they
     /// were until they are reused.
     init(path: String) throws {
+        try Self.createPrivately(path)
         let handle = try SQLiteHandle(path: path)
         for pragma in ["PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON", "PRAGMA secure_delete = FAST"] {
             try handle.query(pragma)
@@ -77,6 +83,22 @@ final class SQLiteWriter: StoreWriter {
         connection = HandleBox(handle: handle)
         thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
+    }
+
+    /// Creates the database file at `path`, empty, readable and writable by its owner alone (0600), unless it exists:
+    /// it holds push tokens, user ids and content states, and SQLite gives its WAL and shared-memory files the database
+    /// file's permissions. (Created by SQLite itself, it would be 0644 under the usual umask: readable by every user of
+    /// the machine.) An existing file keeps the permissions its operator gave it.
+    static func createPrivately(_ path: String) throws {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if descriptor >= 0 {
+            closeDescriptor(descriptor)
+            return
+        }
+        let failure = errno
+        guard failure == EEXIST else {
+            throw SQLiteFailure(code: 14, message: "cannot create \(path): \(String(cString: strerror(failure)))")
+        }
     }
 
     /// Runs `body` as one write on the writer's thread, inside a transaction it may share with other writes, and
@@ -346,4 +368,9 @@ private final class PartsWrite: QueuedWrite, @unchecked Sendable {
     func fail(_ error: any Error) {
         continuation.resume(throwing: error)
     }
+}
+
+/// `close(2)`, out of reach of ``SQLiteWriter/close()`` inside the class.
+private func closeDescriptor(_ descriptor: Int32) {
+    _ = close(descriptor)
 }
