@@ -925,6 +925,21 @@ public final class Dispatcher: Service, Sendable {
                         ]
                     )
                 )
+                if result.event == .start, result.instance.platform == .ios {
+                    // An iPhone whose start was refused (its topic, the app's settings: not its token, which stays) has
+                    // no Live Activity, and no newer state can reach it: its push-to-start token takes nothing but a
+                    // start. It is invalidated, so the next start admits it afresh, once what was wrong is put right.
+                    progress.invalidated.append(pushed)
+                    progress.events.append(
+                        NewEvent(
+                            .instanceInvalidated, appID: appID, activityID: activityID, deviceID: result.instance.deviceID,
+                            data: [
+                                "platform": .string(result.instance.platform.rawValue), "reason": last?.reason.map(JSONValue.string) ?? .null,
+                                "at": .string(APIDate.iso8601(last?.attemptedAt ?? now())),
+                            ]
+                        )
+                    )
+                }
             case .invalidated:
                 progress.invalidated.append(pushed)
                 progress.events.append(
