@@ -168,9 +168,11 @@ extension Dispatcher {
         let broadcast = OutgoingBroadcast(
             appID: activity.appID, activityID: activity.activityID, bundleID: claim.bundleID, channelID: channel.id,
             sequence: state.sequence, event: state.event,
-            // A channel has no per-device budget here: what a phone with its budget untouched would get.
+            // Every subscriber got the channel's broadcasts, so each one's budget is drawn down as the channel's tally
+            // counts (whether a subscriber allowed frequent updates is not known here: the stricter budget).
             priority: budget.priority(
-                event: state.event, hasAlert: state.alert != nil, requested: activity.priority, used: 0, frequentPushes: nil
+                event: state.event, hasAlert: state.alert != nil, requested: activity.priority,
+                used: activity.broadcastPriority10.used(at: Int64(at.timeIntervalSince1970)), frequentPushes: nil
             ),
             expiration: channel.storagePolicy.broadcastExpiration(stateExpiration: state.apnsExpiration(now: at)),
             payload: ByteBuffer(bytes: state.apnsPayload.encoded())
@@ -188,8 +190,12 @@ extension Dispatcher {
                 event: broadcast.event, priority: broadcast.priority, status: step.status, providerID: step.requestID,
                 reason: step.reason, latencyMilliseconds: latency, attempt: attempt, attemptedAt: now(), channelID: channel.id
             )
+            // A broadcast APNs took at priority 10 counts against the subscribers' budget.
+            let priority10 =
+                step.status == .delivered && broadcast.priority == 10
+                ? activity.broadcastPriority10.recording(at: Int64(record.attemptedAt.timeIntervalSince1970)) : nil
             do {
-                try await store.recordBroadcast(record, settled: step.settled, channelGone: step.channelGone, at: now())
+                try await store.recordBroadcast(record, settled: step.settled, channelGone: step.channelGone, priority10: priority10, at: now())
             } catch {
                 logger.error("Recording a broadcast failed; it will be sent again", metadata: ["error": "\(error)"])
                 return passRetry

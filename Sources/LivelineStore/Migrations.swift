@@ -486,6 +486,15 @@ enum SQLiteMigrations {
                 "CREATE TABLE store_secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
             ]
         ),
+        Migration(
+            version: 23,
+            name: "broadcasts' priority-10 tally",
+            statements: [
+                // An activity's broadcasts at priority 10 over the last hour (`Priority10Tally`, packed): they draw down
+                // the budget of every iPhone subscribed to its channel.
+                "ALTER TABLE activities ADD COLUMN broadcast_priority10_tally INTEGER NOT NULL DEFAULT 0",
+            ]
+        ),
     ]
 }
 

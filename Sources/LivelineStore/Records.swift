@@ -442,6 +442,9 @@ public struct ActivityRecord: Sendable, Hashable {
     public var channel: BroadcastChannel?
     /// The sequence its last broadcast carried, or gave up on (0 before the first).
     public var broadcastSequence: Int64 = 0
+    /// Its broadcasts at priority 10 over the last hour: each one drew down the budget of every iPhone subscribed to its
+    /// channel, as a token push does its own phone's.
+    public var broadcastPriority10 = Priority10Tally(packed: 0)
 
     public init(
         appID: String, activityID: String, attributesType: String?, attributes: JSONValue?, state: ActivityState,
@@ -451,11 +454,13 @@ public struct ActivityRecord: Sendable, Hashable {
         dismissalDate: Int64?, createdAt: Date, updatedAt: Date, endedAt: Date?, instanceCounts: [InstanceState: Int],
         endReason: EndReason? = nil, minUpdateInterval: Double? = nil, lastSentSequence: Int64? = nil, lastSentAt: Date? = nil,
         budgetWarnedAt: Date? = nil, contentShape: JSONShape? = nil, startAlert: LiveActivityAlert? = nil,
-        delivery: ActivityDelivery = .token, channel: BroadcastChannel? = nil, broadcastSequence: Int64 = 0
+        delivery: ActivityDelivery = .token, channel: BroadcastChannel? = nil, broadcastSequence: Int64 = 0,
+        broadcastPriority10: Priority10Tally = Priority10Tally(packed: 0)
     ) {
         self.delivery = delivery
         self.channel = channel
         self.broadcastSequence = broadcastSequence
+        self.broadcastPriority10 = broadcastPriority10
         self.startAlert = startAlert
         self.budgetWarnedAt = budgetWarnedAt
         self.contentShape = contentShape

@@ -17,9 +17,10 @@ public protocol BroadcastStore: Sendable {
     ) async throws -> BroadcastChannel
 
     /// Records one broadcast attempt in the timeline; `settled` moves the activity's broadcast sequence to the attempt's
-    /// (sent, or given up for good), `channelGone` marks the channel unregistered. A delivered end ends the instances
-    /// subscribed to the channel.
-    func recordBroadcast(_ attempt: DeliveryRecord, settled: Bool, channelGone: Bool, at now: Date) async throws
+    /// (sent, or given up for good), `channelGone` marks the channel unregistered, `priority10` (when given) becomes the
+    /// activity's tally of broadcasts at priority 10 (``ActivityRecord/broadcastPriority10``). A delivered end ends the
+    /// instances subscribed to the channel.
+    func recordBroadcast(_ attempt: DeliveryRecord, settled: Bool, channelGone: Bool, priority10: Priority10Tally?, at now: Date) async throws
 
     /// Sets the app's broadcast defaults (`nil` parts fall back to the server's).
     func setBroadcastDefaults(appID: String, _ defaults: BroadcastDefaults) async throws
@@ -100,8 +101,14 @@ extension SQLStore: BroadcastStore {
         }
     }
 
-    public func recordBroadcast(_ attempt: DeliveryRecord, settled: Bool, channelGone: Bool, at now: Date) async throws {
+    public func recordBroadcast(_ attempt: DeliveryRecord, settled: Bool, channelGone: Bool, priority10: Priority10Tally?, at now: Date) async throws {
         var statements = Self.timelineStatements(appID: attempt.appID, activityID: attempt.activityID, attempts: [attempt])
+        if let priority10 {
+            statements.append((
+                "UPDATE activities SET broadcast_priority10_tally = ? WHERE app_id = ? AND activity_id = ?",
+                [.integer(Int(priority10.packed)), .text(attempt.appID), .text(attempt.activityID)]
+            ))
+        }
         if settled {
             statements.append((
                 "UPDATE activities SET broadcast_sequence = MAX(broadcast_sequence, ?) WHERE app_id = ? AND activity_id = ?",

@@ -878,7 +878,8 @@ public final class SQLStore: Store, DispatchStore {
             startAlert: try row.json("start_alert").flatMap(alert(from:)),
             delivery: row.column("delivery")?.string.flatMap(ActivityDelivery.init(rawValue:)) ?? .token,
             channel: channel(from: row),
-            broadcastSequence: Int64(row.column("broadcast_sequence")?.integer ?? 0)
+            broadcastSequence: Int64(row.column("broadcast_sequence")?.integer ?? 0),
+            broadcastPriority10: Priority10Tally(packed: Int64(row.column("broadcast_priority10_tally")?.integer ?? 0))
         )
     }
 

@@ -188,6 +188,40 @@ extension BroadcastDispatchTests {
     }
 }
 
+extension BroadcastDispatchTests {
+    @Test("broadcasts draw down the priority-10 budget as token pushes do: past it they go at priority 5", arguments: StoreKind.available)
+    func broadcastsKeepTheBudget(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            _ = try await broadcastActivity(store, "match-5", subscribers: 3, tokens: 0..<0)
+            let transport = ScriptedBroadcasts()
+            var configuration = fastConfiguration()
+            configuration.budget = PriorityBudget(hourly: 3)
+            try await running(Dispatcher(store: store, transports: transport, configuration: configuration)) {
+                for minute in 1...5 {
+                    _ = try await store.acceptUpdate(
+                        ActivityUpdate(appID: appID, activityID: "match-5", contentState: ["minute": .integer(Int64(minute))]), at: Date()
+                    )
+                    #expect(try await eventually {
+                        (try await store.activity(appID: appID, activityID: "match-5"))?.broadcastSequence == Int64(minute)
+                    })
+                }
+                // An alert lights the screen: priority 10 whatever the budget, and counted.
+                _ = try await store.acceptUpdate(
+                    ActivityUpdate(
+                        appID: appID, activityID: "match-5", contentState: ["minute": 6], alert: LiveActivityAlert(title: "Goal", body: "1 – 0", sound: nil)
+                    ),
+                    at: Date()
+                )
+                #expect(try await eventually { (try await store.activity(appID: appID, activityID: "match-5"))?.broadcastSequence == 6 })
+            }
+            #expect(transport.broadcasts.map(\.priority) == [10, 10, 10, 5, 5, 10])
+            let activity = try #require(try await store.activity(appID: appID, activityID: "match-5"))
+            #expect(activity.broadcastPriority10.used(at: Int64(Date().timeIntervalSince1970)) == 4)
+        }
+    }
+}
+
 /// Channel deletions at the edge of a unit test; the first `failures` deletions fail.
 private final class DeletingChannels: BroadcastChannelManagement, @unchecked Sendable {
     private let lock = NSLock()
@@ -349,7 +383,7 @@ private func recordEndBroadcast(_ store: SQLStore, activityID: String, channelID
         providerID: nil, reason: status == .delivered ? nil : "ServiceUnavailable", latencyMilliseconds: 1, attempt: 1, attemptedAt: date,
         channelID: channelID
     )
-    try await store.recordBroadcast(attempt, settled: settled, channelGone: false, at: date)
+    try await store.recordBroadcast(attempt, settled: settled, channelGone: false, priority10: nil, at: date)
 }
 
 /// A date the test moves.

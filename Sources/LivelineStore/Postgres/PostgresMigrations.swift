@@ -425,5 +425,12 @@ enum PostgresMigrations {
                 "CREATE TABLE store_secrets (name TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL)",
             ]
         ),
+        Migration(
+            version: 14,
+            name: "broadcasts' priority-10 tally (SQLite step 23)",
+            statements: [
+                "ALTER TABLE activities ADD COLUMN broadcast_priority10_tally BIGINT NOT NULL DEFAULT 0",
+            ]
+        ),
     ]
 }
