@@ -135,12 +135,13 @@ public struct LiveActivityState: Sendable, Hashable {
     /// caller hears of a problem when the state is accepted rather than never.
     ///
     /// A broadcast activity's APNs payload may be as large as a broadcast (5,120 bytes); an iPhone of it that keeps its
-    /// own token is refused one above 4,096 by APNs, and the timeline shows it.
-    public func validateRenderings(now: Date, delivery: ActivityDelivery = .token) throws(ValidationError) {
+    /// own token is refused one above 4,096 by APNs, and the timeline shows it. The FCM rendering is checked when the app
+    /// has Android phones to reach (`android`): for an iOS-only app it would hold a broadcast to FCM's 4,096 bytes.
+    public func validateRenderings(now: Date, delivery: ActivityDelivery = .token, android: Bool = true) throws(ValidationError) {
         try apnsPayload.validate(
             maximumBytes: delivery == .broadcast ? Limits.maximumBroadcastPayloadBytes : Limits.maximumAPNsPayloadBytes
         )
-        try fcmMessage(now: now).validate()
+        if android { try fcmMessage(now: now).validate() }
     }
 }
 

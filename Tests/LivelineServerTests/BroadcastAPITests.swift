@@ -131,6 +131,29 @@ struct BroadcastAPITests {
         }
     }
 
+    @Test("an iOS-only app's broadcasts may use all 5,120 bytes; with an Android package, FCM's 4,096 bytes hold them too")
+    func payloadLimitsWithoutAndroid() async throws {
+        try await withLiveline(channels: RecordingChannels()) { api, store in
+            let note: JSONValue = ["note": .string(String(repeating: "x", count: 4900))]
+            let large: JSONValue = ["contentState": note, "delivery": "broadcast"]
+            let iosOnly = try await createApp(store, name: "iOS only", bundleID: "com.example.ios", androidPackage: nil)
+            let accepted = try await api.json(.post, "/v1/activities/match-1/updates", key: iosOnly.secretKey, large)
+            #expect(accepted.status == .accepted, "\(accepted.json)")
+            let ended = try await api.json(.post, "/v1/activities/match-1/end", key: iosOnly.secretKey, ["contentState": note])
+            #expect(ended.status == .accepted, "\(ended.json)")
+            let both = try await createApp(store, name: "Both", bundleID: "com.example.both")
+            let refused = try await api.json(.post, "/v1/activities/match-1/updates", key: both.secretKey, large)
+            #expect(refused.status == .unprocessableContent)
+            #expect(refused.errorCode == "payload_too_large")
+            #expect(refused.message?.contains("FCM") == true, "\(refused.message ?? "")")
+            // A token activity of the iOS-only app stays at APNs' 4,096 bytes.
+            let token = try await api.json(
+                .post, "/v1/activities/order-1/updates", key: iosOnly.secretKey, ["contentState": ["note": .string(String(repeating: "x", count: 4100))]]
+            )
+            #expect(token.errorCode == "payload_too_large")
+        }
+    }
+
     @Test("an iPhone registers the channel it subscribed to instead of a token; the wrong channel or both are refused")
     func channelInstances() async throws {
         let channels = RecordingChannels()

@@ -112,9 +112,11 @@ private func withRouter<T: Sendable>(
     }
 }
 
-func createApp(_ store: any Store, name: String = "Test", bundleID: String = "com.example.test") async throws -> TestApp {
+func createApp(
+    _ store: any Store, name: String = "Test", bundleID: String = "com.example.test", androidPackage: String? = "com.example.test"
+) async throws -> TestApp {
     let sealer = try CredentialSealer(masterKey: Array(repeating: 3, count: 32))
-    let created = try await AppAdministration(store: store, sealer: sealer).createApp(name: name, bundleID: bundleID, androidPackage: "com.example.test")
+    let created = try await AppAdministration(store: store, sealer: sealer).createApp(name: name, bundleID: bundleID, androidPackage: androidPackage)
     return TestApp(id: created.app.id, secretKey: created.secretKey, publishableKey: created.publishableKey)
 }
 

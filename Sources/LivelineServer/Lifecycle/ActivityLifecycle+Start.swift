@@ -45,7 +45,7 @@ extension ActivityLifecycle {
         } catch {
             throw APIError.activityEnded(start.activityID)
         }
-        try next.validateRenderings(now: now, delivery: plan.delivery)
+        try next.validateRenderings(now: now, delivery: plan.delivery, android: try await reachesAndroid(appID: start.appID, delivery: plan.delivery))
         try next.validateStartRenderings(attributesType: start.attributesType, attributes: start.attributes, alert: start.alert, now: now)
         try await prepareDelivery(plan, appID: start.appID, activityID: start.activityID)
         let found = changes

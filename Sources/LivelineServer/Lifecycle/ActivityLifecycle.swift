@@ -91,7 +91,7 @@ struct ActivityLifecycle: Sendable {
         } catch {
             throw Self.apiError(error, activityID: update.activityID)
         }
-        try next.validateRenderings(now: now, delivery: plan.delivery)
+        try next.validateRenderings(now: now, delivery: plan.delivery, android: try await reachesAndroid(appID: update.appID, delivery: plan.delivery))
         if let current { try Self.validateStartRenderings(of: next, for: current, now: now) }
         try await prepareDelivery(plan, appID: update.appID, activityID: update.activityID)
         var accepting = update
@@ -146,12 +146,21 @@ struct ActivityLifecycle: Sendable {
                 field: "contentState"
             )
         }
-        try next.validateRenderings(now: now, delivery: current.delivery)
+        try next.validateRenderings(now: now, delivery: current.delivery, android: try await reachesAndroid(appID: end.appID, delivery: current.delivery))
         let ending = end
         let endChanges = changes
         let claim = idempotency?.pullback { (sequence: AcceptedSequence) in Accepted(sequence: sequence, changes: endChanges) }
         let outcome = try await Self.storing(end.activityID) { try await store.endActivity(ending, at: now, idempotency: claim) }
         return woken(outcome.map { Accepted(sequence: $0, changes: endChanges) })
+    }
+
+    /// Whether a state of an activity delivered as `delivery` may reach Android phones, whose FCM message must fit its
+    /// limit: always for a token activity (no lookup on the common path; a token activity's APNs payload is held to
+    /// 4,096 bytes anyway), and for a broadcast activity when the app has an Android package. An iOS-only app's
+    /// broadcasts may then use all of Apple's 5,120 bytes.
+    func reachesAndroid(appID: String, delivery: ActivityDelivery) async throws -> Bool {
+        guard delivery == .broadcast else { return true }
+        return try await store.app(id: appID)?.androidPackage != nil
     }
 
     /// The delivery a start or update leaves the activity with (``DeliveryPlan``), under the app's and the server's
