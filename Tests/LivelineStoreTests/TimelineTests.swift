@@ -138,6 +138,7 @@ struct TimelineTests {
                 "ALTER TABLE instances DROP COLUMN priority10_tally",
                 "DROP INDEX activities_claimed",
                 "DROP TABLE store_secrets",
+                "ALTER TABLE activities DROP COLUMN broadcast_priority10_tally",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])
