@@ -226,11 +226,14 @@ struct EndToEndTests {
                     // every claim on the database, the other engine's too. (A fixed second's wait was not always enough
                     // under a loaded full run: the second engine started after the first had sent, took its claim, and
                     // sent every phone still waiting for its answer the update again.)
-                    #expect(try await waitFor { starts.count == 2 })
+                    // (Generous bounds: in loaded full runs this test has taken up to 100 s in all.)
+                    #expect(try await waitFor(timeout: .seconds(120)) { starts.count == 2 })
                     _ = try await env.update("match", ["minute": 1])
                     first.wake()
                     second.wake()
-                    #expect(try await waitFor { tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["minute": 1] } })
+                    #expect(try await waitFor(timeout: .seconds(120)) {
+                        tokens.allSatisfy { env.emulator.display(token: $0)?.contentState == ["minute": 1] }
+                    })
                     // The phones show it when the pushes arrive; the answers come 15 s later, and only then does the pass
                     // end: a lease lapsing at 12 s would have let the second engine send by then.
                     try await Task.sleep(for: .seconds(16))
