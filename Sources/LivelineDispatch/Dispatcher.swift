@@ -909,6 +909,19 @@ public final class Dispatcher: Service, Sendable {
                 }
             }
             let last = result.attempts.last
+            // The instance turns `invalidated`, with its `instance.invalidated` event.
+            func invalidate() {
+                progress.invalidated.append(pushed)
+                progress.events.append(
+                    NewEvent(
+                        .instanceInvalidated, appID: appID, activityID: activityID, deviceID: result.instance.deviceID,
+                        data: [
+                            "platform": .string(result.instance.platform.rawValue), "reason": last?.reason.map(JSONValue.string) ?? .null,
+                            "at": .string(APIDate.iso8601(last?.attemptedAt ?? now())),
+                        ]
+                    )
+                )
+            }
             switch result.final {
             case .delivered:
                 if result.event == .start { progress.startsDelivered.append(pushed) } else { progress.delivered.append(pushed) }
@@ -929,28 +942,10 @@ public final class Dispatcher: Service, Sendable {
                     // An iPhone whose start was refused (its topic, the app's settings: not its token, which stays) has
                     // no Live Activity, and no newer state can reach it: its push-to-start token takes nothing but a
                     // start. It is invalidated, so the next start admits it afresh, once what was wrong is put right.
-                    progress.invalidated.append(pushed)
-                    progress.events.append(
-                        NewEvent(
-                            .instanceInvalidated, appID: appID, activityID: activityID, deviceID: result.instance.deviceID,
-                            data: [
-                                "platform": .string(result.instance.platform.rawValue), "reason": last?.reason.map(JSONValue.string) ?? .null,
-                                "at": .string(APIDate.iso8601(last?.attemptedAt ?? now())),
-                            ]
-                        )
-                    )
+                    invalidate()
                 }
             case .invalidated:
-                progress.invalidated.append(pushed)
-                progress.events.append(
-                    NewEvent(
-                        .instanceInvalidated, appID: appID, activityID: activityID, deviceID: result.instance.deviceID,
-                        data: [
-                            "platform": .string(result.instance.platform.rawValue), "reason": last?.reason.map(JSONValue.string) ?? .null,
-                            "at": .string(APIDate.iso8601(last?.attemptedAt ?? now())),
-                        ]
-                    )
-                )
+                invalidate()
                 if result.event == .start {
                     // The device's push-to-start (or FCM) token was refused: it is dropped from the device.
                     progress.refusedStartTokens.append((pushed, result.attempts.last?.reason ?? "refused"))
