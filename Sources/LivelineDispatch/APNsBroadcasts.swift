@@ -4,8 +4,8 @@ import LivelineCore
 import NIOCore
 
 extension APNsPushTransport: BroadcastTransport {
-    /// Publishes one broadcast through the app's APNs client (the push host and connections, no device token, no
-    /// topic), and turns Apple's answer into a ``BroadcastOutcome``. A refused provider token gets one more try with
+    /// Publishes one broadcast through the app's APNs client (the push host and connections, or the broadcast host's
+    /// when the credentials name one; no device token, no topic), and turns Apple's answer into a ``BroadcastOutcome``. A refused provider token gets one more try with
     /// the fresh one, as a push does.
     public func broadcast(_ broadcast: OutgoingBroadcast) async -> BroadcastOutcome {
         let request = APNsBroadcast(
@@ -16,7 +16,7 @@ extension APNsPushTransport: BroadcastTransport {
         while true {
             let response: APNsResponse
             do {
-                response = try await client.send(request)
+                response = try await (broadcastClient ?? client).send(request)
             } catch let error as APNsInvalidNotificationError {
                 return .rejected(reason: error.description, requestID: nil)
             } catch {

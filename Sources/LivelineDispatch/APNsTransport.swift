@@ -13,9 +13,14 @@ import NIOPosix
 /// too, or the token was kept, the outcome is `.credentialsRejected`.
 public struct APNsPushTransport: PushTransport {
     public let client: APNsClient
+    /// Where broadcasts go when the credentials name a host of their own for them; `nil`: through `client`.
+    public let broadcastClient: APNsClient?
 
-    /// A transport over `client`.
-    public init(client: APNsClient) { self.client = client }
+    /// A transport over `client` (and `broadcastClient` for broadcasts, when there is one).
+    public init(client: APNsClient, broadcastClient: APNsClient? = nil) {
+        self.client = client
+        self.broadcastClient = broadcastClient
+    }
 
     public func send(_ push: OutgoingPush) async -> PushOutcome {
         let notification = Self.notification(push)
@@ -110,7 +115,7 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
     private let connections: Int
     private let now: @Sendable () -> Date
     private let logger: Logger
-    private var clients: [String: (version: Date?, client: APNsClient)] = [:]
+    private var clients: [String: (version: Date?, transport: APNsPushTransport)] = [:]
     /// Apps whose stored credentials are marked refused, as last read.
     private var unhealthy: Set<String> = []
     private var channelManagers: [String: (version: Date?, manager: APNsChannelManager, bundleID: String)] = [:]
@@ -148,23 +153,28 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         guard platform == .ios else { return nil }
         let stored = try await store.credentials(appID: appID, provider: .apns)
         noteHealth(of: stored, appID: appID)
-        if let cached = clients[appID], cached.version == stored?.updatedAt { return APNsPushTransport(client: cached.client) }
+        if let cached = clients[appID], cached.version == stored?.updatedAt { return cached.transport }
         guard let credentials = try await credentials(appID: appID)?.credentials else { return nil }
         // The actor is reentrant: while this call waited for the Store, another may have built the client for these
         // credentials (or newer ones). Replacing it would shut it down under the pushes it is sending — several passes
         // of one app start at once (a shared fan-out's slices), and each failed its pushes with "The APNs client was
         // shut down", retried them into the dead client and sent the ones APNs had already taken again.
-        if let cached = clients[appID], Self.serves(cached.version, stored?.updatedAt) { return APNsPushTransport(client: cached.client) }
-        let client = try APNsClient(
-            endpoint: try credentials.endpoint(channelManagement: false), tokens: try credentials.providerTokens(now: now),
-            connections: connections, logger: logger
-        )
-        let previous = clients[appID]?.client
-        clients[appID] = (stored?.updatedAt, client)
-        // The client of the replaced credentials is closed before its replacement is handed out (its pushes in flight
-        // finish first). The actor is reentrant: other apps' transports are not held up meanwhile.
-        await previous?.shutdown()
-        return APNsPushTransport(client: client)
+        if let cached = clients[appID], Self.serves(cached.version, stored?.updatedAt) { return cached.transport }
+        // One provider token for both hosts: Apple refuses renewals more often than every 20 minutes.
+        let tokens = try credentials.providerTokens(now: now)
+        let client = try APNsClient(endpoint: try credentials.endpoint(.push), tokens: tokens, connections: connections, logger: logger)
+        // A host of their own for broadcasts: one connection (a broadcast is one request per state, whatever the audience).
+        let broadcastClient = try credentials.broadcastBaseURL.map { _ in
+            try APNsClient(endpoint: try credentials.endpoint(.broadcast), tokens: tokens, connections: 1, logger: logger)
+        }
+        let transport = APNsPushTransport(client: client, broadcastClient: broadcastClient)
+        let previous = clients[appID]?.transport
+        clients[appID] = (stored?.updatedAt, transport)
+        // The clients of the replaced credentials are closed before their replacement is handed out (their pushes in
+        // flight finish first). The actor is reentrant: other apps' transports are not held up meanwhile.
+        await previous?.client.shutdown()
+        await previous?.broadcastClient?.shutdown()
+        return transport
     }
 
     /// Whether an entry cached for credentials of version `cached` serves credentials of version `version`: the same
@@ -245,7 +255,7 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
             // Built meanwhile by another call (see `transport(appID:platform:)`).
             if let cached = channelManagers[appID], Self.serves(cached.version, stored?.updatedAt) { return (cached.manager, cached.bundleID) }
             let manager = try APNsChannelManager(
-                tokens: try credentials.providerTokens(now: now), endpoint: try credentials.endpoint(channelManagement: true), logger: logger
+                tokens: try credentials.providerTokens(now: now), endpoint: try credentials.endpoint(.channelManagement), logger: logger
             )
             let previous = channelManagers[appID]?.manager
             channelManagers[appID] = (version, manager, app.bundleID)
@@ -260,25 +270,41 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
 
     /// Closes every client's connections.
     public func shutdown() async {
-        for (_, entry) in clients { await entry.client.shutdown() }
+        for (_, entry) in clients {
+            await entry.transport.client.shutdown()
+            await entry.transport.broadcastClient?.shutdown()
+        }
         clients.removeAll()
         for (_, entry) in channelManagers { await entry.manager.shutdown() }
         channelManagers.removeAll()
     }
 }
 
+/// The APNs hosts an app's requests go to.
+enum APNsHost: Sendable, Hashable {
+    /// Device pushes (and broadcasts, unless the credentials name a host for them).
+    case push
+    /// Broadcasts to iOS 18 channels.
+    case broadcast
+    /// Creating and deleting broadcast channels.
+    case channelManagement
+}
+
 extension APNsCredentials {
-    /// Where the app's requests go: the push host (or `baseURL`), or the channel management host (or
-    /// `channelManagementBaseURL`), for its environment.
-    func endpoint(channelManagement: Bool) throws -> APNsEndpoint {
-        if let baseURL = channelManagement ? channelManagementBaseURL : baseURL {
-            return try APNsEndpoint(baseURL: baseURL, trustedCAPEM: caCertificatePEM)
+    /// Where the app's requests to `host` go: the credentials' override for it, else the environment's host. Broadcasts
+    /// without an override of their own go where pushes go (`baseURL`, else the environment's push host). Pure.
+    func endpoint(_ host: APNsHost) throws -> APNsEndpoint {
+        let override: String? = switch host {
+        case .push: baseURL
+        case .broadcast: broadcastBaseURL ?? baseURL
+        case .channelManagement: channelManagementBaseURL
         }
-        switch (environment, channelManagement) {
-        case (.production, false): return .production
-        case (.sandbox, false): return .sandbox
-        case (.production, true): return .channelManagementProduction
-        case (.sandbox, true): return .channelManagementSandbox
+        if let override { return try APNsEndpoint(baseURL: override, trustedCAPEM: caCertificatePEM) }
+        switch (environment, host) {
+        case (.production, .push), (.production, .broadcast): return .production
+        case (.sandbox, .push), (.sandbox, .broadcast): return .sandbox
+        case (.production, .channelManagement): return .channelManagementProduction
+        case (.sandbox, .channelManagement): return .channelManagementSandbox
         }
     }
 

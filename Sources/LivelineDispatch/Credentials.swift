@@ -1,3 +1,4 @@
+import APNs
 import Crypto
 import Foundation
 import LivelineCore
@@ -17,16 +18,21 @@ public struct APNsCredentials: Sendable {
     public var environment: APNsEnvironmentName
     /// Overrides the environment's host, e.g. `https://127.0.0.1:8443` for the local emulator.
     public var baseURL: String?
-    /// A PEM CA certificate to trust for `baseURL` (and `channelManagementBaseURL`).
+    /// A PEM CA certificate to trust for `baseURL` (and `channelManagementBaseURL`, `broadcastBaseURL`).
     public var caCertificatePEM: String?
     /// Overrides the environment's channel management host (`api-manage-broadcast…`), e.g. the local emulator's.
     public var channelManagementBaseURL: String?
+    /// Where broadcasts (iOS 18 channels) are published, when not on the push host (`baseURL`, or the environment's):
+    /// Apple's prose names the push hosts, while its examples use `api-broadcast…`, so the host is the operator's to
+    /// choose. `nil`: the push host, over the push connections.
+    public var broadcastBaseURL: String?
 
     public init(
         teamID: String, keyID: String, privateKeyPEM: String, environment: APNsEnvironmentName, baseURL: String? = nil,
-        caCertificatePEM: String? = nil, channelManagementBaseURL: String? = nil
+        caCertificatePEM: String? = nil, channelManagementBaseURL: String? = nil, broadcastBaseURL: String? = nil
     ) {
         self.channelManagementBaseURL = channelManagementBaseURL
+        self.broadcastBaseURL = broadcastBaseURL
         self.teamID = teamID
         self.keyID = keyID
         self.privateKeyPEM = privateKeyPEM
@@ -52,16 +58,11 @@ public struct APNsCredentials: Sendable {
                 field: "privateKey"
             )
         }
-        if let baseURL {
-            guard let url = URL(string: baseURL), url.scheme == "https", url.host != nil else {
-                throw ValidationError(code: "invalid_base_url", message: "baseUrl must be an https:// URL.", field: "baseUrl")
-            }
-        }
-        if let channelManagementBaseURL {
-            guard let url = URL(string: channelManagementBaseURL), url.scheme == "https", url.host != nil else {
-                throw ValidationError(
-                    code: "invalid_base_url", message: "channelManagementBaseUrl must be an https:// URL.", field: "channelManagementBaseUrl"
-                )
+        // Each override as the client reads it: https://host[:port], nothing more (the client refuses a path or a query).
+        for (url, field) in [(baseURL, "baseUrl"), (channelManagementBaseURL, "channelManagementBaseUrl"), (broadcastBaseURL, "broadcastBaseUrl")] {
+            guard let url else { continue }
+            guard (try? APNsEndpoint(baseURL: url)) != nil else {
+                throw ValidationError(code: "invalid_base_url", message: "\(field) must be an https:// URL: https://host[:port].", field: field)
             }
         }
     }
@@ -72,6 +73,7 @@ public struct APNsCredentials: Sendable {
             "teamId": .string(teamID), "keyId": .string(keyID), "environment": .string(environment.rawValue),
             "baseUrl": baseURL.map(JSONValue.string) ?? .null, "caCertificate": caCertificatePEM.map(JSONValue.string) ?? .null,
             "channelManagementBaseUrl": channelManagementBaseURL.map(JSONValue.string) ?? .null,
+            "broadcastBaseUrl": broadcastBaseURL.map(JSONValue.string) ?? .null,
         ]
     }
 
@@ -93,7 +95,8 @@ public struct APNsCredentials: Sendable {
         self.init(
             teamID: teamID, keyID: keyID, privateKeyPEM: String(decoding: secret, as: UTF8.self), environment: environment,
             baseURL: settings["baseUrl"]?.stringValue, caCertificatePEM: settings["caCertificate"]?.stringValue,
-            channelManagementBaseURL: settings["channelManagementBaseUrl"]?.stringValue
+            channelManagementBaseURL: settings["channelManagementBaseUrl"]?.stringValue,
+            broadcastBaseURL: settings["broadcastBaseUrl"]?.stringValue
         )
     }
 }

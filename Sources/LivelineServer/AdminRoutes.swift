@@ -64,7 +64,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         try authorize(request)
         guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
         let body = try await RequestBody.read(request)
-        try body.allowOnly(["teamId", "keyId", "privateKey", "environment", "baseUrl", "channelManagementBaseUrl", "caCertificate"])
+        try body.allowOnly(["teamId", "keyId", "privateKey", "environment", "baseUrl", "channelManagementBaseUrl", "broadcastBaseUrl", "caCertificate"])
         let environmentName = try body.requiredString("environment")
         guard let environment = APNsEnvironmentName(rawValue: environmentName) else {
             throw ValidationError(code: "invalid_environment", message: "environment must be 'sandbox' or 'production'.", field: "environment")
@@ -75,7 +75,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
                 teamID: try body.requiredString("teamId"), keyID: try body.requiredString("keyId"),
                 privateKeyPEM: try body.requiredString("privateKey"), environment: environment,
                 baseURL: try body.string("baseUrl"), caCertificatePEM: try body.string("caCertificate"),
-                channelManagementBaseURL: try body.string("channelManagementBaseUrl")
+                channelManagementBaseURL: try body.string("channelManagementBaseUrl"), broadcastBaseURL: try body.string("broadcastBaseUrl")
             )
         )
         return Response.json(Representation.credentials(stored))

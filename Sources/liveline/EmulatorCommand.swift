@@ -105,7 +105,7 @@ struct EmulatorCommand: AsyncParsableCommand {
                   bundle ids:   \(bundles.joined(separator: ", "))
 
                 Point an app at it:
-                  liveline apps set-apns --app APP_ID --team-id \(credentials.teamID) --key-id \(credentials.keyID) --key-file \(shellQuoted(credentials.keyFilePath)) --environment sandbox --base-url \(apnsURL) --ca-file \(shellQuoted(emulator.caCertificatePath))
+                  liveline apps set-apns --app APP_ID --team-id \(credentials.teamID) --key-id \(credentials.keyID) --key-file \(shellQuoted(credentials.keyFilePath)) --environment sandbox --base-url \(apnsURL)\(emulator.boundChannelsPort.map { " --channel-management-base-url https://\(urlHost):\($0)" } ?? "") --ca-file \(shellQuoted(emulator.caCertificatePath))
 
                 Add a simulated phone: curl -X POST http://\(urlHost):\(ports.controlPort)/devices -d '{"bundleId":"\(bundles[0])"}'
                 Add an iPhone with push-to-start: curl -X POST http://\(urlHost):\(ports.controlPort)/phones -d '{"bundleId":"\(bundles[0])","attributesTypes":["MatchAttributes"]}'

@@ -280,7 +280,17 @@ extension Apps {
         @Option(help: "sandbox or production.") var environment: String
         @Option(name: .customLong("base-url"), help: "Send to this https URL instead of Apple's host (e.g. the local emulator).")
         var baseURL: String?
-        @Option(name: .customLong("ca-file"), help: "A PEM CA certificate to trust for --base-url.") var caFile: String?
+        @Option(
+            name: .customLong("channel-management-base-url"),
+            help: "Manage iOS 18 broadcast channels at this https URL instead of Apple's api-manage-broadcast host."
+        )
+        var channelManagementBaseURL: String?
+        @Option(
+            name: .customLong("broadcast-base-url"),
+            help: "Publish iOS 18 broadcasts to this https URL instead of the push host (--base-url, or Apple's)."
+        )
+        var broadcastBaseURL: String?
+        @Option(name: .customLong("ca-file"), help: "A PEM CA certificate to trust for the URLs above.") var caFile: String?
 
         func run() async throws {
             guard let environment = APNsEnvironmentName(rawValue: environment) else {
@@ -293,7 +303,8 @@ extension Apps {
                     try await $0.setAPNsCredentials(
                         appID: app,
                         APNsCredentials(
-                            teamID: teamID, keyID: keyID, privateKeyPEM: key, environment: environment, baseURL: baseURL, caCertificatePEM: ca
+                            teamID: teamID, keyID: keyID, privateKeyPEM: key, environment: environment, baseURL: baseURL, caCertificatePEM: ca,
+                            channelManagementBaseURL: channelManagementBaseURL, broadcastBaseURL: broadcastBaseURL
                         )
                     )
                 }

@@ -61,6 +61,28 @@ struct APNsTransportDirectoryTests {
         }
     }
 
+    @Test("each host is the credentials' override for it, else the environment's; broadcasts follow the push host unless named")
+    func hosts() throws {
+        let key = P256.Signing.PrivateKey().pemRepresentation
+        for environment in APNsEnvironmentName.allCases {
+            let apple = APNsCredentials(teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: key, environment: environment)
+            let push: APNsEndpoint = environment == .production ? .production : .sandbox
+            #expect(try apple.endpoint(.push) == push)
+            #expect(try apple.endpoint(.broadcast) == push)
+            #expect(try apple.endpoint(.channelManagement) == (environment == .production ? .channelManagementProduction : .channelManagementSandbox))
+
+            var overridden = apple
+            overridden.baseURL = "https://127.0.0.1:8443"
+            #expect(try overridden.endpoint(.push) == APNsEndpoint(host: "127.0.0.1", port: 8443))
+            #expect(try overridden.endpoint(.broadcast) == APNsEndpoint(host: "127.0.0.1", port: 8443), "broadcasts follow the push host")
+            overridden.broadcastBaseURL = "https://broadcast.example:2197"
+            overridden.channelManagementBaseURL = "https://manage.example"
+            #expect(try overridden.endpoint(.push) == APNsEndpoint(host: "127.0.0.1", port: 8443))
+            #expect(try overridden.endpoint(.broadcast) == APNsEndpoint(host: "broadcast.example", port: 2197))
+            #expect(try overridden.endpoint(.channelManagement) == APNsEndpoint(host: "manage.example", port: 443))
+        }
+    }
+
     @Test("a cached client serves the credentials it was built from and older ones, never newer ones")
     func cachedVersions() {
         let t0 = Date(timeIntervalSince1970: 1_795_000_000)

@@ -183,6 +183,47 @@ struct BroadcastEndToEndTests {
         }
     }
 
+    @Test("broadcasts go to the credentials' broadcast host when they name one, while pushes keep the push host")
+    func broadcastHostOfItsOwn() async throws {
+        try await withEmulatedPhones { env in
+            let channelID = try await env.broadcastActivity("match-5")
+            _ = env.apns.addSubscribers(channelID: channelID, count: 20)
+            // The push host now answers nothing; the emulator's host is named for broadcasts alone.
+            var stored = try #require(try await env.store.credentials(appID: env.appID, provider: .apns))
+            var settings = try #require(stored.settings.objectValue)
+            settings["broadcastBaseUrl"] = try #require(settings["baseUrl"])
+            settings["baseUrl"] = "https://127.0.0.1:9"
+            stored.settings = .object(settings)
+            stored.updatedAt = env.clock.now.addingTimeInterval(1)
+            try await env.store.saveCredentials(stored)
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                _ = try await env.update("match-5", ["minute": 5])
+                dispatcher.wake()
+                #expect(try await waitFor { env.everySubscriberMovedOn(channelID, from: ["none"]) })
+            }
+            let broadcast = try #require(env.apns.pushes(token: nil).first { $0.channelID == channelID })
+            #expect(broadcast.status == 200)
+            #expect(try await env.store.activity(appID: env.appID, activityID: "match-5")?.broadcastSequence == 1)
+            // And without it, broadcasts go to the push host: nothing answers there, and the next state waits.
+            settings["broadcastBaseUrl"] = nil
+            stored.settings = .object(settings)
+            stored.updatedAt = env.clock.now.addingTimeInterval(2)
+            try await env.store.saveCredentials(stored)
+            let before = env.apns.statistics.broadcasts
+            let second = env.makeDispatcher()
+            try await running(second) { () async throws in
+                _ = try await env.update("match-5", ["minute": 6])
+                second.wake()
+                #expect(try await waitFor {
+                    try await env.store.deliveries(appID: env.appID, activityID: "match-5", cursor: nil, limit: 50).items
+                        .contains { $0.channelID == channelID && $0.status == .retrying }
+                })
+            }
+            #expect(env.apns.statistics.broadcasts == before)
+        }
+    }
+
     @Test("an engine stopped while APNs refuses a broadcast, then restarted, publishes it once APNs takes it")
     func restartMidBroadcast() async throws {
         try await withEmulatedPhones { env in

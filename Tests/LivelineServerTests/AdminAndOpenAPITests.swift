@@ -157,6 +157,21 @@ struct CredentialsAPITests {
             var badTeam = good.objectValue!
             badTeam["teamId"] = "short"
             #expect(try await api.json(.put, path, key: adminToken, .object(badTeam)).errorField == "teamId")
+            // Each host override is read as the client reads it: https://host[:port], no path.
+            for field in ["baseUrl", "channelManagementBaseUrl", "broadcastBaseUrl"] {
+                for url in ["http://127.0.0.1:8443", "https://127.0.0.1:8443/3/device", "https://"] {
+                    var badURL = good.objectValue!
+                    badURL[field] = .string(url)
+                    let refused = try await api.json(.put, path, key: adminToken, .object(badURL))
+                    #expect(refused.status == .unprocessableContent, "\(field): \(url)")
+                    #expect(refused.errorCode == "invalid_base_url" && refused.errorField == field, "\(field): \(url)")
+                }
+            }
+            var withBroadcastHost = good.objectValue!
+            withBroadcastHost["broadcastBaseUrl"] = "https://127.0.0.1:8444"
+            let savedBroadcastHost = try await api.json(.put, path, key: adminToken, .object(withBroadcastHost))
+            #expect(savedBroadcastHost["settings"]?.objectValue?["broadcastBaseUrl"] == "https://127.0.0.1:8444")
+            #expect(try await api.json(.put, path, key: adminToken, good)["settings"]?.objectValue?["broadcastBaseUrl"] == .null)
             #expect(try await api.json(.put, "/admin/v1/apps/app_nope/credentials/apns", key: adminToken, good).status == .notFound)
             #expect(try await api.json(.put, path, key: app.secretKey, good).status == .unauthorized)
 
