@@ -100,6 +100,9 @@ public struct LivelineConfiguration: Sendable {
     }
     /// Serves `GET /metrics` (Prometheus' text format) and records the metrics it shows.
     public var metricsEnabled: Bool = true
+    /// The least time between two counts of the Store's rows for `GET /metrics`' state gauges (a scrape sooner shows
+    /// the last count); zero counts at every scrape.
+    public var metricsCountInterval: Duration = .seconds(5)
     /// How the logs are written: plain text lines, or one JSON object per line.
     public var logFormat: LogFormat = .text
 
@@ -213,6 +216,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "text (swift-log's lines) or json (one JSON object per line: timestamp, level, label, message, source and the metadata, such as request.id)."),
         Key(name: "liveline.metrics.enabled", environment: "LIVELINE_METRICS_ENABLED", flag: nil, defaultValue: "true",
             summary: "Serve GET /metrics (Prometheus text format, no API key: keep the port private or filter the path at the proxy); false answers 404 there."),
+        Key(name: "liveline.metrics.countInterval", environment: "LIVELINE_METRICS_COUNT_INTERVAL", flag: nil, defaultValue: "5",
+            summary: "Seconds between two counts of the Store's activities and instances for GET /metrics' gauges (each reads every row); a scrape sooner shows the last count. 0: every scrape."),
     ]
 
     /// Creates a configuration with the defaults.
@@ -388,6 +393,11 @@ public struct LivelineConfiguration: Sendable {
         }
         self.logFormat = logFormat
         metricsEnabled = try scoped.checkedBool("metrics.enabled", default: true)
+        let countInterval = try scoped.checkedInt("metrics.countInterval", default: 5)
+        guard (0...3600).contains(countInterval) else {
+            throw ConfigurationError("metrics.countInterval must be between 0 and 3600 seconds; got \(countInterval).")
+        }
+        metricsCountInterval = .seconds(countInterval)
         guard (0...65535).contains(port) else { throw ConfigurationError("port must be between 0 and 65535; got \(port).") }
         if let adminToken, adminToken.utf8.count < 16 {
             throw ConfigurationError("The admin token must be at least 16 characters.")

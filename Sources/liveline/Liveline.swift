@@ -135,7 +135,8 @@ struct Serve: AsyncParsableCommand {
         do {
             try ListeningPorts.checkFree(configuration)
             // Before anything records a metric: the engine's, the Store's and the API's are all made from this factory.
-            let metrics = LivelineMetrics()
+            var metrics = LivelineMetrics()
+            metrics.storeCountInterval = configuration.metricsCountInterval
             if configuration.metricsEnabled {
                 MetricsSystem.bootstrap(LivelineMetrics.prometheusFactory(registry: metrics.registry))
             }

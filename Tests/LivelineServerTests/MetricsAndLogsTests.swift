@@ -375,3 +375,50 @@ struct LogsTests {
         }
     }
 }
+
+/// A Store that only counts, and counts how often it was asked; each count takes `pause`.
+private final class CountingStore: MetricsStore, Sendable {
+    private let asked = NIOLockedValueBox(0)
+    let pause: Duration
+    var counts: Int { asked.withLockedValue { $0 } }
+
+    init(pause: Duration = .zero) { self.pause = pause }
+
+    func stateCounts() async throws -> StoreStateCounts {
+        let made = asked.withLockedValue { asked in
+            asked += 1
+            return asked
+        }
+        if pause > .zero { try await Task.sleep(for: pause) }
+        return StoreStateCounts(activities: ["active": made], instances: [:], pendingActivities: made)
+    }
+}
+
+@Suite("GET /metrics' Store counts")
+struct StoreGaugesTests {
+    @Test("the Store is counted at most once an interval: scrapes within it, and scrapes during a count, keep the last count")
+    func countedOnceAnInterval() async throws {
+        let store = CountingStore(pause: .milliseconds(200))
+        let now = NIOLockedValueBox(ContinuousClock.now)
+        let gauges = StoreGauges(
+            store: store, factory: LivelineMetrics().factory, countingInterval: .seconds(5), now: { now.withLockedValue { $0 } }
+        )
+        // Eight scrapes at once: one count.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 { group.addTask { try await gauges.update() } }
+            try await group.waitForAll()
+        }
+        #expect(store.counts == 1)
+        now.withLockedValue { $0 = $0.advanced(by: .seconds(4)) }
+        try await gauges.update()
+        #expect(store.counts == 1, "4 s after the last count")
+        now.withLockedValue { $0 = $0.advanced(by: .seconds(1)) }
+        try await gauges.update()
+        #expect(store.counts == 2, "5 s after it")
+
+        let everyScrape = StoreGauges(store: store, factory: LivelineMetrics().factory, countingInterval: .zero)
+        try await everyScrape.update()
+        try await everyScrape.update()
+        #expect(store.counts == 4, "an interval of 0 counts at every scrape")
+    }
+}

@@ -11,6 +11,8 @@ public struct LivelineMetrics: Sendable {
     public let registry: PrometheusCollectorRegistry
     /// Where the HTTP API's metrics (requests, their latency, the Store's state gauges) are made.
     public let factory: any MetricsFactory
+    /// The least time between two counts of the Store's rows for the state gauges (``LivelineConfiguration/metricsCountInterval``).
+    public var storeCountInterval: Duration = .seconds(5)
 
     /// Metrics over `registry`, made by `factory`; by default a ``prometheusFactory(registry:)`` over `registry`.
     public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry(), factory: (any MetricsFactory)? = nil) {

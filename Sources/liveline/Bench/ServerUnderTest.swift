@@ -71,9 +71,9 @@ final class ServerUnderTest: Sendable {
             "serve", "--data-dir", directory.appendingPathComponent("data").path, "--host", "127.0.0.1", "--port", String(port),
             "--admin-token-file", tokenPath, "--no-emulator", "--log-level", "warning",
         ] + (databaseURL.map { ["--database-url", $0] } ?? [])
-        if !environment.isEmpty {
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-        }
+        // The bench reads the engine's backlog off /metrics every 100 ms (`activitiesPendingDelivery()`): the Store's
+        // state is counted at every scrape, not every 5 s as by default.
+        process.environment = ProcessInfo.processInfo.environment.merging(["LIVELINE_METRICS_COUNT_INTERVAL": "0"].merging(environment) { _, new in new }) { _, new in new }
         process.standardOutput = log
         process.standardError = log
         try process.run()
