@@ -67,6 +67,8 @@ public final class LifetimeSweeper: Service, Sendable {
         public var startsUnconfirmed = 0
         /// Events forgotten after ``LifetimePolicy/eventRetention``.
         public var eventsPruned = 0
+        /// Finished webhook deliveries forgotten after ``LifetimePolicy/eventRetention`` (each carries its event).
+        public var webhookDeliveriesPruned = 0
 
         /// A pass that did nothing.
         public init() {}
@@ -101,6 +103,7 @@ public final class LifetimeSweeper: Service, Sendable {
                             "instances.ended": "\(sweep.instancesEnded)", "purged": "\(sweep.purged)",
                             "idempotencyKeys.pruned": "\(sweep.idempotencyKeysPruned)", "channels.deleted": "\(sweep.channelsDeleted)",
                             "starts.unconfirmed": "\(sweep.startsUnconfirmed)", "events.pruned": "\(sweep.eventsPruned)",
+                            "webhookDeliveries.pruned": "\(sweep.webhookDeliveriesPruned)",
                         ]
                     )
                 }
@@ -137,6 +140,7 @@ public final class LifetimeSweeper: Service, Sendable {
             startedBefore: now.addingTimeInterval(-policy.startConfirmationTimeout), at: now
         )
         sweep.eventsPruned = try await store.pruneEvents(olderThan: now.addingTimeInterval(-policy.eventRetention))
+        sweep.webhookDeliveriesPruned = try await store.pruneWebhookDeliveries(finishedBefore: now.addingTimeInterval(-policy.eventRetention))
         if sweep.endedForLifetime + sweep.endedWithAllInstancesGone > 0 { delivery.wake() }
         return sweep
     }

@@ -495,6 +495,14 @@ enum SQLiteMigrations {
                 "ALTER TABLE activities ADD COLUMN broadcast_priority10_tally INTEGER NOT NULL DEFAULT 0",
             ]
         ),
+        Migration(
+            version: 24,
+            name: "finished webhook deliveries by when they finished",
+            statements: [
+                // The sweeper forgets finished deliveries (and the events they carry) after the events' retention.
+                "CREATE INDEX webhook_deliveries_finished ON webhook_deliveries(finished_at) WHERE status <> 'pending'",
+            ]
+        ),
     ]
 }
 

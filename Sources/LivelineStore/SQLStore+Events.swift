@@ -71,6 +71,9 @@ public protocol EventStore: Sendable {
     /// Forgets events recorded before `cutoff`; returns how many. The positions of the events recorded afterwards come
     /// after every position given before, whatever was forgotten.
     func pruneEvents(olderThan cutoff: Date) async throws -> Int
+    /// Forgets the webhook deliveries (each with its event's message) that finished, delivered or failed, before
+    /// `cutoff`; returns how many. Pending ones stay.
+    func pruneWebhookDeliveries(finishedBefore cutoff: Date) async throws -> Int
     /// Records `instance.start_unconfirmed`, once, for each remotely started instance still `starting` since before
     /// `cutoff`; returns how many.
     func reportUnconfirmedStarts(startedBefore cutoff: Date, at now: Date) async throws -> Int
@@ -207,6 +210,14 @@ extension SQLStore: EventStore {
                 )
             }
             return pruned.count
+        }
+    }
+
+    public func pruneWebhookDeliveries(finishedBefore cutoff: Date) async throws -> Int {
+        try await transaction(durability: .bookkeeping) { db in
+            try db.query(
+                "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < ? RETURNING id", [.integer(Self.millis(cutoff))]
+            ).count
         }
     }
 

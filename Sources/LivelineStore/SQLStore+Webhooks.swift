@@ -291,7 +291,7 @@ extension SQLStore: WebhookStore {
     ) async throws {
         try await transaction(durability: .bookkeeping) { db in
             let nowMillis = Self.millis(now)
-            let status: WebhookDeliveryStatus
+            var status: WebhookDeliveryStatus
             var next = nowMillis
             switch result {
             case .delivered: status = .delivered
@@ -299,6 +299,16 @@ extension SQLStore: WebhookStore {
                 status = .pending
                 next = Self.millis(at)
             case .failed: status = .failed
+            }
+            // Another delivery to the endpoint may have disabled it while this attempt was under way (and failed this
+            // one with the rest of its queue): a delivery to try again then fails instead, or it would stay pending
+            // for ever behind a disabled endpoint. One that got through is still recorded delivered.
+            if status == .pending {
+                let enabled = try db.query(
+                    "SELECT w.enabled FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id WHERE d.id = ?",
+                    [.integer(Int(deliveryID))]
+                ).first?.column("enabled")?.integer
+                if enabled == 0 { status = .failed }
             }
             let rows = try db.query(
                 """
@@ -320,7 +330,8 @@ extension SQLStore: WebhookStore {
                 _ = try db.query(
                     """
                     UPDATE webhook_deliveries SET status = 'failed', finished_at = ?, next_attempt_at = ?,
-                        last_error = COALESCE(last_error, 'not sent: the endpoint was disabled')
+                        last_error = CASE WHEN attempts = 0 THEN 'not sent: the endpoint was disabled'
+                            ELSE COALESCE(last_error, 'not sent again: the endpoint was disabled') END
                     WHERE webhook_id = ? AND status = 'pending'
                     """,
                     [.integer(nowMillis), .integer(nowMillis), .text(webhookID)]

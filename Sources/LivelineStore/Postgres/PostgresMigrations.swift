@@ -432,5 +432,12 @@ enum PostgresMigrations {
                 "ALTER TABLE activities ADD COLUMN broadcast_priority10_tally BIGINT NOT NULL DEFAULT 0",
             ]
         ),
+        Migration(
+            version: 15,
+            name: "finished webhook deliveries by when they finished (SQLite step 24)",
+            statements: [
+                "CREATE INDEX webhook_deliveries_finished ON webhook_deliveries(finished_at) WHERE status <> 'pending'",
+            ]
+        ),
     ]
 }
