@@ -33,13 +33,13 @@ struct EventRoutes<Context: RequestContext>: Sendable {
         }
         let limit = try LifecycleRoutes<Context>.limit(request)
         let events = try await store.events(appID: caller.appID, after: after, types: types, limit: limit)
-        let position = events.last?.position ?? after
-        return Response.json(
-            .object([
-                "data": .array(events.map(Representation.event)),
-                "nextCursor": position.map { .string(PageCursor.encode(counter: $0, numbers)) } ?? .null,
-            ])
-        )
+        // An empty page hands back the cursor it was given, as given: re-made from the counter it stands for, a cursor
+        // outside the app's numbers (read as before or after every counter) would come back as one this server refuses
+        // ("MA", for 0) or as one of the app's numbers, read as some arbitrary position the next time.
+        let nextCursor: JSONValue =
+            if let last = events.last { .string(PageCursor.encode(counter: last.position, numbers)) }
+            else { query["after"].map { .string(String($0)) } ?? .null }
+        return Response.json(.object(["data": .array(events.map(Representation.event)), "nextCursor": nextCursor]))
     }
 }
 

@@ -115,7 +115,21 @@ struct EventsAPITests {
                 #expect(reply["data"]?.arrayValue?.count == 2, "after \(position)")
             }
             let above = Base64URL.encode(Array(String(1 << 53).utf8))
-            #expect(try await api.call(.get, "/v1/events?after=\(above)", key: one.secretKey)["data"]?.arrayValue?.count == 0)
+            let afterAll = try await api.call(.get, "/v1/events?after=\(above)", key: one.secretKey)
+            #expect(afterAll["data"]?.arrayValue?.count == 0)
+            // An empty page hands back the cursor it was given, which the next poll may send again.
+            #expect(afterAll["nextCursor"]?.stringValue == above)
+            let third = try await createApp(store, name: "Third", bundleID: "com.example.third")
+            for position in ["1", "22"] {
+                let bare = Base64URL.encode(Array(position.utf8))
+                let empty = try await api.call(.get, "/v1/events?after=\(bare)", key: third.secretKey)
+                #expect(empty["data"]?.arrayValue?.count == 0)
+                #expect(empty["nextCursor"]?.stringValue == bare, "after \(position)")
+                let again = try await api.call(.get, "/v1/events?after=\(bare)", key: third.secretKey)
+                #expect(again.status == .ok, "the cursor an empty page gave is refused")
+            }
+            let filtered = try await api.call(.get, "/v1/events?types=budget.warning&after=\(cursor)", key: one.secretKey)
+            #expect(filtered["nextCursor"]?.stringValue == cursor)
         }
     }
 
