@@ -78,10 +78,13 @@ struct WebhookTests {
             // 127.0.0.1 in the forms the resolver takes as an address, and private IPv4 behind IPv6 prefixes.
             "https://127.1/", "https://2130706433/", "https://0x7f.1/", "https://0177.0.0.1/", "https://0x7f000001/", "https://10.1/",
             "https://[fec0::1]/", "https://[2002:7f00:1::]/", "https://[2002:c0a8:101::]/",
+            // The same hosts with the root's trailing dot.
+            "https://127.0.0.1./", "https://2130706433./", "https://10.0.0.1./", "https://localhost./", "https://api.localhost./",
         ] {
             #expect(throws: WebhookURLPolicy.Refusal.self, "\(refused)") { _ = try strict.check(refused) }
         }
         #expect(try strict.check("https://hooks.example.com/liveline").host == "hooks.example.com")
+        #expect(try strict.check("https://hooks.example.com./liveline").host == "hooks.example.com.")
         #expect(try strict.check("https://93.184.216.34/hook").host == "93.184.216.34")
         #expect(try strict.check("https://1572395042/hook").host == "1572395042")  // 93.184.216.34
         #expect(try strict.check("https://cafe.example.com/hook").host == "cafe.example.com")

@@ -28,7 +28,9 @@ public struct WebhookURLPolicy: Sendable {
             throw Refusal(allowsPrivateNetworks ? "url must be http:// or https://." : "url must be https://.")
         }
         if !allowsPrivateNetworks {
-            let lowered = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            // A name's one trailing dot (the root) names the same host: `localhost.`, `127.0.0.1.`.
+            var lowered = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            if lowered.hasSuffix("."), lowered.count > 1 { lowered.removeLast() }
             if lowered == "localhost" || lowered.hasSuffix(".localhost") || lowered.hasSuffix(".local") || lowered.hasSuffix(".internal") {
                 throw Refusal("url's host is on a local network; webhooks go to public endpoints.")
             }
