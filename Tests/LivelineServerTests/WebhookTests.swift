@@ -17,9 +17,11 @@ private let local = WebhookURLPolicy(allowsPrivateNetworks: true)
 private func withDeliverer<T>(
     _ store: any Store, retry: WebhookRetryPolicy = WebhookRetryPolicy(baseDelay: 0.01, maximumDelay: 0.05),
     timeout: Duration = .seconds(20), now: @escaping @Sendable () -> Date = { Date() },
+    resolve: (@Sendable (String) async throws -> [[UInt8]])? = nil,
     _ body: (WebhookDeliverer) async throws -> T
 ) async throws -> T {
     var configuration = WebhookDeliverer.Configuration()
+    if let resolve { configuration.resolve = resolve }
     configuration.urls = local
     configuration.retry = retry
     // Generous by default: on a loaded machine a slow answer would be retried, and delivered twice (at least once is the
@@ -194,6 +196,47 @@ struct WebhookTests {
             #expect(try await api.call(.delete, "/v1/webhooks/\(id)", key: app.secretKey).status == .noContent)
             #expect(try await api.call(.get, "/v1/webhooks/\(id)", key: app.secretKey).errorCode == "webhook_not_found")
         }
+    }
+
+    @Test("a name is sent to the address its check resolved, never resolved again: the addresses in turn until one connects")
+    func requestGoesToTheCheckedAddress() async throws {
+        let (receiver, stop) = try await WebhookReceiver.start()
+        defer { Task { await stop() } }
+        // A name only this resolver knows: the system's cannot resolve it, so a delivery arrives only if the request went
+        // to the address the deliverer resolved and checked. Its first address has nothing listening (refused), the
+        // second is the receiver's.
+        let name = "hooks.liveline.test"
+        let asked = Mutex(0)
+        let resolve: @Sendable (String) async throws -> [[UInt8]] = { host in
+            asked.withLock { $0 += 1 }
+            return host == name ? [[127, 0, 0, 2], [127, 0, 0, 1]] : []
+        }
+        try await withLiveline(sealer: sealer, webhookURLs: local) { api, store in
+            let app = try await createApp(store)
+            let url = "http://\(name):\(receiver.port)/hook"
+            #expect(try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string(url)]).status == .created)
+            _ = try await api.json(.post, "/v1/activities/pinned-1/updates", key: app.secretKey, ["contentState": ["a": 1]])
+            _ = try await api.json(.post, "/v1/activities/pinned-2/updates", key: app.secretKey, ["contentState": ["a": 2]])
+            try await withDeliverer(store, resolve: resolve) { (sender: WebhookDeliverer) async throws in
+                #expect(try await deliver(sender) { receiver.received.count >= 2 })
+            }
+            // Each on its first attempt: the refused address was passed over within it (AsyncHTTPClient keeps trying a
+            // refused connection until its connect timeout, 5 s, before the next address is tried).
+            let hooks = try await store.webhooks(appID: app.id)
+            let deliveries = try await store.webhookDeliveries(appID: app.id, webhookID: hooks[0].id, before: nil, limit: 10)
+            #expect(deliveries.map(\.attempts) == [1, 1])
+            #expect(receiver.received.first?.authority == "\(name):\(receiver.port)", "the Host is the URL's name")
+            #expect(asked.withLock { $0 } >= 2, "each delivery resolves the name itself")
+        }
+    }
+
+    @Test("addresses as text, and the order a name's addresses are tried in")
+    func addressText() {
+        #expect(WebhookURLPolicy.text(of: [93, 184, 216, 34]) == "93.184.216.34")
+        #expect(WebhookURLPolicy.text(of: [0x20, 0x01, 0x0d, 0xb8] + Array(repeating: 0, count: 11) + [1]) == "2001:db8::1")
+        #expect(WebhookURLPolicy.text(of: [1, 2, 3]) == nil)
+        let v6: [UInt8] = [0x20, 0x01, 0x0d, 0xb8] + Array(repeating: 0, count: 11) + [1]
+        #expect(WebhookURLPolicy.connectionOrder([v6, [1, 1, 1, 1], [8, 8, 8, 8], [1, 1, 1, 1]]) == [[1, 1, 1, 1], [8, 8, 8, 8], v6])
     }
 
     @Test("a failing endpoint is retried until it answers; a dead one is disabled, visibly; other apps see nothing")

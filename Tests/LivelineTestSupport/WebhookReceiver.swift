@@ -9,6 +9,8 @@ public final class WebhookReceiver: Sendable {
     public struct Received: Sendable {
         public var headers: HTTPFields
         public var body: [UInt8]
+        /// The request's `Host` (its authority): the name in the URL, whatever address the request went to.
+        public var authority: String? = nil
     }
 
     /// How the receiver answers one request.
@@ -41,7 +43,7 @@ public final class WebhookReceiver: Sendable {
             let body = try await request.body.collect(upTo: 1 << 20)
             let receiver = box.withLock { $0 }
             let answer = receiver?.state.withLock { state -> Answer in
-                state.received.append(Received(headers: request.headers, body: Array(buffer: body)))
+                state.received.append(Received(headers: request.headers, body: Array(buffer: body), authority: request.head.authority))
                 return state.script.isEmpty ? .status(.ok) : state.script.removeFirst()
             } ?? .status(.ok)
             switch answer {

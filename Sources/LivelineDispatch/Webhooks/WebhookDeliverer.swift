@@ -67,6 +67,9 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         public var concurrencyPerEndpoint = 4
         /// The longest it rests before looking for new events when nothing is due.
         public var pollInterval: Duration = .seconds(1)
+        /// The addresses a host name resolves to (`getaddrinfo` by default); the request goes to the first of them,
+        /// the address the URL policy checked.
+        public var resolve: @Sendable (_ host: String) async throws -> [[UInt8]] = { try await WebhookDeliverer.resolve($0) }
 
         public init() {}
     }
@@ -74,7 +77,10 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
     private let store: any WebhookStore
     private let sealer: CredentialSealer
     private let configuration: Configuration
+    /// For URLs whose host is an address.
     private let http: HTTPClient
+    /// For URLs whose host is a name: connected to the address that was checked.
+    private let pinned: PinnedHTTPClients
     private let logger: Logger
     private let now: @Sendable () -> Date
     private let random: @Sendable () -> Double
@@ -95,6 +101,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         client.redirectConfiguration = .disallow
         client.timeout = .init(connect: .seconds(5), read: .seconds(Int64(configuration.timeout.components.seconds)))
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: client)
+        self.pinned = PinnedHTTPClients(configuration: client, drain: configuration.timeout + .seconds(5))
         self.logger = logger
         self.now = now
         self.random = random
@@ -113,6 +120,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
     /// Closes its HTTP client: call it once when it is used without ``run()`` (which does so when it returns).
     public func shutdown() async {
         try? await http.shutdown()
+        await pinned.shutdown()
     }
 
     /// Sends deliveries as they fall due, each as soon as a slot is free: an attempt that takes long (up to
@@ -197,8 +205,15 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
             let secret = try sealer.open(due.sealedSecret, appID: due.appID, webhookID: delivery.webhookID)
             guard let key = StandardWebhooks.key(of: String(decoding: secret, as: UTF8.self)) else { throw WebhookSendError("the stored secret is unreadable") }
             let url = try configuration.urls.check(due.url)
-            if let host = url.host, WebhookURLPolicy.parse(host) == nil {
-                try configuration.urls.check(resolved: try await Self.resolve(host))
+            // A name is resolved here, its addresses checked, and the request sent to the first of them: AsyncHTTPClient
+            // resolving it again could get another answer (a name that points inward a moment after it pointed out).
+            var clients = [http]
+            if let host = url.host, WebhookURLPolicy.parse(host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) == nil {
+                let addresses = try await configuration.resolve(host)
+                try configuration.urls.check(resolved: addresses)
+                let texts = WebhookURLPolicy.connectionOrder(addresses).compactMap(WebhookURLPolicy.text(of:))
+                guard !texts.isEmpty else { throw WebhookURLPolicy.Refusal("the host did not resolve.") }
+                clients = try texts.map { try pinned.client(host: host, address: $0) }
             }
             let timestamp = Int64(now().timeIntervalSince1970)
             let body = Array(delivery.payload.utf8)
@@ -212,7 +227,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
                 name: "webhook-signature", value: StandardWebhooks.signature(key: key, id: delivery.eventID, timestamp: timestamp, body: body)
             )
             request.body = .bytes(ByteBuffer(bytes: body))
-            let answer = try await exchange(request, deadline: started + configuration.timeout)
+            let answer = try await exchange(request, on: clients, deadline: started + configuration.timeout)
             statusCode = answer.status
             // Seconds or an HTTP date, as RFC 9110 allows (the same reading as FCM's).
             retryAfter = answer.retryAfter.flatMap { FCMResponse.retryAfter($0, now: now()) }.map(\.seconds)
@@ -255,9 +270,21 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
     /// Sends `request` and reads its answer, all of it by `deadline`: the head through the client's own deadline, then
     /// the body (up to 64 KiB) raced against the time left, so a body trickled a byte at a time ends the attempt at the
     /// deadline (the connection is dropped; the status stands, since the endpoint has answered).
-    private func exchange(_ request: HTTPClientRequest, deadline: ContinuousClock.Instant) async throws -> Answer {
-        let left = max(deadline - ContinuousClock.now, .zero)
-        let response = try await http.execute(request, deadline: .now() + .nanoseconds(Int64(left.seconds * 1e9)))
+    ///
+    /// `clients` connect to one address each, in order: the next is tried only when the one before could not connect
+    /// (nothing was sent), as a resolver's caller tries a name's addresses.
+    private func exchange(_ request: HTTPClientRequest, on clients: [HTTPClient], deadline: ContinuousClock.Instant) async throws -> Answer {
+        var response: HTTPClientResponse?
+        for (index, http) in clients.enumerated() {
+            let left = max(deadline - ContinuousClock.now, .zero)
+            do {
+                response = try await http.execute(request, deadline: .now() + .nanoseconds(Int64(left.seconds * 1e9)))
+                break
+            } catch where index < clients.count - 1 && Self.couldNotConnect(error) {
+                continue
+            }
+        }
+        guard let response else { throw WebhookSendError("no address of the host could be reached") }
         let body = response.body
         await withTaskGroup(of: Void.self) { group in
             group.addTask { _ = try? await body.collect(upTo: 64 * 1024) }
@@ -266,6 +293,17 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
             group.cancelAll()
         }
         return Answer(status: Int(response.status.code), retryAfter: response.headers.first(name: "retry-after"))
+    }
+
+    /// Whether `error` says a connection was never made (so the request was not sent).
+    static func couldNotConnect(_ error: any Error) -> Bool {
+        switch error {
+        case is NIOConnectionError: return true
+        case let error as IOError: return [ECONNREFUSED, ENETUNREACH, EHOSTUNREACH, EADDRNOTAVAIL].contains(error.errnoCode)
+        case let error as HTTPClientError: return error == .connectTimeout
+        case let error as ChannelError: if case .connectTimeout = error { return true } else { return false }
+        default: return false
+        }
     }
 
     /// The addresses `host` resolves to (on NIO's thread pool: getaddrinfo blocks).

@@ -65,6 +65,28 @@ public struct WebhookURLPolicy: Sendable {
         return nil
     }
 
+    /// An address as text (`93.184.216.34`, `2001:db8::1`), or nil for bytes that are neither IPv4 nor IPv6.
+    public static func text(of address: [UInt8]) -> String? {
+        let family: Int32
+        switch address.count {
+        case 4: family = AF_INET
+        case 16: family = AF_INET6
+        default: return nil
+        }
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        let written = address.withUnsafeBytes { bytes in inet_ntop(family, bytes.baseAddress, &buffer, socklen_t(buffer.count)) }
+        guard written != nil else { return nil }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The order a name's addresses are tried in: IPv4 ones first (a server without an IPv6 route is commoner than one
+    /// without IPv4), each family in the resolver's order, without repeats.
+    public static func connectionOrder(_ addresses: [[UInt8]]) -> [[UInt8]] {
+        var seen: Set<[UInt8]> = []
+        let unique = addresses.filter { seen.insert($0).inserted }
+        return unique.filter { $0.count == 4 } + unique.filter { $0.count != 4 }
+    }
+
     /// Whether an address is a public unicast one.
     public static func isPublic(_ address: [UInt8]) -> Bool {
         if address.count == 4 { return isPublicV4(address) }
