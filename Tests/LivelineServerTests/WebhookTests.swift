@@ -80,6 +80,9 @@ struct WebhookTests {
             // 127.0.0.1 in the forms the resolver takes as an address, and private IPv4 behind IPv6 prefixes.
             "https://127.1/", "https://2130706433/", "https://0x7f.1/", "https://0177.0.0.1/", "https://0x7f000001/", "https://10.1/",
             "https://[fec0::1]/", "https://[2002:7f00:1::]/", "https://[2002:c0a8:101::]/",
+            // IPv4-translated loopback, local-use NAT64 (the IPv4 address wherever its prefix puts it), Teredo, discard.
+            "https://[::ffff:0:7f00:1]/", "https://[64:ff9b:1:7f00:1::]/", "https://[64:ff9b:1::5db8:d822]/", "https://[2001::1]/",
+            "https://[100::1]/",
             // The same hosts with the root's trailing dot.
             "https://127.0.0.1./", "https://2130706433./", "https://10.0.0.1./", "https://localhost./", "https://api.localhost./",
         ] {
@@ -91,6 +94,7 @@ struct WebhookTests {
         #expect(try strict.check("https://1572395042/hook").host == "1572395042")  // 93.184.216.34
         #expect(try strict.check("https://cafe.example.com/hook").host == "cafe.example.com")
         #expect(try strict.check("https://[2002:5db8:d822::]/").host != nil)  // 6to4 of 93.184.216.34
+        #expect(try strict.check("https://[64:ff9b::5db8:d822]/").host != nil)  // NAT64 of 93.184.216.34
         #expect(WebhookURLPolicy.parse("cafe") == nil)
         #expect(WebhookURLPolicy.parse("0x7f.1") == [127, 0, 0, 1])
         #expect(throws: WebhookURLPolicy.Refusal.self) { try strict.check(resolved: [[10, 0, 0, 1]]) }

@@ -100,7 +100,19 @@ public struct WebhookURLPolicy: Sendable {
         if address[0] == 0x20, address[1] == 0x02 { return isPublicV4(Array(address[2..<6])) }  // 6to4: its IPv4 address
         if address[0] == 0xff { return false }  // multicast
         if address[0] == 0x20, address[1] == 0x01, address[2] == 0x0d, address[3] == 0xb8 { return false }  // 2001:db8::/32
-        if address[0] == 0x00, address[1] == 0x64, address[2] == 0xff, address[3] == 0x9b { return isPublicV4(Array(address[12...])) }  // NAT64
+        // IPv4-translated (::ffff:0:a.b.c.d, SIIT): its IPv4 address.
+        if address[0..<8].allSatisfy({ $0 == 0 }), address[8] == 0xff, address[9] == 0xff, address[10] == 0, address[11] == 0 {
+            return isPublicV4(Array(address[12...]))
+        }
+        if address[0] == 0x00, address[1] == 0x64, address[2] == 0xff, address[3] == 0x9b {
+            // 64:ff9b::/96, the well-known NAT64 prefix: its IPv4 address. Anything else under 64:ff9b::/32 is the
+            // local-use 64:ff9b:1::/48 (RFC 8215), translated by the operator's own gateway, with the IPv4 address
+            // where its prefix length puts it: refused.
+            guard address[4..<12].allSatisfy({ $0 == 0 }) else { return false }
+            return isPublicV4(Array(address[12...]))
+        }
+        if address[0] == 0x20, address[1] == 0x01, address[2] == 0, address[3] == 0 { return false }  // 2001::/32 Teredo
+        if address[0] == 0x01, address[1..<8].allSatisfy({ $0 == 0 }) { return false }  // 100::/64 discard-only
         return true
     }
 
