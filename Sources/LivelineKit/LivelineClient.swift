@@ -93,6 +93,14 @@ public actor LivelineClient {
         record(.registerActivity(activityID: id, attributesType: attributesType, pushToken: pushToken))
     }
 
+    /// Registers the Live Activity that shows Liveline activity `id` as a subscriber of its broadcast channel (iOS 18:
+    /// started with `pushType: .channel(channelID)`, or remotely into the channel), instead of by an update token.
+    /// The channel id is the activity's `channelId` (`GET /v1/activities/{id}/channel`). It replaces a waiting token
+    /// registration of the same activity, as a newer one of either kind does.
+    public func registerActivity(id: String, attributesType: String?, channelID: String) async {
+        record(.subscribeActivity(activityID: id, attributesType: attributesType, channelID: channelID))
+    }
+
     /// Reports what happened to activity `activityID` on this phone. The outbox keeps one event per activity and type,
     /// each sent with a stable `Idempotency-Key`, after the activity's waiting registration.
     public func report(_ event: LivelineActivityEvent, activityID: String) async {

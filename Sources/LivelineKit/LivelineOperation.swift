@@ -66,6 +66,9 @@ public struct LivelineOperation: Sendable, Hashable, Codable {
         case registerDevice(LivelineDeviceRegistration)
         /// `PUT /v1/activities/{activityId}/instances/{deviceId}` with the activity's newest update token.
         case registerActivity(activityID: String, attributesType: String?, pushToken: String)
+        /// `PUT /v1/activities/{activityId}/instances/{deviceId}` with the broadcast channel the Live Activity
+        /// subscribed to (iOS 18, `pushType: .channel(channelID)`), instead of an update token.
+        case subscribeActivity(activityID: String, attributesType: String?, channelID: String)
         /// `POST /v1/activities/{activityId}/instances/{deviceId}/events`, sent with `Idempotency-Key: idempotencyKey`.
         case report(activityID: String, event: LivelineActivityEvent, idempotencyKey: String)
     }
@@ -97,7 +100,7 @@ public struct LivelineOperation: Sendable, Hashable, Codable {
     public var key: Key {
         switch kind {
         case .registerDevice: .device
-        case .registerActivity(let activityID, _, _): .activity(activityID)
+        case .registerActivity(let activityID, _, _), .subscribeActivity(let activityID, _, _): .activity(activityID)
         case .report(let activityID, let event, _): .event(activityID: activityID, type: event.type)
         }
     }
@@ -106,7 +109,7 @@ public struct LivelineOperation: Sendable, Hashable, Codable {
     public var activityID: String? {
         switch kind {
         case .registerDevice: nil
-        case .registerActivity(let activityID, _, _), .report(let activityID, _, _): activityID
+        case .registerActivity(let activityID, _, _), .subscribeActivity(let activityID, _, _), .report(let activityID, _, _): activityID
         }
     }
 
@@ -114,7 +117,7 @@ public struct LivelineOperation: Sendable, Hashable, Codable {
     var rank: Int {
         switch kind {
         case .registerDevice: 0
-        case .registerActivity: 1
+        case .registerActivity, .subscribeActivity: 1
         case .report: 2
         }
     }

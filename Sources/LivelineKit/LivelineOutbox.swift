@@ -55,6 +55,8 @@ struct LivelineOutbox: Sendable, Hashable, Codable {
             return .registerDevice(old.merging(new))
         case (.registerActivity(let activityID, let oldType, _), .registerActivity(_, let newType, let token)):
             return .registerActivity(activityID: activityID, attributesType: newType ?? oldType, pushToken: token)
+        case (.subscribeActivity(let activityID, let oldType, _), .subscribeActivity(_, let newType, let channelID)):
+            return .subscribeActivity(activityID: activityID, attributesType: newType ?? oldType, channelID: channelID)
         case (.report(_, let oldEvent, _), .report(_, let newEvent, _)) where oldEvent == newEvent:
             // The same event again: the one recorded first keeps its idempotency key.
             return waiting
@@ -81,8 +83,10 @@ struct LivelineOutbox: Sendable, Hashable, Codable {
     /// Operations not attempted in this pass and not held back by their activity's pending registration.
     private func sendable(excluding attempted: Set<Attempt>) -> [LivelineOperation] {
         let registering = Set(operations.compactMap { operation -> String? in
-            if case .registerActivity(let activityID, _, _) = operation.kind { return activityID }
-            return nil
+            switch operation.kind {
+            case .registerActivity(let activityID, _, _), .subscribeActivity(let activityID, _, _): return activityID
+            case .registerDevice, .report: return nil
+            }
         })
         return operations.filter { operation in
             if attempted.contains(Attempt(key: operation.key, revision: operation.revision)) { return false }

@@ -54,6 +54,12 @@ enum LivelineWire {
             return LivelineHTTPRequest(
                 method: "PUT", path: "/v1/activities/\(pathSegment(activityID))/instances/\(device)", headers: headers, body: json(body)
             )
+        case .subscribeActivity(let activityID, let attributesType, let channelID):
+            var body: [String: Any] = ["platform": platform, "channelId": channelID]
+            if let attributesType { body["attributesType"] = attributesType }
+            return LivelineHTTPRequest(
+                method: "PUT", path: "/v1/activities/\(pathSegment(activityID))/instances/\(device)", headers: headers, body: json(body)
+            )
         case .report(let activityID, let event, let idempotencyKey):
             var body: [String: Any] = ["type": event.type]
             if case .frequentPushes(let enabled) = event { body["enabled"] = enabled }

@@ -35,6 +35,23 @@ struct OutboxTests {
         #expect(outbox.operation(.device)?.revision == 3)
     }
 
+    @Test("A channel subscription and a token registration of one activity coalesce: the newer one is sent; events wait for either")
+    func channelSubscriptions() {
+        var outbox = LivelineOutbox()
+        outbox.record(.registerActivity(activityID: "match-42", attributesType: "MatchAttributes", pushToken: "aa"))
+        outbox.record(.subscribeActivity(activityID: "match-42", attributesType: nil, channelID: "c1"))
+        #expect(outbox.operations.count == 1)
+        #expect(outbox.operation(.activity("match-42"))?.kind == .subscribeActivity(activityID: "match-42", attributesType: nil, channelID: "c1"))
+        outbox.record(.subscribeActivity(activityID: "match-42", attributesType: "MatchAttributes", channelID: "c2"))
+        outbox.record(.subscribeActivity(activityID: "match-42", attributesType: nil, channelID: "c3"))
+        #expect(outbox.operation(.activity("match-42"))?.kind
+            == .subscribeActivity(activityID: "match-42", attributesType: "MatchAttributes", channelID: "c3"))
+        outbox.record(.report(activityID: "match-42", event: .dismissed, idempotencyKey: "k"))
+        // The event waits for the activity's registration, of either kind.
+        #expect(outbox.next(at: t0)?.key == .activity("match-42"))
+        #expect(outbox.next(at: t0, excluding: [attempt(outbox.operation(.activity("match-42"))!)]) == nil)
+    }
+
     @Test("Events: one per activity and type; the same event keeps its idempotency key, another value replaces it")
     func events() {
         var outbox = LivelineOutbox()
@@ -217,6 +234,11 @@ struct RetryScheduleTests {
         )
         #expect(instance.method == "PUT" && instance.path == "/v1/activities/match%2F42/instances/install%201")
         #expect(try body(instance) == ["platform": "ios", "pushToken": "ab", "attributesType": "T"] as NSDictionary)
+        let subscriber = LivelineWire.request(
+            for: operation(.subscribeActivity(activityID: "match/42", attributesType: "T", channelID: "dHJ5IG1lIQ==")), configuration: configuration
+        )
+        #expect(subscriber.method == "PUT" && subscriber.path == "/v1/activities/match%2F42/instances/install%201")
+        #expect(try body(subscriber) == ["platform": "ios", "channelId": "dHJ5IG1lIQ==", "attributesType": "T"] as NSDictionary)
         let event = LivelineWire.request(
             for: operation(.report(activityID: "m", event: .frequentPushes(enabled: false), idempotencyKey: "key-1")), configuration: configuration
         )

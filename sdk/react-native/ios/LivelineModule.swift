@@ -216,7 +216,7 @@ final class LivelineModule: RCTEventEmitter {
                         seen["start:" + type] = token
                         shared.emit("pushToStartToken", ["attributesType": type, "token": token])
                     }
-                case .report:
+                case .subscribeActivity, .report:
                     continue
                 }
             }
