@@ -52,12 +52,14 @@ struct RegistrationWrite: SetWrite {
         return set.decisions
     }
 
-    /// The set's first read: its activities' rows (app ids, activity ids), under a share lock, in key order.
+    /// The set's first read: its activities' rows (app ids, activity ids), in key order, locked as a single
+    /// registration locks its activity's (`FOR NO KEY UPDATE`: the set may rewrite them to catch their new phones up,
+    /// and a share lock to be upgraded later deadlocked with another registration's).
     static let activitiesRead = """
         SELECT a.app_id, a.activity_id, a.state, a.attributes_type, a.sequence, a.channel_id
         FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
         JOIN activities a ON a.app_id = k.app_id AND a.activity_id = k.activity_id
-        ORDER BY a.app_id, a.activity_id FOR SHARE OF a
+        ORDER BY a.app_id, a.activity_id FOR NO KEY UPDATE OF a
         """
 
     /// The set's second read: which of its devices (app ids, activity ids, device ids) have instances already.

@@ -289,9 +289,12 @@ public final class SQLStore: Store, DispatchStore {
 
     public func registerInstance(_ registration: InstanceRegistration, at now: Date) async throws -> RegistrationResult {
         let r = registration
-        // On PostgreSQL the registration reads the activity's row under a share lock: an update or an end of the
-        // activity (which change its row) waits for it, or it for them, and reads what they committed; registrations
-        // beside it wait for nothing. Serializable, concurrent registrations to one activity failed one another on
+        // On PostgreSQL the registration reads the activity's row under a lock that it may upgrade no further
+        // (`FOR NO KEY UPDATE`): it rewrites the row when the activity has a state (to make it pending for the new
+        // phone), and two registrations that both held a share lock and both wanted to write deadlocked, PostgreSQL
+        // failing one of them, again and again while phones joined a live activity together. Registrations of one
+        // activity so take turns, as updates and ends of it do; the instances' foreign keys take only key-share locks,
+        // which this one does not block. Serializable, concurrent registrations to one activity failed one another on
         // the index pages their new instances share. Registrations and updates arriving together share a commit
         // (``WriteIsolation/grouped(key:)``): the activity's row first, then the device's instance.
         // On PostgreSQL, registrations queued together run as one set (``RegistrationWrite``) where they can.
@@ -306,7 +309,7 @@ public final class SQLStore: Store, DispatchStore {
             // wrote. Both reads go out together (one round trip on PostgreSQL), the activity's lock first.
             let found = try db.queries([
                 ("SELECT state, attributes_type, sequence, channel_id FROM activities WHERE app_id = ? AND activity_id = ?"
-                    + db.rowLock("FOR SHARE"), key),
+                    + db.rowLock("FOR NO KEY UPDATE"), key),
                 ("SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?" + db.rowLock("FOR UPDATE"),
                  key + [.text(r.deviceID)]),
             ])
