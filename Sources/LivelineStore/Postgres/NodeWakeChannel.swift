@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import PostgresNIO
+import Synchronization
 
 /// Wake-ups between the nodes that share a PostgreSQL database, over `LISTEN` / `NOTIFY` on the channel
 /// `liveline_wake`: an update accepted on node A is sent at once by whichever node's engine is free.
@@ -28,18 +29,43 @@ public final class NodeWakeChannel: Sendable {
 
     private let url: PostgresDatabaseURL
     private let logger: Logger
-    private let announcements: AsyncStream<Void>
-    private let announcer: AsyncStream<Void>.Continuation
+    /// The current connection's announcements to send, and whether one was made while there was none (it is sent
+    /// on the next). Each connection has a stream of its own: a stream's consumer cancelled when its connection was
+    /// lost ends the stream for good, and a single stream kept for the process then sent nothing ever again.
+    private let outbox = Mutex<(announcer: AsyncStream<Void>.Continuation?, missed: Bool)>((nil, false))
 
     init(url: PostgresDatabaseURL, logger: Logger) {
         self.url = url
         self.logger = logger
-        (announcements, announcer) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Tells every node (this one too) that work was committed. Returns at once.
     public func announce() {
-        announcer.yield()
+        outbox.withLock { outbox in
+            if let announcer = outbox.announcer { announcer.yield() } else { outbox.missed = true }
+        }
+    }
+
+    /// A new stream of announcements for a new connection (with one waiting if any was made meanwhile); `finish` ends
+    /// it, and announcements wait for the next one.
+    private func openAnnouncements() -> (AsyncStream<Void>, finish: @Sendable () -> Void) {
+        let (stream, announcer) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        outbox.withLock { outbox in
+            outbox.announcer = announcer
+            if outbox.missed {
+                outbox.missed = false
+                announcer.yield()
+            }
+        }
+        return (stream, { [self] in
+            outbox.withLock { $0.announcer = nil }
+            announcer.finish()
+        })
+    }
+
+    /// The connection ended without an error.
+    struct ConnectionEnded: Error, CustomStringConvertible {
+        var description: String { "the connection ended" }
     }
 
     /// Listens and sends announcements until cancelled, calling `onWake` for each announcement heard, with whose it
@@ -70,7 +96,8 @@ public final class NodeWakeChannel: Sendable {
 
     private func serve(on connection: PostgresConnection, onWake: @escaping @Sendable (Announcer) -> Void) async throws {
         let logger = self.logger
-        let announcements = self.announcements
+        let (announcements, finish) = openAnnouncements()
+        defer { finish() }
         let nodeID = self.nodeID
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -83,9 +110,11 @@ public final class NodeWakeChannel: Sendable {
                     try await connection.query("SELECT pg_notify('liveline_wake', \(nodeID))", logger: logger)
                 }
             }
-            // Either ends only when the connection fails (or the task is cancelled): then both go.
+            // Either ends only when the connection fails or ends (or the task is cancelled): then both go, and a
+            // connection that ended without an error counts as lost (reconnected after a pause, not at once).
             try await group.next()
             group.cancelAll()
+            if !Task.isCancelled { throw ConnectionEnded() }
         }
     }
 }

@@ -1,0 +1,72 @@
+import Foundation
+@testable import LivelineStore
+import LivelineTestSupport
+import PostgresNIO
+import Synchronization
+import Testing
+
+@Suite("Wake-ups between nodes (LISTEN / NOTIFY)")
+struct NodeWakeChannelTests {
+    /// What a node's channel heard, in order.
+    final class Heard: Sendable {
+        private let heard = Mutex<[NodeWakeChannel.Announcer]>([])
+        func append(_ announcer: NodeWakeChannel.Announcer) { heard.withLock { $0.append(announcer) } }
+        var all: [NodeWakeChannel.Announcer] { heard.withLock { $0 } }
+        func clear() { heard.withLock { $0.removeAll() } }
+    }
+
+    /// Polls `condition` every 50 ms for up to `seconds`.
+    func eventually(_ seconds: Double = 20, _ condition: () async throws -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while ContinuousClock.now < deadline {
+            if try await condition() { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return try await condition()
+    }
+
+    @Test(
+        "after the connections are lost, each node reconnects once, and its announcements reach the others and itself again",
+        .enabled(if: StoreKind.available.contains(.postgres))
+    )
+    func announcementsSurviveALostConnection() async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let database = try PostgresDatabaseURL(url)
+            let a = NodeWakeChannel(url: database, logger: PostgresTestServer.logger)
+            let b = NodeWakeChannel(url: database, logger: PostgresTestServer.logger)
+            let heardByA = Heard()
+            let heardByB = Heard()
+            let running = [Task { await a.run { heardByA.append($0) } }, Task { await b.run { heardByB.append($0) } }]
+            defer { for task in running { task.cancel() } }
+
+            // Both listening: A's announcement reaches B, and A itself.
+            #expect(try await eventually {
+                a.announce()
+                return heardByB.all.contains(.anotherNode) && heardByA.all.contains(.thisNode)
+            })
+
+            // Every connection to the database is cut (as a restart of PostgreSQL does).
+            let killer = try await PostgresConnection.connect(configuration: try database.configuration(), id: 99, logger: PostgresTestServer.logger)
+            _ = try await killer.query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                logger: PostgresTestServer.logger
+            )
+            try await killer.close()
+            // Each node wakes its own engine once for what it may have missed, after a pause, and then rests.
+            try await Task.sleep(for: .seconds(3))
+            heardByA.clear()
+            heardByB.clear()
+            try await Task.sleep(for: .seconds(1))
+            #expect(heardByA.all.isEmpty && heardByB.all.isEmpty, "a node reconnecting in a loop wakes itself at every turn")
+
+            // A's announcements are sent again: B hears them as another node's, A as its own.
+            #expect(try await eventually {
+                a.announce()
+                return heardByB.all.contains(.anotherNode) && heardByA.all.contains(.thisNode)
+            })
+            #expect(!heardByB.all.contains(.thisNode), "B announced nothing")
+            for task in running { task.cancel() }
+            for task in running { await task.value }
+        }
+    }
+}
