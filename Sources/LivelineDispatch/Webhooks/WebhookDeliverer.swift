@@ -67,8 +67,8 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         public var concurrencyPerEndpoint = 4
         /// The longest it rests before looking for new events when nothing is due.
         public var pollInterval: Duration = .seconds(1)
-        /// The addresses a host name resolves to (`getaddrinfo` by default); the request goes to the first of them,
-        /// the address the URL policy checked.
+        /// The addresses a host name resolves to (`getaddrinfo` by default); the request goes to them, as the URL
+        /// policy checked them (IPv4 first, the next when one cannot be connected to), never to a fresh answer.
         public var resolve: @Sendable (_ host: String) async throws -> [[UInt8]] = { try await WebhookDeliverer.resolve($0) }
 
         public init() {}
@@ -205,8 +205,8 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
             let secret = try sealer.open(due.sealedSecret, appID: due.appID, webhookID: delivery.webhookID)
             guard let key = StandardWebhooks.key(of: String(decoding: secret, as: UTF8.self)) else { throw WebhookSendError("the stored secret is unreadable") }
             let url = try configuration.urls.check(due.url)
-            // A name is resolved here, its addresses checked, and the request sent to the first of them: AsyncHTTPClient
-            // resolving it again could get another answer (a name that points inward a moment after it pointed out).
+            // A name is resolved here, its addresses checked, and the request sent to them: AsyncHTTPClient resolving
+            // it again could get another answer (a name that points inward a moment after it pointed out).
             var clients = [http]
             if let host = url.host, WebhookURLPolicy.parse(host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) == nil {
                 let addresses = try await configuration.resolve(host)
