@@ -227,6 +227,12 @@ public final class SQLStore: Store, DispatchStore {
     public func close() async throws {
         // Closing again is harmless: the connections and their threads are gone already.
         guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
+        if dialect == .postgres {
+            // The housekeeping lease this node holds goes with it, so that another node sweeps at its next look, not
+            // once the lease has run out (up to five minutes after every node was restarted). Best effort: a node that
+            // cannot say so leaves the lease to run out, as a dead node's does.
+            _ = try? await write("DELETE FROM housekeeping_lease WHERE id = 1 AND owner = ?", [.text(nodeID)])
+        }
         try await writer.close()
         try await reader.close()
     }
