@@ -503,6 +503,7 @@ public final class Dispatcher: Service, Sendable {
             if claimWatch.isLost { return nil }
             // The slices stay for whoever claims the activity next.
             if Task.isShuttingDownGracefully || Task.isCancelled { return .unscheduled }
+            var wait = configuration.slicePollInterval
             do {
                 if let taken = try await store.claimSlice(owner: claim.owner, now: now(), lease: configuration.claimLease, of: key) {
                     await send(taken)
@@ -516,9 +517,12 @@ public final class Dispatcher: Service, Sendable {
             } catch {
                 if Task.isCancelled { return .unscheduled }
                 logger.error("Following a shared fan-out failed", metadata: ["activity": "\(key.activityID)", "error": "\(error)"])
+                // The Store's retry delay, as elsewhere after a failed Store call (while the database is away, looking
+                // every 100 ms logged this ten times a second).
+                wait = .seconds(1)
             }
             // Other engines hold the rest: look again shortly.
-            try? await Task.sleep(for: configuration.slicePollInterval)
+            try? await Task.sleep(for: wait)
         }
     }
 
