@@ -58,9 +58,6 @@ final class PinnedHTTPClients: Sendable {
         return client
     }
 
-    /// How many clients are kept.
-    var count: Int { state.withLockedValue { $0.entries.count } }
-
     /// Closes every client; later asks fail.
     func shutdown() async {
         let clients = state.withLockedValue { state in
