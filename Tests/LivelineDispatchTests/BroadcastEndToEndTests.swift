@@ -201,10 +201,14 @@ struct BroadcastEndToEndTests {
                 _ = try await env.update("match-5", ["minute": 5])
                 dispatcher.wake()
                 #expect(try await waitFor { env.everySubscriberMovedOn(channelID, from: ["none"]) })
+                // The phones apply the broadcast before the engine records it; stopping the engine now could cancel
+                // that record, so wait for it here.
+                #expect(try await waitFor {
+                    try await env.store.activity(appID: env.appID, activityID: "match-5")?.broadcastSequence == 1
+                })
             }
             let broadcast = try #require(env.apns.pushes(token: nil).first { $0.channelID == channelID })
             #expect(broadcast.status == 200)
-            #expect(try await env.store.activity(appID: env.appID, activityID: "match-5")?.broadcastSequence == 1)
             // And without it, broadcasts go to the push host: nothing answers there, and the next state waits.
             settings["broadcastBaseUrl"] = nil
             stored.settings = .object(settings)
