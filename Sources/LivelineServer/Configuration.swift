@@ -84,6 +84,9 @@ public struct LivelineConfiguration: Sendable {
     public var databaseWriters = SQLStore.defaultPostgresWriters
     /// How many connections run reads.
     public var databaseReaders = SQLStore.defaultReaders
+    /// PostgreSQL: how long `liveline serve` waits at its start for a database that does not answer yet (nothing
+    /// listening, a server still starting) before it gives up; zero gives up at the first failure.
+    public var databaseStartupWait: Duration = DatabaseStartupWait.defaultLimit
     /// The defaults of iOS 18 broadcast channels (an app's own come first).
     public var broadcast: BroadcastSettings = BroadcastSettings()
     /// How webhooks are delivered.
@@ -129,6 +132,8 @@ public struct LivelineConfiguration: Sendable {
             summary: "PostgreSQL: connections for writes (each write is one serializable transaction on one of them)."),
         Key(name: "liveline.databasePool.readers", environment: "LIVELINE_DATABASE_POOL_READERS", flag: nil, defaultValue: "3",
             summary: "Read connections (SQLite or PostgreSQL): a fan-out's pages, the API's reads and the sweepers' run side by side."),
+        Key(name: "liveline.databaseStartupWait", environment: "LIVELINE_DATABASE_STARTUP_WAIT", flag: nil, defaultValue: "60",
+            summary: "PostgreSQL: seconds `liveline serve` waits at its start for a database that is not reachable yet (nothing listening, a server still starting), trying again with growing pauses; 0 gives up at once. A wrong password or a missing database fails at once."),
         Key(name: "liveline.adminToken", environment: "LIVELINE_ADMIN_TOKEN", flag: "--admin-token-file", defaultValue: "(none: admin API off)",
             summary: "Bearer token for /admin/v1. The flag reads it from a file so it stays out of `ps`."),
         Key(name: "liveline.dev", environment: "LIVELINE_DEV", flag: "--dev", defaultValue: "false",
@@ -262,6 +267,11 @@ public struct LivelineConfiguration: Sendable {
         guard databaseWriters >= 1, databaseReaders >= 1 else {
             throw ConfigurationError("databasePool.writers and databasePool.readers must be at least 1.")
         }
+        let startupWait = try scoped.checkedInt("databaseStartupWait", default: Int(DatabaseStartupWait.defaultLimit.components.seconds))
+        guard (0...3600).contains(startupWait) else {
+            throw ConfigurationError("databaseStartupWait must be between 0 and 3600 seconds; got \(startupWait).")
+        }
+        databaseStartupWait = .seconds(startupWait)
         fcmEmulatorPort = try scoped.checkedInt("fcmEmulatorPort", default: 8444)
         fcmEmulatorControlPort = try scoped.checkedInt("fcmEmulatorControlPort", default: 8092)
         emulatorRegisterWith = scoped.string(forKey: "emulatorRegisterWith")

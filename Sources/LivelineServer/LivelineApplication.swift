@@ -110,8 +110,12 @@ public enum LivelineApplication {
         return try CredentialSealer.loadOrCreateMasterKey(at: (configuration.dataDirectory as NSString).appendingPathComponent("master.key"))
     }
 
-    /// Opens the configured store, creating the data directory if needed.
-    public static func openStore(_ configuration: LivelineConfiguration, logger: Logger) async throws -> SQLStore {
+    /// Opens the configured store, creating the data directory if needed. On PostgreSQL, with `waitingForDatabase`,
+    /// a database that cannot be reached yet is tried again for up to ``LivelineConfiguration/databaseStartupWait``
+    /// (``waitingForDatabase(_:logger:clock:open:)``); the one-shot commands do not wait.
+    public static func openStore(
+        _ configuration: LivelineConfiguration, waitingForDatabase: Bool = false, logger: Logger
+    ) async throws -> SQLStore {
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
         switch try configuration.databaseLocation {
         case .sqlite(let path):
@@ -121,9 +125,45 @@ public enum LivelineApplication {
             }
             return try await SQLStore.open(path: path, readers: configuration.databaseReaders, logger: logger)
         case .postgres(let url):
-            return try await SQLStore.open(
-                postgres: url, writers: configuration.databaseWriters, readers: configuration.databaseReaders, logger: logger
-            )
+            let wait = DatabaseStartupWait(limit: waitingForDatabase ? configuration.databaseStartupWait : .zero)
+            return try await Self.waitingForDatabase(wait, logger: logger, clock: ContinuousClock()) {
+                try await SQLStore.open(
+                    postgres: url, writers: configuration.databaseWriters, readers: configuration.databaseReaders, logger: logger
+                )
+            }
+        }
+    }
+
+    /// Runs `open` until it succeeds, or fails in a way waiting cannot mend, or `wait`'s limit has passed: each failure
+    /// that may pass by itself (``PostgresFailure/isConnectionLost``: nothing listening, a server starting up) is
+    /// logged and followed by the pause ``DatabaseStartupWait`` decides. Any other error ends it at once.
+    static func waitingForDatabase<Opened, WaitingClock: Clock<Duration>>(
+        _ wait: DatabaseStartupWait, logger: Logger, clock: WaitingClock, open: () async throws -> Opened
+    ) async throws -> Opened {
+        let start = clock.now
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                let opened = try await open()
+                if attempt > 1 { logger.notice("The database answered", metadata: ["attempts": "\(attempt)"]) }
+                return opened
+            } catch let failure as PostgresFailure {
+                let elapsed = start.duration(to: clock.now)
+                switch wait.decision(afterAttempt: attempt, elapsed: elapsed, mayPass: failure.isConnectionLost) {
+                case .giveUp:
+                    throw failure
+                case .tryAgain(let pause):
+                    logger.warning(
+                        "The database cannot be reached yet; trying again",
+                        metadata: [
+                            "error": "\(failure)", "attempt": "\(attempt)", "retryIn": "\(pause)",
+                            "waitingUpTo": "\(wait.limit)",
+                        ]
+                    )
+                    try await clock.sleep(for: pause, tolerance: nil)
+                }
+            }
         }
     }
 

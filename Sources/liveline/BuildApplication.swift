@@ -29,7 +29,7 @@ func buildApplication(
     }
     let store: SQLStore
     do {
-        store = try await LivelineApplication.openStore(configuration, logger: logger)
+        store = try await LivelineApplication.openStore(configuration, waitingForDatabase: true, logger: logger)
     } catch {
         lock?.release()
         throw error
