@@ -19,6 +19,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         admin.put("apps/:appId/credentials/fcm", use: setFCM)
         admin.put("apps/:appId/budget", use: setBudget)
         admin.put("apps/:appId/broadcast", use: setBroadcastDefaults)
+        admin.put("apps/:appId/devices", use: setDeviceRules)
         admin.get("apps/:appId/credentials", use: credentials)
     }
 
@@ -155,6 +156,21 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
             defaults.storagePolicy = policy
         }
         let app = try await administration.setBroadcastDefaults(appID: appID, defaults)
+        return Response.json(Representation.app(app))
+    }
+
+    /// Who may set the app's devices' audience fields (`userId`, `tags`): `app` (its publishable key, the default) or
+    /// `backend` (only its secret key).
+    @Sendable func setDeviceRules(_ request: Request, context: Context) async throws -> Response {
+        try authorize(request)
+        guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
+        let body = try await RequestBody.read(request)
+        try body.allowOnly(["audienceFrom"])
+        let name = try body.requiredString("audienceFrom")
+        guard let source = AudienceSource(rawValue: name) else {
+            throw ValidationError(code: "invalid_audience_from", message: "audienceFrom must be 'app' or 'backend'.", field: "audienceFrom")
+        }
+        let app = try await administration.setAudienceFrom(appID: appID, source)
         return Response.json(Representation.app(app))
     }
 

@@ -56,6 +56,13 @@ public struct AppAdministration: Sendable {
         return app
     }
 
+    /// Sets who may set the app's devices' `userId` and `tags` (``AudienceSource``); returns the app.
+    public func setAudienceFrom(appID: String, _ source: AudienceSource) async throws -> AppRecord {
+        try await store.setAudienceFrom(appID: appID, source)
+        guard let app = try await store.app(id: appID) else { throw StoreError.appNotFound }
+        return app
+    }
+
     /// The app's credentials as shown to operators: settings and health, never the secret.
     public func credentials(appID: String) async throws -> [StoredCredentials] {
         guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }

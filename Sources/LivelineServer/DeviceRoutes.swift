@@ -6,7 +6,7 @@ import LivelineStore
 /// The `/v1/devices` API: an app's installations register themselves (publishable or secret key) with their user,
 /// tags and push-to-start or FCM tokens; the backend reads, lists and deletes them (secret key).
 struct DeviceRoutes<Context: RequestContext>: Sendable {
-    let store: any DeviceStore
+    let store: any DeviceStore & AppStore
     let authenticator: Authenticator
     let clock: WallClock
 
@@ -38,6 +38,13 @@ struct DeviceRoutes<Context: RequestContext>: Sendable {
         let deviceID = try LifecycleRoutes<Context>.pathID("deviceId", context)
         let body = try await RequestBody.read(request)
         let registration = try Self.registration(body, appID: caller.appID, deviceID: deviceID)
+        if caller.scope == .publishable, let field = Self.audienceField(body), try await store.app(id: caller.appID)?.audienceFrom == .backend {
+            throw APIError(
+                .forbidden, code: "secret_key_required",
+                message: "This app sets its devices' userId and tags from its backend (audienceFrom: backend): register the device's tokens without them, and set them with the secret key.",
+                field: field
+            )
+        }
         let (device, created) = try await store.putDevice(registration, at: clock.now())
         return Response.json(Representation.device(device, for: caller.scope), status: created ? .created : .ok)
     }
@@ -69,6 +76,11 @@ struct DeviceRoutes<Context: RequestContext>: Sendable {
     }
 
     // MARK: Input rules
+
+    /// The first audience field (``AudienceSource``) the body names, `null` included, if any.
+    static func audienceField(_ body: RequestBody) -> String? {
+        ["userId", "tags"].first { body.members[$0] != nil }
+    }
 
     /// The registration a `PUT /v1/devices/{deviceId}` body asks for: a field left out keeps what is stored, `null`
     /// clears it (for `tags` and `pushToStartTokens`, `null` is the same as `{}`).

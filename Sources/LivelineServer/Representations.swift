@@ -167,6 +167,7 @@ enum Representation {
                 "defaultDelivery": optional(app.broadcastDefaults.delivery?.rawValue),
                 "messageStoragePolicy": optional(app.broadcastDefaults.storagePolicy?.rawValue),
             ]),
+            "devices": .object(["audienceFrom": .string(app.audienceFrom.rawValue)]),
         ])
     }
 

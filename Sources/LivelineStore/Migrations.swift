@@ -503,6 +503,14 @@ enum SQLiteMigrations {
                 "CREATE INDEX webhook_deliveries_finished ON webhook_deliveries(finished_at) WHERE status <> 'pending'",
             ]
         ),
+        Migration(
+            version: 25,
+            name: "who sets a device's audience fields",
+            statements: [
+                // `app` (its publishable key may set userId and tags) or `backend` (only its secret key): AudienceSource.
+                "ALTER TABLE apps ADD COLUMN audience_from TEXT NOT NULL DEFAULT 'app'",
+            ]
+        ),
     ]
 }
 

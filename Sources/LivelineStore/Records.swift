@@ -17,12 +17,15 @@ public struct AppRecord: Sendable, Hashable {
     public var budget: BudgetOverride = BudgetOverride()
     /// The app's defaults for activities that do not choose their delivery; `nil` parts use the server's.
     public var broadcastDefaults = BroadcastDefaults()
+    /// Who may set a device's audience fields (`userId`, `tags`): the app with its publishable key, or only the backend.
+    public var audienceFrom: AudienceSource = .app
 
     /// Creates an app record.
     public init(
         id: String, name: String, bundleID: String, androidPackage: String?, createdAt: Date, budget: BudgetOverride = BudgetOverride(),
-        broadcastDefaults: BroadcastDefaults = BroadcastDefaults()
+        broadcastDefaults: BroadcastDefaults = BroadcastDefaults(), audienceFrom: AudienceSource = .app
     ) {
+        self.audienceFrom = audienceFrom
         self.broadcastDefaults = broadcastDefaults
         self.budget = budget
         self.id = id
@@ -31,6 +34,19 @@ public struct AppRecord: Sendable, Hashable {
         self.androidPackage = androidPackage
         self.createdAt = createdAt
     }
+}
+
+/// Who may set the fields of a device that remote starts choose their audience by (`userId` and `tags`).
+///
+/// The publishable key ships in every copy of the app, so whoever extracts it can register a device of their own under
+/// any user id or tags, and then receive the Live Activities started for that user or those tags. An app whose user ids
+/// can be guessed, or whose starts carry private content, sets those fields from its backend instead.
+public enum AudienceSource: String, Sendable, Hashable, CaseIterable {
+    /// The app sets them with its publishable key (or the backend with its secret key): the default.
+    case app
+    /// Only the backend sets them, with its secret key; a registration with the publishable key that names them is
+    /// refused. The app still registers its tokens.
+    case backend
 }
 
 /// An app's defaults for broadcast delivery; `nil` parts fall back to the server's configuration.

@@ -157,6 +157,11 @@ extension SQLStore: BroadcastStore {
         if rows.isEmpty { throw StoreError.appNotFound }
     }
 
+    public func setAudienceFrom(appID: String, _ source: AudienceSource) async throws {
+        let rows = try await write("UPDATE apps SET audience_from = ? WHERE id = ? RETURNING id", [.text(source.rawValue), .text(appID)])
+        if rows.isEmpty { throw StoreError.appNotFound }
+    }
+
     /// How long after its end a channel whose end broadcast has not gone out is kept, at most: twelve hours, past which
     /// no Live Activity is on a screen (eight hours active, four more on the Lock Screen once ended), sent or not.
     static let channelKeptAfterUnsentEnd: TimeInterval = 12 * 3600

@@ -244,8 +244,9 @@ public final class SQLStore: Store, DispatchStore {
             let existing = try db.query("SELECT 1 FROM apps WHERE id = ?", [.text(app.id)])
             if !existing.isEmpty { throw StoreError.duplicateApp }
             _ = try db.query(
-                "INSERT INTO apps (id, name, bundle_id, android_package, created_at) VALUES (?, ?, ?, ?, ?)",
-                [.text(app.id), .text(app.name), .text(app.bundleID), Self.text(app.androidPackage), .integer(Self.millis(app.createdAt))]
+                "INSERT INTO apps (id, name, bundle_id, android_package, created_at, audience_from) VALUES (?, ?, ?, ?, ?, ?)",
+                [.text(app.id), .text(app.name), .text(app.bundleID), Self.text(app.androidPackage), .integer(Self.millis(app.createdAt)),
+                 .text(app.audienceFrom.rawValue)]
             )
             for key in keys { try Self.insert(key, into: db) }
         }
@@ -852,7 +853,9 @@ public final class SQLStore: Store, DispatchStore {
             broadcastDefaults: BroadcastDefaults(
                 delivery: row.column("default_delivery")?.string.flatMap(ActivityDelivery.init(rawValue:)),
                 storagePolicy: row.column("default_channel_storage_policy")?.integer.map { $0 == 0 ? .none : .mostRecent }
-            )
+            ),
+            // A value this build does not know (written by a newer one) is read as the stricter.
+            audienceFrom: row.column("audience_from")?.string.map { AudienceSource(rawValue: $0) ?? .backend } ?? .app
         )
     }
 

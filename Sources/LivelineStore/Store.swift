@@ -36,6 +36,8 @@ public protocol AppStore: Sendable {
     func replaceKeys(appID: String, with keys: [APIKeyRecord]) async throws
     /// Sets (or, with `nil` parts, clears) the app's own priority-10 budget. Throws `appNotFound`.
     func setBudget(appID: String, _ budget: BudgetOverride) async throws
+    /// Sets who may set the app's devices' audience fields (``AudienceSource``). Throws `appNotFound`.
+    func setAudienceFrom(appID: String, _ source: AudienceSource) async throws
     /// The live key with this lookup id, or `nil`.
     func apiKey(id: String) async throws -> APIKeyRecord?
 }

@@ -213,7 +213,8 @@ func describe(_ error: any Error) -> any Error {
 
 struct Apps: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Create and list apps, and set their push credentials.", subcommands: [Create.self, List.self, SetAPNs.self, SetFCM.self]
+        abstract: "Create and list apps, and set their push credentials and device rules.",
+        subcommands: [Create.self, List.self, SetAPNs.self, SetFCM.self, SetDevices.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -342,6 +343,44 @@ extension Apps {
                 print(
                     "Stored FCM credentials for \(stored.appID): project \(settings["projectId"]?.stringValue ?? "?"), \(settings["clientEmail"]?.stringValue ?? "?")\(baseURL.map { " via \($0)" } ?? "")."
                 )
+            } catch {
+                throw describe(error)
+            }
+        }
+    }
+}
+
+extension Apps {
+    struct SetDevices: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set-devices",
+            abstract: "Set who may set an app's devices' userId and tags: the app with its publishable key, or only the backend.",
+            discussion: """
+                The publishable key ships in every copy of the app: with 'app' (the default), whoever extracts it can register a \
+                device of their own under any user id or tags, and receive the Live Activities started for them. With 'backend', a \
+                publishable-key registration that names userId or tags is refused (403 secret_key_required); the backend sets them \
+                with the secret key.
+                """
+        )
+
+        @OptionGroup var storage: StorageOptions
+        @Option(help: "The app id (app_…).") var app: String
+        @Option(name: .customLong("audience-from"), help: "app or backend.") var audienceFrom: String
+
+        func validate() throws {
+            guard AudienceSource(rawValue: audienceFrom) != nil else {
+                throw ArgumentParser.ValidationError("--audience-from must be 'app' or 'backend'; got '\(audienceFrom)'.")
+            }
+        }
+
+        func run() async throws {
+            let source = AudienceSource(rawValue: audienceFrom) ?? .backend
+            do {
+                let updated = try await withAdministration(storage) { try await $0.setAudienceFrom(appID: app, source) }
+                switch updated.audienceFrom {
+                case .app: print("\(updated.id): the app's publishable key may set its devices' userId and tags.")
+                case .backend: print("\(updated.id): only the backend's secret key sets its devices' userId and tags.")
+                }
             } catch {
                 throw describe(error)
             }

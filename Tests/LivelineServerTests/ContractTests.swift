@@ -81,6 +81,8 @@ struct ContractTests {
             (.put, "/admin/v1/apps/app_x/credentials/fcm", [:]),
             (.get, "/admin/v1/apps/app_x/credentials", nil),
             (.put, "/admin/v1/apps/app_x/budget", [:]),
+            (.put, "/admin/v1/apps/app_x/broadcast", [:]),
+            (.put, "/admin/v1/apps/app_x/devices", ["audienceFrom": "backend"]),
         ]
         try await withLiveline(adminToken: adminToken) { api, store in
             let app = try await createApp(store)

@@ -236,3 +236,75 @@ struct DeviceAPITests {
         }
     }
 }
+
+@Suite("Who sets a device's audience fields")
+struct AudienceFromTests {
+    static let adminToken = "admin-token-0123456789abcdef"
+
+    @Test("by default the publishable key sets userId and tags; with audienceFrom backend only the secret key does")
+    func backendSetsTheAudience() async throws {
+        try await withLiveline(adminToken: Self.adminToken) { api, store in
+            let app = try await createApp(store)
+            let other = try await createApp(store)
+            #expect(try await api.call(.get, "/v1/app", key: app.secretKey)["devices"] == ["audienceFrom": "app"])
+            let byPhone = try await api.json(.put, "/v1/devices/phone-1", key: app.publishableKey, ["platform": "ios", "userId": "user-7"])
+            #expect(byPhone.status == .created)
+
+            let set = try await api.json(.put, "/admin/v1/apps/\(app.id)/devices", key: Self.adminToken, ["audienceFrom": "backend"])
+            #expect(set.status == .ok)
+            #expect(set["devices"] == ["audienceFrom": "backend"])
+            #expect(try await api.call(.get, "/v1/app", key: app.secretKey)["devices"] == ["audienceFrom": "backend"])
+
+            // The phone may no longer name its user or tags, not even to clear them; nothing is written.
+            for body: JSONValue in [
+                ["platform": "ios", "userId": "user-8"], ["platform": "ios", "userId": nil], ["platform": "ios", "tags": ["team": "red"]],
+                ["platform": "ios", "tags": nil], ["platform": "ios", "userId": "user-8", "pushToStartTokens": ["MatchAttributes": .string(startToken)]],
+            ] {
+                let refused = try await api.json(.put, "/v1/devices/phone-1", key: app.publishableKey, body)
+                #expect(refused.status == .forbidden, "\(body)")
+                #expect(refused.errorCode == "secret_key_required")
+                #expect(refused["error"]?.objectValue?["field"] == (body.objectValue?["userId"] != nil ? "userId" : "tags"))
+                #expect(try await api.json(.put, "/v1/devices/phone-9", key: app.publishableKey, body).status == .forbidden)
+            }
+            let kept = try await api.call(.get, "/v1/devices/phone-1", key: app.secretKey)
+            #expect(kept["userId"] == "user-7" && kept["tags"] == [:] && kept["pushToStartTokens"] == [:])
+            #expect(try await api.call(.get, "/v1/devices/phone-9", key: app.secretKey).status == .notFound)
+
+            // Its tokens it still registers; the backend sets the audience, and the tokens stay.
+            let tokens = try await api.json(
+                .put, "/v1/devices/phone-1", key: app.publishableKey, ["platform": "ios", "pushToStartTokens": ["MatchAttributes": .string(startToken)]]
+            )
+            #expect(tokens.status == .ok)
+            let byBackend = try await api.json(
+                .put, "/v1/devices/phone-1", key: app.secretKey, ["platform": "ios", "userId": "user-8", "tags": ["team": "red"]]
+            )
+            #expect(byBackend.status == .ok)
+            #expect(byBackend["userId"] == "user-8" && byBackend["tags"] == ["team": "red"])
+            #expect(byBackend["pushToStartTokens"]?.objectValue?.keys.sorted() == ["MatchAttributes"])
+
+            // Another app's rule is its own.
+            #expect(try await api.json(.put, "/v1/devices/phone-1", key: other.publishableKey, ["platform": "ios", "userId": "u"]).status == .created)
+
+            // And back.
+            _ = try await api.json(.put, "/admin/v1/apps/\(app.id)/devices", key: Self.adminToken, ["audienceFrom": "app"])
+            #expect(try await api.json(.put, "/v1/devices/phone-1", key: app.publishableKey, ["platform": "ios", "userId": "user-9"]).status == .ok)
+        }
+    }
+
+    @Test("the admin route checks its body and its app")
+    func adminRoute() async throws {
+        try await withLiveline(adminToken: Self.adminToken) { api, store in
+            let app = try await createApp(store)
+            let bad = try await api.json(.put, "/admin/v1/apps/\(app.id)/devices", key: Self.adminToken, ["audienceFrom": "phone"])
+            #expect(bad.status == .unprocessableContent && bad.errorCode == "invalid_audience_from")
+            let missing = try await api.json(.put, "/admin/v1/apps/\(app.id)/devices", key: Self.adminToken, [:])
+            #expect(missing.status == .badRequest)
+            let unknown = try await api.json(.put, "/admin/v1/apps/\(app.id)/devices", key: Self.adminToken, ["audienceFrom": "app", "x": 1])
+            #expect(unknown.status == .badRequest)
+            let noApp = try await api.json(.put, "/admin/v1/apps/app_nope/devices", key: Self.adminToken, ["audienceFrom": "backend"])
+            #expect(noApp.status == .notFound && noApp.errorCode == "app_not_found")
+            let listed = try await api.call(.get, "/admin/v1/apps", key: Self.adminToken)
+            #expect(listed["data"]?.arrayValue?.first?.objectValue?["devices"] == ["audienceFrom": "app"])
+        }
+    }
+}

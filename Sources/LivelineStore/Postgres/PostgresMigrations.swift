@@ -439,5 +439,12 @@ enum PostgresMigrations {
                 "CREATE INDEX webhook_deliveries_finished ON webhook_deliveries(finished_at) WHERE status <> 'pending'",
             ]
         ),
+        Migration(
+            version: 16,
+            name: "who sets a device's audience fields (SQLite step 25)",
+            statements: [
+                #"ALTER TABLE apps ADD COLUMN audience_from TEXT COLLATE "C" NOT NULL DEFAULT 'app'"#,
+            ]
+        ),
     ]
 }
