@@ -139,6 +139,7 @@ struct TimelineTests {
                 "DROP INDEX activities_claimed",
                 "DROP TABLE store_secrets",
                 "ALTER TABLE activities DROP COLUMN broadcast_priority10_tally",
+                "ALTER TABLE apps DROP COLUMN audience_from",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])
