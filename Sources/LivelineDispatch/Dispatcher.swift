@@ -950,9 +950,11 @@ public final class Dispatcher: Service, Sendable {
                 }
             case .invalidated:
                 invalidate()
-                if result.event == .start {
-                    // The device's push-to-start (or FCM) token was refused: it is dropped from the device.
-                    progress.refusedStartTokens.append((pushed, result.attempts.last?.reason ?? "refused"))
+                // The token is dropped from its device wherever the device holds it: a start's push-to-start or FCM
+                // token, and an Android phone's FCM token whatever the push (its instances use the device's one token),
+                // so that the next remote start skips the device instead of sending to a token known to be gone.
+                if result.event == .start || result.instance.platform == .android {
+                    progress.refusedTokens.append((pushed, result.attempts.last?.reason ?? "refused"))
                 }
             case .startCancelled:
                 // Never started, now over: the instance ends without a push.

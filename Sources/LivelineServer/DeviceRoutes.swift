@@ -71,7 +71,7 @@ struct DeviceRoutes<Context: RequestContext>: Sendable {
     @Sendable func deleteDevice(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
         let deviceID = try LifecycleRoutes<Context>.pathID("deviceId", context)
-        guard try await store.deleteDevice(appID: caller.appID, deviceID: deviceID) else { throw APIError.deviceNotFound(deviceID) }
+        guard try await store.deleteDevice(appID: caller.appID, deviceID: deviceID, at: clock.now()) else { throw APIError.deviceNotFound(deviceID) }
         return Response(status: .noContent)
     }
 

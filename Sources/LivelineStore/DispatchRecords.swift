@@ -133,9 +133,10 @@ public struct DeliveryProgress: Sendable {
     public var priority10Tallies: [(instance: PushedInstance, tally: Priority10Tally)] = []
     /// How many instances reached the warning share of their budget (a `budget.warning`).
     public var budgetWarnings = 0
-    /// Devices' push-to-start or FCM tokens the push service refused when a start went to them, with its reason: they
-    /// are dropped from the device (kept with the reason and time, no longer used for starts).
-    public var refusedStartTokens: [(instance: PushedInstance, reason: String)] = []
+    /// Tokens the push service refused as invalid, with its reason, that a device may hold: a start's push-to-start or
+    /// FCM token, an Android phone's FCM token after any push. Whichever of the device's tokens equals one is dropped
+    /// from it (kept with the reason and time, no longer used for starts); a token rotated since is left alone.
+    public var refusedTokens: [(instance: PushedInstance, reason: String)] = []
     /// Lifecycle events the batch causes (`instance.invalidated`, `delivery.failed`, `budget.warning`), recorded in
     /// its transaction.
     public var events: [NewEvent] = []

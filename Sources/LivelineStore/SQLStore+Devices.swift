@@ -137,12 +137,33 @@ extension SQLStore: DeviceStore {
         }
     }
 
-    public func deleteDevice(appID: String, deviceID: String) async throws -> Bool {
+    public func deleteDevice(appID: String, deviceID: String, at now: Date) async throws -> Bool {
         try await transaction { db in
             let binds: [SQLiteData] = [.text(appID), .text(deviceID)]
             try db.query("DELETE FROM push_to_start_tokens WHERE app_id = ? AND device_id = ?", binds)
             try db.query("DELETE FROM device_tags WHERE app_id = ? AND device_id = ?", binds)
-            return !(try db.query("DELETE FROM devices WHERE app_id = ? AND device_id = ? RETURNING device_id", binds)).isEmpty
+            let deleted = !(try db.query("DELETE FROM devices WHERE app_id = ? AND device_id = ? RETURNING device_id", binds)).isEmpty
+            guard deleted else { return false }
+            // Its remote starts that have not gone out are withdrawn: they would go to the tokens just deleted. (The
+            // state is a literal, so that the partial index of starting instances serves the search.)
+            let withdrawn = try db.query(
+                """
+                UPDATE instances SET state = 'ended', updated_at = ?
+                WHERE app_id = ? AND state = 'starting' AND device_id = ? AND delivered_sequence = 0
+                RETURNING activity_id, platform
+                """,
+                [.integer(Self.millis(now))] + binds
+            )
+            for row in withdrawn {
+                try Self.record(
+                    NewEvent(
+                        .instanceEnded, appID: appID, activityID: try row.string("activity_id"), deviceID: deviceID,
+                        data: ["platform": .string(try row.string("platform")), "reportedBy": "backend", "reason": "device_deleted"]
+                    ),
+                    at: now, on: db
+                )
+            }
+            return true
         }
     }
 

@@ -379,7 +379,7 @@ extension SQLStore {
                 }
             }
         }
-        for (refused, reason) in progress.refusedStartTokens {
+        for (refused, reason) in progress.refusedTokens {
             statements += Self.dropDeviceTokenStatements(
                 appID: progress.appID, deviceID: refused.deviceID, token: refused.token, reason: reason, at: now
             )

@@ -149,8 +149,10 @@ public protocol DeviceStore: Sendable {
     func device(appID: String, deviceID: String) async throws -> DeviceRecord?
     /// The app's devices that pass `filter`, ordered by device id, after `cursor`. Throws `invalidCursor`.
     func devices(appID: String, filter: DeviceFilter, cursor: String?, limit: Int) async throws -> Page<DeviceRecord>
-    /// Deletes a device with its tags and push-to-start tokens; `false` when there was none.
-    func deleteDevice(appID: String, deviceID: String) async throws -> Bool
+    /// Deletes a device with its tags and push-to-start tokens; `false` when there was none. Its remote starts that
+    /// have not gone out yet (instances `starting`, nothing delivered) are withdrawn: they end, with an `instance.ended`
+    /// event (`reportedBy` `backend`, `reason` `device_deleted`). Its other instances are the activities' own.
+    func deleteDevice(appID: String, deviceID: String, at now: Date) async throws -> Bool
     /// Marks whichever of the device's tokens equals `token` (a push-to-start token of any attributes type, or the FCM
     /// token) as dropped, with the push service's `reason`: the engine calls it when APNs answers 410 / `BadDeviceToken`
     /// or FCM `UNREGISTERED`. The token is kept, to show why and when. A token the device has since replaced is left

@@ -214,6 +214,12 @@ struct AndroidEndToEndTests {
             let gone = try await env.addAndroid("pixel-gone", activity: "match-1")
             let kept = try await env.addAndroid("pixel-kept", activity: "match-1")
             let iphone = try await env.addIPhone("iphone-1", activity: "match-1")
+            // The phones are devices too, with the same FCM tokens, as the app registers them for remote starts.
+            for (device, token) in [("pixel-gone", gone), ("pixel-kept", kept)] {
+                _ = try await env.store.putDevice(
+                    DeviceRegistration(appID: env.appID, deviceID: device, platform: .android, fcmToken: .set(token)), at: Date()
+                )
+            }
             env.fcm.unregisterDevice(token: gone)
             let dispatcher = env.makeDispatcher()
             try await running(dispatcher) { () async throws in
@@ -225,6 +231,11 @@ struct AndroidEndToEndTests {
                         && env.apns.display(token: iphone)?.contentState == ["score": "1-0"]
                 })
                 #expect(env.fcm.messages(token: gone).first?.errorCode == "UNREGISTERED")
+                // The token refused on an update is the device's own: it is dropped there too, so that the next
+                // remote start skips the device instead of sending to it again.
+                let goneDevice = try await env.store.device(appID: env.appID, deviceID: "pixel-gone")
+                #expect(goneDevice?.fcmTokenDropReason == "UNREGISTERED")
+                #expect(try await env.store.device(appID: env.appID, deviceID: "pixel-kept")?.fcmTokenDroppedAt == nil)
                 _ = try await env.update("match-1", ["score": "2-0"])
                 dispatcher.wake()
                 #expect(try await waitFor { env.notification(kept, "match-1")?.contentState == ["score": "2-0"] })

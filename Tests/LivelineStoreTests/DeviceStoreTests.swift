@@ -170,9 +170,9 @@ struct DeviceStoreTests {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             _ = try await store.putDevice(iPhone("d1", tags: ["team": "red"], tokens: ["A": "aa01"]), at: t0)
-            #expect(try await store.deleteDevice(appID: "app_test", deviceID: "d1"))
+            #expect(try await store.deleteDevice(appID: "app_test", deviceID: "d1", at: Date()))
             #expect(try await store.device(appID: "app_test", deviceID: "d1") == nil)
-            #expect(!(try await store.deleteDevice(appID: "app_test", deviceID: "d1")))
+            #expect(!(try await store.deleteDevice(appID: "app_test", deviceID: "d1", at: Date())))
             #expect(try await store.devices(appID: "app_test", filter: DeviceFilter(tags: [DeviceTag(key: "team", value: "red")]), cursor: nil, limit: 5).items.isEmpty)
             // Registered again, it starts afresh: no token of its former life comes back.
             let again = try await store.putDevice(iPhone("d1"), at: t0.addingTimeInterval(1))
@@ -203,14 +203,14 @@ struct DeviceStoreTests {
             #expect(try await store.devices(appID: "app_b", filter: DeviceFilter(), cursor: nil, limit: 10).items.isEmpty)
             #expect(try await store.devices(appID: "app_b", filter: DeviceFilter(userID: "u", tags: [DeviceTag(key: "t", value: "1")]), cursor: nil, limit: 10).items.isEmpty)
             try await store.dropDeviceToken(appID: "app_b", deviceID: "shared", token: "aa01", reason: "BadDeviceToken", at: t0)
-            #expect(!(try await store.deleteDevice(appID: "app_b", deviceID: "shared")))
+            #expect(!(try await store.deleteDevice(appID: "app_b", deviceID: "shared", at: Date())))
             // App B registers its own device under the same id: two devices, each with its own tokens.
             let other = try await store.putDevice(iPhone("shared", app: "app_b", tokens: ["A": "bb01"]), at: t0)
             #expect(other.created)
             let mine = try #require(try await store.device(appID: "app_a", deviceID: "shared"))
             #expect(mine.pushToStartTokens.map(\.token) == ["aa01"] && mine.pushToStartTokens.allSatisfy(\.isUsable))
             #expect(mine.userID == "u" && mine.tags == ["t": "1"])
-            #expect(try await store.deleteDevice(appID: "app_b", deviceID: "shared"))
+            #expect(try await store.deleteDevice(appID: "app_b", deviceID: "shared", at: Date()))
             #expect(try await store.device(appID: "app_a", deviceID: "shared") != nil)
         }
     }

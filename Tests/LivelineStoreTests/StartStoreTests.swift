@@ -277,7 +277,7 @@ struct StartStoreTests {
             var progress = DeliveryProgress(
                 appID: "app_test", activityID: "match-1", invalidated: [PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1)]
             )
-            progress.refusedStartTokens = [(PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1), "Unregistered")]
+            progress.refusedTokens = [(PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1), "Unregistered")]
             try await store.recordProgress(progress, at: t0)
             let row = try #require(
                 try await store.write(
@@ -290,6 +290,45 @@ struct StartStoreTests {
             #expect(instance.state == .invalidated)
             let next = try await store.startActivity(start(.all, activity: "match-2"), at: t0)
             #expect(next.counts == AudienceCounts(ios: 0, android: 1, skipped: 3))
+        }
+    }
+
+    @Test("deleting a device withdraws its remote starts not yet sent; the ones sent, and its other instances, stay", arguments: StoreKind.available)
+    func deletedDeviceWithdrawsStarts(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            try await fourDevices(store)
+            _ = try await store.startActivity(start(.all), at: t0)
+            _ = try await store.startActivity(start(.all, activity: "match-2"), at: t0)
+            for activity in ["match-1", "match-2"] {
+                _ = try await store.admitStartAudience(appID: "app_test", activityID: activity, limit: 1000, at: t0)
+            }
+            // match-2's start went out to both phones; match-1's to neither yet.
+            let sent = [PushedInstance(deviceID: "ios-1", token: "aa01", sequence: 1), PushedInstance(deviceID: "android-1", token: "fcm-token-1", sequence: 1)]
+            var progress = DeliveryProgress(appID: "app_test", activityID: "match-2", delivered: sent)
+            progress.startsDelivered = sent
+            try await store.recordProgress(progress, at: t0)
+            // And ios-1 watches a third activity of its own.
+            _ = try await store.registerInstance(
+                InstanceRegistration(appID: "app_test", activityID: "match-3", deviceID: "ios-1", platform: .ios, pushToken: "bb01", attributesType: nil, attributes: nil, userID: nil), at: t0
+            )
+
+            let later = t0.addingTimeInterval(5)
+            #expect(try await store.deleteDevice(appID: "app_test", deviceID: "ios-1", at: later))
+            #expect(try await store.deleteDevice(appID: "app_test", deviceID: "android-1", at: later))
+            func state(_ activity: String, _ device: String) async throws -> InstanceState? {
+                try await store.instances(appID: "app_test", activityID: activity, cursor: nil, limit: 10).items.first { $0.deviceID == device }?.state
+            }
+            #expect(try await state("match-1", "ios-1") == .ended)
+            #expect(try await state("match-1", "android-1") == .ended)
+            #expect(try await state("match-2", "ios-1") == .starting, "its start went out: the phone shows it")
+            #expect(try await state("match-2", "android-1") == .starting)
+            #expect(try await state("match-3", "ios-1") == .active)
+            let pending = try await store.instances(appID: "app_test", activityID: "match-1", cursor: nil, limit: 10).items
+            #expect(pending.allSatisfy { $0.state == .ended || ($0.deviceID != "ios-1" && $0.deviceID != "android-1") })
+            let ended = try await store.events(appID: "app_test", after: nil, types: [.instanceEnded], limit: 100)
+            #expect(ended.compactMap(\.deviceID).sorted() == ["android-1", "ios-1"])
+            #expect(ended.allSatisfy { $0.activityID == "match-1" && $0.data.objectValue?["reason"] == "device_deleted" && $0.data.objectValue?["reportedBy"] == "backend" })
         }
     }
 
