@@ -483,15 +483,26 @@ public struct LivelineConfiguration: Sendable {
             guard let database, !database.isEmpty else {
                 return .sqlite(path: (dataDirectory as NSString).appendingPathComponent("liveline.sqlite"))
             }
-            if database.hasPrefix("postgres://") || database.hasPrefix("postgresql://") {
+            // A URL's scheme is case-insensitive (RFC 3986): `Postgres://…` is PostgreSQL, not a file of that name.
+            let lowered = database.lowercased()
+            if lowered.hasPrefix("postgres://") || lowered.hasPrefix("postgresql://") {
                 do {
                     return .postgres(try PostgresDatabaseURL(database))
                 } catch let invalid as PostgresDatabaseURL.Invalid {
                     throw ConfigurationError("database: \(invalid.description)")
                 }
             }
-            if database.hasPrefix("sqlite://") { return .sqlite(path: String(database.dropFirst("sqlite://".count))) }
-            if database.hasPrefix("sqlite:") { return .sqlite(path: String(database.dropFirst("sqlite:".count))) }
+            if lowered.hasPrefix("sqlite://") { return .sqlite(path: String(database.dropFirst("sqlite://".count))) }
+            if lowered.hasPrefix("sqlite:") { return .sqlite(path: String(database.dropFirst("sqlite:".count))) }
+            // Any other `scheme://` is a database Liveline does not speak (mysql://, a typo), never a file path: taken
+            // as one, it became a SQLite file named after the URL, password and all, and the log showed it.
+            if let scheme = database.range(of: "://").map({ database[..<$0.lowerBound] }), !scheme.isEmpty,
+                scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+.-".contains($0)) })
+            {
+                throw ConfigurationError(
+                    "database: '\(scheme)://' is not a database Liveline uses: give postgres://user@host:5432/db, sqlite:PATH or a file path."
+                )
+            }
             return .sqlite(path: database)
         }
     }

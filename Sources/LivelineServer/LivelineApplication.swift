@@ -116,8 +116,10 @@ public enum LivelineApplication {
     public static func openStore(
         _ configuration: LivelineConfiguration, waitingForDatabase: Bool = false, logger: Logger
     ) async throws -> SQLStore {
+        // A setting that cannot be used fails before anything is made on disk.
+        let location = try configuration.databaseLocation
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
-        switch try configuration.databaseLocation {
+        switch location {
         case .sqlite(let path):
             let directory = (path as NSString).deletingLastPathComponent
             if !directory.isEmpty {

@@ -32,6 +32,16 @@ struct Push: AsyncParsableCommand {
             return base.hasSuffix("/") ? String(base.dropLast()) : base
         }
 
+        func validate() throws {
+            // The id goes into the request's path: one with '/' or '?' would name another route (`x/end?` ended the
+            // activity from `push update`).
+            guard Identifier.isValid(activity) else {
+                throw ValidationError(
+                    "--activity must be 1 to \(Limits.maximumIdentifierLength) characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'; got '\(activity)'."
+                )
+            }
+        }
+
         func secretKey() throws -> String {
             guard let key = key ?? ProcessInfo.processInfo.environment["LIVELINE_SECRET_KEY"], !key.isEmpty else {
                 throw ValidationError("Give the app's secret key with --key or $LIVELINE_SECRET_KEY (serve --dev prints the demo app's).")

@@ -29,6 +29,10 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "The webhook's signing secret (whsec_…), as POST /v1/webhooks answered it (env LIVELINE_WEBHOOK_SECRET).")
         var secret: String?
 
+        func validate() throws {
+            guard (1...65535).contains(port) else { throw ValidationError("--port must be between 1 and 65535; got \(port).") }
+        }
+
         func run() async throws {
             guard let secret = secret ?? ProcessInfo.processInfo.environment["LIVELINE_WEBHOOK_SECRET"],
                 let key = StandardWebhooks.key(of: secret)
@@ -45,10 +49,15 @@ struct WebhooksCommand: AsyncParsableCommand {
             }
             var logger = Logger(label: "liveline.webhooks.listen")
             logger.logLevel = .warning
+            let port = port
             let app = Application(
-                router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)), logger: logger
+                router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)),
+                // Said once the port is bound, not before: a port in use fails first.
+                onServerRunning: { _ in
+                    FileHandle.standardOutput.write(Data("Listening on http://127.0.0.1:\(port)/ for Liveline webhooks; Ctrl-C to stop.\n".utf8))
+                },
+                logger: logger
             )
-            FileHandle.standardOutput.write(Data("Listening on http://127.0.0.1:\(port)/ for Liveline webhooks; Ctrl-C to stop.\n".utf8))
             try await app.runService()
         }
 

@@ -67,3 +67,37 @@ struct ConfigurationValueTests {
         #expect(try await configuration(["LIVELINE_STALENESS_FIRST": "600"]).staleness.first == 600)
     }
 }
+
+@Suite("Where the database setting points")
+struct DatabaseLocationTests {
+    private func location(_ database: String) throws -> LivelineConfiguration.DatabaseLocation {
+        try LivelineConfiguration(dataDirectory: "/data", database: database).databaseLocation
+    }
+
+    @Test("a URL's scheme is read whatever its case: Postgres:// is PostgreSQL, never a file named after the URL")
+    func schemeCase() throws {
+        for url in ["Postgres://alice:S3cret@db.internal:5432/live", "POSTGRESQL://alice:S3cret@db.internal/live"] {
+            guard case .postgres(let parsed) = try location(url) else {
+                Issue.record("\(url) was not read as PostgreSQL")
+                continue
+            }
+            #expect(parsed.host == "db.internal" && parsed.database == "live" && parsed.password == "S3cret")
+            #expect(!parsed.description.contains("S3cret"))
+        }
+        #expect(try location("SQLITE:/var/lib/liveline.sqlite") == .sqlite(path: "/var/lib/liveline.sqlite"))
+        #expect(try location("sqlite:///var/lib/liveline.sqlite") == .sqlite(path: "/var/lib/liveline.sqlite"))
+        #expect(try location("data/liveline.sqlite") == .sqlite(path: "data/liveline.sqlite"))
+    }
+
+    @Test("another scheme is refused, naming the scheme and never the password")
+    func otherSchemes() throws {
+        for url in ["mysql://alice:S3cret@db/live", "postgress://alice:S3cret@db/live", "http://alice:S3cret@db/live"] {
+            #expect {
+                try location(url)
+            } throws: { error in
+                let message = "\(error)"
+                return error is ConfigurationError && message.contains("is not a database Liveline uses") && !message.contains("S3cret")
+            }
+        }
+    }
+}
