@@ -110,6 +110,30 @@ public enum LivelineApplication {
         return try CredentialSealer.loadOrCreateMasterKey(at: (configuration.dataDirectory as NSString).appendingPathComponent("master.key"))
     }
 
+    /// Makes sure `sealer`'s master key is the one the database's secrets were sealed with, before anything is sealed
+    /// or opened with it: a server (or a one-shot command) given another key (a `LIVELINE_MASTER_KEY` the command's
+    /// shell lacked, a new `master.key`) sealed credentials the others could not open, and the server then failed each
+    /// push with an error a second. The database keeps a check value (``CredentialSealer/sealCheck()``), made by the
+    /// first key to come; a database from before it first has its apps' stored credentials opened with the key.
+    public static func checkMasterKey(store: any Store, sealer: CredentialSealer) async throws {
+        let mismatch = ConfigurationError(
+            "The master key is not the one this database's secrets were sealed with. Give the same key as before: LIVELINE_MASTER_KEY (or liveline.masterKey) as the server has it, or the data directory's master.key."
+        )
+        if let existing = try await store.storedMasterKeyCheck() {
+            guard sealer.opensCheck(existing) else { throw mismatch }
+            return
+        }
+        // No check value yet: what the database already sealed must open with this key before the key's check is kept.
+        for app in try await store.apps() {
+            for provider in CredentialProvider.allCases {
+                guard let stored = try await store.credentials(appID: app.id, provider: provider) else { continue }
+                guard (try? sealer.open(stored.sealedSecret, appID: app.id, provider: provider)) != nil else { throw mismatch }
+            }
+        }
+        // Another node may have stored its check first: then that one decides.
+        guard sealer.opensCheck(try await store.masterKeyCheck(proposing: try sealer.sealCheck())) else { throw mismatch }
+    }
+
     /// Opens the configured store, creating the data directory if needed. On PostgreSQL, with `waitingForDatabase`,
     /// a database that cannot be reached yet is tried again for up to ``LivelineConfiguration/databaseStartupWait``
     /// (``waitingForDatabase(_:logger:clock:open:)``); the one-shot commands do not wait.

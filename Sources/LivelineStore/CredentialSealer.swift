@@ -43,6 +43,20 @@ public struct CredentialSealer: Sendable {
         try open(sealed, context: "\(appID)/webhook/\(webhookID)")
     }
 
+    /// A value only this master key opens (``opensCheck(_:)``), which the database keeps: a server or command given
+    /// another key than the one its secrets were sealed with finds out before it seals anything with it.
+    public func sealCheck() throws -> [UInt8] {
+        try seal(Array(Self.checkText.utf8), context: Self.checkContext)
+    }
+
+    /// Whether `sealed`, made by ``sealCheck()``, was made with this master key.
+    public func opensCheck(_ sealed: [UInt8]) -> Bool {
+        (try? open(sealed, context: Self.checkContext)) == Array(Self.checkText.utf8)
+    }
+
+    private static let checkText = "liveline master key"
+    private static let checkContext = "master-key-check"
+
     /// Seals `secret`, authenticating `context` with it: opened only with the same context.
     private func seal(_ secret: [UInt8], context: String) throws -> [UInt8] {
         let box = try AES.GCM.seal(secret, using: key, authenticating: Data(context.utf8))

@@ -338,4 +338,9 @@ public protocol CredentialStore: Sendable {
     func credentials(appID: String, provider: CredentialProvider) async throws -> StoredCredentials?
     /// Records whether the provider accepted the credentials.
     func setCredentialsHealth(appID: String, provider: CredentialProvider, healthy: Bool, reason: String?, at now: Date) async throws
+    /// The database's master-key check (``CredentialSealer/sealCheck()``): the one stored, or `proposed`, stored now
+    /// when there was none. Whoever stores it first decides, so nodes starting at once agree.
+    func masterKeyCheck(proposing proposed: [UInt8]) async throws -> [UInt8]
+    /// The database's master-key check, or `nil` while none is stored.
+    func storedMasterKeyCheck() async throws -> [UInt8]?
 }

@@ -450,6 +450,22 @@ extension SQLStore {
         }
     }
 
+    public func masterKeyCheck(proposing proposed: [UInt8]) async throws -> [UInt8] {
+        try await transaction { db in
+            try db.query(
+                "INSERT INTO store_secrets (name, value) VALUES ('master_key_check', ?) ON CONFLICT (name) DO NOTHING",
+                [.blob(ByteBuffer(bytes: proposed))]
+            )
+            guard let stored = try db.query("SELECT value FROM store_secrets WHERE name = 'master_key_check'").first?.column("value")?.blob
+            else { throw CorruptRow(column: "store_secrets.value") }
+            return Array(buffer: stored)
+        }
+    }
+
+    public func storedMasterKeyCheck() async throws -> [UInt8]? {
+        try await reader.query("SELECT value FROM store_secrets WHERE name = 'master_key_check'").first?.column("value")?.blob.map { Array(buffer: $0) }
+    }
+
     public func credentials(appID: String, provider: CredentialProvider) async throws -> StoredCredentials? {
         guard let row = try await reader.query(
             "SELECT * FROM app_credentials WHERE app_id = ? AND provider = ?", [.text(appID), .text(provider.rawValue)]

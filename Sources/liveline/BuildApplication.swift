@@ -37,6 +37,7 @@ func buildApplication(
     logger.info("Database ready", metadata: ["database": "\(store.location)"])
     do {
         let sealer = try CredentialSealer(masterKey: try LivelineApplication.masterKey(configuration))
+        try await LivelineApplication.checkMasterKey(store: store, sealer: sealer)
         let demo = configuration.dev ? try await LivelineApplication.prepareDevApp(store: store, sealer: sealer, logger: logger) : nil
         let emulators =
             configuration.emulator
