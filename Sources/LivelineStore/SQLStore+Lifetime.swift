@@ -52,31 +52,22 @@ extension SQLStore {
         }
     }
 
-    /// An activity whose broadcast channel is still held at APNs is kept until the sweeper has deleted it.
+    /// An activity whose broadcast channel is still held at APNs keeps its row (which names the channel) until the
+    /// sweeper has deleted the channel; its instances (push tokens, user ids), start audience and timeline go at the
+    /// retention all the same, so that a channel APNs never lets go of (revoked credentials, an app taken down) does
+    /// not keep them for ever.
     public func purgeActivities(endedBefore cutoff: Date) async throws -> Int {
         try await transaction { db in
             let cutoffMillis = Self.millis(cutoff)
-            _ = try db.query(
-                """
-                DELETE FROM delivery_segments WHERE (app_id, activity_id) IN
-                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ? AND (channel_id IS NULL OR channel_deleted_at IS NOT NULL))
-                """,
-                [.integer(cutoffMillis)]
-            )
-            _ = try db.query(
-                """
-                DELETE FROM start_audiences WHERE (app_id, activity_id) IN
-                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ? AND (channel_id IS NULL OR channel_deleted_at IS NOT NULL))
-                """,
-                [.integer(cutoffMillis)]
-            )
-            _ = try db.query(
-                """
-                DELETE FROM instances WHERE (app_id, activity_id) IN
-                    (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ? AND (channel_id IS NULL OR channel_deleted_at IS NOT NULL))
-                """,
-                [.integer(cutoffMillis)]
-            )
+            for table in ["delivery_segments", "start_audiences", "instances"] {
+                _ = try db.query(
+                    """
+                    DELETE FROM \(table) WHERE (app_id, activity_id) IN
+                        (SELECT app_id, activity_id FROM activities WHERE state = 'ended' AND ended_at <= ?)
+                    """,
+                    [.integer(cutoffMillis)]
+                )
+            }
             let purged = try db.query(
                 "DELETE FROM activities WHERE state = 'ended' AND ended_at <= ? AND (channel_id IS NULL OR channel_deleted_at IS NOT NULL) RETURNING activity_id", [.integer(cutoffMillis)]
             )

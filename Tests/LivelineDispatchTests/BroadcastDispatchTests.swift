@@ -297,10 +297,19 @@ struct BroadcastChannelSweepTests {
                 appID: appID, activityID: "match", channelID: "aGVsZA==", storagePolicy: .none, maximumChannels: 10, at: start
             )
             _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["home": 1]), at: start)
+            _ = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: appID, activityID: "match", deviceID: "iphone-1", platform: .ios, pushToken: "", attributesType: nil, attributes: nil,
+                    userID: "user-7", channelID: "aGVsZA=="
+                ),
+                at: start
+            )
             _ = try await store.endActivity(ActivityEnd(appID: appID, activityID: "match"), at: start)
             #expect(try await store.purgeActivities(endedBefore: start.addingTimeInterval(60)) == 0)
             let record = try #require(try await store.activity(appID: appID, activityID: "match"))
             #expect(record.channel?.status == .active)
+            // Its instances (and their user ids) go at the retention all the same: only the row naming the channel stays.
+            #expect(try await store.instances(appID: appID, activityID: "match", cursor: nil, limit: 10).items.isEmpty)
             try await recordEndBroadcast(store, activityID: "match", channelID: "aGVsZA==", at: start)
             // Four hours after the end it has surely left the screens.
             #expect(try await store.channelsToDelete(now: start.addingTimeInterval(3600), limit: 10).isEmpty)
