@@ -249,14 +249,14 @@ public struct LivelineConfiguration: Sendable {
         let defaults = LivelineConfiguration()
         let scoped = reader.scoped(to: "liveline")
         self.init(
-            host: scoped.string(forKey: "host", default: defaults.host),
+            host: try scoped.checkedString("host", default: defaults.host),
             port: try scoped.checkedInt("port", default: defaults.port),
-            dataDirectory: scoped.string(forKey: "dataDirectory", default: defaults.dataDirectory),
-            database: scoped.string(forKey: "database", isSecret: true),
-            adminToken: scoped.string(forKey: "adminToken", isSecret: true),
+            dataDirectory: try scoped.checkedString("dataDirectory", default: defaults.dataDirectory),
+            database: try scoped.checkedString("database", isSecret: true),
+            adminToken: try scoped.checkedString("adminToken", isSecret: true),
             dev: try scoped.checkedBool("dev", default: false),
             logLevel: .info,
-            masterKey: scoped.string(forKey: "masterKey", isSecret: true),
+            masterKey: try scoped.checkedString("masterKey", isSecret: true),
             emulator: try scoped.checkedBool("emulator"),
             emulatorPort: try scoped.checkedInt("emulatorPort", default: 8443),
             emulatorControlPort: try scoped.checkedInt("emulatorControlPort", default: 8091)
@@ -274,8 +274,8 @@ public struct LivelineConfiguration: Sendable {
         databaseStartupWait = .seconds(startupWait)
         fcmEmulatorPort = try scoped.checkedInt("fcmEmulatorPort", default: 8444)
         fcmEmulatorControlPort = try scoped.checkedInt("fcmEmulatorControlPort", default: 8092)
-        emulatorRegisterWith = scoped.string(forKey: "emulatorRegisterWith")
-        emulatorPublishableKey = scoped.string(forKey: "emulatorPublishableKey")
+        emulatorRegisterWith = try scoped.checkedString("emulatorRegisterWith")
+        emulatorPublishableKey = try scoped.checkedString("emulatorPublishableKey")
         if let url = emulatorRegisterWith, url != "none", !(url.hasPrefix("http://") || url.hasPrefix("https://")) {
             throw ConfigurationError("emulatorRegisterWith must be an http:// or https:// base URL, or 'none'; got '\(url)'.")
         }
@@ -377,11 +377,11 @@ public struct LivelineConfiguration: Sendable {
             throw ConfigurationError("webhooks.retryFor must be between 10 seconds and 7 days; got \(retryFor).")
         }
         webhooks.retryFor = TimeInterval(retryFor)
-        let deliveryName = scoped.string(forKey: "broadcast.defaultDelivery", default: ActivityDelivery.token.rawValue)
+        let deliveryName = try scoped.checkedString("broadcast.defaultDelivery", default: ActivityDelivery.token.rawValue)
         guard let defaultDelivery = ActivityDelivery(rawValue: deliveryName) else {
             throw ConfigurationError("broadcast.defaultDelivery must be 'token' or 'broadcast'; got '\(deliveryName)'.")
         }
-        let policyName = scoped.string(forKey: "broadcast.messageStoragePolicy", default: ChannelStoragePolicy.mostRecent.rawValue)
+        let policyName = try scoped.checkedString("broadcast.messageStoragePolicy", default: ChannelStoragePolicy.mostRecent.rawValue)
         guard let storagePolicy = ChannelStoragePolicy(rawValue: policyName) else {
             throw ConfigurationError("broadcast.messageStoragePolicy must be 'mostRecent' or 'none'; got '\(policyName)'.")
         }
@@ -392,12 +392,12 @@ public struct LivelineConfiguration: Sendable {
         broadcast.defaultDelivery = defaultDelivery
         broadcast.storagePolicy = storagePolicy
         broadcast.maximumChannels = maximumChannels
-        let level = scoped.string(forKey: "logLevel", default: "info")
+        let level = try scoped.checkedString("logLevel", default: "info")
         guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {
             throw ConfigurationError("logLevel must be one of trace, debug, info, notice, warning, error, critical; got '\(level)'.")
         }
         self.logLevel = logLevel
-        let format = scoped.string(forKey: "logFormat", default: LogFormat.text.rawValue)
+        let format = try scoped.checkedString("logFormat", default: LogFormat.text.rawValue)
         guard let logFormat = LogFormat(rawValue: format.lowercased()) else {
             throw ConfigurationError("logFormat must be 'text' or 'json'; got '\(format)'.")
         }
@@ -519,6 +519,18 @@ extension ConfigReader {
     /// The whole number at `key`, nil when no source sets it; one that is set but is not a whole number is an error.
     func checkedInt(_ key: String) throws -> Int? {
         try checked(key, expected: "a whole number") { try requiredInt(forKey: $0) }
+    }
+
+    /// The string at `key`, `defaultValue` when no source sets it; a value of another type (`"host": 127001` in the
+    /// file) is an error, where the reader's own `string(forKey:)` would quietly take the default.
+    func checkedString(_ key: String, default defaultValue: String) throws -> String {
+        try checkedString(key) ?? defaultValue
+    }
+
+    /// The string at `key`, nil when no source sets it; a value of another type is an error. `isSecret` keeps the
+    /// value out of the reader's access log.
+    func checkedString(_ key: String, isSecret: Bool = false) throws -> String? {
+        try checked(key, expected: "a string") { try requiredString(forKey: $0, isSecret: isSecret) }
     }
 
     /// The boolean at `key`, `defaultValue` when no source sets it; one that is set but is not `true` or `false` is

@@ -27,6 +27,8 @@ func buildApplication(
         if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
         lock = try ServeLock.acquire(databasePath: path)
     }
+    // On PostgreSQL the master key must be configured: said at once, not after waiting for the database.
+    if case .postgres = try configuration.databaseLocation { _ = try LivelineApplication.masterKey(configuration) }
     let store: SQLStore
     do {
         store = try await LivelineApplication.openStore(configuration, waitingForDatabase: true, logger: logger)

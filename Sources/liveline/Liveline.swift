@@ -15,6 +15,7 @@ struct Liveline: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "liveline",
         abstract: "Liveline: keeps iOS Live Activities and Android live updates current from your backend.",
+        version: livelineVersion,
         subcommands: [Serve.self, Apps.self, Keys.self, Push.self, EmulatorCommand.self, WebhooksCommand.self, Bench.self, ConfigKeys.self, OpenAPI.self]
     )
 }
@@ -122,7 +123,7 @@ struct Serve: AsyncParsableCommand {
         if let logLevel { extra["liveline.logLevel"] = ConfigValue(.string(logLevel), isSecret: false) }
         if let logFormat { extra["liveline.logFormat"] = ConfigValue(.string(logFormat), isSecret: false) }
         if let adminTokenFile {
-            let token = try String(contentsOfFile: adminTokenFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            let token = try readFile(adminTokenFile, option: "--admin-token-file").trimmingCharacters(in: .whitespacesAndNewlines)
             extra["liveline.adminToken"] = ConfigValue(.string(token), isSecret: true)
         }
         let configuration: LivelineConfiguration
@@ -147,6 +148,26 @@ struct Serve: AsyncParsableCommand {
             logger.critical("Liveline stopped on an error", metadata: ["error": "\(error)"])
             throw ExitCode.failure
         }
+    }
+}
+
+/// Liveline's version, as `liveline --version` and the OpenAPI document give it.
+let livelineVersion = "0.1.0"
+
+/// The text of the file an option names, or an error that names the option, the path and why it cannot be read
+/// (rather than Foundation's own description of the failure).
+func readFile(_ path: String, option: String) throws -> String {
+    do {
+        return try String(contentsOfFile: path, encoding: .utf8)
+    } catch let error as CocoaError {
+        let reason: String
+        switch error.code {
+        case .fileReadNoSuchFile: reason = "no such file"
+        case .fileReadNoPermission: reason = "permission denied"
+        case .fileReadInapplicableStringEncoding: reason = "not UTF-8 text"
+        default: reason = (error.userInfo[NSUnderlyingErrorKey] as? NSError)?.localizedDescription ?? "cannot be read"
+        }
+        throw ArgumentParser.ValidationError("\(option) \(path): \(reason).")
     }
 }
 
@@ -246,6 +267,10 @@ struct Apps: AsyncParsableCommand {
         @OptionGroup var storage: StorageOptions
         @Option(help: "text or json.") var format: OutputFormat = .text
 
+        func validate() throws {
+            guard format != .env else { throw ArgumentParser.ValidationError("apps list prints text or json; env is for the keys of apps create and keys rotate.") }
+        }
+
         func run() async throws {
             let apps = try await withAdministration(storage) { try await $0.listApps() }
             if format == .json {
@@ -299,8 +324,8 @@ extension Apps {
             guard let environment = APNsEnvironmentName(rawValue: environment) else {
                 throw ArgumentParser.ValidationError("--environment must be sandbox or production.")
             }
-            let key = try String(contentsOfFile: keyFile, encoding: .utf8)
-            let ca = try caFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
+            let key = try readFile(keyFile, option: "--key-file")
+            let ca = try caFile.map { try readFile($0, option: "--ca-file") }
             do {
                 let stored = try await withAdministration(storage) {
                     try await $0.setAPNsCredentials(
@@ -334,8 +359,8 @@ extension Apps {
         @Option(name: .customLong("ca-file"), help: "A PEM CA certificate to trust for --base-url and the token URI.") var caFile: String?
 
         func run() async throws {
-            let json = try String(contentsOfFile: serviceAccount, encoding: .utf8)
-            let ca = try caFile.map { try String(contentsOfFile: $0, encoding: .utf8) }
+            let json = try readFile(serviceAccount, option: "--service-account")
+            let ca = try caFile.map { try readFile($0, option: "--ca-file") }
             do {
                 let stored = try await withAdministration(storage) {
                     try await $0.setFCMCredentials(appID: app, FCMCredentials(serviceAccountJSON: json, baseURL: baseURL, caCertificatePEM: ca))
@@ -402,7 +427,7 @@ struct Keys: AsyncParsableCommand {
         func run() async throws {
             do {
                 let rotated = try await withAdministration(storage) { try await $0.rotateKeys(appID: app) }
-                printKeys(rotated, format: format, heading: "Rotated the keys of \(rotated.app.id); the old ones no longer work.")
+                printKeys(rotated, format: format, heading: "Rotated the keys of \(rotated.app.id); the old ones are refused from now on (a running server may still take them for up to 5 seconds).")
             } catch {
                 throw describe(error)
             }

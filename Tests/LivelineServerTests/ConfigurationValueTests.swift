@@ -49,6 +49,23 @@ struct ConfigurationValueTests {
         #expect(try await configuration(["LIVELINE_PORT": "48083"], file: good.path).port == 48083)
     }
 
+    @Test("a string key given another type in the file is refused, named, never replaced by the default")
+    func stringKeysOfAnotherType() async throws {
+        for json in [#"{"liveline": {"host": 127001}}"#, #"{"liveline": {"dataDirectory": 5}}"#, #"{"liveline": {"logFormat": true}}"#] {
+            let file = try writeFile(json)
+            defer { try? FileManager.default.removeItem(at: file) }
+            await #expect {
+                _ = try await configuration([:], file: file.path)
+            } throws: { error in
+                (error as? ConfigurationError)?.description.contains("must be a string") == true
+            }
+        }
+        let good = try writeFile(#"{"liveline": {"host": "0.0.0.0", "logFormat": "json"}}"#)
+        defer { try? FileManager.default.removeItem(at: good) }
+        let read = try await configuration([:], file: good.path)
+        #expect(read.host == "0.0.0.0" && read.logFormat == .json)
+    }
+
     @Test("a key the file's liveline object holds and Liveline does not know is refused, named")
     func unknownKeysInTheFile() async throws {
         let file = try writeFile(#"{"liveline": {"prot": 48080, "metrics": {"enabld": false}, "port": 1}, "other": {"tool": 1}}"#)
