@@ -110,6 +110,14 @@ public enum LivelineApplication {
         return try CredentialSealer.loadOrCreateMasterKey(at: (configuration.dataDirectory as NSString).appendingPathComponent("master.key"))
     }
 
+    /// The sealer of the configured master key (``masterKey(_:)``), once ``checkMasterKey(store:sealer:)`` has found it
+    /// to be the key of `store`'s secrets: what `serve` and every one-shot command seal and open with.
+    public static func sealer(_ configuration: LivelineConfiguration, checkedAgainst store: any Store) async throws -> CredentialSealer {
+        let sealer = try CredentialSealer(masterKey: try masterKey(configuration))
+        try await checkMasterKey(store: store, sealer: sealer)
+        return sealer
+    }
+
     /// Makes sure `sealer`'s master key is the one the database's secrets were sealed with, before anything is sealed
     /// or opened with it: a server (or a one-shot command) given another key (a `LIVELINE_MASTER_KEY` the command's
     /// shell lacked, a new `master.key`) sealed credentials the others could not open, and the server then failed each

@@ -38,8 +38,7 @@ func buildApplication(
     }
     logger.info("Database ready", metadata: ["database": "\(store.location)"])
     do {
-        let sealer = try CredentialSealer(masterKey: try LivelineApplication.masterKey(configuration))
-        try await LivelineApplication.checkMasterKey(store: store, sealer: sealer)
+        let sealer = try await LivelineApplication.sealer(configuration, checkedAgainst: store)
         let demo = configuration.dev ? try await LivelineApplication.prepareDevApp(store: store, sealer: sealer, logger: logger) : nil
         let emulators =
             configuration.emulator

@@ -178,8 +178,7 @@ func withAdministration<T: Sendable>(_ storage: StorageOptions, _ body: (AppAdmi
     logger.logLevel = .warning
     let store = try await LivelineApplication.openStore(configuration, logger: logger)
     do {
-        let sealer = try CredentialSealer(masterKey: try LivelineApplication.masterKey(configuration))
-        try await LivelineApplication.checkMasterKey(store: store, sealer: sealer)
+        let sealer = try await LivelineApplication.sealer(configuration, checkedAgainst: store)
         let result = try await body(AppAdministration(store: store, sealer: sealer))
         try await store.close()
         return result
