@@ -14,6 +14,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         let admin = router.group("admin/v1")
         admin.post("apps", use: createApp)
         admin.get("apps", use: listApps)
+        admin.delete("apps/:appId", use: deleteApp)
         admin.post("apps/:appId/keys/rotate", use: rotateKeys)
         admin.put("apps/:appId/credentials/apns", use: setAPNs)
         admin.put("apps/:appId/credentials/fcm", use: setFCM)
@@ -51,6 +52,27 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         try authorize(request)
         let apps = try await administration.listApps()
         return Response.json(.object(["data": .array(apps.map(Representation.app))]))
+    }
+
+    /// Deletes the app with all its data (``AppAdministration/deleteApp(appID:leavingChannels:)``). Its broadcast
+    /// channels are deleted at APNs first; `?leaveChannels=true` deletes the app even if some cannot be, leaving them.
+    @Sendable func deleteApp(_ request: Request, context: Context) async throws -> Response {
+        try authorize(request)
+        guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
+        let leavingChannels: Bool
+        switch request.uri.queryParameters["leaveChannels"] {
+        case nil, "false": leavingChannels = false
+        case "true": leavingChannels = true
+        default: throw APIError.badRequest("invalid_type", "leaveChannels must be true or false.", field: "leaveChannels")
+        }
+        let deleted = try await administration.deleteApp(appID: appID, leavingChannels: leavingChannels)
+        return Response.json(.object([
+            "app": Representation.app(deleted.deletion.app),
+            "activitiesDeleted": .integer(Int64(deleted.deletion.activities)),
+            "devicesDeleted": .integer(Int64(deleted.deletion.devices)),
+            "channelsDeleted": .integer(Int64(deleted.channelsDeleted)),
+            "channelsLeft": .array(deleted.deletion.channelsLeft.map(JSONValue.string)),
+        ]))
     }
 
     @Sendable func rotateKeys(_ request: Request, context: Context) async throws -> Response {

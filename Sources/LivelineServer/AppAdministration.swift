@@ -10,15 +10,20 @@ public struct AppAdministration: Sendable {
     let sealer: CredentialSealer
     /// Told an app's keys were revoked, so that nothing in this process keeps trusting them.
     let keysRevoked: @Sendable (_ appID: String) -> Void
+    /// Deletes an app's broadcast channels at APNs before the app goes; `nil` where there is none (no app with a
+    /// channel can then be deleted but by leaving its channels).
+    let channels: (any BroadcastChannelManagement)?
 
     /// Creates the administration over `store`; `sealer` seals provider secrets at rest; `keysRevoked` hears of each
-    /// rotation (the server's cache of keys).
+    /// rotation and deletion (the server's cache of keys); `channels` deletes a deleted app's broadcast channels.
     public init(
-        store: any Store, clock: WallClock = .system, sealer: CredentialSealer, keysRevoked: @escaping @Sendable (String) -> Void = { _ in }
+        store: any Store, clock: WallClock = .system, sealer: CredentialSealer, channels: (any BroadcastChannelManagement)? = nil,
+        keysRevoked: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         self.store = store
         self.clock = clock
         self.sealer = sealer
+        self.channels = channels
         self.keysRevoked = keysRevoked
     }
 
@@ -108,6 +113,83 @@ public struct AppAdministration: Sendable {
         try await store.replaceKeys(appID: app.id, with: [secret.record, publishable.record])
         keysRevoked(app.id)
         return AppWithKeys(app: app, secretKey: secret.key, publishableKey: publishable.key)
+    }
+
+    /// What deleting an app did.
+    public struct DeletedApp: Sendable {
+        /// What the Store removed, and the channels left at APNs.
+        public var deletion: AppDeletion
+        /// The app's broadcast channels deleted at APNs first.
+        public var channelsDeleted: Int
+    }
+
+    /// Some of an app's broadcast channels could not be deleted at APNs, so the app was kept.
+    public struct ChannelsNotDeleted: Error, Sendable, CustomStringConvertible {
+        /// The channels the app held.
+        public var held: Int
+        /// How many of them APNs did not delete.
+        public var failed: Int
+        /// Why the first of those failed.
+        public var reason: String
+
+        public var description: String {
+            "\(failed) of the app's \(held) broadcast channel\(held == 1 ? "" : "s") could not be deleted at APNs (\(reason)); nothing "
+                + "of the app was deleted. Try again, or delete it leaving those channels at APNs, where they count against "
+                + "the bundle id's channels until deleted there."
+        }
+    }
+
+    /// How many channel deletions run at once.
+    static let channelDeletionsAtOnce = 8
+
+    /// Deletes the app with all its data (``AppStore/deleteApp(id:leavingChannels:)``) and revokes its keys.
+    ///
+    /// Its broadcast channels are deleted at APNs first (one APNs no longer knows counts as deleted), since nothing could
+    /// delete them afterwards. When one cannot be, nothing of the app is deleted (``ChannelsNotDeleted``), unless
+    /// `leavingChannels`: then the app goes and those channels stay at APNs. Live Activities on phones are not ended:
+    /// the app's updates and ends stop, and each Live Activity ends when iOS (or Android) ends it.
+    public func deleteApp(appID: String, leavingChannels: Bool) async throws -> DeletedApp {
+        guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }
+        let held = try await store.heldChannels(appID: appID)
+        var deleted = 0
+        var failures: [String] = []
+        for start in stride(from: 0, to: held.count, by: Self.channelDeletionsAtOnce) {
+            let some = held[start..<min(start + Self.channelDeletionsAtOnce, held.count)]
+            let outcomes = await withTaskGroup(of: (ChannelToDelete, String?).self) { group in
+                for channel in some {
+                    group.addTask {
+                        guard let channels = self.channels else {
+                            return (channel, "this process has no way to reach APNs' channel management")
+                        }
+                        do throws(ChannelManagementError) {
+                            try await channels.deleteChannel(appID: channel.appID, channelID: channel.channelID)
+                            return (channel, nil)
+                        } catch {
+                            return (channel, error.reason)
+                        }
+                    }
+                }
+                var outcomes: [(ChannelToDelete, String?)] = []
+                for await outcome in group { outcomes.append(outcome) }
+                return outcomes
+            }
+            for (channel, failure) in outcomes {
+                if let failure {
+                    failures.append(failure)
+                } else {
+                    try await store.markChannelDeleted(
+                        appID: channel.appID, activityID: channel.activityID, channelID: channel.channelID, at: clock.now()
+                    )
+                    deleted += 1
+                }
+            }
+        }
+        if let first = failures.first, !leavingChannels {
+            throw ChannelsNotDeleted(held: held.count, failed: failures.count, reason: first)
+        }
+        guard let deletion = try await store.deleteApp(id: appID, leavingChannels: leavingChannels) else { throw StoreError.appNotFound }
+        keysRevoked(appID)
+        return DeletedApp(deletion: deletion, channelsDeleted: deleted)
     }
 
     static func validateName(_ name: String) throws(ValidationError) -> String {

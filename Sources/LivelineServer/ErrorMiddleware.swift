@@ -46,6 +46,12 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case let error as HTTPParserError:
             // Thrown by the body's stream when what follows a request's head is not HTTP/1.1.
             return .malformedRequest(error)
+        case let error as AppAdministration.ChannelsNotDeleted:
+            return APIError(
+                .conflict, code: "channels_not_deleted",
+                message: "\(error.failed) of the app's \(error.held) broadcast channels could not be deleted at APNs (\(error.reason)); nothing of the app was deleted. Try again, or pass leaveChannels=true to delete the app and leave those channels at APNs, where they count against the bundle id's channels until deleted there.",
+                field: "leaveChannels"
+            )
         case let error as StoreError:
             switch error {
             case .appNotFound: return APIError(.notFound, code: "app_not_found", message: "No such app.", field: "appId")
@@ -68,6 +74,12 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             case .deliveryMismatch(let existing): return .deliveryMismatch(existing: existing)
             case .channelLimitReached(let maximum): return .channelLimitReached(maximum: maximum)
             case .channelMismatch: return .channelMismatch
+            case .channelsHeld(let count):
+                return APIError(
+                    .conflict, code: "channels_held",
+                    message: "The app holds \(count) broadcast channel\(count == 1 ? "" : "s") at APNs created while it was being deleted; nothing of the app was deleted. Try again, or pass leaveChannels=true to leave them at APNs.",
+                    field: "leaveChannels"
+                )
             case .schemaTooNew: return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")
             }
         case let error as PostgresFailure where error.isRetryable:

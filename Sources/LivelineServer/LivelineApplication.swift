@@ -28,7 +28,7 @@ public enum LivelineApplication {
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let keys = APIKeyCache(store: store)
-        let administration = AppAdministration(store: store, clock: clock, sealer: sealer, keysRevoked: { keys.forget(appID: $0) })
+        let administration = AppAdministration(store: store, clock: clock, sealer: sealer, channels: channels, keysRevoked: { keys.forget(appID: $0) })
         let router = Router(context: BasicRequestContext.self)
         // First, so that they wrap every route and the not-found responder (middleware wraps only what is added after it).
         router.add(middleware: RequestIDMiddleware())

@@ -1,6 +1,25 @@
 import Foundation
 import LivelineCore
 
+/// What deleting an app removed (``AppStore/deleteApp(id:leavingChannels:)``).
+public struct AppDeletion: Sendable, Hashable {
+    /// The app as it was.
+    public var app: AppRecord
+    /// Its activities, whatever their state.
+    public var activities: Int
+    /// Its devices.
+    public var devices: Int
+    /// The broadcast channels it still held at APNs, left there (only when deleted while leaving channels).
+    public var channelsLeft: [String]
+
+    public init(app: AppRecord, activities: Int, devices: Int, channelsLeft: [String]) {
+        self.app = app
+        self.activities = activities
+        self.devices = devices
+        self.channelsLeft = channelsLeft
+    }
+}
+
 /// An app: one iOS bundle id and optionally one Android package, with its own keys and data.
 public struct AppRecord: Sendable, Hashable {
     /// Liveline's id for the app (`app_…`).
@@ -598,6 +617,8 @@ public enum StoreError: Error, Sendable, Hashable {
     case channelMismatch
     /// The database holds data written by a newer Liveline.
     case schemaTooNew(found: Int, supported: Int)
+    /// The app still holds `count` broadcast channels at APNs: deleting it would leave them there.
+    case channelsHeld(count: Int)
 }
 
 extension StoreError: CustomStringConvertible {
@@ -618,6 +639,7 @@ extension StoreError: CustomStringConvertible {
         case .deliveryMismatch(let existing): "The activity is delivered by '\(existing.rawValue)'."
         case .channelLimitReached(let maximum): "The app holds its \(maximum) broadcast channels."
         case .channelMismatch: "The channel is not the activity's."
+        case .channelsHeld(let count): "The app still holds \(count) broadcast channel\(count == 1 ? "" : "s") at APNs."
         }
     }
 }

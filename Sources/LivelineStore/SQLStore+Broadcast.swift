@@ -31,6 +31,10 @@ public protocol BroadcastStore: Sendable {
     /// is deleted twelve hours after the end, when no Live Activity can still be on a screen.
     func channelsToDelete(now: Date, limit: Int) async throws -> [ChannelToDelete]
 
+    /// Every channel the app holds at APNs (created and not deleted), whatever its activity's state: those that deleting
+    /// the app deletes first.
+    func heldChannels(appID: String) async throws -> [ChannelToDelete]
+
     /// Records that the channel was deleted at APNs (or was already gone).
     func markChannelDeleted(appID: String, activityID: String, channelID: String, at now: Date) async throws
 }
@@ -183,6 +187,13 @@ extension SQLStore: BroadcastStore {
         return try rows.map {
             ChannelToDelete(appID: try $0.string("app_id"), activityID: try $0.string("activity_id"), channelID: try $0.string("channel_id"))
         }
+    }
+
+    public func heldChannels(appID: String) async throws -> [ChannelToDelete] {
+        try await reader.query(
+            "SELECT activity_id, channel_id FROM activities WHERE app_id = ? AND channel_id IS NOT NULL AND channel_deleted_at IS NULL ORDER BY activity_id",
+            [.text(appID)]
+        ).map { ChannelToDelete(appID: appID, activityID: try $0.string("activity_id"), channelID: try $0.string("channel_id")) }
     }
 
     public func markChannelDeleted(appID: String, activityID: String, channelID: String, at now: Date) async throws {

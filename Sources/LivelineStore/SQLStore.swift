@@ -273,6 +273,42 @@ public final class SQLStore: Store, DispatchStore {
         }
     }
 
+    public func deleteApp(id: String, leavingChannels: Bool) async throws -> AppDeletion? {
+        let dialect = dialect
+        return try await transaction { db in
+            let binds: [SQLiteData] = [.text(id)]
+            guard let app = try db.query("SELECT * FROM apps WHERE id = ?", binds).first.map(Self.app(from:)) else { return nil }
+            // Read in this transaction, so that a channel created since the caller deleted the others is counted.
+            let held = try db.query(
+                "SELECT channel_id FROM activities WHERE app_id = ? AND channel_id IS NOT NULL AND channel_deleted_at IS NULL ORDER BY activity_id",
+                binds
+            ).map { try $0.string("channel_id") }
+            if !held.isEmpty, !leavingChannels { throw StoreError.channelsHeld(count: held.count) }
+            let activities = try db.query("SELECT COUNT(*) AS n FROM activities WHERE app_id = ?", binds).first?.column("n")?.integer ?? 0
+            let devices = try db.query("SELECT COUNT(*) AS n FROM devices WHERE app_id = ?", binds).first?.column("n")?.integer ?? 0
+            // The tables without a foreign key to the app; the others go with its row (`ON DELETE CASCADE`).
+            for table in ["delivery_segments", "device_tags", "push_to_start_tokens"] {
+                try db.execute("DELETE FROM \(table) WHERE app_id = ?", binds)
+            }
+            if dialect == .postgres,
+                let highest = try db.query("SELECT MAX(id) AS highest FROM events WHERE app_id = ?", binds).first?.column("highest")?.integer
+            {
+                // The sequencer goes on from the highest position kept: were the app's the newest events, the next
+                // ones (of other apps) would take positions the feed has already given out, under the positions the
+                // other apps' webhooks have scanned up to (as when pruning, ``pruneEvents(olderThan:)``).
+                try db.execute(
+                    """
+                    INSERT INTO event_feed (id, pruned_through) VALUES (1, ?)
+                    ON CONFLICT (id) DO UPDATE SET pruned_through = GREATEST(event_feed.pruned_through, EXCLUDED.pruned_through)
+                    """,
+                    [.integer(highest)]
+                )
+            }
+            try db.execute("DELETE FROM apps WHERE id = ?", binds)
+            return AppDeletion(app: app, activities: activities, devices: devices, channelsLeft: held)
+        }
+    }
+
     public func apiKey(id: String) async throws -> APIKeyRecord? {
         let rows = try await reader.query("SELECT * FROM api_keys WHERE id = ? AND revoked_at IS NULL", [.text(id)])
         guard let row = rows.first else { return nil }

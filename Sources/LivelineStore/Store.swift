@@ -40,6 +40,12 @@ public protocol AppStore: Sendable {
     func setAudienceFrom(appID: String, _ source: AudienceSource) async throws
     /// The live key with this lookup id, or `nil`.
     func apiKey(id: String) async throws -> APIKeyRecord?
+    /// Deletes the app and everything it owns, in one transaction: its keys, credentials, schemas, activities (with
+    /// their instances, start audiences and timelines), devices (with their tags and push-to-start tokens),
+    /// idempotency keys, lifecycle events and webhooks (with their deliveries). While the app still holds broadcast
+    /// channels at APNs it refuses (``StoreError/channelsHeld(count:)``), unless `leavingChannels`. Returns what went, or
+    /// `nil` when there is no such app.
+    func deleteApp(id: String, leavingChannels: Bool) async throws -> AppDeletion?
 }
 
 /// Activities and their instances: what the lifecycle accepts and the API reads.

@@ -18,6 +18,7 @@ struct Liveline: AsyncParsableCommand {
         version: livelineVersion,
         subcommands: [Serve.self, Apps.self, Keys.self, Push.self, EmulatorCommand.self, WebhooksCommand.self, Bench.self, ConfigKeys.self, OpenAPI.self]
     )
+
 }
 
 /// Options shared by every command that opens the database.
@@ -171,18 +172,25 @@ func readFile(_ path: String, option: String) throws -> String {
     }
 }
 
-/// Opens the store for a one-shot command and closes it afterwards.
-func withAdministration<T: Sendable>(_ storage: StorageOptions, _ body: (AppAdministration) async throws -> T) async throws -> T {
+/// Opens the store for a one-shot command and closes it afterwards; with `channels`, the administration reaches APNs'
+/// channel management with the apps' stored credentials (to delete an app's broadcast channels).
+func withAdministration<T: Sendable>(
+    _ storage: StorageOptions, channels: Bool = false, _ body: (AppAdministration) async throws -> T
+) async throws -> T {
     let configuration = try await storage.resolve()
     var logger = Logger(label: "liveline")
     logger.logLevel = .warning
     let store = try await LivelineApplication.openStore(configuration, logger: logger)
+    var directory: APNsTransportDirectory?
     do {
         let sealer = try await LivelineApplication.sealer(configuration, checkedAgainst: store)
-        let result = try await body(AppAdministration(store: store, sealer: sealer))
+        directory = channels ? APNsTransportDirectory(store: store, sealer: sealer, logger: logger) : nil
+        let result = try await body(AppAdministration(store: store, sealer: sealer, channels: directory))
+        await directory?.shutdown()
         try await store.close()
         return result
     } catch {
+        await directory?.shutdown()
         try? await store.close()
         throw error
     }
@@ -234,8 +242,8 @@ func describe(_ error: any Error) -> any Error {
 
 struct Apps: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Create and list apps, and set their push credentials and device rules.",
-        subcommands: [Create.self, List.self, SetAPNs.self, SetFCM.self, SetDevices.self]
+        abstract: "Create, list and delete apps, and set their push credentials and device rules.",
+        subcommands: [Create.self, List.self, Delete.self, SetAPNs.self, SetFCM.self, SetDevices.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -368,6 +376,49 @@ extension Apps {
                 print(
                     "Stored FCM credentials for \(stored.appID): project \(settings["projectId"]?.stringValue ?? "?"), \(settings["clientEmail"]?.stringValue ?? "?")\(baseURL.map { " via \($0)" } ?? "")."
                 )
+            } catch {
+                throw describe(error)
+            }
+        }
+    }
+}
+
+extension Apps {
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Delete an app with all its data: keys, credentials, activities, devices, events and webhooks.",
+            discussion: """
+                The app's broadcast channels are deleted at APNs first, with its stored credentials; if one cannot be, nothing is \
+                deleted, unless --leave-channels. Live Activities on phones are not ended: end them first to have them leave the \
+                screens. The same as DELETE /admin/v1/apps/{appId}.
+                """
+        )
+
+        @OptionGroup var storage: StorageOptions
+        @Option(help: "The app id (app_…).") var app: String
+        @Flag(name: .customLong("leave-channels"), help: "Delete the app even if some of its broadcast channels cannot be deleted at APNs.")
+        var leaveChannels = false
+        @Flag(help: "Confirm: the app and its data cannot be brought back.") var yes = false
+
+        func validate() throws {
+            guard yes else {
+                throw ArgumentParser.ValidationError("Deleting \(app) erases it and all its data for good; add --yes to confirm.")
+            }
+        }
+
+        func run() async throws {
+            do {
+                let deleted = try await withAdministration(storage, channels: true) {
+                    try await $0.deleteApp(appID: app, leavingChannels: leaveChannels)
+                }
+                let deletion = deleted.deletion
+                print(
+                    "Deleted app \(deletion.app.id) (\(deletion.app.name)): \(deletion.activities) activities, \(deletion.devices) devices, "
+                        + "\(deleted.channelsDeleted) broadcast channels deleted at APNs."
+                )
+                if !deletion.channelsLeft.isEmpty {
+                    print("Left at APNs: \(deletion.channelsLeft.count) channels: \(deletion.channelsLeft.joined(separator: " "))")
+                }
             } catch {
                 throw describe(error)
             }

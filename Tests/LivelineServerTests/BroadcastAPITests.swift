@@ -14,10 +14,15 @@ final class RecordingChannels: BroadcastChannelManagement, @unchecked Sendable {
     private var created: [(appID: String, policy: ChannelStoragePolicy, id: String)] = []
     private var deleted: [String] = []
     private var failure: ChannelManagementError?
+    private var deletionFailure: (error: ChannelManagementError, except: String?)?
 
     var creations: [(appID: String, policy: ChannelStoragePolicy, id: String)] { lock.withLock { created } }
     var deletions: [String] { lock.withLock { deleted } }
     func fail(with error: ChannelManagementError?) { lock.withLock { failure = error } }
+    /// Deletions fail with `error` (none with `nil`), but that of the channel `except`.
+    func failDeletions(with error: ChannelManagementError?, except: String? = nil) {
+        lock.withLock { deletionFailure = error.map { ($0, except) } }
+    }
 
     func createChannel(appID: String, storagePolicy: ChannelStoragePolicy) async throws(ChannelManagementError) -> String {
         let outcome: Result<String, ChannelManagementError> = lock.withLock {
@@ -30,7 +35,12 @@ final class RecordingChannels: BroadcastChannelManagement, @unchecked Sendable {
     }
 
     func deleteChannel(appID: String, channelID: String) async throws(ChannelManagementError) {
-        lock.withLock { deleted.append(channelID) }
+        let failure: ChannelManagementError? = lock.withLock {
+            if let deletionFailure, deletionFailure.except != channelID { return deletionFailure.error }
+            deleted.append(channelID)
+            return nil
+        }
+        if let failure { throw failure }
     }
 }
 
