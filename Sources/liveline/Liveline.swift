@@ -19,6 +19,32 @@ struct Liveline: AsyncParsableCommand {
         subcommands: [Serve.self, Apps.self, Keys.self, Push.self, EmulatorCommand.self, WebhooksCommand.self, Bench.self, ConfigKeys.self, OpenAPI.self]
     )
 
+    /// Parses and runs the command, as ArgumentParser's own `main` does, but an error the command throws while it runs
+    /// (no such app, a database it cannot open) is reported as `Error: …` alone: the usage printed with a mistyped
+    /// command line would be the top-level one, and says nothing of what went wrong. The exit status is
+    /// ArgumentParser's (64 for a value refused, 1 for a failure).
+    static func main() async {
+        let command: any ParsableCommand
+        do {
+            command = try await asyncParseAsRoot()
+        } catch {
+            exit(withError: error)
+        }
+        do {
+            if var asynchronous = command as? any AsyncParsableCommand {
+                try await asynchronous.run()
+            } else {
+                var synchronous = command
+                try synchronous.run()
+            }
+        } catch {
+            // Help (`liveline apps`, `help apps`, `--help`) is "thrown" too, with success: ArgumentParser prints it.
+            if exitCode(for: error) == .success { exit(withError: error) }
+            let message = message(for: error)
+            if !message.isEmpty { FileHandle.standardError.write(Data("Error: \(message)\n".utf8)) }
+            Foundation.exit(exitCode(for: error).rawValue)
+        }
+    }
 }
 
 /// Options shared by every command that opens the database.
