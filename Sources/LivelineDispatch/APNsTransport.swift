@@ -268,6 +268,19 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         }
     }
 
+    /// Closes and forgets the app's clients (pushes, broadcasts, channel management): the app was deleted, and its
+    /// connections and signing key must not outlive it.
+    public func forget(appID: String) async {
+        // Taken out before the first wait: the actor is reentrant, and no pass may be handed a client being closed.
+        let transport = clients.removeValue(forKey: appID)?.transport
+        let manager = channelManagers.removeValue(forKey: appID)?.manager
+        unhealthy.remove(appID)
+        warned.remove(appID)
+        await transport?.client.shutdown()
+        await transport?.broadcastClient?.shutdown()
+        await manager?.shutdown()
+    }
+
     /// Closes every client's connections.
     public func shutdown() async {
         for (_, entry) in clients {

@@ -708,7 +708,7 @@ public final class Dispatcher: Service, Sendable {
                 guard try await renew() else {
                     if Task.isCancelled { return }
                     logger.warning(
-                        "A claim was lost mid-pass; another engine has it",
+                        "A claim was lost mid-pass: another engine has it, or its activity was deleted",
                         metadata: ["claim": "\(what)", "sinceRenewal": "\(ContinuousClock.now - renewed)"]
                     )
                     watch.markLost()

@@ -167,6 +167,15 @@ public actor FCMTransportDirectory: PushTransportDirectory {
     }
 
     /// Closes every client's connections.
+    /// Closes and forgets the app's client: the app was deleted, and its connections and service account must not
+    /// outlive it.
+    public func forget(appID: String) async {
+        let client = clients.removeValue(forKey: appID)?.client
+        unhealthy.remove(appID)
+        warned.remove(appID)
+        await client?.shutdown()
+    }
+
     public func shutdown() async {
         for (_, entry) in clients { await entry.client.shutdown() }
         clients.removeAll()

@@ -58,6 +58,8 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
     /// channels are deleted at APNs first; `?leaveChannels=true` deletes the app even if some cannot be, leaving them.
     @Sendable func deleteApp(_ request: Request, context: Context) async throws -> Response {
         try authorize(request)
+        // Its one option is in the query; a body that is sent must be a JSON object without members, not ignored.
+        try await RequestBody.read(request, allowEmpty: true).allowOnly([])
         guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
         let leavingChannels: Bool
         switch request.uri.queryParameters["leaveChannels"] {

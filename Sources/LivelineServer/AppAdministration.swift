@@ -13,18 +13,22 @@ public struct AppAdministration: Sendable {
     /// Deletes an app's broadcast channels at APNs before the app goes; `nil` where there is none (no app with a
     /// channel can then be deleted but by leaving its channels).
     let channels: (any BroadcastChannelManagement)?
+    /// Told an app was deleted, so that nothing in this process keeps its connections or credentials.
+    let appDeleted: @Sendable (_ appID: String) async -> Void
 
     /// Creates the administration over `store`; `sealer` seals provider secrets at rest; `keysRevoked` hears of each
-    /// rotation and deletion (the server's cache of keys); `channels` deletes a deleted app's broadcast channels.
+    /// rotation and deletion (the server's cache of keys); `channels` deletes a deleted app's broadcast channels;
+    /// `appDeleted` hears of each deletion (the push clients).
     public init(
         store: any Store, clock: WallClock = .system, sealer: CredentialSealer, channels: (any BroadcastChannelManagement)? = nil,
-        keysRevoked: @escaping @Sendable (String) -> Void = { _ in }
+        keysRevoked: @escaping @Sendable (String) -> Void = { _ in }, appDeleted: @escaping @Sendable (String) async -> Void = { _ in }
     ) {
         self.store = store
         self.clock = clock
         self.sealer = sealer
         self.channels = channels
         self.keysRevoked = keysRevoked
+        self.appDeleted = appDeleted
     }
 
     /// Stores (replacing) an app's APNs credentials, sealed; they start out healthy.
@@ -131,65 +135,100 @@ public struct AppAdministration: Sendable {
         public var failed: Int
         /// Why the first of those failed.
         public var reason: String
+        /// Whether the app's keys were already revoked (channels made while it was being deleted could not be).
+        public var keysRevoked: Bool
 
-        public var description: String {
-            "\(failed) of the app's \(held) broadcast channel\(held == 1 ? "" : "s") could not be deleted at APNs (\(reason)); nothing "
-                + "of the app was deleted. Try again, or delete it leaving those channels at APNs, where they count against "
-                + "the bundle id's channels until deleted there."
+        /// What happened and what to do, with `leaving` the way to delete the app leaving the channels.
+        public func message(leaving: String) -> String {
+            let deleted = held - failed
+            var text = "\(failed) of the app's \(held) broadcast channel\(held == 1 ? "" : "s") could not be deleted at APNs (\(reason)). "
+            text += keysRevoked ? "The app was kept, with its keys revoked" : "The app was kept"
+            if deleted > 0 { text += "; the \(deleted) deleted at APNs are gone from its activities, which no longer broadcast" }
+            return text + ". Try again, or pass \(leaving) to delete the app and leave those channels at APNs, where they count against the bundle id's channels until deleted there."
         }
+
+        public var description: String { message(leaving: "--leave-channels") }
     }
 
     /// How many channel deletions run at once.
     static let channelDeletionsAtOnce = 8
 
-    /// Deletes the app with all its data (``AppStore/deleteApp(id:leavingChannels:)``) and revokes its keys.
+    /// Deletes the app with all its data (``AppStore/deleteApp(id:leavingChannels:)``), revokes its keys and closes its
+    /// push connections.
     ///
     /// Its broadcast channels are deleted at APNs first (one APNs no longer knows counts as deleted), since nothing could
-    /// delete them afterwards. When one cannot be, nothing of the app is deleted (``ChannelsNotDeleted``), unless
-    /// `leavingChannels`: then the app goes and those channels stay at APNs. Live Activities on phones are not ended:
-    /// the app's updates and ends stop, and each Live Activity ends when iOS (or Android) ends it.
+    /// delete them afterwards. When one cannot be, the app is kept (``ChannelsNotDeleted``), unless `leavingChannels`:
+    /// then the app goes and those channels stay at APNs. The channels of an app without APNs credentials were made by
+    /// the built-in emulator, not at Apple: they are left. Then its keys are revoked, in a write of their own, so that
+    /// its own requests stop competing with the deletion, and the rest goes in one transaction. Live Activities on
+    /// phones are not ended: the app's updates and ends stop, and each Live Activity ends when iOS (or Android) ends it.
     public func deleteApp(appID: String, leavingChannels: Bool) async throws -> DeletedApp {
         guard try await store.app(id: appID) != nil else { throw StoreError.appNotFound }
-        let held = try await store.heldChannels(appID: appID)
+        let first = try await deleteChannels(appID: appID)
+        if let refusal = first.refusal(leavingChannels: leavingChannels, keysRevoked: false) { throw refusal }
+        try await store.replaceKeys(appID: appID, with: [])
+        keysRevoked(appID)
+        // Requests already under way when the keys went may have made channels since the first look.
+        let late = try await deleteChannels(appID: appID)
+        if let refusal = late.refusal(leavingChannels: leavingChannels, keysRevoked: true) { throw refusal }
+        let leaving = leavingChannels || first.failures.count + late.failures.count > 0
+        guard let deletion = try await store.deleteApp(id: appID, leavingChannels: leaving) else { throw StoreError.appNotFound }
+        await appDeleted(appID)
+        return DeletedApp(deletion: deletion, channelsDeleted: first.deleted + late.deleted)
+    }
+
+    /// The app's channels as they went at APNs.
+    struct ChannelDeletions {
+        var held = 0
         var deleted = 0
-        var failures: [String] = []
+        var failures: [ChannelManagementError] = []
+
+        /// The refusal to delete the app, if a channel could not be deleted at Apple and the caller does not leave it.
+        /// Pure.
+        func refusal(leavingChannels: Bool, keysRevoked: Bool) -> ChannelsNotDeleted? {
+            // Without credentials the channels were the built-in emulator's: nothing at Apple holds them.
+            let blocking = failures.filter { $0.kind != .noCredentials }
+            guard !leavingChannels, let first = blocking.first else { return nil }
+            return ChannelsNotDeleted(held: held, failed: blocking.count, reason: first.reason, keysRevoked: keysRevoked)
+        }
+    }
+
+    /// Deletes at APNs every channel the app holds, a few at a time, and writes down each one deleted.
+    private func deleteChannels(appID: String) async throws -> ChannelDeletions {
+        let held = try await store.heldChannels(appID: appID)
+        var result = ChannelDeletions(held: held.count)
         for start in stride(from: 0, to: held.count, by: Self.channelDeletionsAtOnce) {
             let some = held[start..<min(start + Self.channelDeletionsAtOnce, held.count)]
-            let outcomes = await withTaskGroup(of: (ChannelToDelete, String?).self) { group in
+            let outcomes = await withTaskGroup(of: (ChannelToDelete, ChannelManagementError?).self) { group in
                 for channel in some {
                     group.addTask {
                         guard let channels = self.channels else {
-                            return (channel, "this process has no way to reach APNs' channel management")
+                            return (channel, ChannelManagementError(.unavailable, "this process has no way to reach APNs' channel management"))
                         }
                         do throws(ChannelManagementError) {
                             try await channels.deleteChannel(appID: channel.appID, channelID: channel.channelID)
                             return (channel, nil)
                         } catch {
-                            return (channel, error.reason)
+                            return (channel, error)
                         }
                     }
                 }
-                var outcomes: [(ChannelToDelete, String?)] = []
+                var outcomes: [(ChannelToDelete, ChannelManagementError?)] = []
                 for await outcome in group { outcomes.append(outcome) }
                 return outcomes
             }
             for (channel, failure) in outcomes {
                 if let failure {
-                    failures.append(failure)
+                    result.failures.append(failure)
                 } else {
                     try await store.markChannelDeleted(
                         appID: channel.appID, activityID: channel.activityID, channelID: channel.channelID, at: clock.now()
                     )
-                    deleted += 1
+                    result.deleted += 1
                 }
             }
         }
-        if let first = failures.first, !leavingChannels {
-            throw ChannelsNotDeleted(held: held.count, failed: failures.count, reason: first)
-        }
-        guard let deletion = try await store.deleteApp(id: appID, leavingChannels: leavingChannels) else { throw StoreError.appNotFound }
-        keysRevoked(appID)
-        return DeletedApp(deletion: deletion, channelsDeleted: deleted)
+        return result
     }
 
     static func validateName(_ name: String) throws(ValidationError) -> String {

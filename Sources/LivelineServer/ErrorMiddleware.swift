@@ -49,7 +49,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         case let error as AppAdministration.ChannelsNotDeleted:
             return APIError(
                 .conflict, code: "channels_not_deleted",
-                message: "\(error.failed) of the app's \(error.held) broadcast channels could not be deleted at APNs (\(error.reason)); nothing of the app was deleted. Try again, or pass leaveChannels=true to delete the app and leave those channels at APNs, where they count against the bundle id's channels until deleted there.",
+                message: error.message(leaving: "leaveChannels=true"),
                 field: "leaveChannels"
             )
         case let error as StoreError:
@@ -77,7 +77,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             case .channelsHeld(let count):
                 return APIError(
                     .conflict, code: "channels_held",
-                    message: "The app holds \(count) broadcast channel\(count == 1 ? "" : "s") at APNs created while it was being deleted; nothing of the app was deleted. Try again, or pass leaveChannels=true to leave them at APNs.",
+                    message: "The app holds \(count) broadcast channel\(count == 1 ? "" : "s") at APNs made while it was being deleted. The app was kept, with its keys revoked. Try again, or pass leaveChannels=true to leave them at APNs.",
                     field: "leaveChannels"
                 )
             case .schemaTooNew: return APIError(.internalServerError, code: "internal_error", message: "The server failed to handle this request.")

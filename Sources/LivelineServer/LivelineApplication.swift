@@ -18,17 +18,20 @@ public enum LivelineApplication {
     ///   - delivery: woken after an update, end or registration is committed (the delivery engine).
     ///   - metrics: what `GET /metrics` serves and where the HTTP API's metrics are made; `nil` turns `/metrics` off
     ///     (404). By default a registry of this router's own.
+    ///   - appDeleted: told of each app the admin API deletes, once it is gone (to close its push connections).
     public static func makeRouter(
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
         staleness: StalenessPolicy = StalenessPolicy(), budget: PriorityBudget = PriorityBudget(),
         delivery: any DeliveryWaking = NoDeliveryEngine(), startConfirmationTimeout: TimeInterval = 120,
         channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings(),
         webhookURLs: WebhookURLPolicy = WebhookURLPolicy(allowsPrivateNetworks: false), webhookDeliverer: (any DeliveryWaking)? = nil,
-        metrics: LivelineMetrics? = LivelineMetrics()
+        metrics: LivelineMetrics? = LivelineMetrics(), appDeleted: @escaping @Sendable (String) async -> Void = { _ in }
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
         let keys = APIKeyCache(store: store)
-        let administration = AppAdministration(store: store, clock: clock, sealer: sealer, channels: channels, keysRevoked: { keys.forget(appID: $0) })
+        let administration = AppAdministration(
+            store: store, clock: clock, sealer: sealer, channels: channels, keysRevoked: { keys.forget(appID: $0) }, appDeleted: appDeleted
+        )
         let router = Router(context: BasicRequestContext.self)
         // First, so that they wrap every route and the not-found responder (middleware wraps only what is added after it).
         router.add(middleware: RequestIDMiddleware())
@@ -66,7 +69,7 @@ public enum LivelineApplication {
         configuration: LivelineConfiguration, store: any Store, clock: WallClock = .system, logger: Logger,
         sealer: CredentialSealer? = nil, delivery: any DeliveryWaking = NoDeliveryEngine(),
         channels: (any BroadcastChannelManagement)? = nil, webhookDeliverer: (any DeliveryWaking)? = nil, services: [any Service] = [],
-        metrics: LivelineMetrics = LivelineMetrics(),
+        metrics: LivelineMetrics = LivelineMetrics(), appDeleted: @escaping @Sendable (String) async -> Void = { _ in },
         onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
@@ -75,7 +78,7 @@ public enum LivelineApplication {
                 budget: configuration.budget, delivery: delivery, startConfirmationTimeout: configuration.startConfirmationTimeout,
                 channels: channels, broadcast: configuration.broadcast,
                 webhookURLs: WebhookURLPolicy(allowsPrivateNetworks: configuration.webhooks.allowsPrivateNetworks),
-                webhookDeliverer: webhookDeliverer, metrics: configuration.metricsEnabled ? metrics : nil
+                webhookDeliverer: webhookDeliverer, metrics: configuration.metricsEnabled ? metrics : nil, appDeleted: appDeleted
             )),
             server: .guardedHTTP1(limits: configuration.connections, logger: logger),
             configuration: ApplicationConfiguration(

@@ -131,7 +131,7 @@ extension SQLStore: BroadcastStore {
             ))
         }
         if attempt.status == .rejected {
-            statements.append(Self.eventStatement(
+            statements.append(Self.engineEventStatement(
                 NewEvent(
                     .deliveryFailed, appID: attempt.appID, activityID: attempt.activityID,
                     data: [

@@ -391,7 +391,7 @@ extension SQLStore {
             ))
         }
         statements += Self.timelineStatements(appID: progress.appID, activityID: progress.activityID, attempts: progress.attempts)
-        statements += progress.events.map { Self.eventStatement($0, at: now) }
+        statements += progress.events.map { Self.engineEventStatement($0, at: now) }
         if progress.budgetWarnings > 0 { return [parts.flatMap { $0 } + statements] }
         if !statements.isEmpty { parts.append(statements) }
         return parts

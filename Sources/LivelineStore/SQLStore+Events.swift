@@ -91,6 +91,20 @@ extension SQLStore: EventStore {
         )
     }
 
+    /// The statement that writes an event of the delivery engine (a push refused, a token invalidated, a budget warning):
+    /// only while its app exists, since a pass may still be sending when the app is deleted, and an event refused by the
+    /// foreign key would fail the pass's whole progress write.
+    static func engineEventStatement(_ event: NewEvent, at now: Date) -> (sql: String, binds: [SQLiteData]) {
+        (
+            """
+            INSERT INTO events (app_id, type, activity_id, device_id, data, created_at)
+            SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM apps WHERE id = ?)
+            """,
+            [.text(event.appID), .text(event.type.rawValue), text(event.activityID), text(event.deviceID),
+             .text(event.data.encodedString), .integer(millis(now)), .text(event.appID)]
+        )
+    }
+
     /// Records `event` on the writer, inside the caller's transaction.
     static func record(_ event: NewEvent, at now: Date, on db: any SQLConnection) throws {
         let statement = eventStatement(event, at: now)

@@ -14,7 +14,9 @@ extension SQLStore {
     /// Segments read at a time when paging the timeline.
     static let segmentsPerRead = 4
 
-    /// The statements that append `attempts` (of one activity) to the timeline.
+    /// The statements that append `attempts` (of one activity) to the timeline, while the activity exists: a pass still
+    /// sending when its app was deleted leaves no segment behind (the table has no foreign key to the activity, which
+    /// would fail the pass's whole progress write instead).
     static func timelineStatements(appID: String, activityID: String, attempts: [DeliveryRecord]) -> [(sql: String, binds: [SQLiteData])] {
         attempts.chunked(into: attemptsPerSegment).map { chunk in
             var json: [UInt8] = []
@@ -29,9 +31,10 @@ extension SQLStore {
             return (
                 """
                 INSERT INTO delivery_segments (app_id, activity_id, first_index, attempt_count, newest_attempt_at, attempts)
-                VALUES (?, ?, 0, ?, ?, ?)
+                SELECT ?, ?, 0, ?, ?, ? WHERE EXISTS (SELECT 1 FROM activities WHERE app_id = ? AND activity_id = ?)
                 """,
-                [.text(appID), .text(activityID), .integer(chunk.count), .integer(millis(newest)), .text(String(decoding: json, as: UTF8.self))]
+                [.text(appID), .text(activityID), .integer(chunk.count), .integer(millis(newest)), .text(String(decoding: json, as: UTF8.self)),
+                 .text(appID), .text(activityID)]
             )
         }
     }

@@ -90,7 +90,12 @@ func buildApplication(
             // connections, and the clients logged its GOAWAY).
             services: (emulators?.services ?? []) + [closing]
                 + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks] + listening,
-            metrics: metrics
+            metrics: metrics,
+            // A deleted app's push connections close with it (another node's close when that node restarts).
+            appDeleted: { appID in
+                await apns.forget(appID: appID)
+                await fcm.forget(appID: appID)
+            }
         )
     } catch {
         try? await store.close()

@@ -200,10 +200,18 @@ func readFile(_ path: String, option: String) throws -> String {
 
 /// Opens the store for a one-shot command and closes it afterwards; with `channels`, the administration reaches APNs'
 /// channel management with the apps' stored credentials (to delete an app's broadcast channels).
+///
+/// Only `creatingDatabase` (creating an app) makes a SQLite database that is not there yet: any other command given a
+/// mistyped `--data-dir` says so, instead of leaving a new directory with an empty database and a master key behind.
 func withAdministration<T: Sendable>(
-    _ storage: StorageOptions, channels: Bool = false, _ body: (AppAdministration) async throws -> T
+    _ storage: StorageOptions, channels: Bool = false, creatingDatabase: Bool = false, _ body: (AppAdministration) async throws -> T
 ) async throws -> T {
     let configuration = try await storage.resolve()
+    if !creatingDatabase, case .sqlite(let path) = try configuration.databaseLocation, !FileManager.default.fileExists(atPath: path) {
+        throw ArgumentParser.ValidationError(
+            "No Liveline database at \(path): check --data-dir (or --database), or create the first app with liveline apps create."
+        )
+    }
     var logger = Logger(label: "liveline")
     logger.logLevel = .warning
     let store = try await LivelineApplication.openStore(configuration, logger: logger)
@@ -284,7 +292,7 @@ struct Apps: AsyncParsableCommand {
 
         func run() async throws {
             do {
-                let created = try await withAdministration(storage) {
+                let created = try await withAdministration(storage, creatingDatabase: true) {
                     try await $0.createApp(name: name, bundleID: bundleID, androidPackage: androidPackage)
                 }
                 printKeys(created, format: format, heading: "Created app \(created.app.id).")

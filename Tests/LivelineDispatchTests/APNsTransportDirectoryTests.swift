@@ -4,6 +4,7 @@ import Foundation
 import LivelineCore
 import LivelineStore
 import LivelineTestSupport
+import NIOCore
 import Testing
 
 @testable import LivelineDispatch
@@ -41,6 +42,26 @@ struct APNsTransportDirectoryTests {
             #expect(clients.count == 16 && clients.allSatisfy { $0 != nil })
             #expect(Set(clients).count == 1, "every pass got the one client")
             await directory.shutdown()
+        }
+    }
+
+    @Test("forgetting a deleted app closes its client, and a later ask builds a new one")
+    func forgetClosesTheClient() async throws {
+        try await withTemporaryStore { store, _ in
+            let directory = try await directoryWithCredentials(store, appID: "app_f")
+            let kept = try await directoryWithCredentials(store, appID: "app_k")
+            let first = try #require(try await directory.transport(appID: "app_f", platform: .ios) as? APNsPushTransport)
+            let other = try #require(try await directory.transport(appID: "app_k", platform: .ios) as? APNsPushTransport)
+            await directory.forget(appID: "app_f")
+            let push = APNsNotification(deviceToken: String(repeating: "ab", count: 32), topic: "com.example.app_f.push-type.liveactivity", priority: 10, payload: ByteBuffer(string: "{}"))
+            await #expect(throws: APNsTransportError.self) { try await first.client.send(push) }
+            let next = try #require(try await directory.transport(appID: "app_f", platform: .ios) as? APNsPushTransport)
+            #expect(ObjectIdentifier(next.client) != ObjectIdentifier(first.client))
+            // Another app's client is not touched.
+            let again = try #require(try await directory.transport(appID: "app_k", platform: .ios) as? APNsPushTransport)
+            #expect(ObjectIdentifier(again.client) == ObjectIdentifier(other.client))
+            await directory.shutdown()
+            await kept.shutdown()
         }
     }
 

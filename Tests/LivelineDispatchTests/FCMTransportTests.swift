@@ -171,6 +171,34 @@ struct FCMTransportTests {
         }
     }
 
+    @Test("forgetting a deleted app closes its client; a later ask builds a new one, with an access token of its own")
+    func forgetClosesTheClient() async throws {
+        try await Self.withEnvironment { environment in
+            try await environment.store.saveCredentials(
+                try environment.credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
+            )
+            let token = environment.emulator.addDevice(projectID: environment.projectID)
+            let first = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            guard case .delivered = await first.send(environment.push(to: token, sequence: 1)) else {
+                Issue.record("the first push was not delivered")
+                return
+            }
+            await environment.directory.forget(appID: environment.appID)
+            let closed = await first.send(environment.push(to: token, sequence: 2))
+            guard case .retryable(let reason, _, _) = closed else {
+                Issue.record("a push through the closed client was \(closed)")
+                return
+            }
+            #expect(reason.contains("shut down"))
+            let next = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            guard case .delivered = await next.send(environment.push(to: token, sequence: 2)) else {
+                Issue.record("the new client's push was not delivered")
+                return
+            }
+            #expect(environment.emulator.statistics.tokensIssued == 2)
+        }
+    }
+
     @Test(
         "a service account the token endpoint refuses is credentialsRejected; an unreachable FCM retryable",
         .tags(.slow), .unlessSkippingSlowTests

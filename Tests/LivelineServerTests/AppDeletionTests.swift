@@ -113,6 +113,10 @@ struct AppDeletionTests {
             #expect(again.status == .notFound)
             #expect(again.errorCode == "app_not_found")
             #expect(try await api.call(.delete, "/admin/v1/apps/\(staying.id)", key: staying.secretKey).status == .unauthorized)
+            // Its one option is in the query: a body is refused, not ignored.
+            let withBody = try await api.json(.delete, "/admin/v1/apps/\(staying.id)", key: adminToken, ["leaveChannels": true])
+            #expect(withBody.status == .badRequest)
+            #expect(withBody.errorField == "leaveChannels")
             let counted = try await rows(of: staying.id, in: store)
             let garbled = try await api.call(.delete, "/admin/v1/apps/\(staying.id)?leaveChannels=yes", key: adminToken)
             #expect(garbled.status == .badRequest)
@@ -166,6 +170,62 @@ struct AppDeletionTests {
         }
     }
 
+    @Test("the administration tells of a deletion (the push clients close) once the app is gone, and not when it is kept")
+    func toldOfDeletions() async throws {
+        let channels = RecordingChannels()
+        try await withLiveline(channels: channels) { api, store in
+            let told = Told()
+            let administration = AppAdministration(
+                store: store, sealer: try CredentialSealer(masterKey: Array(repeating: 3, count: 32)), channels: channels,
+                appDeleted: { appID in
+                    #expect(try! await store.app(id: appID) == nil, "told before the app was gone")
+                    told.append(appID)
+                }
+            )
+            let app = try await createApp(store)
+            #expect(try await api.json(.post, "/v1/activities/m/updates", key: app.secretKey, ["contentState": [:], "delivery": "broadcast"]).status == .accepted)
+            channels.failDeletions(with: ChannelManagementError(.unavailable, "no answer"))
+            await #expect(throws: AppAdministration.ChannelsNotDeleted.self) { try await administration.deleteApp(appID: app.id, leavingChannels: false) }
+            #expect(told.appIDs.isEmpty)
+            channels.failDeletions(with: nil)
+            #expect(try await administration.deleteApp(appID: app.id, leavingChannels: false).channelsDeleted == 1)
+            #expect(told.appIDs == [app.id])
+        }
+    }
+
+    @Test("a pass still sending when its app is deleted writes neither attempts nor events, and fails nothing")
+    func passAfterDeletion() async throws {
+        try await withLiveline(adminToken: adminToken) { api, store in
+            let app = try await createApp(store)
+            #expect(try await api.json(.put, "/v1/activities/order-1/instances/iphone-1", key: app.publishableKey, registerBody).status == .created)
+            #expect(try await api.call(.delete, "/admin/v1/apps/\(app.id)", key: adminToken).status == .ok)
+            var progress = DeliveryProgress(appID: app.id, activityID: "order-1")
+            progress.attempts = [
+                DeliveryRecord(
+                    appID: app.id, activityID: "order-1", deviceID: "iphone-1", platform: .ios, sequence: 1, event: .update, priority: 10,
+                    status: .rejected, providerID: nil, reason: "BadDeviceToken", latencyMilliseconds: 1, attempt: 1, attemptedAt: testStart
+                )
+            ]
+            progress.events = [NewEvent(.deliveryFailed, appID: app.id, activityID: "order-1", deviceID: "iphone-1", data: ["reason": "BadDeviceToken"])]
+            try await store.recordProgress(progress, at: testStart)
+            #expect(try await rows(of: app.id, in: store) == [:])
+        }
+    }
+
+    @Test("channels of an app without APNs credentials (the built-in emulator's) do not keep it: they are left and listed")
+    func emulatorChannelsLeft() async throws {
+        let channels = RecordingChannels()
+        try await withLiveline(adminToken: adminToken, channels: channels) { api, store in
+            let app = try await createApp(store)
+            #expect(try await api.json(.post, "/v1/activities/m/updates", key: app.secretKey, ["contentState": [:], "delivery": "broadcast"]).status == .accepted)
+            channels.failDeletions(with: ChannelManagementError(.noCredentials, "the app has no APNs credentials"))
+            let deleted = try await api.call(.delete, "/admin/v1/apps/\(app.id)", key: adminToken)
+            #expect(deleted.status == .ok)
+            #expect(deleted["channelsLeft"] == .array(channels.creations.map { .string($0.id) }))
+            #expect(try await store.app(id: app.id) == nil)
+        }
+    }
+
     @Test("the Store refuses to delete an app that still holds a channel unless told to leave it")
     func storeRefusesHeldChannels() async throws {
         let channels = RecordingChannels()
@@ -179,4 +239,12 @@ struct AppDeletionTests {
             #expect(try await store.deleteApp(id: app.id, leavingChannels: true) == nil)
         }
     }
+}
+
+/// The app ids a callback was told of.
+private final class Told: @unchecked Sendable {
+    private let lock = NSLock()
+    private var told: [String] = []
+    var appIDs: [String] { lock.withLock { told } }
+    func append(_ appID: String) { lock.withLock { told.append(appID) } }
 }

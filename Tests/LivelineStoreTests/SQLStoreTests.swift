@@ -318,6 +318,8 @@ struct DeliveryProgressTests {
     func timelineRetention(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
+            // The timeline keeps attempts only of activities that exist.
+            for activity in ["a", "b"] { _ = try await store.registerInstance(registration("setup", activity: activity), at: t0) }
             func attempt(_ activity: String, _ n: Int, at date: Date) -> DeliveryRecord {
                 DeliveryRecord(
                     appID: "app_test", activityID: activity, deviceID: "d\(n)", platform: .ios, sequence: 1, event: .update, priority: 10,

@@ -29,10 +29,16 @@ struct TimelineTests {
         return pages
     }
 
+    /// The app and `activities`: the timeline keeps attempts only of activities that exist.
+    func makeActivities(_ store: SQLStore, _ activities: String...) async throws {
+        try await makeApp(store)
+        for activity in activities { _ = try await store.registerInstance(registration("setup", activity: activity), at: t0) }
+    }
+
     @Test("attempts recorded in batches read back newest first, every field intact, across pages that split batches", arguments: StoreKind.available)
     func pagesAcrossSegments(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
-            try await makeApp(store)
+            try await makeActivities(store, "a")
             for range in [0..<5, 5..<8, 8..<15] {
                 try await store.recordProgress(
                     DeliveryProgress(appID: "app_test", activityID: "a", attempts: range.map { attempt("a", $0) }), at: t0
@@ -55,7 +61,7 @@ struct TimelineTests {
     @Test("pruning to the newest attempts trims a batch and keeps the ids of what stays", arguments: StoreKind.available)
     func pruneKeepsIDs(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
-            try await makeApp(store)
+            try await makeActivities(store, "a")
             for range in [0..<6, 6..<12] {
                 try await store.recordProgress(
                     DeliveryProgress(appID: "app_test", activityID: "a", attempts: range.map { attempt("a", $0) }), at: t0
@@ -74,7 +80,7 @@ struct TimelineTests {
     @Test("pruning more segments than one write deletes takes several writes and leaves exactly what it keeps", arguments: StoreKind.available)
     func pruneInSeveralWrites(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
-            try await makeApp(store)
+            try await makeActivities(store, "old", "a")
             let segments = SQLStore.segmentsPerPruneWrite * 2 + 9
             let old = t0.addingTimeInterval(-30 * 86400)
             // "old": one attempt per segment, all past the retention. "a": one per segment, recent, over its limit.
