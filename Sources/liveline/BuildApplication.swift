@@ -91,10 +91,13 @@ func buildApplication(
             services: (emulators?.services ?? []) + [closing]
                 + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks] + listening,
             metrics: metrics,
-            // A deleted app's push connections close with it (another node's close when that node restarts).
+            // A deleted app's push connections close with it (another node's close when that node restarts), in the
+            // background: closing waits for the pushes in flight, and the deletion need not.
             appDeleted: { appID in
-                await apns.forget(appID: appID)
-                await fcm.forget(appID: appID)
+                Task {
+                    await apns.forget(appID: appID)
+                    await fcm.forget(appID: appID)
+                }
             }
         )
     } catch {
