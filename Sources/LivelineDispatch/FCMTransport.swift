@@ -166,7 +166,6 @@ public actor FCMTransportDirectory: PushTransportDirectory {
         }
     }
 
-    /// Closes every client's connections.
     /// Closes and forgets the app's client: the app was deleted, and its connections and service account must not
     /// outlive it.
     public func forget(appID: String) async {
@@ -176,6 +175,7 @@ public actor FCMTransportDirectory: PushTransportDirectory {
         await client?.shutdown()
     }
 
+    /// Closes every client's connections.
     public func shutdown() async {
         for (_, entry) in clients { await entry.client.shutdown() }
         clients.removeAll()

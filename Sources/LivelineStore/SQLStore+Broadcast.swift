@@ -190,11 +190,12 @@ extension SQLStore: BroadcastStore {
     }
 
     public func heldChannels(appID: String) async throws -> [ChannelToDelete] {
-        try await reader.query(
-            "SELECT activity_id, channel_id FROM activities WHERE app_id = ? AND channel_id IS NOT NULL AND channel_deleted_at IS NULL ORDER BY activity_id",
-            [.text(appID)]
-        ).map { ChannelToDelete(appID: appID, activityID: try $0.string("activity_id"), channelID: try $0.string("channel_id")) }
+        try await reader.query(Self.heldChannelsSQL, [.text(appID)]).map { ChannelToDelete(appID: appID, activityID: try $0.string("activity_id"), channelID: try $0.string("channel_id")) }
     }
+
+    /// The channels an app holds at APNs (created and not deleted), with their activities, in the activities' order.
+    static let heldChannelsSQL =
+        "SELECT activity_id, channel_id FROM activities WHERE app_id = ? AND channel_id IS NOT NULL AND channel_deleted_at IS NULL ORDER BY activity_id"
 
     public func markChannelDeleted(appID: String, activityID: String, channelID: String, at now: Date) async throws {
         _ = try await write(

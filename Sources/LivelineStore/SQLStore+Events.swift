@@ -198,6 +198,18 @@ extension SQLStore: EventStore {
         )
     }
 
+    /// On PostgreSQL, has the sequencer give positions above `position` from now on, whatever events are left: to be
+    /// called when events up to it are deleted (pruned, or their app's), since it goes on from the highest position kept.
+    static func keepFeedAbove(_ position: Int, on db: any SQLConnection) throws {
+        try db.execute(
+            """
+            INSERT INTO event_feed (id, pruned_through) VALUES (1, ?)
+            ON CONFLICT (id) DO UPDATE SET pruned_through = GREATEST(event_feed.pruned_through, EXCLUDED.pruned_through)
+            """,
+            [.integer(position)]
+        )
+    }
+
     public func pruneEvents(olderThan cutoff: Date) async throws -> Int {
         try await sequenceEvents()
         let dialect = dialect
@@ -215,13 +227,7 @@ extension SQLStore: EventStore {
             // at 1, under the cursors clients hold and the positions the webhooks have scanned up to, and neither would
             // ever see the new events. The highest position pruned is kept for it (SQLite's AUTOINCREMENT keeps its own).
             if dialect == .postgres, let highest = pruned.compactMap({ $0.column("id")?.integer }).max() {
-                try db.execute(
-                    """
-                    INSERT INTO event_feed (id, pruned_through) VALUES (1, ?)
-                    ON CONFLICT (id) DO UPDATE SET pruned_through = GREATEST(event_feed.pruned_through, EXCLUDED.pruned_through)
-                    """,
-                    [.integer(highest)]
-                )
+                try Self.keepFeedAbove(highest, on: db)
             }
             return pruned.count
         }

@@ -279,10 +279,7 @@ public final class SQLStore: Store, DispatchStore {
             let binds: [SQLiteData] = [.text(id)]
             guard let app = try db.query("SELECT * FROM apps WHERE id = ?", binds).first.map(Self.app(from:)) else { return nil }
             // Read in this transaction, so that a channel created since the caller deleted the others is counted.
-            let held = try db.query(
-                "SELECT channel_id FROM activities WHERE app_id = ? AND channel_id IS NOT NULL AND channel_deleted_at IS NULL ORDER BY activity_id",
-                binds
-            ).map { try $0.string("channel_id") }
+            let held = try db.query(Self.heldChannelsSQL, binds).map { try $0.string("channel_id") }
             if !held.isEmpty, !leavingChannels { throw StoreError.channelsHeld(count: held.count) }
             let activities = try db.query("SELECT COUNT(*) AS n FROM activities WHERE app_id = ?", binds).first?.column("n")?.integer ?? 0
             let devices = try db.query("SELECT COUNT(*) AS n FROM devices WHERE app_id = ?", binds).first?.column("n")?.integer ?? 0
@@ -293,16 +290,9 @@ public final class SQLStore: Store, DispatchStore {
             if dialect == .postgres,
                 let highest = try db.query("SELECT MAX(id) AS highest FROM events WHERE app_id = ?", binds).first?.column("highest")?.integer
             {
-                // The sequencer goes on from the highest position kept: were the app's the newest events, the next
-                // ones (of other apps) would take positions the feed has already given out, under the positions the
-                // other apps' webhooks have scanned up to (as when pruning, ``pruneEvents(olderThan:)``).
-                try db.execute(
-                    """
-                    INSERT INTO event_feed (id, pruned_through) VALUES (1, ?)
-                    ON CONFLICT (id) DO UPDATE SET pruned_through = GREATEST(event_feed.pruned_through, EXCLUDED.pruned_through)
-                    """,
-                    [.integer(highest)]
-                )
+                // Were the app's the newest events, the next ones (of other apps) would take positions the feed has
+                // already given out, under the positions the other apps' webhooks have scanned up to.
+                try Self.keepFeedAbove(highest, on: db)
             }
             try db.execute("DELETE FROM apps WHERE id = ?", binds)
             return AppDeletion(app: app, activities: activities, devices: devices, channelsLeft: held)
