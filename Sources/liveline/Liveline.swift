@@ -422,9 +422,10 @@ extension Apps {
         static let configuration = CommandConfiguration(
             abstract: "Delete an app with all its data: keys, credentials, activities, devices, events and webhooks.",
             discussion: """
-                The app's broadcast channels are deleted at APNs first, with its stored credentials; if one cannot be, nothing is \
-                deleted, unless --leave-channels. Live Activities on phones are not ended: end them first to have them leave the \
-                screens. The same as DELETE /admin/v1/apps/{appId}.
+                The app's broadcast channels are deleted at APNs first, with its stored credentials; if one cannot be, the app is \
+                kept, unless --leave-channels (an app without APNs credentials made its channels at the built-in emulator: they are \
+                left). Then its keys are revoked and the rest is deleted. Live Activities on phones are not ended: end them first to \
+                have them leave the screens. The same as DELETE /admin/v1/apps/{appId}.
                 """
         )
 
