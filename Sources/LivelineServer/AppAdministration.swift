@@ -168,8 +168,9 @@ public struct AppAdministration: Sendable {
         if let refusal = first.refusal(leavingChannels: leavingChannels, keysRevoked: false) { throw refusal }
         try await store.replaceKeys(appID: appID, with: [])
         keysRevoked(appID)
-        // Requests already under way when the keys went may have made channels since the first look.
-        let late = try await deleteChannels(appID: appID)
+        // Requests already under way when the keys went may have made channels since the first look; those tried then
+        // are not tried again.
+        let late = try await deleteChannels(appID: appID, skipping: first.tried)
         if let refusal = late.refusal(leavingChannels: leavingChannels, keysRevoked: true) { throw refusal }
         let leaving = leavingChannels || first.failures.count + late.failures.count > 0
         guard let deletion = try await store.deleteApp(id: appID, leavingChannels: leaving) else { throw StoreError.appNotFound }
@@ -182,6 +183,8 @@ public struct AppAdministration: Sendable {
         var held = 0
         var deleted = 0
         var failures: [ChannelManagementError] = []
+        /// The channels asked to be deleted, whatever the answer.
+        var tried: Set<String> = []
 
         /// The refusal to delete the app, if a channel could not be deleted at Apple and the caller does not leave it.
         /// Pure.
@@ -193,10 +196,11 @@ public struct AppAdministration: Sendable {
         }
     }
 
-    /// Deletes at APNs every channel the app holds, a few at a time, and writes down each one deleted.
-    private func deleteChannels(appID: String) async throws -> ChannelDeletions {
-        let held = try await store.heldChannels(appID: appID)
-        var result = ChannelDeletions(held: held.count)
+    /// Deletes at APNs every channel the app holds but those `skipping`, a few at a time, and writes down each one
+    /// deleted.
+    private func deleteChannels(appID: String, skipping: Set<String> = []) async throws -> ChannelDeletions {
+        let held = try await store.heldChannels(appID: appID).filter { !skipping.contains($0.channelID) }
+        var result = ChannelDeletions(held: held.count, tried: Set(held.map(\.channelID)))
         for start in stride(from: 0, to: held.count, by: Self.channelDeletionsAtOnce) {
             let some = held[start..<min(start + Self.channelDeletionsAtOnce, held.count)]
             let outcomes = await withTaskGroup(of: (ChannelToDelete, ChannelManagementError?).self) { group in

@@ -5,6 +5,7 @@ import LivelineDispatch
 import LivelineServer
 @testable import LivelineStore
 import LivelineTestSupport
+import Synchronization
 import Testing
 
 private let adminToken = "admin-token-0123456789abcdef"
@@ -152,8 +153,11 @@ struct AppDeletionTests {
             #expect(try await api.call(.delete, "/admin/v1/apps/\(app.id)", key: adminToken).status == .conflict)
             #expect(try await store.heldChannels(appID: app.id).map(\.channelID) == [channels.creations[1].id])
 
+            let askedBefore = channels.deletionsAsked.count
             let left = try await api.call(.delete, "/admin/v1/apps/\(app.id)?leaveChannels=true", key: adminToken)
             #expect(left.status == .ok)
+            // The failing channel was asked for once, not again after the keys went.
+            #expect(channels.deletionsAsked.count == askedBefore + 1)
             #expect(left["channelsDeleted"] == 0)
             #expect(left["channelsLeft"] == [.string(channels.creations[1].id)])
             #expect(try await store.app(id: app.id) == nil)
@@ -174,22 +178,22 @@ struct AppDeletionTests {
     func toldOfDeletions() async throws {
         let channels = RecordingChannels()
         try await withLiveline(channels: channels) { api, store in
-            let told = Told()
+            let told = Mutex<[String]>([])
             let administration = AppAdministration(
                 store: store, sealer: try CredentialSealer(masterKey: Array(repeating: 3, count: 32)), channels: channels,
                 appDeleted: { appID in
                     #expect(try! await store.app(id: appID) == nil, "told before the app was gone")
-                    told.append(appID)
+                    told.withLock { $0.append(appID) }
                 }
             )
             let app = try await createApp(store)
             #expect(try await api.json(.post, "/v1/activities/m/updates", key: app.secretKey, ["contentState": [:], "delivery": "broadcast"]).status == .accepted)
             channels.failDeletions(with: ChannelManagementError(.unavailable, "no answer"))
             await #expect(throws: AppAdministration.ChannelsNotDeleted.self) { try await administration.deleteApp(appID: app.id, leavingChannels: false) }
-            #expect(told.appIDs.isEmpty)
+            #expect(told.withLock { $0.isEmpty })
             channels.failDeletions(with: nil)
             #expect(try await administration.deleteApp(appID: app.id, leavingChannels: false).channelsDeleted == 1)
-            #expect(told.appIDs == [app.id])
+            #expect(told.withLock { $0 } == [app.id])
         }
     }
 
@@ -241,10 +245,3 @@ struct AppDeletionTests {
     }
 }
 
-/// The app ids a callback was told of.
-private final class Told: @unchecked Sendable {
-    private let lock = NSLock()
-    private var told: [String] = []
-    var appIDs: [String] { lock.withLock { told } }
-    func append(_ appID: String) { lock.withLock { told.append(appID) } }
-}

@@ -13,11 +13,14 @@ final class RecordingChannels: BroadcastChannelManagement, @unchecked Sendable {
     private let lock = NSLock()
     private var created: [(appID: String, policy: ChannelStoragePolicy, id: String)] = []
     private var deleted: [String] = []
+    private var asked: [String] = []
     private var failure: ChannelManagementError?
     private var deletionFailure: (error: ChannelManagementError, except: String?)?
 
     var creations: [(appID: String, policy: ChannelStoragePolicy, id: String)] { lock.withLock { created } }
     var deletions: [String] { lock.withLock { deleted } }
+    /// Every channel a deletion was asked for, failed or not.
+    var deletionsAsked: [String] { lock.withLock { asked } }
     func fail(with error: ChannelManagementError?) { lock.withLock { failure = error } }
     /// Deletions fail with `error` (none with `nil`), but that of the channel `except`.
     func failDeletions(with error: ChannelManagementError?, except: String? = nil) {
@@ -36,6 +39,7 @@ final class RecordingChannels: BroadcastChannelManagement, @unchecked Sendable {
 
     func deleteChannel(appID: String, channelID: String) async throws(ChannelManagementError) {
         let failure: ChannelManagementError? = lock.withLock {
+            asked.append(channelID)
             if let deletionFailure, deletionFailure.except != channelID { return deletionFailure.error }
             deleted.append(channelID)
             return nil
