@@ -175,6 +175,20 @@ public actor FCMTransportDirectory: PushTransportDirectory {
         await client?.shutdown()
     }
 
+    /// Forgets (``forget(appID:)``) the clients of every app no longer in the Store: deletions may have been missed
+    /// (another node's, heard through ``AppNotice``s while this node was not listening). Keeps them when the Store
+    /// cannot be read.
+    public func forgetDeletedApps() async {
+        for appID in Array(clients.keys) {
+            do {
+                if try await store.app(id: appID) == nil { await forget(appID: appID) }
+            } catch {
+                logger.debug("Could not look for deleted apps", metadata: ["error": "\(error)"])
+                return
+            }
+        }
+    }
+
     /// Closes every client's connections.
     public func shutdown() async {
         for (_, entry) in clients { await entry.client.shutdown() }

@@ -19,16 +19,19 @@ public enum LivelineApplication {
     ///   - metrics: what `GET /metrics` serves and where the HTTP API's metrics are made; `nil` turns `/metrics` off
     ///     (404). By default a registry of this router's own.
     ///   - appDeleted: told of each app the admin API deletes, once it is gone (to close its push connections).
+    ///   - keys: the cache the API's keys are verified through; one of the router's own when `nil`. `serve` passes its
+    ///     own, to forget the keys that other nodes revoke (``APIKeyCache/forget(appID:)``).
     public static func makeRouter(
         store: any Store, clock: WallClock = .system, adminToken: String?, sealer: CredentialSealer? = nil,
         staleness: StalenessPolicy = StalenessPolicy(), budget: PriorityBudget = PriorityBudget(),
         delivery: any DeliveryWaking = NoDeliveryEngine(), startConfirmationTimeout: TimeInterval = 120,
         channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings(),
         webhookURLs: WebhookURLPolicy = WebhookURLPolicy(allowsPrivateNetworks: false), webhookDeliverer: (any DeliveryWaking)? = nil,
-        metrics: LivelineMetrics? = LivelineMetrics(), appDeleted: @escaping @Sendable (String) async -> Void = { _ in }
+        metrics: LivelineMetrics? = LivelineMetrics(), appDeleted: @escaping @Sendable (String) async -> Void = { _ in },
+        keys: APIKeyCache? = nil
     ) -> Router<BasicRequestContext> {
         let sealer = sealer ?? (try! CredentialSealer(masterKey: CredentialSealer.newMasterKey()))
-        let keys = APIKeyCache(store: store)
+        let keys = keys ?? APIKeyCache(store: store)
         let administration = AppAdministration(
             store: store, clock: clock, sealer: sealer, channels: channels, keysRevoked: { keys.forget(appID: $0) }, appDeleted: appDeleted
         )
@@ -61,7 +64,8 @@ public enum LivelineApplication {
 
     /// The application, ready to run as a Service.
     ///
-    /// `metrics` is what `GET /metrics` serves (off when ``LivelineConfiguration/metricsEnabled`` is false).
+    /// `metrics` is what `GET /metrics` serves (off when ``LivelineConfiguration/metricsEnabled`` is false);
+    /// `appDeleted` and `keys` are passed to ``makeRouter(store:clock:adminToken:sealer:staleness:budget:delivery:startConfirmationTimeout:channels:broadcast:webhookURLs:webhookDeliverer:metrics:appDeleted:keys:)``.
     ///
     /// Its HTTP/1.1 server keeps each connection to ``LivelineConfiguration/connections``: deadlines for a request's
     /// header block and body and for keep-alive idleness, and a cap on open connections.
@@ -70,7 +74,7 @@ public enum LivelineApplication {
         sealer: CredentialSealer? = nil, delivery: any DeliveryWaking = NoDeliveryEngine(),
         channels: (any BroadcastChannelManagement)? = nil, webhookDeliverer: (any DeliveryWaking)? = nil, services: [any Service] = [],
         metrics: LivelineMetrics = LivelineMetrics(), appDeleted: @escaping @Sendable (String) async -> Void = { _ in },
-        onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
+        keys: APIKeyCache? = nil, onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
             router: HeadServingRouter(makeRouter(
@@ -78,7 +82,8 @@ public enum LivelineApplication {
                 budget: configuration.budget, delivery: delivery, startConfirmationTimeout: configuration.startConfirmationTimeout,
                 channels: channels, broadcast: configuration.broadcast,
                 webhookURLs: WebhookURLPolicy(allowsPrivateNetworks: configuration.webhooks.allowsPrivateNetworks),
-                webhookDeliverer: webhookDeliverer, metrics: configuration.metricsEnabled ? metrics : nil, appDeleted: appDeleted
+                webhookDeliverer: webhookDeliverer, metrics: configuration.metricsEnabled ? metrics : nil, appDeleted: appDeleted,
+                keys: keys
             )),
             server: .guardedHTTP1(limits: configuration.connections, logger: logger),
             configuration: ApplicationConfiguration(

@@ -261,6 +261,7 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     public func replaceKeys(appID: String, with keys: [APIKeyRecord]) async throws {
+        let dialect = dialect
         try await transaction { db in
             let existing = try db.query("SELECT 1 FROM apps WHERE id = ?", [.text(appID)])
             if existing.isEmpty { throw StoreError.appNotFound }
@@ -270,6 +271,7 @@ public final class SQLStore: Store, DispatchStore {
                 [.integer(Self.millis(now)), .text(appID)]
             )
             for key in keys { try Self.insert(key, into: db) }
+            try Self.tellNodes(.keysRevoked(appID: appID), dialect: dialect, on: db)
         }
     }
 
@@ -295,8 +297,16 @@ public final class SQLStore: Store, DispatchStore {
                 try Self.keepFeedAbove(highest, on: db)
             }
             try db.execute("DELETE FROM apps WHERE id = ?", binds)
+            try Self.tellNodes(.appDeleted(appID: id), dialect: dialect, on: db)
             return AppDeletion(app: app, activities: activities, devices: devices, channelsLeft: held)
         }
+    }
+
+    /// On PostgreSQL, tells every node sharing the database of `notice` when (and only if) the transaction writing
+    /// it commits (``AppNotice``). On SQLite there are no other nodes; a one-shot command beside a server is not heard.
+    private static func tellNodes(_ notice: AppNotice, dialect: SQLDialect, on db: any SQLConnection) throws {
+        guard dialect == .postgres, let wire = notice.wire else { return }
+        try db.execute("SELECT pg_notify(?, ?)", [.text(AppNotice.channel), .text(wire)])
     }
 
     public func apiKey(id: String) async throws -> APIKeyRecord? {

@@ -72,15 +72,36 @@ func buildApplication(
             try await store.close()
             lock?.release()
         }
+        let keys = APIKeyCache(store: store)
         let listening: [any Service] = store.nodeWakeChannel.map { channel in
-            [NodeWakeService(channel: channel) { announcer in
+            [NodeWakeService(channel: channel, onWake: { announcer in
                 // Work this node committed woke its engine there and then (``WakingEveryNode``; a shared fan-out's
                 // slices, the engine that cut them): only another node's work wakes it here, rather than every worker
                 // looking again, in vain, for each announcement of its own. The webhook deliverer is woken by every
                 // announcement: this node's events too.
                 if announcer == .anotherNode { dispatcher.wake() }
                 webhooks.wake()
-            }]
+            }, onAppNotice: { notice in
+                // Any node's (or one-shot command's) revocations and deletions, this node's own too (forgetting twice
+                // is harmless): its cached keys stop working at once rather than after their lifetime, and a deleted
+                // app's push connections close here as well.
+                switch notice {
+                case .keysRevoked(let appID):
+                    keys.forget(appID: appID)
+                case .appDeleted(let appID):
+                    keys.forget(appID: appID)
+                    Task {
+                        await apns.forget(appID: appID)
+                        await fcm.forget(appID: appID)
+                    }
+                case .mayHaveMissed:
+                    keys.forgetAll()
+                    Task {
+                        await apns.forgetDeletedApps()
+                        await fcm.forgetDeletedApps()
+                    }
+                }
+            })]
         } ?? []
         return LivelineApplication.makeApplication(
             configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: delivery, channels: apns,
@@ -91,14 +112,15 @@ func buildApplication(
             services: (emulators?.services ?? []) + [closing]
                 + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks] + listening,
             metrics: metrics,
-            // A deleted app's push connections close with it (another node's close when that node restarts), in the
+            // A deleted app's push connections close with it (another node's when it hears the Store's notice), in the
             // background: closing waits for the pushes in flight, and the deletion need not.
             appDeleted: { appID in
                 Task {
                     await apns.forget(appID: appID)
                     await fcm.forget(appID: appID)
                 }
-            }
+            },
+            keys: keys
         )
     } catch {
         try? await store.close()
@@ -126,13 +148,14 @@ struct AnnouncingToNodes: DeliveryWaking {
     func wake() { channel.announce() }
 }
 
-/// Hears the other nodes' wake-ups (and sends this node's) until graceful shutdown.
+/// Hears the other nodes' wake-ups (and sends this node's) and the Store's notices of apps until graceful shutdown.
 struct NodeWakeService: Service {
     let channel: NodeWakeChannel
     let onWake: @Sendable (NodeWakeChannel.Announcer) -> Void
+    let onAppNotice: @Sendable (AppNotice) -> Void
 
     func run() async throws {
-        await cancelWhenGracefulShutdown { await channel.run(onWake: onWake) }
+        await cancelWhenGracefulShutdown { await channel.run(onWake: onWake, onAppNotice: onAppNotice) }
     }
 }
 

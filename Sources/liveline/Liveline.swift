@@ -512,7 +512,7 @@ struct Keys: AsyncParsableCommand {
         func run() async throws {
             do {
                 let rotated = try await withAdministration(storage) { try await $0.rotateKeys(appID: app) }
-                printKeys(rotated, format: format, heading: "Rotated the keys of \(rotated.app.id); the old ones are refused from now on (a running server may still take them for up to 5 seconds).")
+                printKeys(rotated, format: format, heading: "Rotated the keys of \(rotated.app.id); the old ones are refused from now on (nodes on PostgreSQL are told at once; a server running on a SQLite file may still take them for up to 5 seconds).")
             } catch {
                 throw describe(error)
             }

@@ -65,6 +65,28 @@ struct APNsTransportDirectoryTests {
         }
     }
 
+    @Test("after notices may have been missed, the clients of apps gone from the Store are closed, and only those")
+    func forgetDeletedApps() async throws {
+        try await withTemporaryStore { store, _ in
+            let directory = try await directoryWithCredentials(store, appID: "app_gone")
+            let kept = try await directoryWithCredentials(store, appID: "app_kept")
+            let gone = try #require(try await directory.transport(appID: "app_gone", platform: .ios) as? APNsPushTransport)
+            let other = try #require(try await directory.transport(appID: "app_kept", platform: .ios) as? APNsPushTransport)
+            await directory.forgetDeletedApps()
+            #expect(ObjectIdentifier(try #require(try await directory.transport(appID: "app_gone", platform: .ios) as? APNsPushTransport).client)
+                == ObjectIdentifier(gone.client), "an app still in the Store was forgotten")
+            // Deleted by another node (whose notice this one missed).
+            #expect(try await store.deleteApp(id: "app_gone", leavingChannels: false) != nil)
+            await directory.forgetDeletedApps()
+            let push = APNsNotification(deviceToken: String(repeating: "ab", count: 32), topic: "com.example.app_gone.push-type.liveactivity", priority: 10, payload: ByteBuffer(string: "{}"))
+            await #expect(throws: APNsTransportError.self) { try await gone.client.send(push) }
+            let again = try #require(try await directory.transport(appID: "app_kept", platform: .ios) as? APNsPushTransport)
+            #expect(ObjectIdentifier(again.client) == ObjectIdentifier(other.client))
+            await directory.shutdown()
+            await kept.shutdown()
+        }
+    }
+
     @Test("credentials marked refused are healthy again once a push goes through, and the client stays the same throughout")
     func healthRecovers() async throws {
         try await withTemporaryStore { store, _ in

@@ -199,6 +199,31 @@ struct FCMTransportTests {
         }
     }
 
+    @Test("after notices may have been missed, the client of an app gone from the Store is closed, and not before")
+    func forgetDeletedApps() async throws {
+        try await Self.withEnvironment { environment in
+            try await environment.store.saveCredentials(
+                try environment.credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
+            )
+            let token = environment.emulator.addDevice(projectID: environment.projectID)
+            let transport = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            await environment.directory.forgetDeletedApps()
+            guard case .delivered = await transport.send(environment.push(to: token, sequence: 1)) else {
+                Issue.record("the client of an app still in the Store was closed")
+                return
+            }
+            // Deleted by another node (whose notice this one missed).
+            #expect(try await environment.store.deleteApp(id: environment.appID, leavingChannels: false) != nil)
+            await environment.directory.forgetDeletedApps()
+            let closed = await transport.send(environment.push(to: token, sequence: 2))
+            guard case .retryable(let reason, _, _) = closed else {
+                Issue.record("a push through the deleted app's client was \(closed)")
+                return
+            }
+            #expect(reason.contains("shut down"))
+        }
+    }
+
     @Test(
         "a service account the token endpoint refuses is credentialsRejected; an unreachable FCM retryable",
         .tags(.slow), .unlessSkippingSlowTests

@@ -269,6 +269,42 @@ struct MultiNodeTests {
         }
     }
 
+    @Test("a key rotated on one node stops working on the other at once; an app deleted by the CLI leaves no node connected to APNs for it")
+    func appNoticesReachEveryNode() async throws {
+        try await withCluster(activities: ["notices": 200]) { cluster in
+            let adminToken = "admin-" + APIKeyText.random(32)
+            let nodes = try await cluster.start(count: 2, environment: ["LIVELINE_ADMIN_TOKEN": adminToken])
+            defer { nodes.forEach { $0.stop() } }
+            let (a, b) = (nodes[0], nodes[1])
+            // A fan-out, so that the nodes open connections to APNs with the app's credentials.
+            #expect(try await cluster.postUpdate(to: a, activity: "notices", contentState: ["n": 1]) == 202)
+            #expect(try await cluster.waitUntilEveryPhone(shows: ["n": 1], timeout: .seconds(60)))
+            #expect(try await poll(timeout: .seconds(5), every: .milliseconds(100)) { cluster.connectionsToAPNs() > 0 }, "the nodes hold connections to APNs")
+
+            // B has the key in its cache, which it would trust for 5 s without reading it again; A rotates the keys.
+            let appStatus = { (node: Node) in try await WalkthroughTests.call(cluster.client, .GET, node.api + "/v1/app", key: cluster.secretKey).status }
+            #expect(try await appStatus(b) == 200)
+            let rotation = try await WalkthroughTests.call(
+                cluster.client, .POST, a.api + "/admin/v1/apps/\(Cluster.appID)/keys/rotate", key: adminToken
+            )
+            #expect(rotation.status == 200)
+            // The Store's notice reaches B: the old key is refused well within the cache's 5 s.
+            let started = ContinuousClock.now
+            let refused = try await poll(timeout: .seconds(3), every: .milliseconds(20)) { try await appStatus(b) == 401 }
+            #expect(refused, "node B still took the rotated key after \(ContinuousClock.now - started)")
+            if refused { print("MultiNodeTests: node B refused the rotated key after \(ContinuousClock.now - started)") }
+            let newKey = try #require(rotation.json.objectValue?["secretKey"]?.stringValue)
+            #expect(try await WalkthroughTests.call(cluster.client, .GET, b.api + "/v1/app", key: newKey).status == 200)
+
+            // Deleted by a one-shot command beside the nodes: neither node deleted it, both hear of it, and close the
+            // app's connections to APNs.
+            try cluster.runCommand(["apps", "delete", "--app", Cluster.appID, "--yes"])
+            #expect(try await poll(timeout: .seconds(15), every: .milliseconds(100)) { cluster.connectionsToAPNs() == 0 })
+            #expect(try await WalkthroughTests.call(cluster.client, .GET, a.api + "/v1/app", key: newKey).status == 401)
+            #expect(try await WalkthroughTests.call(cluster.client, .GET, b.api + "/v1/app", key: newKey).status == 401)
+            try cluster.expectAlive(nodes)
+        }
+    }
 }
 
 @Suite("Nodes starting at once", .enabled(if: PostgresTestServer.url != nil, "needs LIVELINE_TEST_POSTGRES_URL"))
@@ -366,6 +402,8 @@ private struct Cluster: Sendable {
     let root: URL
     let databaseURL: String
     let emulator: APNsEmulator
+    /// The emulator's APNs port.
+    let apnsPort: Int
     /// Base64 of the 32-byte master key every node is given.
     let masterKey: String
     let secretKey: String
@@ -412,6 +450,33 @@ private struct Cluster: Sendable {
             throw ClusterError("The nodes did not come up:\n" + nodes.map(\.logTail).joined(separator: "\n"))
         }
         return nodes
+    }
+
+    /// Runs the one-shot command `liveline <arguments>` on the cluster's database, with its master key, and waits for it;
+    /// throws when it fails.
+    func runCommand(_ arguments: [String]) throws {
+        let log = root.appendingPathComponent("command-\(arguments.prefix(2).joined(separator: "-")).log")
+        let process = try runLiveline(
+            arguments + ["--database-url", databaseURL, "--data-dir", root.appendingPathComponent("command").path],
+            environment: ["LIVELINE_MASTER_KEY": masterKey], output: log
+        )
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw ClusterError("liveline \(arguments.joined(separator: " ")) failed: " + ((try? String(contentsOf: log, encoding: .utf8)) ?? ""))
+        }
+    }
+
+    /// The TCP connections established to the emulator's APNs port (the nodes' side of them), from `/proc/net/tcp`.
+    func connectionsToAPNs() -> Int {
+        // Read to its end: the file's size says 0, and it is long beside the other tests' sockets.
+        guard let data = FileHandle(forReadingAtPath: "/proc/net/tcp")?.readDataToEndOfFile() else { return -1 }
+        let table = String(decoding: data, as: UTF8.self)
+        let port = String(apnsPort, radix: 16, uppercase: true).leftPadded(to: 4)
+        // Columns: slot, local address:port, remote address:port, state (01: established), … all in hexadecimal.
+        return table.split(separator: "\n").dropFirst().filter { line in
+            let columns = line.split(separator: " ")
+            return columns.count > 3 && columns[2].hasSuffix(":" + port) && columns[3] == "01"
+        }.count
     }
 
     /// `POST /v1/activities/{activity}/updates` on `node`; the answer's status.
@@ -633,7 +698,8 @@ private func withCluster(activities: [String: Int], _ body: (Cluster) async thro
                 }
                 try await body(
                     Cluster(
-                        root: root, databaseURL: url, emulator: emulator, masterKey: Data(masterKey).base64EncodedString(),
+                        root: root, databaseURL: url, emulator: emulator, apnsPort: ports.apnsPort,
+                        masterKey: Data(masterKey).base64EncodedString(),
                         secretKey: secretKey, tokens: tokens, client: client
                     )
                 )
@@ -646,6 +712,11 @@ private func withCluster(activities: [String: Int], _ body: (Cluster) async thro
         try await client.shutdown()
         try await emulator.shutdown()
     }
+}
+
+extension String {
+    /// The string with zeros before it, up to `length` characters.
+    fileprivate func leftPadded(to length: Int) -> String { String(repeating: "0", count: max(0, length - count)) + self }
 }
 
 /// Random letters and digits, as API keys are made of.

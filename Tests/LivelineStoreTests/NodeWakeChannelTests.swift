@@ -69,4 +69,48 @@ struct NodeWakeChannelTests {
             for task in running { await task.value }
         }
     }
+
+    @Test("an app notice's wire form is read back as the same notice; unknown and malformed ones are ignored")
+    func appNoticeWire() {
+        for notice in [AppNotice.keysRevoked(appID: "app_1"), .appDeleted(appID: "app_two")] {
+            #expect(notice.wire.flatMap(AppNotice.init(wire:)) == notice)
+        }
+        #expect(AppNotice.mayHaveMissed.wire == nil, "never sent")
+        for payload in ["", "deleted", "deleted ", "renamed app_1", "keys-revoked"] {
+            #expect(AppNotice(wire: payload) == nil, "\(payload.debugDescription)")
+        }
+    }
+
+    @Test(
+        "the Store's key rotations and app deletions are heard by every node once committed; refused ones are not",
+        .enabled(if: StoreKind.available.contains(.postgres))
+    )
+    func appNoticesFromTheStore() async throws {
+        try await withTemporaryStore(.postgres) { store, url in
+            // Another node's channel; the Store is a node of its own, or a one-shot command.
+            let node = NodeWakeChannel(url: try PostgresDatabaseURL(url), logger: PostgresTestServer.logger)
+            let heard = Mutex<[AppNotice]>([])
+            let listening = Task { await node.run(onWake: { _ in }, onAppNotice: { notice in heard.withLock { $0.append(notice) } }) }
+            defer { listening.cancel() }
+            for id in ["app_kept", "app_gone"] {
+                try await store.createApp(AppRecord(id: id, name: id, bundleID: "com.example.\(id)", androidPackage: nil, createdAt: Date()), keys: [])
+            }
+            // Rotated until the node listens (a rotation is harmless to repeat).
+            #expect(try await eventually {
+                try await store.replaceKeys(appID: "app_kept", with: [])
+                return heard.withLock { $0.contains(.keysRevoked(appID: "app_kept")) }
+            })
+            // Refused: no such app.
+            await #expect(throws: StoreError.appNotFound) { try await store.replaceKeys(appID: "app_missing", with: []) }
+            #expect(try await store.deleteApp(id: "app_missing", leavingChannels: false) == nil)
+            #expect(try await store.deleteApp(id: "app_gone", leavingChannels: false) != nil)
+            #expect(try await eventually { heard.withLock { $0.contains(.appDeleted(appID: "app_gone")) } })
+            // Notices arrive in the order of their commits: a notice for a refused change would have come before.
+            let all = heard.withLock { $0 }
+            #expect(all.allSatisfy { $0 == .keysRevoked(appID: "app_kept") || $0 == .appDeleted(appID: "app_gone") }, "\(all)")
+            #expect(all.filter { $0 == .appDeleted(appID: "app_gone") }.count == 1)
+            listening.cancel()
+            await listening.value
+        }
+    }
 }

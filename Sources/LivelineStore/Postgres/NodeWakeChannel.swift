@@ -12,6 +12,8 @@ import Synchronization
 /// not one each, and no write's commit carries one (a `NOTIFY` inside a writing transaction would serialize the
 /// server's commits). Every node hears each announcement, this one too, and is told whose it was: an announcement
 /// carries its node's id.
+///
+/// The same connection listens for the ``AppNotice``s the Store sends on `liveline_apps` (keys revoked, an app deleted).
 public final class NodeWakeChannel: Sendable {
     /// The `LISTEN` / `NOTIFY` channel.
     static let channel = "liveline_wake"
@@ -69,16 +71,19 @@ public final class NodeWakeChannel: Sendable {
     }
 
     /// Listens and sends announcements until cancelled, calling `onWake` for each announcement heard, with whose it
-    /// was; reconnects (after a second) when the connection is lost, and calls `onWake(.anotherNode)` then. Run it
-    /// once per process.
-    public func run(onWake: @escaping @Sendable (Announcer) -> Void) async {
+    /// was, and `onAppNotice` for each ``AppNotice`` the Store sent (from any node, this one too); reconnects (after a
+    /// second) when the connection is lost, and calls `onWake(.anotherNode)` and `onAppNotice(.mayHaveMissed)` then.
+    /// Run it once per process.
+    public func run(
+        onWake: @escaping @Sendable (Announcer) -> Void, onAppNotice: @escaping @Sendable (AppNotice) -> Void = { _ in }
+    ) async {
         var id = 0
         while !Task.isCancelled {
             id += 1
             do {
                 let connection = try await PostgresConnection.connect(configuration: try url.configuration(), id: id, logger: logger)
                 do {
-                    try await serve(on: connection, onWake: onWake)
+                    try await serve(on: connection, onWake: onWake, onAppNotice: onAppNotice)
                 } catch {
                     try? await connection.close()
                     throw error
@@ -89,12 +94,16 @@ public final class NodeWakeChannel: Sendable {
                 logger.warning("Wake-ups between nodes lost their connection; reconnecting", metadata: ["error": "\(String(reflecting: error))"])
                 try? await Task.sleep(for: .seconds(1))
             }
-            // Whatever happened while disconnected: look for work at once.
+            // Whatever happened while disconnected: look for work at once, and read the apps again.
             onWake(.anotherNode)
+            onAppNotice(.mayHaveMissed)
         }
     }
 
-    private func serve(on connection: PostgresConnection, onWake: @escaping @Sendable (Announcer) -> Void) async throws {
+    private func serve(
+        on connection: PostgresConnection, onWake: @escaping @Sendable (Announcer) -> Void,
+        onAppNotice: @escaping @Sendable (AppNotice) -> Void
+    ) async throws {
         let logger = self.logger
         let (announcements, finish) = openAnnouncements()
         defer { finish() }
@@ -106,11 +115,16 @@ public final class NodeWakeChannel: Sendable {
                 }
             }
             group.addTask {
+                for try await notification in try await connection.listen(AppNotice.channel) {
+                    if let notice = AppNotice(wire: notification.payload) { onAppNotice(notice) }
+                }
+            }
+            group.addTask {
                 for await _ in announcements {
                     try await connection.query("SELECT pg_notify('liveline_wake', \(nodeID))", logger: logger)
                 }
             }
-            // Either ends only when the connection fails or ends (or the task is cancelled): then both go, and a
+            // Each ends only when the connection fails or ends (or the task is cancelled): then all go, and a
             // connection that ended without an error counts as lost (reconnected after a pause, not at once).
             try await group.next()
             group.cancelAll()
