@@ -82,13 +82,7 @@ public protocol EventStore: Sendable {
 extension SQLStore: EventStore {
     /// The statement that records `event` at `now`.
     static func eventStatement(_ event: NewEvent, at now: Date) -> (sql: String, binds: [SQLiteData]) {
-        (
-            """
-            INSERT INTO events (app_id, type, activity_id, device_id, data, created_at) VALUES (?, ?, ?, ?, ?, ?)
-            """,
-            [.text(event.appID), .text(event.type.rawValue), text(event.activityID), text(event.deviceID),
-             .text(event.data.encodedString), .integer(millis(now))]
-        )
+        ("\(insertEvent) VALUES (?, ?, ?, ?, ?, ?)", eventBinds(event, at: now))
     }
 
     /// The statement that writes an event of the delivery engine (a push refused, a token invalidated, a budget warning):
@@ -96,13 +90,18 @@ extension SQLStore: EventStore {
     /// foreign key would fail the pass's whole progress write.
     static func engineEventStatement(_ event: NewEvent, at now: Date) -> (sql: String, binds: [SQLiteData]) {
         (
-            """
-            INSERT INTO events (app_id, type, activity_id, device_id, data, created_at)
-            SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM apps WHERE id = ?)
-            """,
-            [.text(event.appID), .text(event.type.rawValue), text(event.activityID), text(event.deviceID),
-             .text(event.data.encodedString), .integer(millis(now)), .text(event.appID)]
+            "\(insertEvent) SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM apps WHERE id = ?)",
+            eventBinds(event, at: now) + [.text(event.appID)]
         )
+    }
+
+    /// An event's insert, up to its values.
+    private static let insertEvent = "INSERT INTO events (app_id, type, activity_id, device_id, data, created_at)"
+
+    /// The values of ``insertEvent``'s columns for `event` at `now`.
+    private static func eventBinds(_ event: NewEvent, at now: Date) -> [SQLiteData] {
+        [.text(event.appID), .text(event.type.rawValue), text(event.activityID), text(event.deviceID), .text(event.data.encodedString),
+         .integer(millis(now))]
     }
 
     /// Records `event` on the writer, inside the caller's transaction.
