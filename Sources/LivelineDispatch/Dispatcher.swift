@@ -46,8 +46,9 @@ public struct DispatcherConfiguration: Sendable {
     /// How long a claim on an activity (or a slice of its fan-out) lasts without renewal.
     public var claimLease: TimeInterval = 30
     /// How long graceful shutdown waits for the pushes in flight (a slow push service answers within its 30-second
-    /// request timeout) before it cancels them. What a cancelled push did is not known: it is sent again after the
-    /// restart (at least once), as after a crash.
+    /// request timeout) before it gives them up. The answers already in are still recorded and the claims handed back
+    /// (so that nothing answered is sent twice, and another node takes the work at once); what a push given up did is
+    /// not known: it is sent again after the restart (at least once), as after a crash.
     public var shutdownGrace: Duration = .seconds(10)
     /// The longest an idle engine rests before it looks for work again when nobody wakes it. Accepted work wakes it
     /// at once, and work waiting for a retry or a lease is claimed when it falls due, so this only bounds how late a
@@ -91,6 +92,11 @@ public final class Dispatcher: Service, Sendable {
     /// `dispatcher-<process id>-<UUID>`, unique to this engine, and telling an operator which process holds a claim.
     private let owner: String
     private let wakeSignal = WakeSignal()
+    /// Opened when the shutdown grace is over: the pushes still waiting for an answer are given up.
+    private let pushesGivenUp = Latch()
+    /// How long, once its pushes are given up, a stopping engine has to record their answers and hand its claims back
+    /// before it is cancelled (a Store that does not answer would hold the shutdown up for good).
+    private static let shutdownWrapUp: Duration = .seconds(5)
     /// The engines of the other nodes sharing the Store, woken when a fan-out is shared (nil: no other node).
     private let peers: (any DeliveryWaking)?
 
@@ -122,8 +128,10 @@ public final class Dispatcher: Service, Sendable {
         logger.info("Delivery engine started", metadata: ["workers": "\(configuration.workers)", "platforms": "\(configuration.platforms)"])
         let grace = configuration.shutdownGrace
         // The workers, and beside them a timer that starts at graceful shutdown: when the workers have not finished or
-        // handed back their passes within the grace, they are cancelled.
-        let graceOver = await withTaskGroup(of: Bool.self) { outer in
+        // handed back their passes within the grace, the pushes they still wait for are given up, and the passes record
+        // the answers already in and hand their claims back; cancelled (what was not recorded is sent again after the
+        // restart) only when that too takes longer than ``shutdownWrapUp``.
+        let wrapUpOver = await withTaskGroup(of: Bool.self) { outer in
             outer.addTask {
                 await withTaskGroup(of: Void.self) { group in
                     for index in 0..<self.configuration.workers {
@@ -138,19 +146,29 @@ public final class Dispatcher: Service, Sendable {
                 do {
                     try await gracefulShutdown()
                     try await Task.sleep(for: grace)
-                    return true
                 } catch {
                     return false  // Cancelled: the workers ended first.
+                }
+                self.logger.warning(
+                    "Pushes still in flight at the end of the shutdown grace were given up; they are sent again after the restart",
+                    metadata: ["grace": "\(grace)"]
+                )
+                self.pushesGivenUp.open()
+                do {
+                    try await Task.sleep(for: Self.shutdownWrapUp)
+                    return true
+                } catch {
+                    return false
                 }
             }
             let first = await outer.next() ?? false
             outer.cancelAll()
             return first
         }
-        if graceOver {
+        if wrapUpOver {
             logger.warning(
-                "Pushes still in flight at the end of the shutdown grace were cancelled; they are sent again after the restart",
-                metadata: ["grace": "\(grace)"]
+                "The delivery engine did not record its last answers and hand its claims back in time; cancelled (what was not recorded is sent again after the restart)",
+                metadata: ["wrapUp": "\(Self.shutdownWrapUp)"]
             )
         }
         logger.info("Delivery engine stopped")
@@ -638,7 +656,9 @@ public final class Dispatcher: Service, Sendable {
                         sent.append(instance)
                     }
                     group.addTask { [pushes, sent, cancelled] in
-                        let results = pushes.isEmpty ? [] : await self.push(pushes, instances: sent, transport: rendition.transport)
+                        let results =
+                            pushes.isEmpty
+                            ? [] : await self.untilPushesGivenUp { await self.push(pushes, instances: sent, transport: rendition.transport) }
                         // A push the service took says the app's credentials work: marked unhealthy after a refusal,
                         // they are healthy again (the directory writes only then).
                         if let platform = pushes.first?.platform, results.contains(where: { $0.final == .delivered }) {
@@ -775,6 +795,25 @@ public final class Dispatcher: Service, Sendable {
         } catch {
             if !Task.isCancelled { logger.error("Reading instances failed", metadata: ["error": "\(error)"]) }
             return .storeFailed
+        }
+    }
+
+    /// Runs `send` (pushes and their answers) until it returns or the shutdown grace is over: then it is cancelled, so
+    /// that the pushes still waiting for an answer are given up (their outcome is a retry) and it returns at once with
+    /// the answers it has. Only `send` is cancelled: the pass goes on to record those answers and hand its claim back.
+    private func untilPushesGivenUp(_ send: @escaping @Sendable () async -> [InstanceResult]) async -> [InstanceResult] {
+        await withTaskGroup(of: [InstanceResult]?.self) { group in
+            group.addTask { await send() }
+            group.addTask {
+                await self.pushesGivenUp.wait()
+                return nil
+            }
+            while let next = await group.next() {
+                // The other one, whichever it is, is done with: the latch's wait, or the send (which then returns).
+                group.cancelAll()
+                if let results = next { return results }
+            }
+            preconditionFailure("the send's task returns its results")
         }
     }
 

@@ -13,9 +13,14 @@ final class ScriptedTransport: PushTransport, PushTransportDirectory, @unchecked
     private var script: [String: [PushOutcome]] = [:]
     private var healthReports: [(String, Bool)] = []
     private var begun = 0
+    private var delays: [String: Duration] = [:]
     let delay: Duration?
 
+    /// A transport that answers each push after `delay` (at once when nil); a push cancelled meanwhile is a retry.
     init(delay: Duration? = nil) { self.delay = delay }
+
+    /// Answers the pushes to `token` after `delay` instead.
+    func delay(_ token: String, by delay: Duration) { lock.withLock { delays[token] = delay } }
 
     /// The next outcomes for `token`, in order; afterwards pushes are delivered.
     func answer(_ token: String, with outcomes: [PushOutcome]) { lock.withLock { script[token] = outcomes } }
@@ -29,8 +34,17 @@ final class ScriptedTransport: PushTransport, PushTransportDirectory, @unchecked
     var pushesBegun: Int { lock.withLock { begun } }
 
     func send(_ push: OutgoingPush) async -> PushOutcome {
-        lock.withLock { begun += 1 }
-        if let delay { try? await Task.sleep(for: delay) }
+        let delay = lock.withLock {
+            begun += 1
+            return delays[push.token] ?? self.delay
+        }
+        if let delay {
+            do {
+                try await Task.sleep(for: delay)
+            } catch {
+                return .retryable(reason: "cancelled", retryAfter: nil, providerID: nil)
+            }
+        }
         return lock.withLock {
             sent.append(push)
             if var outcomes = script[push.token], !outcomes.isEmpty {

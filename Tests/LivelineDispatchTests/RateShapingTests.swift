@@ -168,6 +168,46 @@ struct ShutdownDuringRetryTests {
         }
     }
 
+    @Test(
+        "a shutdown past its grace gives up the pushes still unanswered, records the answers in and hands the claim back",
+        arguments: StoreKind.available
+    )
+    func answersInAreRecordedAfterTheGrace(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "match", devices: 0..<40)
+            // Every phone's push is answered at once but one, whose answer would take two minutes; it shares its chunk
+            // with others, whose answers then wait for the chunk.
+            let transport = ScriptedTransport()
+            transport.delay(token(0), by: .seconds(120))
+            var configuration = fastConfiguration()
+            configuration.shutdownGrace = .seconds(1)
+            configuration.pushesPerCall = 8
+            configuration.progressBatchSize = 5
+            let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration)
+            let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [dispatcher], logger: Logger(label: "test")))
+            let running = Task { try await group.run() }
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
+            dispatcher.wake()
+            #expect(try await eventually { transport.pushesBegun == 40 }, "every push is sent")
+            try await Task.sleep(for: .milliseconds(200))
+            let asked = ContinuousClock.now
+            await group.triggerGracefulShutdown()
+            try await running.value
+            #expect(ContinuousClock.now - asked < .seconds(20), "the engine stopped at the end of the grace")
+            let instances = try await store.instances(appID: appID, activityID: "match", cursor: nil, limit: 100).items
+            let delivered = instances.filter { $0.deliveredSequence == 1 }.map(\.deviceID)
+            #expect(delivered.count == 39, "every answered push is recorded: \(delivered.count) of 39")
+            #expect(!delivered.contains("device-00000"), "the push given up is left for the next pass")
+            // The claim was handed back: another engine can take the activity well within the lease (30 s), once its
+            // retry falls due.
+            let claimed = try await store.claimPendingActivity(
+                owner: "another-engine", now: Date().addingTimeInterval(5), lease: 30, platforms: [.ios]
+            )
+            #expect(claimed?.claim?.activity.activityID == "match", "the stopped engine still held the activity")
+        }
+    }
+
     @Test("a graceful shutdown waits for a push in flight no longer than the grace, then cancels it", arguments: StoreKind.available)
     func shutdownGraceBoundsPushesInFlight(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
