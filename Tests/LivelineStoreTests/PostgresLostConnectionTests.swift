@@ -1,6 +1,7 @@
 import Foundation
 import LivelineTestSupport
 import MetricsTestKit
+import NIOCore
 import Synchronization
 import Testing
 
@@ -118,6 +119,11 @@ struct PostgresLostConnectionTests {
         for state in ["57P01", "57P02", "57P03", "08006", "08003"] { #expect(PostgresFailure.endsTheConnection(state)) }
         for state in ["40001", "23505", "57014", nil] { #expect(!PostgresFailure.endsTheConnection(state)) }
         #expect(!PostgresFailure(sqlState: "40001", message: "").isConnectionLost)
+        // The socket's or the channel's own failure, passed on bare (a reset as the server went away): lost, not a 500.
+        for error: any Error in [IOError(errnoCode: ECONNRESET, reason: "read(descriptor:pointer:size:)"), ChannelError.ioOnClosedChannel, ChannelError.eof] {
+            #expect(PostgresFailure(reported: error)?.isConnectionLost == true, "\(error)")
+        }
+        #expect(PostgresFailure(reported: ChannelError.operationUnsupported) == nil)
         let unknown = PostgresFailure.commitUnknown(PostgresFailure(sqlState: nil, message: "closed", isConnectionLost: true))
         #expect(unknown.isCommitUnknown && unknown.sqlState == PostgresFailure.connectionFailure && !unknown.isRetryable)
     }

@@ -395,8 +395,8 @@ public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
         return unknown
     }
 
-    /// A failure PostgresNIO reported, in either of its forms (prepared statements report the older one); `nil` for an
-    /// error that did not come from PostgresNIO.
+    /// A failure PostgresNIO reported, in either of its forms (prepared statements report the older one), or the
+    /// connection's own (its socket or channel failed, which PostgresNIO may pass on bare); `nil` for any other error.
     init?(reported error: any Error) {
         switch error {
         case let error as PSQLError:
@@ -410,6 +410,18 @@ public struct PostgresFailure: Error, Sendable, CustomStringConvertible {
             self.init(sqlState: nil, message: "the connection to PostgreSQL was lost", isConnectionLost: true)
         case PostgresError.protocol(let message):
             self.init(sqlState: nil, message: message)
+        case let error as IOError:
+            // The socket failed under PostgresNIO (a reset when the server went away), passed on as the system reported it.
+            self.init(
+                sqlState: nil, message: "the connection to PostgreSQL was lost: \(String(cString: strerror(error.errnoCode)))", isConnectionLost: true
+            )
+        case let error as ChannelError:
+            switch error {
+            case .ioOnClosedChannel, .alreadyClosed, .eof, .inputClosed, .outputClosed:
+                self.init(sqlState: nil, message: "the connection to PostgreSQL was lost (\(error))", isConnectionLost: true)
+            default:
+                return nil
+            }
         default:
             return nil
         }
