@@ -107,6 +107,10 @@ public protocol WebhookStore: Sendable {
     ) async throws -> [DueWebhookDelivery]
     /// When the next pending delivery falls due, if any.
     func nextWebhookDeliveryAt() async throws -> Date?
+    /// Hands back deliveries taken with ``dueWebhookDeliveries(now:limit:perEndpoint:excluding:excludingEndpoints:)``
+    /// whose attempts were not made after all (a graceful stop cancelled them): those still pending are due at `now`
+    /// again, for any node, rather than when this node's hold on them runs out.
+    func handBackWebhookDeliveries(_ ids: [Int64], at now: Date) async throws
     /// Records one attempt and what follows from it.
     func recordWebhookAttempt(
         deliveryID: Int64, statusCode: Int?, error: String?, latencyMilliseconds: Double, result: WebhookAttemptResult, at now: Date
@@ -284,6 +288,17 @@ extension SQLStore: WebhookStore {
             WHERE d.status = 'pending' AND w.enabled = 1
             """
         ).first?.column("due")?.integer.map(Self.date)
+    }
+
+    public func handBackWebhookDeliveries(_ ids: [Int64], at now: Date) async throws {
+        guard !ids.isEmpty else { return }
+        // The ids as literals (numbers), as in `dueWebhookDeliveries`.
+        try await transaction(durability: .bookkeeping) { db in
+            try db.execute(
+                "UPDATE webhook_deliveries SET next_attempt_at = ? WHERE status = 'pending' AND next_attempt_at > ? AND id IN (\(ids.map(String.init).joined(separator: ", ")))",
+                [.integer(Self.millis(now)), .integer(Self.millis(now))]
+            )
+        }
     }
 
     public func recordWebhookAttempt(

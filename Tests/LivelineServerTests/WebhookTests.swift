@@ -6,8 +6,10 @@ import LivelineDispatch
 import LivelineServer
 import LivelineStore
 import LivelineTestSupport
+import Logging
 import NIOCore
 import Synchronization
+import ServiceLifecycle
 import Testing
 
 private let sealer = try! CredentialSealer(masterKey: Array(repeating: 7, count: 32))
@@ -330,6 +332,34 @@ struct WebhookTests {
             #expect(slow.received.count <= 2 * configuration.concurrencyPerEndpoint - 1, "\(slow.received.count)")
             running.cancel()
             _ = await running.result
+        }
+    }
+
+    @Test("a graceful stop hands back the deliveries whose attempts it cancelled: due at once, not when the hold runs out")
+    func gracefulStopHandsBack() async throws {
+        let (slow, stopSlow) = try await WebhookReceiver.start()
+        defer { Task { await stopSlow() } }
+        try await withLiveline(sealer: sealer, webhookURLs: local) { api, store in
+            let app = try await createApp(store)
+            _ = try await api.json(.post, "/v1/webhooks", key: app.secretKey, ["url": .string(slow.url)])
+            slow.answer(with: Array(repeating: WebhookReceiver.Answer.hang, count: 100))
+            for n in 1...3 {
+                _ = try await api.json(.post, "/v1/activities/held-\(n)/updates", key: app.secretKey, ["contentState": ["a": 1]])
+            }
+            var configuration = WebhookDeliverer.Configuration()
+            configuration.urls = local
+            configuration.timeout = .seconds(60)
+            let deliverer = WebhookDeliverer(store: store, sealer: sealer, configuration: configuration)
+            let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [deliverer], logger: Logger(label: "test")))
+            let running = Task { try await group.run() }
+            let deadline = ContinuousClock.now + .seconds(30)
+            while slow.received.count < 3, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(slow.received.count == 3, "the three attempts hang")
+            await group.triggerGracefulShutdown()
+            try await running.value
+            // On PostgreSQL the deliverer held them for two minutes when it took them.
+            let due = try await store.nextWebhookDeliveryAt()
+            #expect(due.map { $0 <= Date().addingTimeInterval(1) } == true, "next due at \(String(describing: due))")
         }
     }
 

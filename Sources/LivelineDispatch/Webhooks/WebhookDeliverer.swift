@@ -125,9 +125,11 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
 
     /// Sends deliveries as they fall due, each as soon as a slot is free: an attempt that takes long (up to
     /// ``Configuration/timeout``) holds its own slot only, never the others' deliveries. Graceful shutdown cancels the
-    /// attempts in flight; they stay pending and are sent again.
+    /// attempts in flight; they stay pending, handed back so that they are due at once (for another node, or after the
+    /// restart), and are sent again.
     public func run() async throws {
         let inFlight = NIOLockedValueBox<[Int64: String]>([:])
+        let cancelled = NIOLockedValueBox<[Int64]>([])
         await withDiscardingTaskGroup { group in
             while !Task.isShuttingDownGracefully && !Task.isCancelled {
                 let running = inFlight.withLockedValue { $0 }
@@ -139,7 +141,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
                         inFlight.withLockedValue { $0[delivery.delivery.id] = delivery.delivery.webhookID }
                         started += 1
                         group.addTask {
-                            await self.send(delivery)
+                            if await !self.send(delivery) { cancelled.withLockedValue { $0.append(delivery.delivery.id) } }
                             inFlight.withLockedValue { _ = $0.removeValue(forKey: delivery.delivery.id) }
                             self.wakeSignal.wake()
                         }
@@ -154,6 +156,17 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
                 }
             }
             group.cancelAll()
+        }
+        // On a database several nodes share, the deliveries taken are the taker's for two minutes: those whose attempts
+        // were cancelled go back at once.
+        let handedBack = cancelled.withLockedValue { $0 }
+        do {
+            try await store.handBackWebhookDeliveries(handedBack, at: now())
+        } catch {
+            logger.warning(
+                "Handing back webhook deliveries failed; they are sent again when their hold runs out",
+                metadata: ["deliveries": "\(handedBack.count)", "error": "\(error)"]
+            )
         }
         await shutdown()
     }
@@ -193,8 +206,10 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         await wakeSignal.wait(atMost: wait)
     }
 
-    /// Sends one delivery and records what followed.
-    private func send(_ due: DueWebhookDelivery) async {
+    /// Sends one delivery and records what followed; false when the attempt was cancelled (graceful shutdown) and
+    /// nothing was recorded.
+    @discardableResult
+    private func send(_ due: DueWebhookDelivery) async -> Bool {
         let delivery = due.delivery
         let started = ContinuousClock.now
         let firstAttemptAt = delivery.firstAttemptAt ?? now()
@@ -237,7 +252,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
             failure = "\(error)"
         }
         // Cancelled by graceful shutdown: nothing is recorded; the delivery stays pending and is sent again.
-        guard !Task.isCancelled else { return }
+        guard !Task.isCancelled else { return false }
         let latency = (ContinuousClock.now - started).seconds * 1000
         let result = configuration.retry.decide(
             statusCode: statusCode, error: failure, retryAfter: retryAfter, attempt: delivery.attempts + 1, firstAttemptAt: firstAttemptAt,
@@ -259,6 +274,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         } catch {
             logger.error("Recording a webhook attempt failed; it will be sent again", metadata: ["error": "\(error)"])
         }
+        return true
     }
 
     /// What one attempt got: the status and the `Retry-After` header.
