@@ -59,6 +59,10 @@ public final class FCMClient: Sendable {
     private let logger: Logger
     private let now: @Sendable () -> Date
     private let isShutDown = Atomic<Bool>(false)
+    /// When the last warning that FCM (or its token endpoint) could not be reached was logged.
+    private let unreachableWarnedAt = Mutex<ContinuousClock.Instant?>(nil)
+    /// The least time between two such warnings: a fan-out fails thousands of sends a second while FCM is away.
+    static let unreachableWarningInterval: Duration = .seconds(60)
     /// Keeps at most ``Configuration/maximumConcurrentRequests`` sends in the connection pool.
     private let limiter: RequestLimiter
 
@@ -166,6 +170,32 @@ public final class FCMClient: Sendable {
     ///   ``FCMTransportError`` when no answer came (connection, TLS, timeout, shutdown); `CancellationError`.
     public func send(projectID: String, body: ByteBuffer) async throws -> FCMResponse {
         guard !isShutDown.load(ordering: .relaxed) else { throw FCMTransportError("The FCM client has been shut down.") }
+        do {
+            return try await exchange(projectID: projectID, body: body)
+        } catch let error as FCMTransportError {
+            // No answer (a connection, TLS or timeout failure): said in the log, at most once a minute, since the
+            // pushes only show it as retries in their timelines.
+            let now = ContinuousClock.now
+            let warns = unreachableWarnedAt.withLock { last in
+                guard Self.warns(lastWarning: last, now: now) else { return false }
+                last = now
+                return true
+            }
+            if warns, !isShutDown.load(ordering: .relaxed) {
+                logger.warning("FCM could not be reached; its pushes are retried", metadata: ["error": "\(error)"])
+            }
+            throw error
+        }
+    }
+
+    /// Whether a warning is due `now`, the last one given at `lastWarning` (nil: none yet).
+    static func warns(lastWarning: ContinuousClock.Instant?, now: ContinuousClock.Instant) -> Bool {
+        guard let lastWarning else { return true }
+        return now - lastWarning >= unreachableWarningInterval
+    }
+
+    /// ``send(projectID:body:)``'s request, after one 401 again with a fresh access token.
+    private func exchange(projectID: String, body: ByteBuffer) async throws -> FCMResponse {
         let url = sendURL(projectID: projectID)
         var token = try await tokens.current()
         var refreshed = false

@@ -88,4 +88,12 @@ struct RequestLimiterTests {
         }
         await #expect(throws: CancellationError.self) { try await task.value }
     }
+
+    @Test("an FCM that cannot be reached is said in the log at most once a minute")
+    func unreachableWarnings() {
+        let start = ContinuousClock.now
+        #expect(FCMClient.warns(lastWarning: nil, now: start), "the first failure is said")
+        #expect(!FCMClient.warns(lastWarning: start, now: start + .seconds(59)))
+        #expect(FCMClient.warns(lastWarning: start, now: start + .seconds(60)))
+    }
 }
