@@ -92,8 +92,8 @@ public final class Dispatcher: Service, Sendable {
     /// `dispatcher-<process id>-<UUID>`, unique to this engine, and telling an operator which process holds a claim.
     private let owner: String
     private let wakeSignal = WakeSignal()
-    /// Opened when the shutdown grace is over: the pushes still waiting for an answer are given up.
-    private let pushesGivenUp = Latch()
+    /// Woken for good when the shutdown grace is over: the pushes still waiting for an answer are given up.
+    private let pushesGivenUp = WakeSignal()
     /// How long, once its pushes are given up, a stopping engine has to record their answers and hand its claims back
     /// before it is cancelled (a Store that does not answer would hold the shutdown up for good).
     private static let shutdownWrapUp: Duration = .seconds(5)
@@ -153,7 +153,7 @@ public final class Dispatcher: Service, Sendable {
                     "Pushes still in flight at the end of the shutdown grace were given up; they are sent again after the restart",
                     metadata: ["grace": "\(grace)"]
                 )
-                self.pushesGivenUp.open()
+                self.pushesGivenUp.wakeForGood()
                 do {
                     try await Task.sleep(for: Self.shutdownWrapUp)
                     return true

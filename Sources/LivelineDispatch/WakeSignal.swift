@@ -3,6 +3,7 @@ import NIOConcurrencyHelpers
 
 /// How idle engine workers wait for work: ``wake()`` lets every worker waiting in ``wait()`` go on at once, and
 /// ``wakeOne()`` the one that has waited longest; either, when none is waiting, lets the next one that waits go on.
+/// ``wakeForGood()`` lets every wait go on, now and from then on (a gate that opens once).
 ///
 /// It replaces an `AsyncStream` shared by the workers: cancelling one worker's wait (its poll interval ran out first)
 /// finished that stream for everyone, after which every wait returned at once and the idle engine spun on the Store
@@ -10,6 +11,7 @@ import NIOConcurrencyHelpers
 final class WakeSignal: Sendable {
     private struct State {
         var pending = false
+        var forGood = false
         var nextID: UInt64 = 0
         var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
@@ -29,6 +31,17 @@ final class WakeSignal: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
+    /// Wakes every waiter, and every later ``wait()`` at once: for what stays true once it happened (the engine's pushes
+    /// given up at the end of the shutdown grace).
+    func wakeForGood() {
+        let waiters: [CheckedContinuation<Void, Never>] = state.withLockedValue { state in
+            state.forGood = true
+            defer { state.waiters.removeAll() }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
     /// Wakes the worker that has waited longest, or the next one to wait: for work one worker can take, which it passes
     /// on (with another ``wakeOne()``) when it finds there was more.
     func wakeOne() {
@@ -42,8 +55,8 @@ final class WakeSignal: Sendable {
         waiter?.resume()
     }
 
-    /// Returns after the next ``wake()`` or ``wakeOne()`` (at once if one came while nobody waited), or when the task
-    /// is cancelled.
+    /// Returns after the next ``wake()`` or ``wakeOne()`` (at once if one came while nobody waited, or after
+    /// ``wakeForGood()``), or when the task is cancelled.
     func wait() async {
         let id = state.withLockedValue { state in
             defer { state.nextID += 1 }
@@ -52,6 +65,7 @@ final class WakeSignal: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLockedValue { state in
+                    if state.forGood { return true }
                     if state.pending || Task.isCancelled {
                         state.pending = state.pending && Task.isCancelled
                         return true

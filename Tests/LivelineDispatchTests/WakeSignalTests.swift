@@ -53,6 +53,16 @@ struct WakeSignalTests {
         #expect(await Self.finishes(within: 5) { await woken.value })
     }
 
+    @Test("a wake for good lets every waiter go, and every later wait at once")
+    func wakeForGood() async {
+        let signal = WakeSignal()
+        let waiters = (0..<4).map { _ in Task { await signal.wait() } }
+        try? await Task.sleep(for: .milliseconds(100))
+        signal.wakeForGood()
+        for waiter in waiters { #expect(await Self.finishes(within: 5) { await waiter.value }) }
+        for _ in 0..<3 { #expect(await Self.finishes(within: 5) { await signal.wait() }, "a later wait returned at once") }
+    }
+
     @Test("one wake lets every waiting worker go")
     func wakesEveryWaiter() async {
         let signal = WakeSignal()
