@@ -176,12 +176,12 @@ public final class FCMClient: Sendable {
             // No answer (a connection, TLS or timeout failure): said in the log, at most once a minute, since the
             // pushes only show it as retries in their timelines.
             let now = ContinuousClock.now
-            let warns = unreachableWarnedAt.withLock { last in
+            let warns = !isShutDown.load(ordering: .relaxed) && unreachableWarnedAt.withLock { last in
                 guard Self.warns(lastWarning: last, now: now) else { return false }
                 last = now
                 return true
             }
-            if warns, !isShutDown.load(ordering: .relaxed) {
+            if warns {
                 logger.warning("FCM could not be reached; its pushes are retried", metadata: ["error": "\(error)"])
             }
             throw error

@@ -285,13 +285,10 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
     /// (another node's, heard through ``AppNotice``s while this node was not listening). Keeps them when the Store
     /// cannot be read.
     public func forgetDeletedApps() async {
-        for appID in Set(clients.keys).union(channelManagers.keys) {
-            do {
-                if try await store.app(id: appID) == nil { await forget(appID: appID) }
-            } catch {
-                logger.debug("Could not look for deleted apps", metadata: ["error": "\(error)"])
-                return
-            }
+        do {
+            for appID in try await store.deletedApps(among: Set(clients.keys).union(channelManagers.keys)) { await forget(appID: appID) }
+        } catch {
+            logger.debug("Could not look for deleted apps", metadata: ["error": "\(error)"])
         }
     }
 

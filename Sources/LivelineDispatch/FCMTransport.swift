@@ -179,13 +179,10 @@ public actor FCMTransportDirectory: PushTransportDirectory {
     /// (another node's, heard through ``AppNotice``s while this node was not listening). Keeps them when the Store
     /// cannot be read.
     public func forgetDeletedApps() async {
-        for appID in Array(clients.keys) {
-            do {
-                if try await store.app(id: appID) == nil { await forget(appID: appID) }
-            } catch {
-                logger.debug("Could not look for deleted apps", metadata: ["error": "\(error)"])
-                return
-            }
+        do {
+            for appID in try await store.deletedApps(among: clients.keys) { await forget(appID: appID) }
+        } catch {
+            logger.debug("Could not look for deleted apps", metadata: ["error": "\(error)"])
         }
     }
 

@@ -48,6 +48,18 @@ public protocol AppStore: Sendable {
     func deleteApp(id: String, leavingChannels: Bool) async throws -> AppDeletion?
 }
 
+extension AppStore {
+    /// Those of `appIDs` that are no longer apps in the Store: deleted, perhaps by another node (the transport
+    /// directories close their clients).
+    public func deletedApps(among appIDs: some Sequence<String>) async throws -> [String] {
+        var deleted: [String] = []
+        for appID in appIDs {
+            if try await app(id: appID) == nil { deleted.append(appID) }
+        }
+        return deleted
+    }
+}
+
 /// Activities and their instances: what the lifecycle accepts and the API reads.
 public protocol LifecycleStore: Sendable {
     /// Registers or refreshes one instance; creates the activity on first sight.

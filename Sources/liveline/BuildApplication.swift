@@ -73,6 +73,14 @@ func buildApplication(
             lock?.release()
         }
         let keys = APIKeyCache(store: store)
+        // A deleted app's push connections close with it, in the background: closing waits for the pushes in flight,
+        // and whoever deleted it need not.
+        let closeConnections: @Sendable (String) -> Void = { appID in
+            Task {
+                await apns.forget(appID: appID)
+                await fcm.forget(appID: appID)
+            }
+        }
         let listening: [any Service] = store.nodeWakeChannel.map { channel in
             [NodeWakeService(channel: channel, onWake: { announcer in
                 // Work this node committed woke its engine there and then (``WakingEveryNode``; a shared fan-out's
@@ -90,10 +98,7 @@ func buildApplication(
                     keys.forget(appID: appID)
                 case .appDeleted(let appID):
                     keys.forget(appID: appID)
-                    Task {
-                        await apns.forget(appID: appID)
-                        await fcm.forget(appID: appID)
-                    }
+                    closeConnections(appID)
                 case .mayHaveMissed:
                     keys.forgetAll()
                     Task {
@@ -112,14 +117,8 @@ func buildApplication(
             services: (emulators?.services ?? []) + [closing]
                 + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks] + listening,
             metrics: metrics,
-            // A deleted app's push connections close with it (another node's when it hears the Store's notice), in the
-            // background: closing waits for the pushes in flight, and the deletion need not.
-            appDeleted: { appID in
-                Task {
-                    await apns.forget(appID: appID)
-                    await fcm.forget(appID: appID)
-                }
-            },
+            // Here at once; on the other nodes when they hear the Store's notice.
+            appDeleted: { closeConnections($0) },
             keys: keys
         )
     } catch {

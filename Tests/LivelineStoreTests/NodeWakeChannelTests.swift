@@ -36,7 +36,11 @@ struct NodeWakeChannelTests {
             let b = NodeWakeChannel(url: database, logger: PostgresTestServer.logger)
             let heardByA = Heard()
             let heardByB = Heard()
-            let running = [Task { await a.run { heardByA.append($0) } }, Task { await b.run { heardByB.append($0) } }]
+            let noticesToA = Mutex<[AppNotice]>([])
+            let running = [
+                Task { await a.run(onWake: { heardByA.append($0) }, onAppNotice: { notice in noticesToA.withLock { $0.append(notice) } }) },
+                Task { await b.run { heardByB.append($0) } },
+            ]
             defer { for task in running { task.cancel() } }
 
             // Both listening: A's announcement reaches B, and A itself.
@@ -54,6 +58,8 @@ struct NodeWakeChannelTests {
             try await killer.close()
             // Each node wakes its own engine once for what it may have missed, after a pause, and then rests.
             try await Task.sleep(for: .seconds(3))
+            // Once listening again, A reads the apps again: the notices sent meanwhile were not heard.
+            #expect(noticesToA.withLock { $0 } == [.mayHaveMissed], "\(noticesToA.withLock { $0 })")
             heardByA.clear()
             heardByB.clear()
             try await Task.sleep(for: .seconds(1))

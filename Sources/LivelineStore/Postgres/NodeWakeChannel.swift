@@ -72,7 +72,8 @@ public final class NodeWakeChannel: Sendable {
 
     /// Listens and sends announcements until cancelled, calling `onWake` for each announcement heard, with whose it
     /// was, and `onAppNotice` for each ``AppNotice`` the Store sent (from any node, this one too); reconnects (after a
-    /// second) when the connection is lost, and calls `onWake(.anotherNode)` and `onAppNotice(.mayHaveMissed)` then.
+    /// second) when the connection is lost, and calls `onWake(.anotherNode)` then, and `onAppNotice(.mayHaveMissed)`
+    /// once the new connection listens again (a notice sent before that was not heard; one sent after it will be).
     /// Run it once per process.
     public func run(
         onWake: @escaping @Sendable (Announcer) -> Void, onAppNotice: @escaping @Sendable (AppNotice) -> Void = { _ in }
@@ -83,7 +84,7 @@ public final class NodeWakeChannel: Sendable {
             do {
                 let connection = try await PostgresConnection.connect(configuration: try url.configuration(), id: id, logger: logger)
                 do {
-                    try await serve(on: connection, onWake: onWake, onAppNotice: onAppNotice)
+                    try await serve(on: connection, reconnected: id > 1, onWake: onWake, onAppNotice: onAppNotice)
                 } catch {
                     try? await connection.close()
                     throw error
@@ -94,14 +95,13 @@ public final class NodeWakeChannel: Sendable {
                 logger.warning("Wake-ups between nodes lost their connection; reconnecting", metadata: ["error": "\(String(reflecting: error))"])
                 try? await Task.sleep(for: .seconds(1))
             }
-            // Whatever happened while disconnected: look for work at once, and read the apps again.
+            // Whatever happened while disconnected: look for work at once.
             onWake(.anotherNode)
-            onAppNotice(.mayHaveMissed)
         }
     }
 
     private func serve(
-        on connection: PostgresConnection, onWake: @escaping @Sendable (Announcer) -> Void,
+        on connection: PostgresConnection, reconnected: Bool, onWake: @escaping @Sendable (Announcer) -> Void,
         onAppNotice: @escaping @Sendable (AppNotice) -> Void
     ) async throws {
         let logger = self.logger
@@ -115,7 +115,10 @@ public final class NodeWakeChannel: Sendable {
                 }
             }
             group.addTask {
-                for try await notification in try await connection.listen(AppNotice.channel) {
+                let notices = try await connection.listen(AppNotice.channel)
+                // Listening from here on: whatever was sent while this node was not is read again from the Store.
+                if reconnected { onAppNotice(.mayHaveMissed) }
+                for try await notification in notices {
                     if let notice = AppNotice(wire: notification.payload) { onAppNotice(notice) }
                 }
             }
