@@ -20,7 +20,7 @@ extension APNsPushTransport: BroadcastTransport {
             } catch let error as APNsInvalidNotificationError {
                 return .rejected(reason: error.description, requestID: nil)
             } catch {
-                return .retryable(reason: "\(error)", retryAfter: nil, requestID: nil)
+                return .retryable(reason: FailureText.of(error), retryAfter: nil, requestID: nil)
             }
             switch Self.broadcastOutcome(response, retriedWithFreshToken: retriedWithFreshToken) {
             case .some(let outcome):

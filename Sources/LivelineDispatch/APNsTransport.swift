@@ -81,7 +81,7 @@ public struct APNsPushTransport: PushTransport {
         case .failure(let error as APNsInvalidNotificationError):
             return .done(.rejected(reason: error.description, providerID: nil))
         case .failure(let error):
-            return .done(.retryable(reason: "\(error)", retryAfter: nil, providerID: nil))
+            return .done(.retryable(reason: FailureText.of(error), retryAfter: nil, providerID: nil))
         }
         if response.isSuccess { return .done(.delivered(providerID: response.apnsID)) }
         let reason = response.reason?.rawValue ?? "HTTP \(response.status)"
@@ -240,7 +240,7 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         switch error {
         case let answer as APNsChannelManagementError: answer.managementError
         case let invalid as APNsInvalidNotificationError: ChannelManagementError(.refused, invalid.description)
-        default: ChannelManagementError(.unavailable, "\(error)")
+        default: ChannelManagementError(.unavailable, FailureText.of(error))
         }
     }
 

@@ -42,7 +42,7 @@ public struct FCMPushTransport: PushTransport {
         } catch let error as FCMConfigurationError {
             return .credentialsRejected(reason: error.description, providerID: nil)
         } catch {
-            return .retryable(reason: "\(error)", retryAfter: nil, providerID: nil)
+            return .retryable(reason: FailureText.of(error), retryAfter: nil, providerID: nil)
         }
         return Self.outcome(response)
     }

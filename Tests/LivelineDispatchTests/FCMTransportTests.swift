@@ -171,6 +171,29 @@ struct FCMTransportTests {
         }
     }
 
+    @Test("a TLS failure is a retryable outcome whose reason names the failure, not the server's build directory")
+    func tlsFailureReason() async throws {
+        try await Self.withEnvironment { environment in
+            // A client that does not trust the emulator's CA: every handshake fails on the certificate (and the connection
+            // pool tries again until its connect timeout).
+            let account = try FCMServiceAccount(json: environment.credentials.serviceAccountJSON)
+            let client = try FCMClient(
+                serviceAccount: account,
+                configuration: .init(baseURL: try #require(environment.emulator.baseURL), requestTimeout: .seconds(60), connectTimeout: .seconds(2)),
+                now: { [clock = environment.clock] in clock.now }
+            )
+            let outcome = await FCMPushTransport(client: client).send(environment.push(to: "t", sequence: 1))
+            await client.shutdown()
+            guard case .retryable(let reason, _, _) = outcome else {
+                Issue.record("expected a retryable outcome, got \(outcome)")
+                return
+            }
+            #expect(reason.contains("CERTIFICATE_VERIFY_FAILED"), "\(reason)")
+            #expect(!reason.contains(".build"), "\(reason)")
+            #expect(!reason.contains(" at /"), "\(reason)")
+        }
+    }
+
     @Test("forgetting a deleted app closes its client; a later ask builds a new one, with an access token of its own")
     func forgetClosesTheClient() async throws {
         try await Self.withEnvironment { environment in

@@ -249,7 +249,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         } catch let refusal as WebhookURLPolicy.Refusal {
             failure = "refused: \(refusal.description)"
         } catch {
-            failure = "\(error)"
+            failure = FailureText.of(error)
         }
         // Cancelled by graceful shutdown: nothing is recorded; the delivery stays pending and is sent again.
         guard !Task.isCancelled else { return false }
