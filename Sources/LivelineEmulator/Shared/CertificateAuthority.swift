@@ -16,13 +16,21 @@ public struct EmulatorTLSIdentity: Sendable {
     static let caFileName = "ca.pem"
     static let caKeyFileName = "ca-key.pem"
 
+    static let caLockFileName = "ca.lock"
+
     /// Loads the CA from `directory` (or creates and writes it) and issues a server certificate.
+    ///
+    /// Emulators started at once on one data directory (the APNs and the FCM emulator, say) share one CA: the CA is
+    /// read or made under an exclusive lock on `ca.lock` there, so the second waits for the first and reads the CA it
+    /// wrote, instead of writing its own over it (and then serving a certificate that `ca.pem` does not sign).
     public static func loadOrCreate(in directory: String, now: Date = Date()) throws -> EmulatorTLSIdentity {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let caPath = (directory as NSString).appendingPathComponent(caFileName)
         let caKeyPath = (directory as NSString).appendingPathComponent(caKeyFileName)
-        let (caCertificate, caKey) = try loadCA(certificatePath: caPath, keyPath: caKeyPath, now: now)
-            ?? createCA(certificatePath: caPath, keyPath: caKeyPath, now: now)
+        let (caCertificate, caKey) = try withExclusiveLock(on: (directory as NSString).appendingPathComponent(caLockFileName)) {
+            try loadCA(certificatePath: caPath, keyPath: caKeyPath, now: now)
+                ?? createCA(certificatePath: caPath, keyPath: caKeyPath, now: now)
+        }
 
         let serverKey = P256.Signing.PrivateKey()
         let serverName = try DistinguishedName {
@@ -97,6 +105,19 @@ public struct EmulatorTLSIdentity: Sendable {
         try writeFile(key.pemRepresentation, to: keyPath, permissions: 0o600)
         try writeFile(try certificate.serializeAsPEM().pemString, to: certificatePath, permissions: 0o644)
         return (certificate, key)
+    }
+
+    /// Runs `body` holding an exclusive `flock` on the file at `path` (created if missing), which every process and every
+    /// open of it in this one respects.
+    private static func withExclusiveLock<T>(on path: String, _ body: () throws -> T) throws -> T {
+        let descriptor = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
+        defer { close(descriptor) }
+        while flock(descriptor, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw CocoaError(.fileLocking, userInfo: [NSFilePathErrorKey: path]) }
+        }
+        defer { flock(descriptor, LOCK_UN) }
+        return try body()
     }
 
     /// Writes `text` to `path` (replacing it), created with `permissions`.

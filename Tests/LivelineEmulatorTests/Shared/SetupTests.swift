@@ -56,6 +56,23 @@ struct SetupTests {
         #expect(names.contains(.ipAddress(.init(contentBytes: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]))))
     }
 
+    @Test("Emulators started at once on one data directory share one CA, the one in ca.pem, which signs every server certificate")
+    func caMadeOnceWhenStartedAtOnce() async throws {
+        let directory = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let identities = try await withThrowingTaskGroup(of: EmulatorTLSIdentity.self) { group in
+            for _ in 0..<8 { group.addTask { try EmulatorTLSIdentity.loadOrCreate(in: directory) } }
+            return try await group.reduce(into: [EmulatorTLSIdentity]()) { $0.append($1) }
+        }
+        let written = try String(contentsOfFile: (directory as NSString).appendingPathComponent("ca.pem"), encoding: .utf8)
+        let ca = try Certificate(pemEncoded: written)
+        #expect(Set(identities.map(\.caCertificatePEM)) == [written])
+        for identity in identities {
+            let server = try Certificate(pemEncoded: identity.serverCertificatePEM)
+            #expect(ca.publicKey.isValidSignature(server.signature, for: server))
+        }
+    }
+
     @Test("A restarted emulator keeps its CA, so clients need not be reconfigured")
     func caSurvivesRestart() throws {
         let directory = temporaryDirectory()
