@@ -125,7 +125,10 @@ public final class Dispatcher: Service, Sendable {
     /// Runs until graceful shutdown: claimed work in flight is finished and its claim handed back.
     public func run() async throws {
         try await store.releaseAllClaims()
-        logger.info("Delivery engine started", metadata: ["workers": "\(configuration.workers)", "platforms": "\(configuration.platforms)"])
+        logger.info(
+            "Delivery engine started",
+            metadata: ["workers": "\(configuration.workers)", "platforms": "\(configuration.platforms.map(\.rawValue).joined(separator: ","))"]
+        )
         let grace = configuration.shutdownGrace
         // The workers, and beside them a timer that starts at graceful shutdown: when the workers have not finished or
         // handed back their passes within the grace, the pushes they still wait for are given up, and the passes record
