@@ -51,7 +51,7 @@ public struct FCMLiveUpdateMessage: Sendable, Hashable {
         public static let alertBody = "liveline_alert_body"
     }
 
-    /// The activity the notification shows, and the FCM `collapse_key`.
+    /// The activity the notification shows.
     public var activityID: String
     /// `start`, `update` or `end`.
     public var event: LiveActivityEvent
@@ -179,14 +179,17 @@ public struct FCMLiveUpdateMessage: Sendable, Hashable {
         JSONValue.appendString(priority.rawValue, to: &suffix)
         suffix.append(contentsOf: #","ttl":"#.utf8)
         JSONValue.appendString(String(timeToLive) + "s", to: &suffix)
-        suffix.append(contentsOf: #","collapse_key":"#.utf8)
-        JSONValue.appendString(activityID, to: &suffix)
+        // No `collapse_key`: Google throttles collapsible messages to "a burst of 20 messages per app per device, with
+        // a refill of 1 message every 3 minutes" ("FCM Throttling and Quotas"), which would hold a live update's 21st
+        // message for minutes; for "high burst send patterns" it points to non-collapsible messages that carry their
+        // content, as these do. A phone that was offline gets the stored ones (within their `ttl`) and keeps the
+        // highest `liveline_sequence`.
         suffix.append(contentsOf: "}}}".utf8)
         return FCMEncodedMessage(suffix: suffix)
     }
 
     /// The whole `messages:send` body for one token:
-    /// `{"message": {"token": T, "data": {...}, "android": {"priority", "ttl", "collapse_key"}}}`.
+    /// `{"message": {"token": T, "data": {...}, "android": {"priority", "ttl"}}}`: non-collapsible (see ``encoded()``).
     public func requestBody(token: String) -> [UInt8] { encoded().body(token: token) }
 }
 

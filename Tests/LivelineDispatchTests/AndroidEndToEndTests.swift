@@ -153,7 +153,7 @@ struct AndroidEndToEndTests {
                 #expect(sent["token"] == .string(pixel))
                 #expect(sent["notification"] == nil)
                 #expect(sent["android"]?.objectValue?["priority"] == "high")
-                #expect(sent["android"]?.objectValue?["collapse_key"] == "order-1")
+                #expect(sent["android"]?.objectValue?["collapse_key"] == nil)
                 let data = try #require(sent["data"]?.objectValue)
                 #expect(data["liveline_activity_id"] == "order-1")
                 #expect(data["liveline_event"] == "update")
