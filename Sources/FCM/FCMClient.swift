@@ -201,7 +201,9 @@ public final class FCMClient: Sendable {
         var refreshed = false
         while true {
             let response = try await post(url: url, body: body, accessToken: token)
-            if response.status == 401, !refreshed {
+            // A 401 is an access token FCM no longer takes, except THIRD_PARTY_AUTH_ERROR: a refusal of the target (an
+            // iOS or web token), which a new access token does not change.
+            if response.status == 401, response.errorCode != .thirdPartyAuthError, !refreshed {
                 refreshed = true
                 await tokens.invalidate(token)
                 token = try await tokens.current()

@@ -34,7 +34,11 @@ public struct FCMErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
     public static let unavailable = FCMErrorCode(rawValue: "UNAVAILABLE")
     /// 500: an unknown internal error. Retry with backoff.
     public static let `internal` = FCMErrorCode(rawValue: "INTERNAL")
-    /// 401: the APNs certificate or web push key (for iOS and web targets) was invalid or missing.
+    /// 401: "A message targeted to an iOS device or a web push registration could not be sent": the project's APNs
+    /// certificate or web push key, which only those targets need, is invalid or missing. For an Android sender it is a
+    /// refusal of that one token (an iOS or web registration token registered as Android's), never retried, which says
+    /// nothing of the Android tokens or of the service account: not the credentials' refusal, and not a 401 that a new
+    /// access token could cure.
     public static let thirdPartyAuthError = FCMErrorCode(rawValue: "THIRD_PARTY_AUTH_ERROR")
 
     /// Every code Google documents, each with a static constant above.
@@ -48,8 +52,7 @@ public struct FCMErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
     public var knownDisposition: FCMErrorDisposition? {
         switch self {
         case .unregistered: .invalidToken
-        case .invalidArgument, .senderIDMismatch: .terminal
-        case .thirdPartyAuthError: .credentials
+        case .invalidArgument, .senderIDMismatch, .thirdPartyAuthError: .terminal
         case .quotaExceeded, .unavailable, .internal: .retryable
         default: nil
         }
@@ -60,11 +63,12 @@ public struct FCMErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
 public enum FCMErrorDisposition: Sendable, Hashable {
     /// The registration token is no longer valid (`UNREGISTERED`, 404 with Google's `NOT_FOUND`): invalidate it; never retry.
     case invalidToken
-    /// The request can never succeed as sent (`INVALID_ARGUMENT`, `SENDER_ID_MISMATCH`, other 4xx): never retry.
+    /// The request can never succeed as sent (`INVALID_ARGUMENT`, `SENDER_ID_MISMATCH`, `THIRD_PARTY_AUTH_ERROR`, other
+    /// 4xx): never retry.
     case terminal
-    /// The credentials are refused: `THIRD_PARTY_AUTH_ERROR`, a 403 without a code (`PERMISSION_DENIED`: the service
-    /// account may not send for the project), or a 401 that a fresh access token did not cure. The app's service
-    /// account or project is misconfigured.
+    /// The credentials are refused: a 403 without a code (`PERMISSION_DENIED`: the service account may not send for the
+    /// project), or a 401 that a fresh access token did not cure. The app's service account or project is
+    /// misconfigured.
     case credentials
     /// A temporary condition (`QUOTA_EXCEEDED`, `UNAVAILABLE`, `INTERNAL`, 429, 5xx): retry later with backoff,
     /// honouring `Retry-After`.

@@ -9,14 +9,15 @@ import NIOCore
 ///
 /// An ``OutgoingPush`` for Android carries in `payload` the whole `messages:send` body with the token already in it
 /// (``FCMEncodedMessage/body(token:)`` of the sequence's ``FCMLiveUpdateMessage``); `token` is the same FCM
-/// registration token, for records; `topic`, `priority` and `expiration` are not read (priority, TTL and collapse key
-/// are in the body). The project is the service account's.
+/// registration token, for records; `topic`, `priority` and `expiration` are not read (priority and TTL are in the
+/// body). The project is the service account's.
 ///
-/// The client has already retried a 401 once with a fresh access token; a refusal after that, a 403 without an FCM
-/// code, or `THIRD_PARTY_AUTH_ERROR` is `.credentialsRejected`, as is a token endpoint that refuses the service
-/// account. `UNREGISTERED` (404), and an `INVALID_ARGUMENT` that blames the token (``FCMResponse/blamesToken``), is
-/// `.invalidToken`; `SENDER_ID_MISMATCH` (the token belongs to another Firebase project: one token's refusal, which
-/// must not hold back the app's other phones), any other `INVALID_ARGUMENT` and other 4xx `.rejected`;
+/// The client has already retried a 401 once with a fresh access token; a refusal after that, or a 403 without an FCM
+/// code, is `.credentialsRejected`, as is a token endpoint that refuses the service account. `UNREGISTERED` (404), and
+/// an `INVALID_ARGUMENT` that blames the token (``FCMResponse/blamesToken``), is `.invalidToken`; `SENDER_ID_MISMATCH`
+/// (the token belongs to another Firebase project) and `THIRD_PARTY_AUTH_ERROR` (an iOS or web registration token,
+/// which needs the project's APNs or web push key): one token's refusal each, which must not hold back the app's other
+/// phones; they, any other `INVALID_ARGUMENT` and other 4xx are `.rejected`;
 /// `QUOTA_EXCEEDED`, `UNAVAILABLE`, `INTERNAL`, 429 and 5xx `.retryable` with the `Retry-After` delay; a transport
 /// failure `.retryable` without one. The provider id of a delivered push is the message name
 /// (`projects/<project>/messages/<id>`).

@@ -79,7 +79,8 @@ struct ResponseTests {
             (FCMErrorCode.unregistered, 404, FCMErrorDisposition.invalidToken),
             (.invalidArgument, 400, .terminal),
             (.senderIDMismatch, 403, .terminal),
-            (.thirdPartyAuthError, 401, .credentials),
+            // One token's refusal (an iOS or web token): not the service account's.
+            (.thirdPartyAuthError, 401, .terminal),
             (.quotaExceeded, 429, .retryable),
             (.unavailable, 503, .retryable),
             (.internal, 500, .retryable),

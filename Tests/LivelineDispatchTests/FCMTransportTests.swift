@@ -171,6 +171,25 @@ struct FCMTransportTests {
         }
     }
 
+    @Test("an iOS or web registration token is that push's refusal (THIRD_PARTY_AUTH_ERROR), with no new access token; the other phones are sent to")
+    func thirdPartyAuthError() async throws {
+        try await Self.withEnvironment { environment in
+            try await environment.store.saveCredentials(
+                try environment.credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
+            )
+            let transport = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            let iPhone = environment.emulator.addDevice(projectID: environment.projectID, platform: .ios)
+            let pixel = environment.emulator.addDevice(projectID: environment.projectID)
+            #expect(await transport.send(environment.push(to: iPhone, sequence: 1)) == .rejected(reason: "THIRD_PARTY_AUTH_ERROR", providerID: nil))
+            guard case .delivered = await transport.send(environment.push(to: pixel, sequence: 1)) else {
+                Issue.record("the Android phone's push was not delivered")
+                return
+            }
+            // The 401 was not taken for an access token FCM no longer accepts.
+            #expect(environment.emulator.statistics.tokensIssued == 1)
+        }
+    }
+
     @Test("a TLS failure is a retryable outcome whose reason names the failure, not the server's build directory")
     func tlsFailureReason() async throws {
         try await Self.withEnvironment { environment in

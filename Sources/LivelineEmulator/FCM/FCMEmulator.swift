@@ -267,15 +267,19 @@ public final class FCMEmulator: Service, Sendable {
     /// `deviceID` (default: the token), `userID` and `tags` are what the app registers with Liveline; with
     /// `registerWith` (default: the configuration's) it does so at once (`PUT /v1/devices/{deviceId}`) and for each
     /// activity a `start` message posts (`PUT /v1/activities/{activityId}/instances/{deviceId}`).
+    ///
+    /// `platform` is the app instance's: an iOS or web one's token is refused with FCM's `401 THIRD_PARTY_AUTH_ERROR`
+    /// ("a message targeted to an iOS device or a web push registration could not be sent"), since the emulated
+    /// projects have no APNs certificate or web push key.
     @discardableResult
     public func addDevice(
         projectID: String? = nil, token: String? = nil, deviceID: String? = nil, userID: String? = nil, tags: JSONValue? = nil,
-        registerWith: LivelineRegistrationTarget?? = .none
+        registerWith: LivelineRegistrationTarget?? = .none, platform: FCMClientPlatform = .android
     ) -> String {
         let token = token ?? FCMEmulatorCore.newRegistrationToken()
         core.addDevice(
             projectID: projectID ?? configuration.defaultProjectID, token: token, deviceID: deviceID, userID: userID, tags: tags,
-            registerWith: registerWith ?? configuration.registerWith
+            registerWith: registerWith ?? configuration.registerWith, platform: platform
         )
         return token
     }

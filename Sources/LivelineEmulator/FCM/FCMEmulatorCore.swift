@@ -48,6 +48,13 @@ struct FCMRefusal: Error, Sendable {
             errorInfoReason: "IAM_PERMISSION_DENIED", fieldViolation: nil
         )
     }
+    /// A token of an iOS app or a web push registration, which FCM sends through APNs or web push with the project's
+    /// APNs certificate or web push key: the emulated projects have neither. Google's `ErrorCode` reference: "A message
+    /// targeted to an iOS device or a web push registration could not be sent."
+    static let thirdPartyAuthError = FCMRefusal(
+        status: 401, errorCode: "THIRD_PARTY_AUTH_ERROR", message: "Auth error from APNS or Web Push Service", errorInfoReason: nil,
+        fieldViolation: nil
+    )
     static let senderIDMismatch = FCMRefusal(
         status: 403, errorCode: "SENDER_ID_MISMATCH", message: "SenderId mismatch", errorInfoReason: nil, fieldViolation: nil
     )
@@ -128,6 +135,8 @@ final class FCMEmulatorCore: Sendable {
         var userID: String?
         var tags: JSONValue?
         var registerWith: LivelineRegistrationTarget?
+        /// The app instance's platform; nil (phones saved before it was kept) is Android.
+        var platform: FCMClientPlatform?
         var lastRegistration: RegistrationResult?
         var unregisteredAt: Date?
         var acceptedCount = 0
@@ -209,13 +218,13 @@ final class FCMEmulatorCore: Sendable {
 
     func addDevice(
         projectID: String, token: String, deviceID: String? = nil, userID: String? = nil, tags: JSONValue? = nil,
-        registerWith: LivelineRegistrationTarget? = nil
+        registerWith: LivelineRegistrationTarget? = nil, platform: FCMClientPlatform = .android
     ) {
         let now = clock()
         state.withLock {
             $0.devices[token] = Device(
                 projectID: projectID, registeredAt: now, order: $0.nextDeviceOrder, deviceID: deviceID, userID: userID, tags: tags,
-                registerWith: registerWith
+                registerWith: registerWith, platform: platform == .android ? nil : platform
             )
             $0.nextDeviceOrder += 1
         }
@@ -400,10 +409,11 @@ final class FCMEmulatorCore: Sendable {
             let message = try Self.validate(body: body, token: &token)
             guard Self.isRegistrationTokenForm(message.token) else { throw .notARegistrationToken }
             let device = state.withLock { state in
-                state.devices[message.token].map { (projectID: $0.projectID, unregisteredAt: $0.unregisteredAt) }
+                state.devices[message.token].map { (projectID: $0.projectID, unregisteredAt: $0.unregisteredAt, platform: $0.platform) }
             }
             guard let device, device.unregisteredAt == nil else { throw .unregistered }
             guard device.projectID == projectID else { throw .senderIDMismatch }
+            guard (device.platform ?? .android) == .android else { throw .thirdPartyAuthError }
             if message.validateOnly {
                 // Checked, not delivered: FCM answers with a placeholder name.
                 messageName = "projects/\(projectID)/messages/fake_message_id"

@@ -253,3 +253,13 @@ struct FCMMessageHistory: Sendable {
         return found.reversed()
     }
 }
+
+/// The platform of an app instance whose registration token the FCM emulator knows (``FCMEmulator/addDevice(projectID:token:deviceID:userID:tags:registerWith:platform:)``).
+public enum FCMClientPlatform: String, Sendable, Hashable, Codable, CaseIterable {
+    /// An Android app: its messages are delivered by FCM itself.
+    case android
+    /// An iOS app using FCM: its messages go through APNs, with the project's APNs certificate or key.
+    case ios
+    /// A web push registration: its messages go through the browser's push service, with the project's web push key.
+    case web
+}
