@@ -30,6 +30,9 @@ final class APNsConnection: ChannelInboundHandler {
     private let logger: Logger
     private var context: ChannelHandlerContext?
     private var state: StateMachine
+    /// Which of the headers whose value changes from request to request this connection has sent once (Apple's HPACK
+    /// rule, ``ChangingHeaders``).
+    private var changingHeaders = ChangingHeaders()
 
     init(slot: ConnectionSlot, name: String) {
         self.slot = slot
@@ -243,7 +246,10 @@ final class APNsConnection: ChannelInboundHandler {
 
         let hasBody = notification.payload.readableBytes > 0
         let block = HTTP2Frame.FramePayload.Headers(
-            headers: Self.deviceRequestHeaders(request, authority: shared.authority, authorization: token.authorization), endStream: !hasBody
+            headers: Self.deviceRequestHeaders(
+                request, authority: shared.authority, authorization: token.authorization, changing: &changingHeaders
+            ),
+            endStream: !hasBody
         )
 
         context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(block))), promise: nil)
@@ -268,7 +274,9 @@ final class APNsConnection: ChannelInboundHandler {
     ) {
         let body = head.body.flatMap { $0.readableBytes > 0 ? $0 : nil }
         let block = HTTP2Frame.FramePayload.Headers(
-            headers: Self.requestHeaders(head, authority: shared.authority, authorization: authorization, hasBody: body != nil),
+            headers: Self.requestHeaders(
+                head, authority: shared.authority, authorization: authorization, hasBody: body != nil, changing: &changingHeaders
+            ),
             endStream: body == nil
         )
         context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(block))), promise: nil)
@@ -282,10 +290,14 @@ final class APNsConnection: ChannelInboundHandler {
     }
 
     /// The header block of a device push, encoded as Apple asks ("Sending notification requests to APNs": APNs keeps a
-    /// small HPACK dynamic table): `:path` and `authorization` as literals without indexing, and `apns-id`, which is
-    /// new on every request, likewise; every other field (method, scheme, authority, push type, topic, priority,
-    /// expiration, content type) with incremental indexing, so that it costs a byte from the second request on.
-    static func deviceRequestHeaders(_ request: PendingRequest, authority: String, authorization: String) -> HPACKHeaders {
+    /// small HPACK dynamic table): `:path` and `authorization` as literals without indexing; `apns-id` and
+    /// `apns-expiration`, whose values change from request to request, with incremental indexing the first time on the
+    /// connection and as literals without indexing after that (``ChangingHeaders``); every other field (method, scheme,
+    /// authority, push type, topic, priority, content type) with incremental indexing, so that it costs a byte from the
+    /// second request on.
+    static func deviceRequestHeaders(
+        _ request: PendingRequest, authority: String, authorization: String, changing: inout ChangingHeaders
+    ) -> HPACKHeaders {
         let notification = request.notification
         var headers = HPACKHeaders()
         headers.reserveCapacity(11)
@@ -298,17 +310,20 @@ final class APNsConnection: ChannelInboundHandler {
         headers.add(name: "apns-topic", value: notification.topic)
         headers.add(name: "apns-priority", value: request.priorityString)
         if let expiration = notification.expiration {
-            headers.add(name: "apns-expiration", value: String(expiration))
+            headers.add(name: "apns-expiration", value: String(expiration), indexing: changing.indexing(.expiration))
         }
-        headers.add(name: "apns-id", value: request.apnsIDString, indexing: .nonIndexable)
+        headers.add(name: "apns-id", value: request.apnsIDString, indexing: changing.indexing(.apnsID))
         headers.add(name: "content-type", value: "application/json")
         return headers
     }
 
     /// The header block of a request other than a device push (a broadcast, a channel management request), encoded
-    /// as ``deviceRequestHeaders(_:authority:authorization:)``: `:path`, `authorization` and the per-request
-    /// `apns-request-id` as literals without indexing, the rest with incremental indexing.
-    static func requestHeaders(_ head: APNsRequestHead, authority: String, authorization: String, hasBody: Bool) -> HPACKHeaders {
+    /// as ``deviceRequestHeaders(_:authority:authorization:changing:)``: `:path` and `authorization` as literals without
+    /// indexing, `apns-expiration` and the per-request `apns-request-id` as the changing headers of a device push
+    /// (``ChangingHeaders``), the rest with incremental indexing.
+    static func requestHeaders(
+        _ head: APNsRequestHead, authority: String, authorization: String, hasBody: Bool, changing: inout ChangingHeaders
+    ) -> HPACKHeaders {
         var headers = HPACKHeaders()
         headers.reserveCapacity(6 + head.headers.count)
         headers.add(name: ":method", value: head.method)
@@ -317,7 +332,13 @@ final class APNsConnection: ChannelInboundHandler {
         headers.add(name: ":authority", value: authority)
         headers.add(name: "authorization", value: authorization, indexing: .nonIndexable)
         for (name, value) in head.headers {
-            headers.add(name: name, value: value, indexing: name == "apns-request-id" ? .nonIndexable : .indexable)
+            let indexing: HPACKIndexing =
+                switch name {
+                case "apns-request-id": changing.indexing(.requestID)
+                case "apns-expiration": changing.indexing(.expiration)
+                default: .indexable
+                }
+            headers.add(name: name, value: value, indexing: indexing)
         }
         if hasBody {
             headers.add(name: "content-type", value: "application/json")
@@ -594,5 +615,32 @@ struct ErrorBody: Decodable {
         } else {
             timestampMilliseconds = nil
         }
+    }
+}
+
+/// Apple's HPACK rule for the headers whose value changes from request to request ("Sending notification requests to
+/// APNs": "Encode the apns-id, apns-expiration, and apns-collapse-id values differently based on whether this is an
+/// initial or subsequent request. The first time you send these headers, encode them with incremental indexing to add
+/// the header fields to the dynamic table. For subsequent requests, encode these headers as literal header fields
+/// without indexing."). A broadcast's `apns-request-id` is new on every request too, and follows the same rule. After
+/// the first request the name is one index into the table (while its entry stays there), and no new value ever
+/// crowds the other entries out of APNs' small table. One per connection: each has its own table.
+struct ChangingHeaders {
+    /// A header whose value changes from request to request.
+    enum Name: Int, CaseIterable {
+        case apnsID
+        case expiration
+        case requestID
+    }
+
+    /// The names sent once on this connection, one bit each.
+    private var sent: UInt8 = 0
+
+    /// How to encode `name` on the next request: with incremental indexing the first time, then without indexing.
+    mutating func indexing(_ name: Name) -> HPACKIndexing {
+        let bit = UInt8(1) << UInt8(name.rawValue)
+        if sent & bit != 0 { return .nonIndexable }
+        sent |= bit
+        return .indexable
     }
 }
