@@ -113,6 +113,18 @@ public struct LiveActivityState: Sendable, Hashable {
         )
     }
 
+    /// The start that subscribes an iPhone on iOS 18 or later to the broadcast channel `channelID`
+    /// (``apnsStartPayload(attributesType:attributes:alert:channelID:)``), or nil when APNs would refuse it for its size
+    /// (413 `PayloadTooLarge`). It is longer than the start the API checks when it accepts a state (the one with
+    /// `input-push-token`) by about the channel id's length, which Apple does not bound ("don't make assumptions on the
+    /// channel ID size"): without it, the phone is sent that checked start, and its activity takes a token of its own.
+    public func apnsChannelStartPayload(
+        attributesType: String, attributes: JSONValue, alert: LiveActivityAlert, channelID: String
+    ) -> APNsLiveActivityPayload? {
+        let payload = apnsStartPayload(attributesType: attributesType, attributes: attributes, alert: alert, channelID: channelID)
+        return payload.byteCount <= Limits.maximumAPNsPayloadBytes ? payload : nil
+    }
+
     /// The FCM data message that starts this state's live update on an Android phone: the `start` event with the
     /// attributes type and attributes and the start's alert, so the app posts the ongoing notification.
     public func fcmStartMessage(

@@ -380,12 +380,11 @@ public final class Dispatcher: Service, Sendable {
                     return Rendition.Start(
                         payload: ByteBuffer(bytes: state.apnsStartPayload(attributesType: start.type, attributes: start.attributes, alert: start.alert).encoded()),
                         fcmMessage: nil,
-                        channelPayload: channelID.map { channelID in
-                            ByteBuffer(
-                                bytes: state.apnsStartPayload(
-                                    attributesType: start.type, attributes: start.attributes, alert: start.alert, channelID: channelID
-                                ).encoded()
-                            )
+                        // Too large with the channel's id, the start goes as the one with `input-push-token` (checked when
+                        // the state was accepted) to every iPhone.
+                        channelPayload: channelID.flatMap { channelID in
+                            state.apnsChannelStartPayload(attributesType: start.type, attributes: start.attributes, alert: start.alert, channelID: channelID)
+                                .map { ByteBuffer(bytes: $0.encoded()) }
                         }
                     )
                 }

@@ -107,4 +107,37 @@ struct LiveActivityStateTests {
         let small = LiveActivityState(activityID: "a", event: .update, sequence: 1, timestamp: 1, contentState: ["note": "ok"])
         #expect(throws: Never.self) { try small.validateRenderings(now: now) }
     }
+
+    @Test("a start into a channel that APNs would refuse for its size is not made; the checked start with a token is sent instead")
+    func channelStartSize() throws {
+        let alert = LiveActivityAlert(title: "Kick-off", body: "Lions – Tigers", sound: "default")
+        let attributes: JSONValue = ["home": "Lions", "away": "Tigers"]
+        let channelID = "dHdpY2UgdGhlIGxlbmd0aCBvZiB0aGUgZXhhbXBsZQ=="
+        func state(padding: Int) -> LiveActivityState {
+            LiveActivityState(
+                activityID: "match-5", event: .update, sequence: 1, timestamp: 1_700_000_000,
+                contentState: ["note": .string(String(repeating: "x", count: padding))]
+            )
+        }
+        func tokenStartBytes(_ state: LiveActivityState) -> Int {
+            state.apnsStartPayload(attributesType: "MatchAttributes", attributes: attributes, alert: alert).byteCount
+        }
+        // Padded so that the start with `input-push-token` is 4 bytes under APNs' limit: the API's check of it passes.
+        let padding = 100 + (Limits.maximumAPNsPayloadBytes - 4 - tokenStartBytes(state(padding: 100)))
+        let large = state(padding: padding)
+        #expect(tokenStartBytes(large) == Limits.maximumAPNsPayloadBytes - 4)
+        #expect(throws: Never.self) {
+            try large.apnsStartPayload(attributesType: "MatchAttributes", attributes: attributes, alert: alert).validate()
+        }
+        // The same start into the channel is longer by about the channel id: APNs would answer 413.
+        let intoChannel = large.apnsStartPayload(attributesType: "MatchAttributes", attributes: attributes, alert: alert, channelID: channelID)
+        #expect(intoChannel.byteCount > Limits.maximumAPNsPayloadBytes)
+        #expect(large.apnsChannelStartPayload(attributesType: "MatchAttributes", attributes: attributes, alert: alert, channelID: channelID) == nil)
+
+        let small = state(padding: 10)
+        let payload = try #require(
+            small.apnsChannelStartPayload(attributesType: "MatchAttributes", attributes: attributes, alert: alert, channelID: channelID)
+        )
+        #expect(payload == small.apnsStartPayload(attributesType: "MatchAttributes", attributes: attributes, alert: alert, channelID: channelID))
+    }
 }
