@@ -34,12 +34,17 @@ public enum Limits {
     public static let maximumDismissalDelaySeconds: Int64 = 4 * 3600
 }
 
-/// Checks identifiers chosen by apps and backends: `[A-Za-z0-9._:-]{1,128}`.
+/// Checks identifiers chosen by apps and backends: `[A-Za-z0-9._:-]{1,128}`, but not `.` or `..`.
+///
+/// An id is a path segment of the API (`/v1/activities/{activityId}`), and `.` and `..` are the dot segments URL
+/// libraries, browsers and curl remove before they send a request (RFC 3986, 5.2.4): an activity called `..` could be
+/// made, by a client that sends the path as it is, and never reached again by one that does not; worse, that one's
+/// `/v1/activities/./deliveries` reads the activity called `deliveries`.
 public enum Identifier {
     /// Whether `value` is a valid identifier.
     public static func isValid(_ value: String) -> Bool {
         let bytes = value.utf8
-        guard !bytes.isEmpty, bytes.count <= Limits.maximumIdentifierLength else { return false }
+        guard !bytes.isEmpty, bytes.count <= Limits.maximumIdentifierLength, value != ".", value != ".." else { return false }
         return bytes.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
@@ -57,7 +62,7 @@ public enum Identifier {
         guard isValid(value) else {
             throw ValidationError(
                 code: "invalid_id",
-                message: "\(field) must be 1 to \(Limits.maximumIdentifierLength) characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'.",
+                message: "\(field) must be 1 to \(Limits.maximumIdentifierLength) characters of A-Z, a-z, 0-9, '.', '_', ':' or '-', and not '.' or '..'.",
                 field: field
             )
         }

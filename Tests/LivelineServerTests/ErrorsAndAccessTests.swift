@@ -114,6 +114,9 @@ struct ErrorsAndAccessTests {
                 ("[1,2]", "malformed_json", nil),
                 ("", "malformed_json", nil),
                 ("{\"contentState\": {\"a\":1},}", "malformed_json", nil),
+                // An integer past 64 bits would reach the phones rounded: refused, not changed.
+                ("{\"contentState\": {\"huge\": 123456789012345678901234567890}}", "malformed_json", nil),
+                ("{\"contentState\": {\"low\": -9223372036854775809}}", "malformed_json", nil),
                 ("{}", "missing_field", "contentState"),
                 ("{\"contentState\": {}, \"priority\": \"10\"}", "invalid_type", "priority"),
                 ("{\"contentState\": {}, \"priority\": 10.5}", "invalid_type", "priority"),
@@ -202,7 +205,10 @@ struct ErrorsAndAccessTests {
         }
     }
 
-    @Test("ids outside [A-Za-z0-9._:-]{1,128} get 422 naming the id", arguments: [
+    @Test("ids outside [A-Za-z0-9._:-]{1,128}, and the dot segments . and .., get 422 naming the id", arguments: [
+        ("/v1/activities/%2E%2E/updates", "activityId"),
+        ("/v1/activities/./updates", "activityId"),
+        ("/v1/activities/ok/instances/%2E/events", "deviceId"),
         ("/v1/activities/order%201234/updates", "activityId"),
         ("/v1/activities/\(String(repeating: "a", count: 129))/updates", "activityId"),
         ("/v1/activities/%C3%A9t%C3%A9/updates", "activityId"),
