@@ -225,7 +225,14 @@ struct JSONParser {
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
         let text = String(decoding: bytes[start..<index], as: UTF8.self)
-        if isInteger, let integer = Int64(text) { return .integer(integer) }
+        if isInteger {
+            // An integer past 64 bits would only fit a double, rounded (123456789012345678901234567890 became
+            // 1.2345678901234568e+29): refused, so that nothing is changed without a word.
+            guard let integer = Int64(text) else {
+                throw JSONParseError(offset: start, reason: "integer out of range (a whole number must fit in 64 bits; send a larger one as a string)")
+            }
+            return .integer(integer)
+        }
         guard let double = Double(text), double.isFinite else { throw JSONParseError(offset: start, reason: "number out of range") }
         return .number(double)
     }

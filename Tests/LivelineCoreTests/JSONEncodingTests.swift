@@ -23,6 +23,17 @@ struct JSONEncodingTests {
         #expect(JSONValue.number(-12.5).encodedString == "-12.5")
     }
 
+    @Test("integers are read exactly within 64 bits, and refused past them rather than rounded to a double")
+    func readingIntegers() throws {
+        #expect(try JSONValue(parsing: "9223372036854775807".utf8) == .integer(.max))
+        #expect(try JSONValue(parsing: "-9223372036854775808".utf8) == .integer(.min))
+        #expect(try JSONValue(parsing: "1E2".utf8) == .number(100))
+        #expect(try JSONValue(parsing: "1.5e300".utf8) == .number(1.5e300))
+        for text in ["9223372036854775808", "-9223372036854775809", "123456789012345678901234567890", "1e999"] {
+            #expect(throws: JSONParseError.self, "\(text)") { try JSONValue(parsing: text.utf8) }
+        }
+    }
+
     @Test("strings are quoted, and escaped only where JSON requires it")
     func strings() throws {
         #expect(text { JSONValue.appendString("device-0000042", to: &$0) } == #""device-0000042""#)
