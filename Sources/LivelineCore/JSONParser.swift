@@ -15,12 +15,17 @@ struct JSONParser {
     private let bytes: [UInt8]
     private var index = 0
     private var depth = 0
+    /// Whether an integer past 64 bits is refused (true) or read as the nearest double (false).
+    private let exactIntegers: Bool
     static let maximumDepth = 256
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    init(_ bytes: [UInt8], exactIntegers: Bool = false) {
+        self.bytes = bytes
+        self.exactIntegers = exactIntegers
+    }
 
-    static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONValue {
-        var parser = JSONParser(bytes)
+    static func parse(_ bytes: [UInt8], exactIntegers: Bool = false) throws(JSONParseError) -> JSONValue {
+        var parser = JSONParser(bytes, exactIntegers: exactIntegers)
         parser.skipWhitespace()
         let value = try parser.parseValue()
         parser.skipWhitespace()
@@ -226,12 +231,12 @@ struct JSONParser {
         }
         let text = String(decoding: bytes[start..<index], as: UTF8.self)
         if isInteger {
-            // An integer past 64 bits would only fit a double, rounded (123456789012345678901234567890 became
-            // 1.2345678901234568e+29): refused, so that nothing is changed without a word.
-            guard let integer = Int64(text) else {
+            if let integer = Int64(text) { return .integer(integer) }
+            // Past 64 bits an integer only fits a double, rounded (123456789012345678901234567890 becomes
+            // 1.2345678901234568e+29). RFC 8259 lets a parser limit the range of numbers.
+            if exactIntegers {
                 throw JSONParseError(offset: start, reason: "integer out of range (a whole number must fit in 64 bits; send a larger one as a string)")
             }
-            return .integer(integer)
         }
         guard let double = Double(text), double.isFinite else { throw JSONParseError(offset: start, reason: "number out of range") }
         return .number(double)
@@ -242,7 +247,10 @@ struct JSONParser {
 
 extension JSONValue {
     /// Parses JSON text strictly (RFC 8259). Throws ``JSONParseError``.
-    public init(parsing bytes: some Sequence<UInt8>) throws(JSONParseError) {
-        self = try JSONParser.parse(Array(bytes))
+    ///
+    /// With `exactIntegers`, an integer past 64 bits is refused instead of read as the nearest double: what the API
+    /// takes from a caller reaches the phones as it was sent, or not at all.
+    public init(parsing bytes: some Sequence<UInt8>, exactIntegers: Bool = false) throws(JSONParseError) {
+        self = try JSONParser.parse(Array(bytes), exactIntegers: exactIntegers)
     }
 }

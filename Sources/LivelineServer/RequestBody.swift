@@ -25,7 +25,7 @@ struct RequestBody {
         }
         let value: JSONValue
         do {
-            value = try JSONValue(parsing: buffer.readableBytesView)
+            value = try JSONValue(parsing: buffer.readableBytesView, exactIntegers: true)
         } catch {
             throw APIError.badRequest("malformed_json", "The request body is not valid JSON: \(error).")
         }

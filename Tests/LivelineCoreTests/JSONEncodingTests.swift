@@ -23,15 +23,17 @@ struct JSONEncodingTests {
         #expect(JSONValue.number(-12.5).encodedString == "-12.5")
     }
 
-    @Test("integers are read exactly within 64 bits, and refused past them rather than rounded to a double")
+    @Test("with exact integers, integers are read exactly within 64 bits and refused past them rather than rounded to a double")
     func readingIntegers() throws {
-        #expect(try JSONValue(parsing: "9223372036854775807".utf8) == .integer(.max))
-        #expect(try JSONValue(parsing: "-9223372036854775808".utf8) == .integer(.min))
-        #expect(try JSONValue(parsing: "1E2".utf8) == .number(100))
-        #expect(try JSONValue(parsing: "1.5e300".utf8) == .number(1.5e300))
+        #expect(try JSONValue(parsing: "9223372036854775807".utf8, exactIntegers: true) == .integer(.max))
+        #expect(try JSONValue(parsing: "-9223372036854775808".utf8, exactIntegers: true) == .integer(.min))
+        #expect(try JSONValue(parsing: "1E2".utf8, exactIntegers: true) == .number(100))
+        #expect(try JSONValue(parsing: "1.5e300".utf8, exactIntegers: true) == .number(1.5e300))
         for text in ["9223372036854775808", "-9223372036854775809", "123456789012345678901234567890", "1e999"] {
-            #expect(throws: JSONParseError.self, "\(text)") { try JSONValue(parsing: text.utf8) }
+            #expect(throws: JSONParseError.self, "\(text)") { try JSONValue(parsing: text.utf8, exactIntegers: true) }
         }
+        // Without, as RFC 8259 reads them: the nearest double.
+        #expect(try JSONValue(parsing: "123456789012345678901234567890".utf8) == .number(1.2345678901234568e29))
     }
 
     @Test("strings are quoted, and escaped only where JSON requires it")
