@@ -60,6 +60,7 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
         try authorize(request)
         // Its one option is in the query; a body that is sent must be a JSON object without members, not ignored.
         try await RequestBody.read(request, allowEmpty: true).allowOnly([])
+        try QueryParameters.refuseUnknown(in: request, allowed: ["leaveChannels"])
         guard let appID = context.parameters.get("appId") else { throw StoreError.appNotFound }
         let leavingChannels: Bool
         switch request.uri.queryParameters["leaveChannels"] {

@@ -60,6 +60,7 @@ struct DeviceRoutes<Context: RequestContext>: Sendable {
 
     @Sendable func devices(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
+        try QueryParameters.refuseUnknown(in: request, allowed: ["userId", "tag", "limit", "cursor"])
         let filter = try Self.filter(request)
         let page = try await store.devices(
             appID: caller.appID, filter: filter, cursor: try PageCursor.query(request, .identifier),

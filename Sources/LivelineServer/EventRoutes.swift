@@ -16,6 +16,7 @@ struct EventRoutes<Context: RequestContext>: Sendable {
     /// without it), at most `limit`. `nextCursor` is always given: poll with it to get only what is newer.
     @Sendable func events(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
+        try QueryParameters.refuseUnknown(in: request, allowed: ["after", "types", "limit"])
         let query = request.uri.queryParameters
         let numbers = store.publicNumbers(appID: caller.appID)
         let after = try PageCursor.counter(request, "after", numbers)

@@ -206,6 +206,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
 
     @Sendable func activities(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
+        try QueryParameters.refuseUnknown(in: request, allowed: ["state", "attributesType", "limit", "cursor"])
         let query = request.uri.queryParameters
         var filter = ActivityFilter()
         if let state = query["state"].map(String.init) {
@@ -226,6 +227,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
 
     @Sendable func instances(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
+        try QueryParameters.refuseUnknown(in: request, allowed: ["limit", "cursor"])
         let activityID = try Self.pathID("activityId", context)
         _ = try await existingActivity(caller, activityID)
         let page = try await store.instances(
@@ -270,6 +272,7 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
 
     @Sendable func deliveries(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
+        try QueryParameters.refuseUnknown(in: request, allowed: ["limit", "cursor"])
         let activityID = try Self.pathID("activityId", context)
         _ = try await existingActivity(caller, activityID)
         // The Store's cursors carry an attempt's id, a counter all apps share; the app sees its own number for it.

@@ -121,6 +121,7 @@ struct WebhookRoutes<Context: RequestContext>: Sendable {
 
     @Sendable func deliveries(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .secret)
+        try QueryParameters.refuseUnknown(in: request, allowed: ["limit", "cursor"])
         let webhook = try await existing(caller, context)
         let numbers = store.publicNumbers(appID: caller.appID)
         let before = try PageCursor.counter(request, "cursor", numbers)

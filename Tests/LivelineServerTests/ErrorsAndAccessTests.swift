@@ -286,3 +286,47 @@ struct ErrorsAndAccessTests {
         }
     }
 }
+
+@Suite("Query parameters")
+struct QueryParameterTests {
+    @Test("every route the OpenAPI document gives query parameters refuses one it does not take (400 unknown_parameter), before anything else")
+    func unknownParametersRefused() async throws {
+        let document = try JSONValue(parsing: Array(LivelineApplication.openAPIDocument.utf8))
+        let paths = try #require(document.objectValue?["paths"]?.objectValue)
+        let parameters = document.objectValue?["components"]?.objectValue?["parameters"]?.objectValue ?? [:]
+        var routes: [(method: HTTPRequest.Method, path: String)] = []
+        for (path, item) in paths {
+            for (method, operation) in item.objectValue ?? [:] {
+                guard let method = HTTPRequest.Method(method.uppercased()), ["GET", "PUT", "POST", "DELETE", "PATCH"].contains(method.rawValue)
+                else { continue }
+                let declared = (operation.objectValue?["parameters"]?.arrayValue ?? []).map { parameter -> JSONValue in
+                    guard case .string(let reference)? = parameter.objectValue?["$ref"] else { return parameter }
+                    return parameters[String(reference.split(separator: "/").last ?? "")] ?? parameter
+                }
+                guard declared.contains(where: { $0.objectValue?["in"] == "query" }) else { continue }
+                // Any id: the query is checked before the path's ids are looked up.
+                let concrete = path.split(separator: "/").map { $0.hasPrefix("{") ? "x1" : String($0) }.joined(separator: "/")
+                routes.append((method, "/" + concrete))
+            }
+        }
+        #expect(routes.count == 7, "\(routes)")
+        let found = routes
+        let adminToken = "admin-token-0123456789abcdef"
+        try await withLiveline(adminToken: adminToken) { api, store in
+            let app = try await createApp(store)
+            for route in found {
+                let key = route.path.hasPrefix("/admin/") ? adminToken : app.secretKey
+                let reply = try await api.call(route.method, route.path + "?bogus=1", key: key)
+                #expect(reply.status == .badRequest, "\(route)")
+                #expect(reply.errorCode == "unknown_parameter", "\(route): \(reply.json)")
+                #expect(reply.errorField == "bogus", "\(route)")
+            }
+            // A misspelt filter is refused, never read as no filter at all.
+            let misspelt = try await api.call(.get, "/v1/devices?user_id=user-42", key: app.secretKey)
+            #expect(misspelt.errorCode == "unknown_parameter")
+            #expect(misspelt.errorField == "user_id")
+            #expect(try await api.call(.get, "/v1/devices?userId=user-42&limit=5", key: app.secretKey).status == .ok)
+            #expect(try await api.call(.get, "/v1/activities?state=active&attributesType=MatchAttributes&limit=5", key: app.secretKey).status == .ok)
+        }
+    }
+}
