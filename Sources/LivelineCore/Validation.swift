@@ -41,10 +41,16 @@ public enum Limits {
 /// made, by a client that sends the path as it is, and never reached again by one that does not; worse, that one's
 /// `/v1/activities/./deliveries` reads the activity called `deliveries`.
 public enum Identifier {
-    /// Whether `value` is a valid identifier.
+    /// Whether `value` is a valid identifier: ``isWellFormed(_:)``, and not `.` or `..`.
     public static func isValid(_ value: String) -> Bool {
+        isWellFormed(value) && value != "." && value != ".."
+    }
+
+    /// Whether `value` is 1 to 128 characters of `A-Z a-z 0-9 . _ : -`, dot segments included: the form of a position
+    /// among ids (a page cursor's key), which may be one made before the dot segments were refused.
+    public static func isWellFormed(_ value: String) -> Bool {
         let bytes = value.utf8
-        guard !bytes.isEmpty, bytes.count <= Limits.maximumIdentifierLength, value != ".", value != ".." else { return false }
+        guard !bytes.isEmpty, bytes.count <= Limits.maximumIdentifierLength else { return false }
         return bytes.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),

@@ -9,7 +9,8 @@ import LivelineStore
 enum PageCursor {
     /// What the encoded key is.
     enum Key {
-        /// An activity or device id: `[A-Za-z0-9._:-]{1,128}`.
+        /// An activity or device id: `[A-Za-z0-9._:-]{1,128}` (``Identifier/isWellFormed(_:)``: `.` and `..` included, as the
+        /// document's `Cursor` pattern has them, and as ids made before they were refused may be).
         case identifier
         /// A delivery's sequence number: `[1-9][0-9]{0,17}`.
         case sequence
@@ -27,7 +28,7 @@ enum PageCursor {
     static func isValid(_ decoded: [UInt8], _ key: Key) -> Bool {
         switch key {
         case .identifier:
-            return Identifier.isValid(String(decoding: decoded, as: UTF8.self))
+            return Identifier.isWellFormed(String(decoding: decoded, as: UTF8.self))
         case .sequence:
             guard let first = decoded.first, (UInt8(ascii: "1")...UInt8(ascii: "9")).contains(first), decoded.count <= 18 else { return false }
             return decoded.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }

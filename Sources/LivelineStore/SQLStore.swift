@@ -874,7 +874,7 @@ public final class SQLStore: Store, DispatchStore {
         var base64 = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while base64.count % 4 != 0 { base64 += "=" }
         guard cursor.utf8.count <= 256, let data = Data(base64Encoded: base64), let key = String(data: data, encoding: .utf8),
-            Identifier.isValid(key)
+            Identifier.isWellFormed(key)
         else { throw StoreError.invalidCursor }
         return key
     }

@@ -118,7 +118,8 @@ struct ContractTests {
         var generator = SystemRandomNumberGenerator()
         let identifierCharacters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
         let cursorCharacters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/.")
-        var identifierCursors = ["", "MA", "YQ", "YR", "YQ==", "YWI", "YWJ", "YWJj", "YWJjZ", "LTE", "MDE", base64url(String(repeating: "a", count: 129))]
+        // "Lg" and "Li4" are the dot segments, . and .., ids no longer take but positions among ids still are.
+        var identifierCursors = ["", "Lg", "Li4", "MA", "YQ", "YR", "YQ==", "YWI", "YWJ", "YWJj", "YWJjZ", "LTE", "MDE", base64url(String(repeating: "a", count: 129))]
         var sequenceCursors = ["", "MA", "MQ", "MR", "MTA", "LTE", "MDE", base64url("999999999999999999"), base64url("1000000000000000000")]
         for _ in 0..<300 {
             let length = [1, 2, 3, 4, 5, 127, 128].randomElement(using: &generator)!

@@ -108,7 +108,8 @@ const native: NativeLiveline =
     },
   }) as NativeLiveline);
 
-const ID = /^[A-Za-z0-9._:-]{1,128}$/;
+// 1 to 128 of A-Z a-z 0-9 . _ : -, but not the dot segments . and .. (URL libraries remove them from a path).
+const ID = /^(?!\.{1,2}$)[A-Za-z0-9._:-]{1,128}$/;
 
 let emitter: NativeEventEmitter | undefined;
 function events(): NativeEventEmitter {

@@ -45,8 +45,8 @@ object LivelineContract {
 
     private val identifier = Regex("^[A-Za-z0-9._:-]{1,$MAXIMUM_ID_LENGTH}$")
 
-    /** Whether [value] is an id the server accepts: 1 to 128 of `A-Z a-z 0-9 . _ : -`. */
-    fun isValidId(value: String): Boolean = identifier.matches(value)
+    /** Whether [value] is an id the server accepts: 1 to 128 of `A-Z a-z 0-9 . _ : -`, and not `.` or `..`. */
+    fun isValidId(value: String): Boolean = identifier.matches(value) && value != "." && value != ".."
 
     /** Whether an FCM message is meant for Liveline (it carries [KEY_ACTIVITY_ID]); other messages are the app's. */
     fun isLivelineMessage(data: Map<String, String>): Boolean = data.containsKey(KEY_ACTIVITY_ID)
