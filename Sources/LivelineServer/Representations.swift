@@ -29,6 +29,7 @@ enum Representation {
             "lastEvent": optional(record.event?.rawValue),
             "lastAcceptedAt": date(record.sequenceAt),
             "alert": record.alert?.json ?? .null,
+            "startAlert": record.startAlert?.json ?? .null,
             "staleDate": epoch(record.staleDate),
             "relevanceScore": record.relevanceScore.map(JSONValue.number) ?? .null,
             "priority": record.priority.map { .integer(Int64($0)) } ?? .null,

@@ -42,6 +42,10 @@ struct StartAPITests {
             #expect(read["instances"]?.objectValue?["starting"] == .integer(2))
             #expect(read["attributesType"] == "MatchAttributes")
             #expect(read["unconfirmed"]?.objectValue?["count"] == .integer(0))
+            // The start's alert is the activity's startAlert; its sequence is the state phones already watching get, as an
+            // update without one.
+            #expect(read["startAlert"] == ["title": "Kick-off", "body": "Lions – Tigers"])
+            #expect(read["alert"] == .null)
 
             // The iPhone's app registers the activity's own token.
             let confirmed = try await api.json(
