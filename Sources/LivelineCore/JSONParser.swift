@@ -8,6 +8,8 @@ public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible
     public var offset: Int
     /// What was wrong.
     public var reason: String
+    /// Whether the text is JSON and only an integer in it is past 64 bits (``JSONValue/init(parsing:exactIntegers:)``).
+    public var integerOutOfRange = false
     public var description: String { "\(reason) at byte \(offset)" }
 }
 
@@ -235,7 +237,10 @@ struct JSONParser {
             // Past 64 bits an integer only fits a double, rounded (123456789012345678901234567890 becomes
             // 1.2345678901234568e+29). RFC 8259 lets a parser limit the range of numbers.
             if exactIntegers {
-                throw JSONParseError(offset: start, reason: "integer out of range (a whole number must fit in 64 bits; send a larger one as a string)")
+                throw JSONParseError(
+                    offset: start, reason: "integer out of range (a whole number must fit in 64 bits; send a larger one as a string)",
+                    integerOutOfRange: true
+                )
             }
         }
         guard let double = Double(text), double.isFinite else { throw JSONParseError(offset: start, reason: "number out of range") }

@@ -26,6 +26,12 @@ struct RequestBody {
         let value: JSONValue
         do {
             value = try JSONValue(parsing: buffer.readableBytesView, exactIntegers: true)
+        } catch where error.integerOutOfRange {
+            // JSON, and schema-valid wherever any JSON is: refused for a limit of Liveline's, as 422.
+            throw ValidationError(
+                code: "integer_out_of_range",
+                message: "The request body holds an integer past 64 bits (\(error)): it would reach the phones rounded. Send a larger one as a string."
+            )
         } catch {
             throw APIError.badRequest("malformed_json", "The request body is not valid JSON: \(error).")
         }
