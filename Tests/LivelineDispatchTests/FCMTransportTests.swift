@@ -34,6 +34,16 @@ struct FCMTransportTests {
         /// every core busy (under such load a 10 s connect to the emulator once timed out, in CI).
         static let clientConfiguration = FCMClient.Configuration(requestTimeout: .seconds(60), connectTimeout: .seconds(60))
 
+        /// Stores the app's FCM credentials (the emulator's service account), as `PUT …/credentials/fcm` does.
+        func saveCredentials() async throws {
+            try await store.saveCredentials(try credentials.stored(appID: appID, sealer: sealer, at: clock.now))
+        }
+
+        /// The directory's Android transport for the app, which must have credentials.
+        func androidTransport() async throws -> any PushTransport {
+            try #require(try await directory.transport(appID: appID, platform: .android))
+        }
+
         func push(to token: String, sequence: Int64, body: [UInt8]? = nil) -> OutgoingPush {
             let message = FCMLiveUpdateMessage(
                 activityID: "order-1234", event: .update, sequence: sequence, timestamp: Int64(clock.now.timeIntervalSince1970),
@@ -131,11 +141,9 @@ struct FCMTransportTests {
     func outcomes() async throws {
         try await Self.withEnvironment { environment in
             #expect(try await environment.directory.transport(appID: environment.appID, platform: .android) == nil)
-            try await environment.store.saveCredentials(
-                try environment.credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
-            )
+            try await environment.saveCredentials()
             #expect(try await environment.directory.transport(appID: environment.appID, platform: .ios) == nil)
-            let transport = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            let transport = try await environment.androidTransport()
 
             let token = environment.emulator.addDevice(projectID: environment.projectID)
             let delivered = await transport.send(environment.push(to: token, sequence: 1))
@@ -174,10 +182,8 @@ struct FCMTransportTests {
     @Test("an iOS or web registration token is that push's refusal (THIRD_PARTY_AUTH_ERROR), with no new access token; the other phones are sent to")
     func thirdPartyAuthError() async throws {
         try await Self.withEnvironment { environment in
-            try await environment.store.saveCredentials(
-                try environment.credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
-            )
-            let transport = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            try await environment.saveCredentials()
+            let transport = try await environment.androidTransport()
             let iPhone = environment.emulator.addDevice(projectID: environment.projectID, platform: .ios)
             let pixel = environment.emulator.addDevice(projectID: environment.projectID)
             #expect(await transport.send(environment.push(to: iPhone, sequence: 1)) == .rejected(reason: "THIRD_PARTY_AUTH_ERROR", providerID: nil))
@@ -216,11 +222,9 @@ struct FCMTransportTests {
     @Test("forgetting a deleted app closes its client; a later ask builds a new one, with an access token of its own")
     func forgetClosesTheClient() async throws {
         try await Self.withEnvironment { environment in
-            try await environment.store.saveCredentials(
-                try environment.credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
-            )
+            try await environment.saveCredentials()
             let token = environment.emulator.addDevice(projectID: environment.projectID)
-            let first = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            let first = try await environment.androidTransport()
             guard case .delivered = await first.send(environment.push(to: token, sequence: 1)) else {
                 Issue.record("the first push was not delivered")
                 return
@@ -232,7 +236,7 @@ struct FCMTransportTests {
                 return
             }
             #expect(reason.contains("shut down"))
-            let next = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            let next = try await environment.androidTransport()
             guard case .delivered = await next.send(environment.push(to: token, sequence: 2)) else {
                 Issue.record("the new client's push was not delivered")
                 return
@@ -244,11 +248,9 @@ struct FCMTransportTests {
     @Test("after notices may have been missed, the client of an app gone from the Store is closed, and not before")
     func forgetDeletedApps() async throws {
         try await Self.withEnvironment { environment in
-            try await environment.store.saveCredentials(
-                try environment.credentials.stored(appID: environment.appID, sealer: environment.sealer, at: environment.clock.now)
-            )
+            try await environment.saveCredentials()
             let token = environment.emulator.addDevice(projectID: environment.projectID)
-            let transport = try #require(try await environment.directory.transport(appID: environment.appID, platform: .android))
+            let transport = try await environment.androidTransport()
             await environment.directory.forgetDeletedApps()
             guard case .delivered = await transport.send(environment.push(to: token, sequence: 1)) else {
                 Issue.record("the client of an app still in the Store was closed")
