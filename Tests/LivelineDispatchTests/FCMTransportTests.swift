@@ -204,18 +204,28 @@ struct FCMTransportTests {
             let account = try FCMServiceAccount(json: environment.credentials.serviceAccountJSON)
             let client = try FCMClient(
                 serviceAccount: account,
-                configuration: .init(baseURL: try #require(environment.emulator.baseURL), requestTimeout: .seconds(60), connectTimeout: .seconds(2)),
+                configuration: .init(baseURL: try #require(environment.emulator.baseURL), requestTimeout: .seconds(60), connectTimeout: .seconds(3)),
                 now: { [clock = environment.clock] in clock.now }
             )
-            let outcome = await FCMPushTransport(client: client).send(environment.push(to: "t", sequence: 1))
-            await client.shutdown()
-            guard case .retryable(let reason, _, _) = outcome else {
-                Issue.record("expected a retryable outcome, got \(outcome)")
-                return
+            // On a loaded machine a handshake may outlast the 3 s connect timeout, and that send's reason is the timeout
+            // (CI saw it once); a send is tried again until one handshake fails on the certificate in time.
+            let transport = FCMPushTransport(client: client)
+            var reasons: [String] = []
+            for sequence: Int64 in 1...8 {
+                let outcome = await transport.send(environment.push(to: "t", sequence: sequence))
+                guard case .retryable(let reason, _, _) = outcome else {
+                    Issue.record("expected a retryable outcome, got \(outcome)")
+                    break
+                }
+                reasons.append(reason)
+                if reason.contains("CERTIFICATE_VERIFY_FAILED") { break }
             }
-            #expect(reason.contains("CERTIFICATE_VERIFY_FAILED"), "\(reason)")
-            #expect(!reason.contains(".build"), "\(reason)")
-            #expect(!reason.contains(" at /"), "\(reason)")
+            await client.shutdown()
+            #expect(reasons.last?.contains("CERTIFICATE_VERIFY_FAILED") == true, "\(reasons)")
+            for reason in reasons {
+                #expect(!reason.contains(".build"), "\(reason)")
+                #expect(!reason.contains(" at /"), "\(reason)")
+            }
         }
     }
 
