@@ -43,7 +43,8 @@ public enum InstanceState: String, Sendable, Hashable, CaseIterable, Codable {
     case dismissed
     /// The Live Activity ended on the device.
     case ended
-    /// APNs or FCM rejected the token; a new token makes the instance active again.
+    /// APNs or FCM rejected the token; the phone registering a token (a new one, or the same one again) makes the instance
+    /// active again.
     case invalidated
 
     /// Whether pushes go to an instance in this state (a `starting` iPhone receives only its start).
@@ -69,7 +70,8 @@ extension InstanceState {
     ///
     /// - A dismissal is final: nothing but another dismissal changes a dismissed instance.
     /// - An ended instance stays ended, except that the user may still dismiss it.
-    /// - A new token revives an invalidated instance, and only that.
+    /// - A token registered (a new one, or the refused one again: the phone vouches for it) revives an invalidated
+    ///   instance, and only that.
     /// - A remotely started instance is confirmed (becomes active) when the phone registers its token, and is
     ///   invalidated when the push service refuses the token its start went to.
     public func applying(_ event: InstanceEvent) -> InstanceState {

@@ -7,7 +7,8 @@ public enum LifecycleEventType: String, Sendable, Hashable, CaseIterable, Codabl
     case activityUpdated = "activity.updated"
     /// The activity ended: by the backend, by Liveline at the end of its lifetime, or when all its instances were gone.
     case activityEnded = "activity.ended"
-    /// A phone registered an instance (or confirmed a remote start by registering its own token or channel).
+    /// A phone registered an instance (or confirmed a remote start by registering its own token or channel, or registered
+    /// again the token the push service had refused).
     case instanceRegistered = "instance.registered"
     /// A phone registered a new push token for its instance.
     case instanceTokenRotated = "instance.token_rotated"
@@ -15,7 +16,8 @@ public enum LifecycleEventType: String, Sendable, Hashable, CaseIterable, Codabl
     case instanceDismissed = "instance.dismissed"
     /// The phone reported that the Live Activity ended on it.
     case instanceEnded = "instance.ended"
-    /// The push service refused the instance's token: it gets nothing more until the phone registers a new one.
+    /// The push service refused the instance's token: it gets nothing more until the phone registers a token
+    /// again (a new one, or the same one).
     case instanceInvalidated = "instance.invalidated"
     /// A remote start was delivered but the phone has not registered its instance within the confirmation time.
     case instanceStartUnconfirmed = "instance.start_unconfirmed"

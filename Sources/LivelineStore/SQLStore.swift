@@ -414,9 +414,15 @@ public final class SQLStore: Store, DispatchStore {
             // token of a remote start), and a token replaces it.
             let tokenChanged = instance.pushToken != r.pushToken || instance.channelID != r.channelID
             let wasStarting = instance.state == .starting
-            // A new token, or the phone confirming a remotely started instance (an Android phone registers the FCM token
-            // its start went to).
-            let newState = tokenChanged || wasStarting ? instance.state.applying(.tokenRegistered) : instance.state
+            // The push service refused the token, and the phone registers it again: it vouches for it (Apple: stop
+            // sending "until the device registers a token with a later timestamp"), as for a dropped push-to-start
+            // token. A refusal that was not the token's fault (a build of the app on APNs' other environment, the
+            // service's `BadDeviceToken`) so heals when the phones next register.
+            let reRegistered = instance.state == .invalidated
+            // A new token, the phone confirming a remotely started instance (an Android phone registers the FCM token
+            // its start went to), or a refused token registered again.
+            let registered = tokenChanged || wasStarting || reRegistered
+            let newState = registered ? instance.state.applying(.tokenRegistered) : instance.state
             guard tokenChanged || instance.userID != newUserID || newState != instance.state else {
                 return RegistrationResult(change: .unchanged, instance: instance)
             }
@@ -441,14 +447,16 @@ public final class SQLStore: Store, DispatchStore {
                  .text(r.appID), .text(r.activityID), .text(r.deviceID)]
             )
             let behind = instance.deliveredSequence < Int64(activity?.column("sequence")?.integer ?? 0)
-            let needsDelivery = (tokenChanged || wasStarting) && newState.receivesPushes && behind && r.channelID == nil
+            let needsDelivery = registered && newState.receivesPushes && behind && r.channelID == nil
             if needsDelivery { try Self.markPending(appID: r.appID, activityID: r.activityID, in: db) }
-            // A remote start confirmed is the phone's first registration; a new token on a watching instance, a rotation.
-            if wasStarting || tokenChanged {
+            // A remote start confirmed is the phone's first registration; a new token on a watching instance, a rotation;
+            // a refused token registered again, a registration.
+            if registered {
                 try Self.record(
                     NewEvent(
-                        wasStarting ? .instanceRegistered : .instanceTokenRotated, appID: r.appID, activityID: r.activityID,
-                        deviceID: r.deviceID, data: Self.registrationData(r, confirmedStart: wasStarting)
+                        tokenChanged && !wasStarting ? .instanceTokenRotated : .instanceRegistered,
+                        appID: r.appID, activityID: r.activityID, deviceID: r.deviceID,
+                        data: Self.registrationData(r, confirmedStart: wasStarting)
                     ),
                     at: now, on: db
                 )

@@ -314,6 +314,32 @@ struct DeliveryProgressTests {
         }
     }
 
+    @Test("the phone registering its refused token again revives the instance, which is caught up; once active, the same registration changes nothing", arguments: StoreKind.available)
+    func refusedTokenRegisteredAgain(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            _ = try await store.registerInstance(registration("d1", token: "aa1"), at: t0)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["n": 1]), at: t0)
+            // APNs answered BadDeviceToken (say, the pushes went to its other environment).
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "order-1", invalidated: [PushedInstance(deviceID: "d1", token: "aa1", sequence: 1)]),
+                at: t0
+            )
+            let refused = try await store.registerInstance(registration("d1", token: "aa1"), at: t0.addingTimeInterval(1))
+            #expect(refused.change == .updated)
+            #expect(refused.instance.state == .active)
+            #expect(refused.needsDelivery)
+            let pending = try await store.pendingInstances(appID: "app_test", activityID: "order-1", below: 1, platforms: [.ios], after: nil, limit: 10)
+            #expect(pending.map(\.pushToken) == ["aa1"])
+            let events = try await store.events(appID: "app_test", after: nil, types: [.instanceRegistered, .instanceTokenRotated], limit: 10)
+            #expect(events.map(\.type) == [.instanceRegistered, .instanceRegistered])
+            // Active again: the same registration is the idempotent one.
+            let again = try await store.registerInstance(registration("d1", token: "aa1"), at: t0.addingTimeInterval(2))
+            #expect(again.change == .unchanged)
+            #expect(!again.needsDelivery)
+        }
+    }
+
     @Test("the delivery timeline drops attempts past the retention and keeps only the newest per activity", arguments: StoreKind.available)
     func timelineRetention(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
