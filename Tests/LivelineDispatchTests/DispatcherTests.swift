@@ -3,6 +3,7 @@ import LivelineCore
 import LivelineDispatch
 import LivelineStore
 import LivelineTestSupport
+import Logging
 import NIOCore
 import Testing
 
@@ -94,9 +95,9 @@ func fastConfiguration() -> DispatcherConfiguration {
 /// Runs a dispatcher while `body` runs, then stops it.
 func whileDispatching<T>(
     _ store: SQLStore, _ transport: ScriptedTransport, configuration: DispatcherConfiguration = fastConfiguration(),
-    _ body: (Dispatcher) async throws -> T
+    logger: Logger = Logger(label: "liveline.dispatch"), _ body: (Dispatcher) async throws -> T
 ) async throws -> T {
-    let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration)
+    let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration, logger: logger)
     let task = Task { try await dispatcher.run() }
     defer { task.cancel() }
     let result = try await body(dispatcher)

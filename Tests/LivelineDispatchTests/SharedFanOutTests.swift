@@ -26,8 +26,12 @@ struct SharedFanOutTests {
             // Slow enough that one engine cannot send every slice before the other looks.
             let first = ScriptedTransport(delay: .milliseconds(2))
             let second = ScriptedTransport(delay: .milliseconds(2))
-            try await whileDispatching(store, first, configuration: slicing(100)) { (one: Dispatcher) async throws in
-                try await whileDispatching(store, second, configuration: slicing(100)) { (_: Dispatcher) async throws in
+            // Both engines have started (and taken back the claims on the store, as an engine on SQLite does at its
+            // start) before the update arrives.
+            let starts = EngineStarts()
+            try await whileDispatching(store, first, configuration: slicing(100), logger: starts.logger()) { (one: Dispatcher) async throws in
+                try await whileDispatching(store, second, configuration: slicing(100), logger: starts.logger()) { (_: Dispatcher) async throws in
+                    #expect(try await eventually { starts.count == 2 })
                     _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
                     one.wake()
                     #expect(try await eventually { try await allCaughtUp(store, "match") })

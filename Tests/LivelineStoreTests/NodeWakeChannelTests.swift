@@ -50,16 +50,20 @@ struct NodeWakeChannelTests {
             })
 
             // Every connection to the database is cut (as a restart of PostgreSQL does).
+            heardByA.clear()
+            heardByB.clear()
             let killer = try await PostgresConnection.connect(configuration: try database.configuration(), id: 99, logger: PostgresTestServer.logger)
             _ = try await killer.query(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
                 logger: PostgresTestServer.logger
             )
             try await killer.close()
-            // Each node wakes its own engine once for what it may have missed, after a pause, and then rests.
-            try await Task.sleep(for: .seconds(3))
-            // Once listening again, A reads the apps again: the notices sent meanwhile were not heard.
-            #expect(noticesToA.withLock { $0 } == [.mayHaveMissed], "\(noticesToA.withLock { $0 })")
+            // Each node wakes its own engine once for what it may have missed, after a pause (a second, or more on a
+            // loaded machine), and then rests. Once listening again, A reads the apps again: the notices sent meanwhile
+            // were not heard.
+            #expect(try await eventually {
+                noticesToA.withLock { $0 } == [.mayHaveMissed] && heardByA.all.contains(.anotherNode) && heardByB.all.contains(.anotherNode)
+            }, "\(noticesToA.withLock { $0 }), \(heardByA.all), \(heardByB.all)")
             heardByA.clear()
             heardByB.clear()
             try await Task.sleep(for: .seconds(1))
