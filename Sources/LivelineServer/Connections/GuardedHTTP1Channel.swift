@@ -39,6 +39,7 @@ struct GuardedHTTP1Channel: ServerChildChannel {
             let operations = channel.pipeline.syncOperations
             let decoder = try operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self)
             try operations.addHandler(ContinueHandler(), position: .after(decoder.handler))
+            try operations.addHandler(ConnectionPersistenceHandler(), position: .after(decoder.handler))
             return value
         }
     }
@@ -114,6 +115,61 @@ final class ContinueHandler: ChannelDuplexHandler, RemovableChannelHandler {
     static func expectsContinue(_ head: HTTPRequestHead) -> Bool {
         guard head.version.major > 1 || (head.version.major == 1 && head.version.minor >= 1) else { return false }
         return head.headers[canonicalForm: "expect"].contains { $0.lowercased() == "100-continue" }
+    }
+}
+
+/// Closes the connection after the answer to a request that does not keep it open (RFC 9112, section 9.3): an HTTP/1.0
+/// request without the `keep-alive` connection option, or any request with `close` among its `Connection` options, in
+/// any case. Hummingbird keeps a connection open unless the header is exactly `close`, and an HTTP/1.0 client that reads
+/// its answer to the close waited for the idle timeout. That answer says `Connection: close` (section 9.6), and bytes
+/// pipelined after such a request are neither read nor answered: the server "SHOULD NOT process further requests
+/// received on that connection".
+final class ConnectionPersistenceHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    /// Whether each request whose answer has not ended keeps the connection open, oldest first.
+    private var keepsConnection: [Bool] = []
+    /// A request that does not keep the connection has arrived whole: nothing after it is read.
+    private var lastRequestRead = false
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !lastRequestRead else { return }
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            keepsConnection.append(head.isKeepAlive)
+        case .body:
+            break
+        case .end:
+            if keepsConnection.last == false { lastRequestRead = true }
+        }
+        context.fireChannelRead(data)
+    }
+
+    /// Bytes after such a request are not read: the decoder's complaint about them ("data received after completed
+    /// connection: close message") is not an error to answer.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard lastRequestRead, error is HTTPParserError else { return context.fireErrorCaught(error) }
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(var head) where head.status.code >= 200 && keepsConnection.first == false:
+            head.headers.replaceOrAdd(name: "connection", value: "close")
+            context.write(wrapOutboundOut(.head(head)), promise: promise)
+        case .end where !keepsConnection.isEmpty:
+            let keeps = keepsConnection.removeFirst()
+            guard !keeps else { return context.write(data, promise: promise) }
+            // The answer's end is written (and flushed by its writer); then the connection is closed.
+            let written = promise ?? context.eventLoop.makePromise()
+            let channel = context.channel
+            written.futureResult.whenComplete { _ in channel.close(promise: nil) }
+            context.write(data, promise: written)
+        default:
+            context.write(data, promise: promise)
+        }
     }
 }
 
