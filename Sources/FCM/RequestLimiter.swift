@@ -34,6 +34,9 @@ final class RequestLimiter: Sendable {
 
     private let state: Mutex<State>
 
+    /// How many callers wait for a place now (for tests).
+    var waiting: Int { state.withLock { $0.waiters.count } }
+
     /// A limiter letting `limit` (at least 1) requests through at once.
     init(limit: Int) {
         state = Mutex(State(available: max(1, limit)))

@@ -18,6 +18,9 @@ final class WakeSignal: Sendable {
 
     private let state = NIOLockedValueBox(State())
 
+    /// How many ``wait()`` calls are waiting now (for tests, which start waiters and wake them).
+    var waiting: Int { state.withLockedValue { $0.waiters.count } }
+
     /// Wakes every waiting worker, or the next one to wait.
     func wake() {
         let waiters: [CheckedContinuation<Void, Never>] = state.withLockedValue { state in

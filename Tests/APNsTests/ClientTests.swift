@@ -534,7 +534,7 @@ struct ClientTests {
             #expect(error?.description.contains("did not answer") == true, "\(String(describing: error))")
             let elapsed = ContinuousClock.now - start
             #expect(elapsed >= .milliseconds(500))
-            #expect(elapsed < .seconds(10))
+            #expect(elapsed < .seconds(30))
             // The server saw the stream reset.
             try await server.wait(for: "stream reset") { $0.connections.values.first?.openStreams == 0 }
 
@@ -648,7 +648,7 @@ struct ClientTests {
     @Test("an idle connection is checked with PING and kept")
     func keepalive() async throws {
         try await withServerAndClient(
-            configuration: .init(connections: 1, idlePingInterval: .milliseconds(100), pingTimeout: .seconds(5))
+            configuration: .init(connections: 1, idlePingInterval: .milliseconds(100), pingTimeout: .seconds(60))
         ) { server, client in
             _ = try await client.send(makeNotification())
             try await server.wait(for: "PINGs") { ($0.connections.values.first?.pings ?? 0) >= 2 }

@@ -35,7 +35,7 @@ struct RequestLimiterTests {
                 entered.withLock { $0.append(index) }
             })
             // Each one waits in the queue before the next arrives.
-            try await Task.sleep(for: .milliseconds(20))
+            try await eventually { limiter.waiting == index + 1 }
         }
         #expect(entered.withLock { $0 }.isEmpty)
         for released in 1...5 {

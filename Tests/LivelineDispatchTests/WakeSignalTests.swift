@@ -5,6 +5,14 @@ import Testing
 /// The idle engine's wake-up: waiting never spins, a cancelled wait leaves the others alone.
 @Suite("Wake signal")
 struct WakeSignalTests {
+    /// Returns once `count` waits are waiting on `signal` (a waiter task may start late on a loaded machine; a wake
+    /// before it waits would not be for it), or after 60 s.
+    static func waitUntil(_ signal: WakeSignal, waiting count: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while signal.waiting < count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(signal.waiting == count)
+    }
+
     /// Whether `body` finishes within `seconds`.
     static func finishes(within seconds: Double, _ body: @escaping @Sendable () async -> Void) async -> Bool {
         await withTaskGroup(of: Bool.self) { group in
@@ -64,10 +72,10 @@ struct WakeSignalTests {
     }
 
     @Test("one wake lets every waiting worker go")
-    func wakesEveryWaiter() async {
+    func wakesEveryWaiter() async throws {
         let signal = WakeSignal()
         let waiters = (0..<4).map { _ in Task { await signal.wait() } }
-        try? await Task.sleep(for: .milliseconds(100))
+        try await Self.waitUntil(signal, waiting: 4)
         signal.wake()
         for waiter in waiters {
             #expect(await Self.finishes(within: 5) { await waiter.value })
@@ -82,12 +90,12 @@ struct WakeSignalTests {
             await signal.wait()
             await woken.add(1)
         }
-        try await Task.sleep(for: .milliseconds(50))
+        try await Self.waitUntil(signal, waiting: 1)
         let second = Task {
             await signal.wait()
             await woken.add(2)
         }
-        try await Task.sleep(for: .milliseconds(50))
+        try await Self.waitUntil(signal, waiting: 2)
         signal.wakeOne()
         await first.value
         try await Task.sleep(for: .milliseconds(200))

@@ -123,13 +123,13 @@ struct DatabaseStartupTests {
             )
         }
         let waited = started.duration(to: .now)
-        #expect(waited >= .seconds(2) && waited < .seconds(10))
+        #expect(waited >= .seconds(2) && waited < .seconds(25))
         let again = ContinuousClock.now
-        // The one-shot commands open without waiting.
+        // The one-shot commands open without waiting (a refused connection fails in milliseconds; the wait would be 30 s).
         await #expect(throws: PostgresFailure.self) {
             try await LivelineApplication.openStore(try Self.configuration(url, port: port, wait: .seconds(30)), logger: Logger(label: "test"))
         }
-        #expect(again.duration(to: .now) < .seconds(2))
+        #expect(again.duration(to: .now) < .seconds(15))
     }
 
     @Test("a database that does not exist fails at once, whatever the wait")

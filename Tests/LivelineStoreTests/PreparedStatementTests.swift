@@ -159,7 +159,10 @@ struct PreparedStatementTests {
             #expect(try preparedCount(db) == 1)
             // The connection's own backend ends it, as a server restart would.
             _ = try? db.query("SELECT pg_terminate_backend(pg_backend_pid())", [])
-            Thread.sleep(forTimeInterval: 0.3)
+            // The client sees the end a moment later (longer on a loaded machine).
+            let deadline = Date().addingTimeInterval(20)
+            while !db.isConnectionLost, Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+            #expect(db.isConnectionLost)
             try db.reconnectIfNeeded()
             #expect(try db.query("SELECT ? AS n", [.integer(8)]).first?.column("n")?.integer == 8)
             #expect(try db.query("SELECT ? AS n", [.integer(9)]).first?.column("n")?.integer == 9)

@@ -320,6 +320,9 @@ final class PostgresHandle: SQLConnection {
         sentOnce = []
     }
 
+    /// Whether the connection has been lost (or was never made): the next ``reconnectIfNeeded()`` opens a new one.
+    var isConnectionLost: Bool { connection?.isClosed ?? true }
+
     /// Opens the connection again if the server closed it. Call it only outside a transaction.
     func reconnectIfNeeded() throws {
         if let connection, !connection.isClosed { return }
