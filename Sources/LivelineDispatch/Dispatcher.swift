@@ -99,6 +99,8 @@ public final class Dispatcher: Service, Sendable {
     private static let shutdownWrapUp: Duration = .seconds(5)
     /// The engines of the other nodes sharing the Store, woken when a fan-out is shared (nil: no other node).
     private let peers: (any DeliveryWaking)?
+    /// When batches refused with `BadDeviceToken` are worth a warning about the app's APNs environment.
+    private let environmentWatch = Mutex(EnvironmentMismatchWatch())
 
     /// Creates the engine.
     public init(
@@ -829,6 +831,7 @@ public final class Dispatcher: Service, Sendable {
                     metadata: ["app": "\(appID)", "activity": "\(activityID)", "instances": "\(batchProgress.budgetWarnings)"]
                 )
             }
+            warnOfEnvironmentMismatch(appID: appID, batch)
             try await store.recordProgress(batchProgress, at: now())
         } catch {
             logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
@@ -934,6 +937,24 @@ public final class Dispatcher: Service, Sendable {
             event: rendition.event, hasAlert: rendition.hasAlert, requested: rendition.requestedPriority,
             used: instance.priority10.used(at: Int64(now().timeIntervalSince1970)),
             frequentPushes: instance.frequentPushesEnabled
+        )
+    }
+
+    /// Logs a warning when a batch's iOS pushes were all refused with `BadDeviceToken` (``EnvironmentMismatchWatch``).
+    private func warnOfEnvironmentMismatch(appID: String, _ batch: [InstanceResult]) {
+        let iOS = batch.filter { $0.instance.platform == .ios }
+        let refused = iOS.filter { $0.final == .invalidated && $0.attempts.last?.reason == "BadDeviceToken" }.count
+        let delivered = iOS.filter { $0.final == .delivered }.count
+        let warn = environmentWatch.withLock { $0.shouldWarn(appID: appID, badDeviceTokens: refused, delivered: delivered, at: now()) }
+        guard warn else { return }
+        logger.warning(
+            """
+            APNs refused every push of a batch with BadDeviceToken. It answers so for a token of the other environment too: \
+            check that the environment of the app's APNs credentials (sandbox for builds from Xcode, production for \
+            TestFlight and the App Store) matches its phones' builds. The refused instances are invalidated; each comes \
+            back when its phone registers its token again.
+            """,
+            metadata: ["app": "\(appID)", "refused": "\(refused)"]
         )
     }
 
