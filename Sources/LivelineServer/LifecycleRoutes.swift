@@ -78,6 +78,15 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
             attributes = value
         }
         let userID = try body.string("userId").map { userID throws(ValidationError) in try Identifier.validate(userID, field: "userId") }
+        // The app's devices take their user ids from its backend: a phone (the publishable key, which is public) names
+        // none, on its instances as on its devices.
+        if caller.scope == .publishable, body.members["userId"] != nil, try await store.app(id: caller.appID)?.audienceFrom == .backend {
+            throw APIError(
+                .forbidden, code: "secret_key_required",
+                message: "This app sets user ids from its backend (audienceFrom: backend): register the instance without userId, or set it with the secret key.",
+                field: "userId"
+            )
+        }
         let result = try await lifecycle.register(
             InstanceRegistration(
                 appID: caller.appID, activityID: activityID, deviceID: deviceID, platform: platform, pushToken: pushToken,

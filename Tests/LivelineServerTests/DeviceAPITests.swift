@@ -269,6 +269,24 @@ struct AudienceFromTests {
             let kept = try await api.call(.get, "/v1/devices/phone-1", key: app.secretKey)
             #expect(kept["userId"] == "user-7" && kept["tags"] == [:] && kept["pushToStartTokens"] == [:])
             #expect(try await api.call(.get, "/v1/devices/phone-9", key: app.secretKey).status == .notFound)
+            // Nor on an instance; its token it registers, and the secret key names the user.
+            for userID: JSONValue in ["user-8", nil] {
+                let refused = try await api.json(
+                    .put, "/v1/activities/match-1/instances/phone-1", key: app.publishableKey,
+                    ["platform": "ios", "pushToken": "aa01", "userId": userID]
+                )
+                #expect(refused.status == .forbidden && refused.errorCode == "secret_key_required", "\(userID)")
+                #expect(refused["error"]?.objectValue?["field"] == "userId")
+            }
+            #expect(try await api.call(.get, "/v1/activities/match-1", key: app.secretKey).status == .notFound, "nothing was written")
+            let instance = try await api.json(
+                .put, "/v1/activities/match-1/instances/phone-1", key: app.publishableKey, ["platform": "ios", "pushToken": "aa01"]
+            )
+            #expect(instance.status == .created)
+            let named = try await api.json(
+                .put, "/v1/activities/match-1/instances/phone-1", key: app.secretKey, ["platform": "ios", "pushToken": "aa01", "userId": "user-8"]
+            )
+            #expect(named.status == .ok && named["userId"] == "user-8")
 
             // Its tokens it still registers; the backend sets the audience, and the tokens stay.
             let tokens = try await api.json(
