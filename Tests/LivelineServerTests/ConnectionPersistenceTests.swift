@@ -29,6 +29,21 @@ struct ConnectionPersistenceTests {
         }
     }
 
+    @Test("a CONNECT (a tunnel no route makes) is refused, and the connection closed after the answer, which has no body")
+    func connect() async throws {
+        try await withServer(Self.limits) { port, _ in
+            for target in ["127.0.0.1:9", "/admin/v1/apps"] {
+                let connection = try await RawConnection.open(port: port)
+                try await connection.send("CONNECT \(target) HTTP/1.1\r\nHost: localhost\r\n\r\n" + Self.health)
+                #expect(try await connection.closed(within: .seconds(20)) != nil, "the connection stayed open")
+                let received = connection.received
+                #expect(received.hasPrefix("HTTP/1.1 404 ") || received.hasPrefix("HTTP/1.1 405 "), "\(received)")
+                #expect(received.lowercased().contains("\r\nconnection: close\r\n"), "\(received)")
+                #expect(received.components(separatedBy: "HTTP/1.1 ").count - 1 == 1, "the pipelined request was answered: \(received)")
+            }
+        }
+    }
+
     @Test(
         "an HTTP/1.0 request with keep-alive, and an HTTP/1.1 request, keep the connection open for the next",
         arguments: ["GET /healthz HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n", health]

@@ -120,7 +120,7 @@ final class ContinueHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
 /// Closes the connection after the answer to a request that does not keep it open (RFC 9112, section 9.3): an HTTP/1.0
 /// request without the `keep-alive` connection option, or any request with `close` among its `Connection` options, in
-/// any case. Hummingbird keeps a connection open unless the header is exactly `close`, and an HTTP/1.0 client that reads
+/// any case; and a `CONNECT`. Hummingbird keeps a connection open unless the header is exactly `close`, and an HTTP/1.0 client that reads
 /// its answer to the close waited for the idle timeout. That answer says `Connection: close` (section 9.6), and bytes
 /// pipelined after such a request are neither read nor answered: the server "SHOULD NOT process further requests
 /// received on that connection".
@@ -139,7 +139,9 @@ final class ConnectionPersistenceHandler: ChannelDuplexHandler, RemovableChannel
         guard !lastRequestRead else { return }
         switch unwrapInboundIn(data) {
         case .head(let head):
-            keepsConnection.append(head.isKeepAlive)
+            // A CONNECT asks for a tunnel, which no route makes: the decoder reads nothing after it, and the encoder
+            // sends its answer without a body (RFC 9112, 6.3), so the close is what ends that answer.
+            keepsConnection.append(head.isKeepAlive && head.method != .CONNECT)
         case .body:
             break
         case .end:
