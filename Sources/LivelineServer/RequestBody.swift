@@ -18,6 +18,11 @@ struct RequestBody {
     /// Reads the body (at most ``Limits/maximumRequestBodyBytes``) as a JSON object.
     /// An empty body counts as `{}` when `allowEmpty` is set.
     static func read(_ request: Request, allowEmpty: Bool = false) async throws -> RequestBody {
+        // A body announced too large is refused before any of it is waited for (a client announcing 100 MB and sending
+        // a byte would otherwise hold the connection until the body timeout).
+        if let announced = request.headers[.contentLength].flatMap({ Int($0) }), announced > Limits.maximumRequestBodyBytes {
+            throw APIError.bodyTooLarge
+        }
         let buffer = try await request.body.collect(upTo: Limits.maximumRequestBodyBytes)
         if buffer.readableBytes == 0 {
             if allowEmpty { return RequestBody(members: [:]) }

@@ -44,6 +44,23 @@ struct ConnectionPersistenceTests {
         }
     }
 
+    @Test("a body announced over the limit is refused with 413 at once, not after the body timeout")
+    func announcedTooLarge() async throws {
+        try await withServer(Self.limits) { port, app in
+            let connection = try await RawConnection.open(port: port)
+            let started = ContinuousClock.now
+            try await connection.send(
+                "POST /v1/activities/o1/updates HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer \(app.secretKey)\r\n"
+                    + "Content-Type: application/json\r\nContent-Length: 99999999\r\n\r\n{"
+            )
+            try await connection.waitForAnswers(1)
+            #expect(started.duration(to: .now) < .seconds(20), "answered before the 30 s body timeout")
+            let received = connection.received
+            #expect(received.hasPrefix("HTTP/1.1 413 "), "\(received)")
+            #expect(received.contains(#""code":"body_too_large""#), "\(received)")
+        }
+    }
+
     @Test(
         "an HTTP/1.0 request with keep-alive, and an HTTP/1.1 request, keep the connection open for the next",
         arguments: ["GET /healthz HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\n\r\n", health]

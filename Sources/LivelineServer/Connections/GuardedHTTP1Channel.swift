@@ -123,12 +123,16 @@ final class ContinueHandler: ChannelDuplexHandler, RemovableChannelHandler {
 /// any case; and a `CONNECT`. Hummingbird keeps a connection open unless the header is exactly `close`, and an HTTP/1.0 client that reads
 /// its answer to the close waited for the idle timeout. That answer says `Connection: close` (section 9.6), and bytes
 /// pipelined after such a request are neither read nor answered: the server "SHOULD NOT process further requests
-/// received on that connection".
+/// received on that connection". An answer the server itself sends with `Connection: close` closes the connection the
+/// same way.
 final class ConnectionPersistenceHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
+
+    /// How long a closing connection reads what the client still sends before it closes all the same.
+    static let lingering: TimeAmount = .seconds(5)
 
     /// Whether each request whose answer has not ended keeps the connection open, oldest first.
     private var keepsConnection: [Bool] = []
@@ -158,16 +162,29 @@ final class ConnectionPersistenceHandler: ChannelDuplexHandler, RemovableChannel
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         switch unwrapOutboundIn(data) {
-        case .head(var head) where head.status.code >= 200 && keepsConnection.first == false:
-            head.headers.replaceOrAdd(name: "connection", value: "close")
+        case .head(var head) where head.status.code >= 200 && !keepsConnection.isEmpty:
+            if !keepsConnection[0] {
+                head.headers.replaceOrAdd(name: "connection", value: "close")
+            } else if head.headers[canonicalForm: "connection"].contains(where: { $0.lowercased() == "close" }) {
+                // The server's own close (a body too large to read, say): "A server that sends a "close" connection
+                // option MUST initiate closure of the connection" after that answer (section 9.6), and reads no more.
+                keepsConnection[0] = false
+                lastRequestRead = true
+            }
             context.write(wrapOutboundOut(.head(head)), promise: promise)
         case .end where !keepsConnection.isEmpty:
             let keeps = keepsConnection.removeFirst()
             guard !keeps else { return context.write(data, promise: promise) }
-            // The answer's end is written (and flushed by its writer); then the connection is closed.
+            // The answer's end is written (and flushed by its writer); then the connection is closed, a lingering close
+            // (RFC 9112, 9.6): this side first, while what the client still sends (the rest of a body too large to
+            // read) is read and dropped, so that its data arriving at a closed socket does not reset the connection
+            // before the client has read the answer; all of it once the client closes, or after ``lingering``.
             let written = promise ?? context.eventLoop.makePromise()
             let channel = context.channel
-            written.futureResult.whenComplete { _ in channel.close(promise: nil) }
+            written.futureResult.whenComplete { _ in
+                channel.close(mode: .output).whenFailure { _ in channel.close(promise: nil) }
+                channel.eventLoop.scheduleTask(in: Self.lingering) { channel.close(promise: nil) }
+            }
             context.write(data, promise: written)
         default:
             context.write(data, promise: promise)
