@@ -31,7 +31,9 @@ struct AdminRoutes<Context: RequestContext>: Sendable {
                 message: "The admin API is off: set LIVELINE_ADMIN_TOKEN (or --admin-token-file) to turn it on."
             )
         }
-        guard let presented = Authenticator.bearerToken(request) else { throw APIError.unauthorized }
+        guard let presented = Authenticator.bearerToken(request) else {
+            throw APIError(.unauthorized, code: "unauthorized", message: "Send the admin token as 'Authorization: Bearer <admin token>'.")
+        }
         guard APIKeys.constantTimeEquals(APIKeys.hash(presented), APIKeys.hash(adminToken)) else {
             throw APIError(.unauthorized, code: "invalid_admin_token", message: "The admin token is not valid.")
         }

@@ -23,7 +23,9 @@ struct AdminAPITests {
     @Test("create, list and rotate through the admin API; rotated keys stop working")
     func adminFlow() async throws {
         try await withLiveline(adminToken: adminToken) { api, _ in
-            #expect(try await api.call(.get, "/admin/v1/apps").status == .unauthorized)
+            let anonymous = try await api.call(.get, "/admin/v1/apps")
+            #expect(anonymous.status == .unauthorized && anonymous.errorCode == "unauthorized")
+            #expect(anonymous["error"]?.objectValue?["message"]?.stringValue?.contains("admin token") == true, "it asks for the admin token, not an API key")
             #expect(try await api.call(.get, "/admin/v1/apps", key: "wrong-token-0123456789").errorCode == "invalid_admin_token")
             let created = try await api.json(
                 .post, "/admin/v1/apps", key: adminToken, ["name": "Deliveries", "bundleId": "com.example.deliveries", "androidPackage": "com.example.deliveries"]

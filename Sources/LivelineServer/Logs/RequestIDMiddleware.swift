@@ -4,8 +4,8 @@ import Hummingbird
 import LivelineCore
 import Logging
 
-/// Gives every HTTP request an id: the caller's `X-Request-Id` when it is 1–128 printable ASCII characters, else a new
-/// random UUID (``RandomUUID``: unique, not secret, and without a system call). The id is echoed in the response's
+/// Gives every HTTP request an id: the caller's `X-Request-Id` when it is 1–128 visible ASCII characters (no space: a
+/// text log line's fields are separated by spaces, and an id with them could forge fields in it), else a new random UUID (``RandomUUID``: unique, not secret, and without a system call). The id is echoed in the response's
 /// `X-Request-Id` and is the `request.id` of the request's logger metadata, so every line logged while handling the
 /// request carries it.
 ///
@@ -43,9 +43,9 @@ struct RequestIDMiddleware<Context: RequestContext>: RouterMiddleware {
         return response
     }
 
-    /// The caller's id when it is usable (1–128 printable ASCII characters), else a new UUID.
+    /// The caller's id when it is usable (1–128 visible ASCII characters, no space), else a new UUID.
     static func requestID(given: String?) -> String {
-        if let given, (1...128).contains(given.utf8.count), given.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) {
+        if let given, (1...128).contains(given.utf8.count), given.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
             return given
         }
         return RandomUUID.next().lowercasedString
