@@ -159,7 +159,14 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
     @Sendable func channel(_ request: Request, context: Context) async throws -> Response {
         let caller = try await authenticator.authenticate(request, access: .publishableOrSecret)
         let activityID = try Self.pathID("activityId", context)
-        let channel = try await lifecycle.channel(appID: caller.appID, activityID: activityID)
+        let channel: BroadcastChannel
+        do {
+            channel = try await lifecycle.channel(appID: caller.appID, activityID: activityID)
+        } catch let error as APIError where error.code == "activity_not_found" && caller.scope == .publishable {
+            // The publishable key is public: it learns no more than that there is no channel, not whether the activity
+            // exists (its ids are meant not to be guessed).
+            throw APIError.notBroadcast(activityID)
+        }
         return Response.json(
             .object([
                 "activityId": .string(activityID), "channelId": .string(channel.id),

@@ -110,6 +110,10 @@ struct BroadcastAPITests {
             let channel = try await api.call(.get, "/v1/activities/order-1/channel", key: app.publishableKey)
             #expect(channel.status == .notFound)
             #expect(channel.errorCode == "channel_not_found")
+            // An activity that does not exist looks the same to the publishable key; the secret key is told.
+            let unknown = try await api.call(.get, "/v1/activities/order-404/channel", key: app.publishableKey)
+            #expect(unknown.status == .notFound && unknown.errorCode == "channel_not_found")
+            #expect(try await api.call(.get, "/v1/activities/order-404/channel", key: app.secretKey).errorCode == "activity_not_found")
             let later = try await api.json(.post, "/v1/activities/order-1/updates", key: app.secretKey, update(["delivery": "broadcast"]))
             #expect(later.errorCode == "delivery_mismatch")
             let policy = try await api.json(
