@@ -169,4 +169,56 @@ struct PreparedStatementTests {
             #expect(try preparedCount(db) == 1)
         }
     }
+
+    @Test("a statement written to a connection that has closed fails as lost instead of waiting for an answer that never comes")
+    func statementAfterTheClose() async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let connection = try await PostgresConnection.connect(
+                configuration: try PostgresDatabaseURL(url).configuration(), id: 1, logger: PostgresTestServer.logger
+            )
+            try await connection.close()
+            // The channel's handlers are gone: PostgresNIO's write fails at the pipeline's head, and its failure is dropped.
+            let query: PostgresQuery = "SELECT 1"
+            let raw = connection.query(query, logger: PostgresTestServer.logger).map(\.rows)
+            let guarded = LostAnswers(connection).guarding(raw)
+            let outcome: Result<[PostgresRow], any Error> = await withTaskGroup(of: Result<[PostgresRow], any Error>?.self) { group in
+                group.addTask {
+                    do { return .success(try await guarded.get()) } catch { return .failure(error) }
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(30))
+                    return nil
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first ?? .success([])
+            }
+            guard case .failure(let error) = outcome else {
+                Issue.record("the statement was answered, or not failed within 30 s")
+                return
+            }
+            #expect(PostgresFailure(reported: error)?.isConnectionLost == true, "\(error)")
+        }
+    }
+
+
+    @Test("an answer awaited when the connection closes fails as lost; one that came stays as it came")
+    func answersAwaitedAtTheClose() async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let connection = try await PostgresConnection.connect(
+                configuration: try PostgresDatabaseURL(url).configuration(), id: 1, logger: PostgresTestServer.logger
+            )
+            let answers = LostAnswers(connection)
+            // An answer that never comes, as a statement written after the close gets, and one that came.
+            let never = connection.eventLoop.makePromise(of: Int.self)
+            let awaited = answers.guarding(never.futureResult)
+            let came = answers.guarding(connection.eventLoop.makeSucceededFuture(7))
+            #expect(try await came.get() == 7)
+            try await connection.close()
+            await #expect(throws: ChannelError.self) { try await awaited.get() }
+            #expect(try await came.get() == 7)
+            never.succeed(1)
+        }
+    }
+
 }

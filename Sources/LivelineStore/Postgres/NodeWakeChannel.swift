@@ -106,6 +106,7 @@ public final class NodeWakeChannel: Sendable {
     ) async throws {
         let logger = self.logger
         let (announcements, finish) = openAnnouncements()
+        let lostAnswers = LostAnswers(connection)
         defer { finish() }
         let nodeID = self.nodeID
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -124,7 +125,10 @@ public final class NodeWakeChannel: Sendable {
             }
             group.addTask {
                 for await _ in announcements {
-                    try await connection.query("SELECT pg_notify('liveline_wake', \(nodeID))", logger: logger)
+                    // Not PostgresNIO's async query: one written after the connection closed would never return, and this
+                    // group, waiting for it, would never reconnect (``LostAnswers``).
+                    let notify: EventLoopFuture<PostgresQueryResult> = connection.query("SELECT pg_notify('liveline_wake', \(nodeID))", logger: logger)
+                    _ = try await lostAnswers.guarding(notify).get()
                 }
             }
             // Each ends only when the connection fails or ends (or the task is cancelled): then all go, and a

@@ -21,7 +21,11 @@ final class PostgresHandle: SQLConnection {
 
     private let url: PostgresDatabaseURL
     private let logger: Logger
-    private var connection: PostgresConnection?
+    private var connection: PostgresConnection? {
+        didSet { lostAnswers = connection.map(LostAnswers.init) }
+    }
+    /// Fails the answers awaited from `connection` if it closes without them.
+    private var lostAnswers: LostAnswers?
     /// Answers still to come of the statements sent with ``execute(_:_:)``, oldest first.
     private var unsettled: [EventLoopFuture<[PostgresRow]>] = []
     /// The first failure among them in the transaction under way.
@@ -42,7 +46,9 @@ final class PostgresHandle: SQLConnection {
     init(url: PostgresDatabaseURL, logger: Logger) throws {
         self.url = url
         self.logger = logger
-        connection = try Self.connect(url, logger: logger)
+        let connection = try Self.connect(url, logger: logger)
+        self.connection = connection
+        lostAnswers = LostAnswers(connection)
     }
 
     /// Opens a connection, or throws a ``PostgresFailure`` that names the server (never the password) and says why not.
@@ -163,24 +169,24 @@ final class PostgresHandle: SQLConnection {
     /// types sent with an unprepared statement do, so both read the statement alike. A statement that cannot be
     /// prepared (in a transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
     private func sendStatement(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
-        let connection = try openConnection()
+        let (connection, answers) = try openConnection()
         guard !binds.isEmpty || Self.isPlanned(sql) else {
-            return connection.query(Self.query(sql, binds), logger: logger).map(\.rows)
+            return answers.guarding(connection.query(Self.query(sql, binds), logger: logger).map(\.rows))
         }
         let key = PreparedStatementKey(sql: sql, parameterTypes: binds.map(PostgresParameterType.init))
-        if let statement = prepared[key] { return statement.execute(binds.map(Self.data)) }
+        if let statement = prepared[key] { return answers.guarding(statement.execute(binds.map(Self.data))) }
         if sentOnce.contains(key), prepared.count < Self.preparedLimit {
             let text = PostgresDialect.translate(sql, parameterTypes: key.parameterTypes)
-            if let statement = try? connection.prepare(query: text).wait() {
+            if let statement = try? answers.guarding(connection.prepare(query: text)).wait() {
                 prepared[key] = statement
                 sentOnce.remove(key)
-                return statement.execute(binds.map(Self.data))
+                return answers.guarding(statement.execute(binds.map(Self.data)))
             }
         } else {
             if sentOnce.count >= 4 * Self.preparedLimit { sentOnce.removeAll(keepingCapacity: true) }
             sentOnce.insert(key)
         }
-        return connection.query(Self.query(sql, binds), logger: logger).map(\.rows)
+        return answers.guarding(connection.query(Self.query(sql, binds), logger: logger).map(\.rows))
     }
 
     /// Whether PostgreSQL plans `sql`: a query or a change of rows (`SELECT`, `WITH`, `INSERT`, `UPDATE`, `DELETE`), not
@@ -269,11 +275,11 @@ final class PostgresHandle: SQLConnection {
         pendingSettings = []
     }
 
-    private func openConnection() throws -> PostgresConnection {
-        guard let connection, !connection.isClosed else {
+    private func openConnection() throws -> (PostgresConnection, LostAnswers) {
+        guard let connection, let lostAnswers, !connection.isClosed else {
             throw PostgresFailure(sqlState: nil, message: "the connection to PostgreSQL was lost", isConnectionLost: true)
         }
-        return connection
+        return (connection, lostAnswers)
     }
 
     private static func query(_ sql: String, _ binds: [SQLiteData]) -> PostgresQuery {
