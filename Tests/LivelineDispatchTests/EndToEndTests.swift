@@ -7,6 +7,7 @@ import LivelineEmulator
 import LivelineStore
 import LivelineTestSupport
 import Logging
+import Synchronization
 import Testing
 
 /// A mutable clock shared by the sender's provider tokens and the emulator.
@@ -47,24 +48,25 @@ struct EmulatedAPNs {
     }
 }
 
-/// Counts the delivery engines that logged their start, through a logger given to each: an engine on SQLite starts by
-/// taking back every claim on the database (one `liveline serve` per file, held by ``ServeLock``), so a test running two
-/// engines on one SQLite store waits until both have started before it gives them work.
-final class EngineStarts: @unchecked Sendable {
-    private let lock = NSLock()
-    private var started = 0
+/// What engines logged, through a logger given to each: their warnings, and how many started. An engine on SQLite
+/// starts by taking back every claim on the database (one `liveline serve` per file, held by ``ServeLock``), so a test
+/// running two engines on one SQLite store waits until both have started before it gives them work.
+final class LoggedMessages: Sendable {
+    private let logged = Mutex<[(level: Logger.Level, message: String)]>([])
 
-    var count: Int { lock.withLock { started } }
+    /// The messages logged at `level`, in order.
+    func messages(at level: Logger.Level) -> [String] { logged.withLock { $0.filter { $0.level == level }.map(\.message) } }
 
-    /// A logger whose "Delivery engine started" is counted here.
+    /// How many engines logged "Delivery engine started".
+    var enginesStarted: Int { messages(at: .info).filter { $0 == "Delivery engine started" }.count }
+
+    /// A logger whose messages (at info and above) are kept here.
     func logger() -> Logger {
-        Logger(label: "liveline.dispatch") { _ in Handler(starts: self) }
+        Logger(label: "liveline.dispatch") { _ in Handler(logged: self) }
     }
 
-    fileprivate func record() { lock.withLock { started += 1 } }
-
     private struct Handler: LogHandler {
-        let starts: EngineStarts
+        let logged: LoggedMessages
         var metadata: Logger.Metadata = [:]
         var logLevel: Logger.Level = .info
 
@@ -74,7 +76,7 @@ final class EngineStarts: @unchecked Sendable {
         }
 
         func log(event: LogEvent) {
-            if event.message.description == "Delivery engine started" { starts.record() }
+            logged.logged.withLock { $0.append((event.level, event.message.description)) }
         }
     }
 }
@@ -217,7 +219,7 @@ struct EndToEndTests {
             env.emulator.setFaults(slow)
             var configuration = e2eConfiguration()
             configuration.claimLease = 12
-            let starts = EngineStarts()
+            let starts = LoggedMessages()
             let first = env.makeDispatcher(configuration, logger: starts.logger())
             let second = env.makeDispatcher(configuration, logger: starts.logger())
             try await running(first) { () async throws in
@@ -227,7 +229,7 @@ struct EndToEndTests {
                     // under a loaded full run: the second engine started after the first had sent, took its claim, and
                     // sent every phone still waiting for its answer the update again.)
                     // (Generous bounds: in loaded full runs this test has taken up to 100 s in all.)
-                    #expect(try await waitFor(timeout: .seconds(120)) { starts.count == 2 })
+                    #expect(try await waitFor(timeout: .seconds(120)) { starts.enginesStarted == 2 })
                     _ = try await env.update("match", ["minute": 1])
                     first.wake()
                     second.wake()

@@ -1,8 +1,6 @@
 import Foundation
-import Logging
 import LivelineStore
 import LivelineTestSupport
-import Synchronization
 import Testing
 
 @testable import LivelineDispatch
@@ -25,31 +23,6 @@ struct EnvironmentMismatchWatchTests {
         #expect(warns("a", refused: 5, delivered: 0, after: 600))
     }
 
-    /// The warnings an engine logged.
-    final class Warnings: Sendable {
-        private let messages = Mutex<[String]>([])
-        var all: [String] { messages.withLock { $0 } }
-
-        func logger() -> Logger {
-            Logger(label: "liveline.dispatch") { _ in Handler(warnings: self) }
-        }
-
-        private struct Handler: LogHandler {
-            let warnings: Warnings
-            var metadata: Logger.Metadata = [:]
-            var logLevel: Logger.Level = .info
-
-            subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-                get { metadata[key] }
-                set { metadata[key] = newValue }
-            }
-
-            func log(event: LogEvent) {
-                if event.level == .warning { warnings.messages.withLock { $0.append(event.message.description) } }
-            }
-        }
-    }
-
     @Test("the engine warns of the environment when a pass's pushes are all refused with BadDeviceToken, not when some are taken", arguments: StoreKind.available)
     func engineWarns(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
@@ -58,18 +31,18 @@ struct EnvironmentMismatchWatchTests {
             try await register(store, activity: "all-refused", devices: 4..<8)
             let transport = ScriptedTransport()
             for index in 1..<8 { transport.answer(token(index), with: [.invalidToken(reason: "BadDeviceToken", providerID: nil)]) }
-            let warnings = Warnings()
-            try await whileDispatching(store, transport, logger: warnings.logger()) { dispatcher in
+            let logged = LoggedMessages()
+            try await whileDispatching(store, transport, logger: logged.logger()) { dispatcher in
                 _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "some-taken", contentState: ["n": 1]), at: Date())
                 dispatcher.wake()
                 #expect(try await eventually { try await allCaughtUp(store, "some-taken") })
-                #expect(!warnings.all.contains { $0.contains("BadDeviceToken") }, "\(warnings.all)")
+                #expect(!logged.messages(at: .warning).contains { $0.contains("BadDeviceToken") }, "\(logged.messages(at: .warning))")
                 _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "all-refused", contentState: ["n": 1]), at: Date())
                 dispatcher.wake()
                 #expect(try await eventually { try await allCaughtUp(store, "all-refused") })
             }
-            let environmentWarnings = warnings.all.filter { $0.contains("BadDeviceToken") && $0.contains("environment") }
-            #expect(environmentWarnings.count == 1, "\(warnings.all)")
+            let environmentWarnings = logged.messages(at: .warning).filter { $0.contains("BadDeviceToken") && $0.contains("environment") }
+            #expect(environmentWarnings.count == 1, "\(logged.messages(at: .warning))")
             let refused = try #require(try await store.activity(appID: appID, activityID: "all-refused"))
             #expect(refused.instanceCounts[.invalidated] == 4)
         }

@@ -28,10 +28,10 @@ struct SharedFanOutTests {
             let second = ScriptedTransport(delay: .milliseconds(2))
             // Both engines have started (and taken back the claims on the store, as an engine on SQLite does at its
             // start) before the update arrives.
-            let starts = EngineStarts()
+            let starts = LoggedMessages()
             try await whileDispatching(store, first, configuration: slicing(100), logger: starts.logger()) { (one: Dispatcher) async throws in
                 try await whileDispatching(store, second, configuration: slicing(100), logger: starts.logger()) { (_: Dispatcher) async throws in
-                    #expect(try await eventually { starts.count == 2 })
+                    #expect(try await eventually { starts.enginesStarted == 2 })
                     _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": 1]), at: Date())
                     one.wake()
                     #expect(try await eventually { try await allCaughtUp(store, "match") })
