@@ -120,11 +120,11 @@ final class ContinueHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
 /// Closes the connection after the answer to a request that does not keep it open (RFC 9112, section 9.3): an HTTP/1.0
 /// request without the `keep-alive` connection option, or any request with `close` among its `Connection` options, in
-/// any case; and a `CONNECT`. Hummingbird keeps a connection open unless the header is exactly `close`, and an HTTP/1.0 client that reads
-/// its answer to the close waited for the idle timeout. That answer says `Connection: close` (section 9.6), and bytes
-/// pipelined after such a request are neither read nor answered: the server "SHOULD NOT process further requests
-/// received on that connection". An answer the server itself sends with `Connection: close` closes the connection the
-/// same way.
+/// any case; and a `CONNECT`. Hummingbird keeps a connection open unless the header is exactly `close`, and an HTTP/1.0
+/// client that reads its answer to the close waited for the idle timeout. That answer says `Connection: close` (section
+/// 9.6), and bytes pipelined after such a request are neither read nor answered: the server "SHOULD NOT process further
+/// requests received on that connection". An answer the server itself sends with `Connection: close` closes the
+/// connection the same way.
 final class ConnectionPersistenceHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart

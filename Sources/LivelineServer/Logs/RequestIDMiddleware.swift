@@ -5,7 +5,8 @@ import LivelineCore
 import Logging
 
 /// Gives every HTTP request an id: the caller's `X-Request-Id` when it is 1–128 visible ASCII characters (no space: a
-/// text log line's fields are separated by spaces, and an id with them could forge fields in it), else a new random UUID (``RandomUUID``: unique, not secret, and without a system call). The id is echoed in the response's
+/// text log line's fields are separated by spaces, and an id with them could forge fields in it), else a new random
+/// UUID (``RandomUUID``: unique, not secret, and without a system call). The id is echoed in the response's
 /// `X-Request-Id` and is the `request.id` of the request's logger metadata, so every line logged while handling the
 /// request carries it.
 ///
