@@ -942,9 +942,16 @@ public final class Dispatcher: Service, Sendable {
 
     /// Logs a warning when a batch's iOS pushes were all refused with `BadDeviceToken` (``EnvironmentMismatchWatch``).
     private func warnOfEnvironmentMismatch(appID: String, _ batch: [InstanceResult]) {
-        let iOS = batch.filter { $0.instance.platform == .ios }
-        let refused = iOS.filter { $0.final == .invalidated && $0.attempts.last?.reason == "BadDeviceToken" }.count
-        let delivered = iOS.filter { $0.final == .delivered }.count
+        // Counted in one pass, without copying the batch: it runs for every batch a fan-out records.
+        var refused = 0
+        var delivered = 0
+        for result in batch where result.instance.platform == .ios {
+            if result.final == .delivered {
+                delivered += 1
+            } else if result.final == .invalidated, result.attempts.last?.reason == "BadDeviceToken" {
+                refused += 1
+            }
+        }
         let warn = environmentWatch.withLock { $0.shouldWarn(appID: appID, badDeviceTokens: refused, delivered: delivered, at: now()) }
         guard warn else { return }
         logger.warning(
