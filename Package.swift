@@ -202,6 +202,7 @@ let package = Package(
             name: "LivelineBenchTests",
             dependencies: [
                 "liveline",
+                "LivelineCore",
                 "LivelineServer",
                 "LivelineTestSupport",
                 "LivelineDispatch",

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import LivelineCore
 import Testing
 
 @testable import liveline
@@ -129,6 +130,17 @@ import Testing
         )
     }
 
+    @Test func roundWithTheDisksSyncs() {
+        var side = LoadResult()
+        side.latencies = [1_000_000, 2_000_000, 120_000_000]
+        side.statuses = [202: 3]
+        let line = Bench.roundLine(
+            instances: 100_000, elapsed: .seconds(4), rate: 25_000, h2load: nil, accept: .milliseconds(2), side: side,
+            disk: LatencySummary(sortedNanoseconds: [300_000, 400_000, 95_000_000]), serverCPU: 3.2
+        )
+        #expect(line.hasSuffix("side accepts 3: p50 2.00 ms p99 120.00 ms   disk syncs 3: p99 95.00 ms max 95.00 ms   server CPU 32.0 µs/push"))
+    }
+
     @Test func roundWithoutReferenceOrSideAccepts() {
         let line = Bench.roundLine(
             instances: 2_000, elapsed: .milliseconds(500), rate: 4_000, h2load: nil, accept: .milliseconds(3), side: LoadResult(), serverCPU: 0.1
@@ -188,5 +200,46 @@ import Testing
         #expect(shaped.contains("apns-topic: com.example.bench.push-type.liveactivity"))
         #expect(shaped.filter { $0 == "-H" }.count == headers.count)
         #expect(!shaped.contains { $0.hasSuffix("/3/device/x") })
+    }
+}
+
+@Suite struct DiskSyncProbeTests {
+    /// On a real file: the probe times its syncs, never faster than the rate asked, hands each one over once, records
+    /// nothing once stopped, and removes its file.
+    @Test func timesSyncsAndCleansUp() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("disk-probe-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let probe = try DiskSyncProbe(directory: directory, perSecond: 200)
+        let file = directory.appendingPathComponent("disk-sync-probe").path
+        let size = try FileManager.default.attributesOfItem(atPath: file)[.size] as? Int
+        #expect(size == DiskSyncProbe.blockSize * DiskSyncProbe.blocks)
+        let started = ContinuousClock.now
+        probe.start()
+        var taken: [UInt64] = []
+        let deadline = ContinuousClock.now + .seconds(30)
+        while taken.count < 5, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            taken += try probe.take()
+        }
+        probe.stop()
+        let elapsed = ContinuousClock.now - started
+        taken += try probe.take()
+        #expect(taken.count >= 5)
+        #expect(taken.allSatisfy { $0 > 0 })
+        #expect(Double(taken.count) <= elapsed.seconds * 200 + 1)
+        #expect(try probe.take().isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: file))
+        probe.stop()
+    }
+
+    @Test func stopsWithoutStarting() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("disk-probe-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let probe = try DiskSyncProbe(directory: directory, perSecond: 10)
+        probe.stop()
+        #expect(try probe.take().isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("disk-sync-probe").path))
     }
 }

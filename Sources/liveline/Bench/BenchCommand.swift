@@ -112,6 +112,11 @@ struct Bench: AsyncParsableCommand {
         var progressBehind = DispatcherConfiguration().progressBatchesBehind
         @Option(name: .customLong("side-accepts"), help: "Updates to other activities accepted per second during the fan-out; their latency is the accept latency reported.")
         var sideAccepts = 100
+        @Option(
+            name: .customLong("disk-syncs"),
+            help: "(api) Times of the disk's own syncs during the rounds, this many a second (a 4 KB block written in place beside the server's data, then fdatasync): the floor of a durable accept's latency, printed beside the side accepts; 0 for none."
+        )
+        var diskSyncs = 20
         @Option(help: "Where the pushes go: nginx (a separate nginx process answering 200; apt-get install nginx-light; default with --path api) or emulator (the strict APNs emulator, in this process; default with --path direct).")
         var sink: Bench.SinkKind?
         @Option(help: "Fan-outs to run one after another over the same instances, each a new update; each round's figures are printed.")
@@ -122,8 +127,8 @@ struct Bench: AsyncParsableCommand {
         func validate() throws {
             guard instances >= 1 else { throw ValidationError("--instances must be at least 1.") }
             guard rounds >= 1 else { throw ValidationError("--rounds must be at least 1.") }
-            guard httpConnections >= 1, sideConnections >= 1, h2loadRequests >= 0, pause >= 0, sideAccepts >= 0 else {
-                throw ValidationError("--http-connections and --side-connections must be positive; --h2load-requests, --pause and --side-accepts not negative.")
+            guard httpConnections >= 1, sideConnections >= 1, h2loadRequests >= 0, pause >= 0, sideAccepts >= 0, diskSyncs >= 0 else {
+                throw ValidationError("--http-connections and --side-connections must be positive; --h2load-requests, --pause, --side-accepts and --disk-syncs not negative.")
             }
         }
 

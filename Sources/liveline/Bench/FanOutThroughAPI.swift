@@ -234,12 +234,19 @@ extension Bench.FanOut {
             let secret = "Bearer \(app.secretKey)"
             var rates: [Double] = []
             var sideLatencies: [UInt64] = []
+            // The disk's own syncs beside the side accepts: the floor of a durable accept's latency, round by round.
+            let probe = diskSyncs > 0 ? try DiskSyncProbe(directory: root, perSecond: diskSyncs) : nil
+            probe?.start()
+            defer { probe?.stop() }
+            var diskLatencies: [UInt64] = []
             // With --h2load-each-round: the plain reference before the first round, then after each one.
             var eachRound: [Double?] = [before]
             for round in 1...rounds {
                 let received = try await sink.received()
                 let cpuBefore = nodes.cpuSeconds()
                 let sentBefore = await nodes.pushesSent()
+                // The syncs of the pause before the round are not the round's.
+                _ = try probe?.take()
                 let started = ContinuousClock.now
                 // Updates to other activities at a steady rate while the fan-out runs, as a busy backend sends them.
                 var paced: PacedRun?
@@ -276,6 +283,8 @@ extension Bench.FanOut {
                 let cpu = zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 }
                 let sideResult = try await paced?.stop() ?? LoadResult()
                 sideLatencies.append(contentsOf: sideResult.latencies)
+                let roundSyncs = try probe?.take().sorted()
+                diskLatencies.append(contentsOf: roundSyncs ?? [])
                 let rate = Double(instances) / elapsed.seconds
                 rates.append(rate)
                 Bench.say(
@@ -283,7 +292,7 @@ extension Bench.FanOut {
                         + Bench.roundLine(
                             instances: instances, elapsed: elapsed, rate: rate, h2load: before, shapedH2load: shapedBefore,
                             accept: accepted.summary.p50,
-                            side: sideResult, serverCPU: cpu.reduce(0, +)
+                            side: sideResult, disk: roundSyncs.map { LatencySummary(sortedNanoseconds: $0) }, serverCPU: cpu.reduce(0, +)
                         )
                 )
                 if nodes.count > 1 {
@@ -345,6 +354,13 @@ extension Bench.FanOut {
             if !sideLatencies.isEmpty {
                 Bench.say("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
             }
+            if !diskLatencies.isEmpty {
+                diskLatencies.sort()
+                Bench.say(
+                    "  disk syncs, all rounds      \(diskLatencies.count) syncs     \(LatencySummary(sortedNanoseconds: diskLatencies).text)"
+                        + "   (4 KB written in place and fdatasync'd beside the server's data: a durable accept's floor)"
+                )
+            }
             Bench.say("  total time                  \(Bench.format(ContinuousClock.now - runStarted)) (registrations, rounds and pauses, h2load runs included)")
             Bench.say("  bench process peak memory   \(Bench.peakMemory())")
         }
@@ -352,10 +368,11 @@ extension Bench.FanOut {
 }
 
 extension Bench {
-    /// One fan-out round: `100,000 pushes in 3.21 s   31,152 /s   0.24 × h2load   update accepted in 2.10 ms   …`.
+    /// One fan-out round: `100,000 pushes in 3.21 s   31,152 /s   0.24 × h2load   update accepted in 2.10 ms   …`, with the
+    /// side accepts' latency and the disk's own syncs' (``DiskSyncProbe``) in the same round when there were any.
     static func roundLine(
         instances: Int, elapsed: Duration, rate: Double, h2load: Double?, shapedH2load: Double? = nil, accept: Duration, side: LoadResult,
-        serverCPU: Double
+        disk: LatencySummary? = nil, serverCPU: Double
     ) -> String {
         var line = "\(BenchRequests.grouped(instances)) pushes in \(format(elapsed))   \(BenchRequests.grouped(Int(rate))) pushes/s"
         if h2load != nil { line += "   \(BenchRequests.ratio(rate, to: h2load))" }
@@ -365,6 +382,7 @@ extension Bench {
             line += "   side accepts \(side.summary.count): p50 \(format(side.summary.p50)) p99 \(format(side.summary.p99))"
             if side.errors > 0 { line += " (errors: \(side.errorText))" }
         }
+        if let disk, disk.count > 0 { line += "   disk syncs \(disk.count): p99 \(format(disk.p99)) max \(format(disk.max))" }
         line += String(format: "   server CPU %.1f µs/push", serverCPU / Double(instances) * 1e6)
         return line
     }
