@@ -41,11 +41,16 @@ extension Bench {
         var afterSeconds = 5
         @Flag(help: "Post the updates to the registered activities, so each is pushed to its instances (through an nginx sink).")
         var watched = false
+        @Option(
+            name: .customLong("disk-syncs"),
+            help: "Times of the disk's own syncs while the registrations, the updates and the paced updates run, this many a second (a 4 KB block written in place beside the server's data, then fdatasync): the floor of a durable write's latency, printed after each; 0 for none."
+        )
+        var diskSyncs = 20
         @OptionGroup var server: Bench.ServerOptions
 
         func validate() throws {
-            guard healthz >= 0, registrations >= 0, updates >= 0, afterSeconds >= 0 else {
-                throw ValidationError("--healthz, --registrations, --updates and --after-seconds must not be negative.")
+            guard healthz >= 0, registrations >= 0, updates >= 0, afterSeconds >= 0, diskSyncs >= 0 else {
+                throw ValidationError("--healthz, --registrations, --updates, --after-seconds and --disk-syncs must not be negative.")
             }
             guard perActivity >= 1, connections >= 1 else { throw ValidationError("--per-activity and --connections must be positive.") }
             if watched, updates > (registrations + perActivity - 1) / perActivity {
@@ -99,6 +104,15 @@ extension Bench {
                     cpu = nodes.cpuSeconds()
                     ownCPU = Bench.processCPUSeconds()
                 }
+                // The disk's own syncs beside each timed part: a 201 or 202 is answered once its commit is synced.
+                let probe = diskSyncs > 0 ? try DiskSyncProbe(directory: root, perSecond: diskSyncs) : nil
+                probe?.start()
+                defer { probe?.stop() }
+                func sayDiskSyncs() throws {
+                    guard let syncs = try probe?.take(), !syncs.isEmpty else { return }
+                    Bench.say("    disk syncs meanwhile: \(syncs.count), \(LatencySummary(sortedNanoseconds: syncs.sorted()).text)")
+                }
+                _ = try probe?.take()
                 let registered = try await load.run(count: registrations) { index in
                     LoadRequest(
                         method: .PUT,
@@ -110,6 +124,7 @@ extension Bench {
                 }
                 Bench.say("  registrations (\(perActivity) an activity)   \(Bench.describe(registered, count: registrations))")
                 printCPU("a registration", requests: registrations, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
+                try sayDiskSyncs()
 
                 let secret = "Bearer \(app.secretKey)"
                 let watched = self.watched
@@ -117,6 +132,7 @@ extension Bench {
                 let burstStarted = ContinuousClock.now
                 cpu = nodes.cpuSeconds()
                 ownCPU = Bench.processCPUSeconds()
+                _ = try probe?.take()
                 let accepted = try await load.run(count: updates) { index in
                     LoadRequest(
                         method: .POST,
@@ -129,6 +145,7 @@ extension Bench {
                 let burstEnded = ContinuousClock.now
                 Bench.say("  updates (\(watched ? "watched" : "distinct") activities)    \(Bench.describe(accepted, count: updates))")
                 printCPU("an update", requests: updates, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
+                try sayDiskSyncs()
                 // Counting the sink's pushes in the background, while the paced updates go out.
                 let expected = updates * perActivity
                 let delivered: Task<Duration?, any Error>? = target.map { target in
@@ -143,6 +160,7 @@ extension Bench {
                 }
 
                 if afterSeconds > 0 {
+                    _ = try probe?.take()
                     let paced = load.startPaced(perSecond: 100) { index in
                         LoadRequest(
                             method: .POST, uri: BenchRequests.updatePath(activityID: "after-\(index)"), authorization: secret,
@@ -152,6 +170,7 @@ extension Bench {
                     try await Task.sleep(for: .seconds(afterSeconds))
                     let after = try await paced.stop()
                     Bench.say("  right after the updates, 100 /s  \(Bench.describe(after, count: after.latencies.count))")
+                    try sayDiskSyncs()
                 }
                 // The engine's backlog: the updates were accepted faster than the engine sends (or, with nothing watching
                 // them, marks done) their activities.
