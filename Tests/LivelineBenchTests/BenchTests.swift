@@ -233,6 +233,17 @@ import Testing
         probe.stop()
     }
 
+    @Test func noProbeAtZeroSyncsASecond() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("disk-probe-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        #expect(try DiskSyncProbe.started(in: directory, perSecond: 0) == nil)
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("disk-sync-probe").path))
+        let probe = try #require(try DiskSyncProbe.started(in: directory, perSecond: 50))
+        probe.stop()
+        #expect(!FileManager.default.fileExists(atPath: directory.appendingPathComponent("disk-sync-probe").path))
+    }
+
     @Test func stopsWithoutStarting() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("disk-probe-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -105,14 +105,12 @@ extension Bench {
                     ownCPU = Bench.processCPUSeconds()
                 }
                 // The disk's own syncs beside each timed part: a 201 or 202 is answered once its commit is synced.
-                let probe = diskSyncs > 0 ? try DiskSyncProbe(directory: root, perSecond: diskSyncs) : nil
-                probe?.start()
+                let probe = try DiskSyncProbe.started(in: root, perSecond: diskSyncs)
                 defer { probe?.stop() }
                 func sayDiskSyncs() throws {
                     guard let syncs = try probe?.take(), !syncs.isEmpty else { return }
                     Bench.say("    disk syncs meanwhile: \(syncs.count), \(LatencySummary(sortedNanoseconds: syncs.sorted()).text)")
                 }
-                _ = try probe?.take()
                 let registered = try await load.run(count: registrations) { index in
                     LoadRequest(
                         method: .PUT,

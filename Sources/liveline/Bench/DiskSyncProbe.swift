@@ -60,6 +60,15 @@ final class DiskSyncProbe: Sendable {
         }
     }
 
+    /// A probe syncing `perSecond` times a second in `directory`, started; nil when `perSecond` is 0 (the benches'
+    /// `--disk-syncs 0`). The caller stops it.
+    static func started(in directory: URL, perSecond: Int) throws -> DiskSyncProbe? {
+        guard perSecond > 0 else { return nil }
+        let probe = try DiskSyncProbe(directory: directory, perSecond: perSecond)
+        probe.start()
+        return probe
+    }
+
     /// Starts syncing on a thread of its own, until ``stop()``; once at most.
     func start() {
         let first = state.withLock { state in

@@ -235,8 +235,7 @@ extension Bench.FanOut {
             var rates: [Double] = []
             var sideLatencies: [UInt64] = []
             // The disk's own syncs beside the side accepts: the floor of a durable accept's latency, round by round.
-            let probe = diskSyncs > 0 ? try DiskSyncProbe(directory: root, perSecond: diskSyncs) : nil
-            probe?.start()
+            let probe = try DiskSyncProbe.started(in: root, perSecond: diskSyncs)
             defer { probe?.stop() }
             var diskLatencies: [UInt64] = []
             // With --h2load-each-round: the plain reference before the first round, then after each one.
