@@ -14,35 +14,32 @@ struct RegistrationWrite: SetWrite {
         // The statements bind arrays, which only PostgreSQL has (SQLite's writer never runs sets).
         guard db.dialect == .postgres else { return members.map { _ in .alone } }
         let registrations = members.map(\.registration)
-        // The activities' rows first, under a share lock, in key order (as each body locks its activity's row); then
-        // which devices have instances already (a new instance's key is kept by its primary key: a concurrent insert
-        // of the same one fails this transaction, which runs again). One round trip for both.
+        // The activities' rows first, locked in key order (as each body locks its activity's row); then which devices
+        // have instances already: one statement, one round trip. Both parts read the statement's one snapshot, taken
+        // before any lock was waited for, so an instance another set inserted and committed meanwhile is not seen here:
+        // the new instance's primary key keeps it (the insert fails this transaction, which runs again).
         let activityKeys = distinct(registrations.map { ActivityKey(appID: $0.appID, activityID: $0.activityID) })
-        let found = try db.queries([
-            (activitiesRead, [PostgresArray.text(activityKeys.map(\.appID)), PostgresArray.text(activityKeys.map(\.activityID))]),
-            (
-                instancesRead,
-                [PostgresArray.text(registrations.map(\.appID)), PostgresArray.text(registrations.map(\.activityID)),
-                 PostgresArray.text(registrations.map(\.deviceID))]
-            ),
-        ])
+        let found = try db.query(
+            setRead,
+            [PostgresArray.text(activityKeys.map(\.appID)), PostgresArray.text(activityKeys.map(\.activityID)),
+             PostgresArray.text(registrations.map(\.appID)), PostgresArray.text(registrations.map(\.activityID)),
+             PostgresArray.text(registrations.map(\.deviceID))]
+        )
         var activities: [ActivityKey: RegistrationSet.FoundActivity] = [:]
-        for row in found[0] {
-            let key = ActivityKey(appID: try row.string("app_id"), activityID: try row.string("activity_id"))
-            activities[key] = RegistrationSet.FoundActivity(
-                state: ActivityState(rawValue: try row.string("state")) ?? .ended,
-                attributesType: row.column("attributes_type")?.string,
-                sequence: Int64(row.column("sequence")?.integer ?? 0),
-                channelID: row.column("channel_id")?.string
-            )
-        }
         var existing = Set<RegistrationSet.InstanceKey>()
-        for row in found[1] {
-            existing.insert(
-                RegistrationSet.InstanceKey(
-                    appID: try row.string("app_id"), activityID: try row.string("activity_id"), deviceID: try row.string("device_id")
+        for row in found {
+            let appID = try row.string("app_id")
+            let activityID = try row.string("activity_id")
+            if let deviceID = row.column("device_id")?.string {
+                existing.insert(RegistrationSet.InstanceKey(appID: appID, activityID: activityID, deviceID: deviceID))
+            } else {
+                activities[ActivityKey(appID: appID, activityID: activityID)] = RegistrationSet.FoundActivity(
+                    state: ActivityState(rawValue: try row.string("state")) ?? .ended,
+                    attributesType: row.column("attributes_type")?.string,
+                    sequence: Int64(row.column("sequence")?.integer ?? 0),
+                    channelID: row.column("channel_id")?.string
                 )
-            )
+            }
         }
         let set = RegistrationSet(
             members.map { RegistrationSet.Member(registration: $0.registration, nowMillis: SQLStore.millis($0.now)) },
@@ -67,6 +64,18 @@ struct RegistrationWrite: SetWrite {
         SELECT i.app_id, i.activity_id, i.device_id
         FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id, device_id)
         JOIN instances i ON i.app_id = k.app_id AND i.activity_id = k.activity_id AND i.device_id = k.device_id
+        """
+
+    /// Both reads as one statement (``activitiesRead``'s values, then ``instancesRead``'s): a row with a `device_id`
+    /// is an instance found, one without it an activity. The activities' part is materialized, so it locks its rows in
+    /// its own order whatever the plan of the whole.
+    static let setRead = """
+        WITH found_activities AS MATERIALIZED (\(activitiesRead)),
+        found_instances AS MATERIALIZED (\(instancesRead))
+        SELECT app_id, activity_id, state, attributes_type, sequence, channel_id, CAST(NULL AS text) AS device_id
+        FROM found_activities
+        UNION ALL
+        SELECT app_id, activity_id, NULL, NULL, NULL, NULL, device_id FROM found_instances
         """
 
     /// Sends the set's writes without waiting for their answers (a failure fails the transaction at its commit).
