@@ -129,7 +129,7 @@ public struct LivelineConfiguration: Sendable {
         Key(name: "liveline.database", environment: "LIVELINE_DATABASE", flag: "--database / --database-url", defaultValue: "<data dir>/liveline.sqlite",
             summary: "Where the data is: a SQLite file (a path or sqlite:PATH), or a PostgreSQL database (postgres://user:password@host:5432/db, `?sslmode=disable|prefer|require`), which several nodes may share."),
         Key(name: "liveline.databasePool.writers", environment: "LIVELINE_DATABASE_POOL_WRITERS", flag: nil, defaultValue: "8",
-            summary: "PostgreSQL: connections for writes (each write is one serializable transaction on one of them)."),
+            summary: "PostgreSQL: connections for writes (each write is one transaction on one of them), besides up to 3 more for registrations and updates."),
         Key(name: "liveline.databasePool.readers", environment: "LIVELINE_DATABASE_POOL_READERS", flag: nil, defaultValue: "3",
             summary: "Read connections (SQLite or PostgreSQL): a fan-out's pages, the API's reads and the sweepers' run side by side."),
         Key(name: "liveline.databaseStartupWait", environment: "LIVELINE_DATABASE_STARTUP_WAIT", flag: nil, defaultValue: "60",

@@ -99,7 +99,7 @@ public final class SQLStore: Store, DispatchStore {
         let writer = try await PostgresPool(url: url, count: writers, logger: logger)
         let reader: PostgresPool
         do {
-            reader = try await PostgresPool(url: url, count: readers, logger: logger)
+            reader = try await PostgresPool(url: url, count: readers, groupsWrites: false, logger: logger)
         } catch {
             try? await writer.close()
             throw error

@@ -12,6 +12,11 @@ import Synchronization
 /// A statement said again on this connection is prepared the second time (``sendStatement(_:_:)``): from then on PostgreSQL
 /// does not parse and analyze it anew for each call; it plans it for the values bound, and runs it.
 ///
+/// Statements sent without waiting (``execute(_:_:)``) spare this thread a wait each, not PostgreSQL a round trip:
+/// PostgresNIO sends a statement once the one before it is answered (its `ReadyForQuery`), so each statement of a
+/// transaction costs a round trip on the wire, and a statement fewer is a round trip fewer (the grouped writes'
+/// connections are opened with their settings for that reason, ``init(url:logger:settings:)``).
+///
 /// A connection the server closed (a restart, a network cut) is opened again only between transactions
 /// (``reconnectIfNeeded()``, which the pool calls before each write or read): a statement never runs on a fresh
 /// connection in the middle of a transaction, outside it. A transaction under way when the connection was lost fails
@@ -32,6 +37,10 @@ final class PostgresHandle: SQLConnection {
     private var transactionFailure: (any Error)?
     /// Settings for the transaction under way (``setLocal(_:)``) still to be sent, with the next statement.
     private var pendingSettings: [(name: String, value: String)] = []
+    /// The settings the connection was opened with (``sessionSettings``) and those the transaction under way has set
+    /// since (by name): a setting asked for again with the value it already has is not sent.
+    private let openedWith: [String: String]
+    private var transactionSettings: [String: String] = [:]
     /// The statements prepared on this connection.
     private var prepared: [PreparedStatementKey: PreparedQuery] = [:]
     /// Statements sent once, unprepared: one sent again is prepared.
@@ -42,38 +51,51 @@ final class PostgresHandle: SQLConnection {
     static let preparedLimit = 256
     private static let ids = Atomic<Int>(0)
 
-    /// Opens a connection to `url`. Call it off the event loops: it waits.
-    init(url: PostgresDatabaseURL, logger: Logger) throws {
+    /// Opens a connection to `url`, with `settings` for its whole session (``sessionSettings(_:)``), and again with
+    /// them whenever it is opened anew. Call it off the event loops: it waits.
+    init(url: PostgresDatabaseURL, logger: Logger, settings: [(name: String, value: String)] = []) throws {
         self.url = url
         self.logger = logger
-        let connection = try Self.connect(url, logger: logger)
+        let session = Self.sessionSettings(settings)
+        openedWith = Dictionary(session.map { ($0.name, $0.value) }, uniquingKeysWith: { _, last in last })
+        let connection = try Self.connect(url, settings: session, logger: logger)
         self.connection = connection
         lostAnswers = LostAnswers(connection)
     }
 
+    /// The settings every connection opens with, then `settings` in place of any of them of the same name, and after.
+    ///
+    /// Every connection plans each statement for its values, prepared or not (``plansForValues``): left to choose,
+    /// PostgreSQL switches a statement to one generic plan after five calls, made without the values, and activities
+    /// differ too much for one plan to fit all: with 100,000 instances on one activity, the generic plan of a claim's
+    /// release looked for a pending instance by scanning all of them, 446 ms for an activity with none, where the
+    /// plan for its values takes an index and 0.3 ms. Parsing and analysis are saved still. And none compiles
+    /// statements to machine code (``withoutJIT``).
+    static func sessionSettings(_ settings: [(name: String, value: String)]) -> [(name: String, value: String)] {
+        [plansForValues, withoutJIT].filter { base in !settings.contains { $0.name == base.name } } + settings
+    }
+
     /// Opens a connection, or throws a ``PostgresFailure`` that names the server (never the password) and says why not.
-    private static func connect(_ url: PostgresDatabaseURL, logger: Logger) throws -> PostgresConnection {
+    private static func connect(
+        _ url: PostgresDatabaseURL, settings: [(name: String, value: String)], logger: Logger
+    ) throws -> PostgresConnection {
         do {
-            return try open(url, logger: logger)
+            return try open(url, settings: settings, logger: logger)
         } catch {
             throw PostgresFailure(connectingTo: url, error)
         }
     }
 
-    private static func open(_ url: PostgresDatabaseURL, logger: Logger) throws -> PostgresConnection {
+    private static func open(
+        _ url: PostgresDatabaseURL, settings: [(name: String, value: String)], logger: Logger
+    ) throws -> PostgresConnection {
         let id = ids.wrappingAdd(1, ordering: .relaxed).newValue
         var configuration = try url.configuration()
-        // A prepared statement is still planned for each call's values, as an unprepared one is. Left to choose,
-        // PostgreSQL switches a statement to one generic plan after five calls, made without the values, and activities
-        // differ too much for one plan to fit all: with 100,000 instances on one activity, the generic plan of a claim's
-        // release looked for a pending instance by scanning all of them, 446 ms for an activity with none, where the
-        // plan for its values takes an index and 0.3 ms. Parsing and analysis are saved still.
-        configuration.options.additionalStartupParameters.append(plansForValues)
-        configuration.options.additionalStartupParameters.append(withoutJIT)
+        configuration.options.additionalStartupParameters.append(contentsOf: settings)
         return try PostgresConnection.connect(on: eventLoops.any(), configuration: configuration, id: id, logger: logger).wait()
     }
 
-    /// The connections' plan setting: every statement planned for the values bound (see ``open(_:logger:)``).
+    /// The connections' plan setting: every statement planned for the values bound (see ``sessionSettings(_:)``).
     static let plansForValues = (name: "plan_cache_mode", value: "force_custom_plan")
 
     /// No compiling of statements to machine code (JIT): PostgreSQL compiles a statement whose estimated cost passes
@@ -135,9 +157,14 @@ final class PostgresHandle: SQLConnection {
     }
 
     /// Keeps `settings` for the transaction under way, to be sent with its next statement as one `set_config` each (the
-    /// `true` keeps each to the transaction, as `SET LOCAL` does), all in one statement.
+    /// `true` keeps each to the transaction, as `SET LOCAL` does), all in one statement. A setting that already has the
+    /// value asked for, in this transaction or since the connection opened (``init(url:logger:settings:)``), is not
+    /// sent: when none is left, the transaction saves that statement and its round trip.
     func setLocal(_ settings: [(name: String, value: String)]) throws {
-        pendingSettings += settings
+        for setting in settings where (transactionSettings[setting.name] ?? openedWith[setting.name]) != setting.value {
+            pendingSettings.append(setting)
+            transactionSettings[setting.name] = setting.value
+        }
     }
 
     /// Sends one statement and returns its answer to come, after the settings kept by ``setLocal(_:)``, if any.
@@ -164,7 +191,7 @@ final class PostgresHandle: SQLConnection {
     /// A statement with bound values, or one PostgreSQL plans (``isPlanned(_:)``), is prepared the second time this
     /// connection says it (``preparedLimit`` at most): the first time waits for PostgreSQL to parse it and describe its
     /// parameters and rows, which it then keeps; every later call binds, plans and runs it (for its values, see
-    /// ``open(_:logger:)``; a grouped write's, see ``cachedPlans``; the engine's claim's, ``keptPlans``; without values,
+    /// ``sessionSettings(_:)``; a grouped write's, see ``cachedPlans``; the engine's claim's, ``keptPlans``; without values,
     /// once). Its placeholders carry their values' types (``PostgresDialect/translate(_:parameterTypes:)``), as the
     /// types sent with an unprepared statement do, so both read the statement alike. A statement that cannot be
     /// prepared (in a transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
@@ -273,6 +300,7 @@ final class PostgresHandle: SQLConnection {
         _ = try? settle()
         transactionFailure = nil
         pendingSettings = []
+        transactionSettings = [:]
     }
 
     private func openConnection() throws -> (PostgresConnection, LostAnswers) {
@@ -338,7 +366,7 @@ final class PostgresHandle: SQLConnection {
         // What was prepared went with the old connection.
         prepared = [:]
         sentOnce = []
-        connection = try Self.connect(url, logger: logger)
+        connection = try Self.connect(url, settings: openedWith.map { (name: $0.key, value: $0.value) }, logger: logger)
     }
 
     /// A cell as the Store's common values: integers (and booleans, as 0 or 1), floats, text, bytes.

@@ -19,9 +19,10 @@ import Synchronization
 /// (``SQLConnection/execute(_:_:)``) and settled at the commit.
 ///
 /// Writes that may share a transaction (``WriteIsolation/grouped(key:)``: a registration, an update) have group
-/// commit, as on SQLite: they queue, and a connection that comes free takes every one queued so far (up to
-/// ``groupLimit``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED` transaction (with cached plans,
-/// ``PostgresHandle/groupedWriteSettings``, as a grouped write alone), in the order of their keys, with one `COMMIT`.
+/// commit, as on SQLite: they queue, and a connection of their own (``groupConnections``) that comes free takes every
+/// one queued so far (up to ``groupLimit``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED`
+/// transaction (with cached plans, ``PostgresHandle/groupedWriteSettings``, as a grouped write alone: those connections
+/// are opened with them, so the transaction sends none), in the order of their keys, with one `COMMIT`.
 /// Each caller resumes once that commit is done, so an acknowledgement still means committed and synced. Writes that
 /// arrive together no longer pay a commit (and its round trip) each. When every write of a group belongs to one set
 /// (``SetWrite``: registrations; updates without an `Idempotency-Key`), the set writes them all with a few multi-row
@@ -31,11 +32,21 @@ import Synchronization
 /// transaction of its own, so that one write's fault is never another's.
 final class PostgresPool: StoreWriter, StoreReader {
     private let connections: ConnectionLeases<PostgresHandle>
+    /// The connections that run the grouped writes, opened with their settings (``PostgresHandle/groupedWriteSettings``)
+    /// for the whole session, so that a shared transaction sends none (one round trip less); nil in a pool of one
+    /// connection, whose grouped writes run on it with their settings sent each time.
+    private let groupConnections: ConnectionLeases<PostgresHandle>?
     private let metrics: StoreCommitMetrics
     /// Grouped writes waiting for a connection, and how many connections are (or are about to be) taking them.
     private let groups = Mutex(GroupQueue())
     /// At most this many connections run grouped writes at once: the rest stay free for the other writes.
     private let groupDrainers: Int
+    /// The connections a pool of `count` opens for its grouped writes (``groupConnections``), besides its `count` for
+    /// the others: as many as may run grouped writes at once (``groupDrainerLimit``), and fewer than `count`. A pool of
+    /// one runs both on its one connection.
+    static func groupConnectionCount(of count: Int) -> Int {
+        count < 2 ? 0 : min(groupDrainerLimit, count - 1)
+    }
     /// At most this many connections of a pool run grouped writes at once. A set (``SetWrite``) costs a few round
     /// trips however many writes it holds, so a few large groups cost less than many small ones; more than one lets a
     /// group's statements run while another waits for its commit. (`bench api`, 64 clients, 8 writers: 16 writes a
@@ -53,10 +64,16 @@ final class PostgresPool: StoreWriter, StoreReader {
         var drainers = 0
     }
 
-    /// Opens `count` connections to `url`.
-    init(url: PostgresDatabaseURL, count: Int, logger: Logger, metrics: StoreCommitMetrics = StoreCommitMetrics()) async throws {
+    /// Opens `count` connections to `url`, and with `groupsWrites` ``groupConnectionCount(of:)`` more for the grouped
+    /// writes (a pool for reads has none).
+    init(
+        url: PostgresDatabaseURL, count: Int, groupsWrites: Bool = true, logger: Logger,
+        metrics: StoreCommitMetrics = StoreCommitMetrics()
+    ) async throws {
         self.metrics = metrics
-        let threads = NIOThreadPool(numberOfThreads: max(count, 1))
+        let count = max(count, 1)
+        let grouping = groupsWrites ? Self.groupConnectionCount(of: count) : 0
+        let threads = NIOThreadPool(numberOfThreads: count)
         threads.start()
         // Connecting waits for the server: on a pool thread, not the caller's. When one connection fails, those
         // made are closed again.
@@ -65,7 +82,10 @@ final class PostgresPool: StoreWriter, StoreReader {
             opened = try await threads.runIfActive {
                 var handles: [PostgresHandle] = []
                 do {
-                    for _ in 0..<max(count, 1) { handles.append(try PostgresHandle(url: url, logger: logger)) }
+                    for index in 0..<(grouping + count) {
+                        let settings = index < grouping ? PostgresHandle.groupedWriteSettings : []
+                        handles.append(try PostgresHandle(url: url, logger: logger, settings: settings))
+                    }
                 } catch {
                     for handle in handles { handle.close() }
                     throw error
@@ -77,8 +97,17 @@ final class PostgresPool: StoreWriter, StoreReader {
             throw error
         }
         let handles = opened.handles
-        connections = ConnectionLeases(handles: handles, threads: threads)
-        groupDrainers = max(1, min(Self.groupDrainerLimit, handles.count - 1))
+        if grouping > 0 {
+            let groupThreads = NIOThreadPool(numberOfThreads: grouping)
+            groupThreads.start()
+            groupConnections = ConnectionLeases(handles: Array(handles.prefix(grouping)), threads: groupThreads)
+            connections = ConnectionLeases(handles: Array(handles.dropFirst(grouping)), threads: threads)
+            groupDrainers = grouping
+        } else {
+            groupConnections = nil
+            connections = ConnectionLeases(handles: handles, threads: threads)
+            groupDrainers = max(1, min(Self.groupDrainerLimit, count - 1))
+        }
     }
 
     func write<T: Sendable>(
@@ -187,7 +216,7 @@ final class PostgresPool: StoreWriter, StoreReader {
     /// Has a connection take the grouped writes queued so far, once one is free; it asks for another turn while writes
     /// are left, so the other writes waiting for a connection get theirs in between.
     private func drainGroups() {
-        connections.submit { [self] db in
+        (groupConnections ?? connections).submit { [self] db in
             guard let db else {
                 // The pool is closing: nothing more runs.
                 let left = groups.withLock { queue in
@@ -380,6 +409,7 @@ final class PostgresPool: StoreWriter, StoreReader {
     }
 
     func close() async throws {
+        try await groupConnections?.close { $0.close() }
         try await connections.close { $0.close() }
     }
 }

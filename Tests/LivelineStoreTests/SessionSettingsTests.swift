@@ -1,0 +1,125 @@
+import Foundation
+import LivelineTestSupport
+import SQLiteNIO
+import Testing
+
+@testable import LivelineStore
+
+/// The settings a PostgreSQL connection is opened with, and the grouped writes' connections opened with theirs.
+@Suite("PostgreSQL session settings")
+struct SessionSettingsTests {
+    @Test("a connection opens with plans for values and no JIT; settings given replace those of the same name")
+    func sessionSettings() {
+        let plain = PostgresHandle.sessionSettings([])
+        #expect(plain.map(\.name) == ["plan_cache_mode", "jit"])
+        #expect(plain.map(\.value) == ["force_custom_plan", "off"])
+
+        let grouped = PostgresHandle.sessionSettings(PostgresHandle.groupedWriteSettings)
+        #expect(grouped.filter { $0.name == "plan_cache_mode" }.map(\.value) == ["auto"])
+        #expect(grouped.filter { $0.name == "jit" }.map(\.value) == ["off"])
+        #expect(grouped.contains { $0 == ("enable_seqscan", "off") })
+    }
+
+    @Test("a pool sets connections apart for its grouped writes: up to 3, fewer than its others, none in a pool of one")
+    func groupConnectionCount() {
+        #expect([1, 2, 3, 4, 8, 16].map(PostgresPool.groupConnectionCount(of:)) == [0, 1, 2, 3, 3, 3])
+    }
+}
+
+@Suite(
+    "PostgreSQL session settings, on a server",
+    .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set")
+)
+struct SessionSettingsOnServerTests {
+    /// The value of `name` on `db` now.
+    private func setting(_ name: String, _ db: any SQLConnection) throws -> String? {
+        try db.query("SELECT current_setting(?) AS value", [.text(name)]).first?.column("value")?.string
+    }
+
+    @Test("a connection keeps the settings it opened with, in every transaction and once opened again; a transaction's own hold until it ends")
+    func connectionKeepsItsSettings() async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let databaseURL = try PostgresDatabaseURL(url)
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                Thread.detachNewThread {
+                    do {
+                        let db = try PostgresHandle(
+                            url: databaseURL, logger: PostgresTestServer.logger, settings: [("enable_seqscan", "off")]
+                        )
+                        defer { db.close() }
+                        #expect(try setting("enable_seqscan", db) == "off")
+                        #expect(try setting("plan_cache_mode", db) == "force_custom_plan")
+                        #expect(try setting("jit", db) == "off")
+
+                        try db.query("BEGIN")
+                        // Off already: nothing to send.
+                        try db.setLocal([("enable_seqscan", "off")])
+                        #expect(try setting("enable_seqscan", db) == "off")
+                        // On for this transaction, then off again within it: the second is sent too.
+                        try db.setLocal([("enable_seqscan", "on"), ("enable_hashjoin", "off")])
+                        #expect(try setting("enable_seqscan", db) == "on")
+                        #expect(try setting("enable_hashjoin", db) == "off")
+                        try db.setLocal([("enable_seqscan", "off")])
+                        #expect(try setting("enable_seqscan", db) == "off")
+                        try db.setLocal([("enable_seqscan", "on")])
+                        try db.query("COMMIT")
+                        db.endTransaction()
+
+                        // The transaction's own settings ended with it; the session's stay.
+                        try db.query("BEGIN")
+                        #expect(try setting("enable_seqscan", db) == "off")
+                        #expect(try setting("enable_hashjoin", db) == "on")
+                        try db.setLocal([("enable_seqscan", "on")])
+                        #expect(try setting("enable_seqscan", db) == "on")
+                        try db.query("ROLLBACK")
+                        db.endTransaction()
+
+                        // A connection opened again opens with them.
+                        db.dropConnection()
+                        try db.reconnectIfNeeded()
+                        #expect(try setting("enable_seqscan", db) == "off")
+                        #expect(try setting("plan_cache_mode", db) == "force_custom_plan")
+                        continuation.resume()
+                    } catch {
+                        continuation.resume(throwing: error)
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("grouped writes run with their settings, alone or shared, in a pool of one or more; the other writes without them", arguments: [1, 4])
+    func groupedWritesHaveTheirSettings(count: Int) async throws {
+        try await withTemporaryPostgresPool(count: count) { pool, _ in
+            let grouped = try await withThrowingTaskGroup(of: String?.self) { group in
+                for n in 0..<20 {
+                    group.addTask {
+                        try await pool.write(durability: .full, isolation: .grouped(key: "k\(n)")) { db in
+                            try setting("enable_seqscan", db)
+                        }
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(grouped == Array(repeating: "off", count: 20))
+            let planned = try await pool.write(durability: .full, isolation: .grouped(key: "k")) { db in
+                try setting("plan_cache_mode", db)
+            }
+            #expect(planned == "auto")
+
+            let others = try await withThrowingTaskGroup(of: [String?].self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        try await pool.write(durability: .full) { db in
+                            [try setting("enable_seqscan", db), try setting("plan_cache_mode", db)]
+                        }
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(others == Array(repeating: ["on", "force_custom_plan"], count: 8))
+            let read = try await pool.read { db in try setting("enable_seqscan", db) }
+            #expect(read == "on")
+        }
+    }
+}
