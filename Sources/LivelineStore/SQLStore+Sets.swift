@@ -3,8 +3,8 @@ import LivelineCore
 import SQLiteNIO
 
 /// A registration as a member of a set (``SetWrite``): on PostgreSQL, registrations queued together are written with
-/// four statements for all of them (two reads, the new activities, then the new instances with their catch-ups and
-/// events) instead of two round trips each. What they decide is ``RegistrationSet``'s; the registrations it leaves out
+/// two statements for all of them (one read of their activities and instances; one write of the new activities, the
+/// new instances with their catch-ups, and the events) instead of two round trips each. What they decide is ``RegistrationSet``'s; the registrations it leaves out
 /// run ``SQLStore/registerInstance(_:at:)``'s own body after it.
 struct RegistrationWrite: SetWrite {
     var registration: InstanceRegistration
@@ -80,10 +80,12 @@ struct RegistrationWrite: SetWrite {
 
     /// Sends the set's writes without waiting for their answers (a failure fails the transaction at its commit).
     private static func write(_ set: RegistrationSet, on db: any SQLConnection) throws {
+        var statements: [(sql: String, binds: [SQLiteData])] = []
         if !set.newActivities.isEmpty {
-            // On its own, before the instances that refer to it: the statements joined below see one snapshot.
+            // Joined with the instances that refer to them: PostgreSQL checks an inserted instance's activity once the
+            // whole statement has run (as its foreign key's trigger fires then), and finds the activity inserted by it.
             let new = set.newActivities
-            try db.execute(
+            statements.append((
                 """
                 INSERT INTO activities (app_id, activity_id, attributes_type, attributes, state, sequence, created_at, updated_at)
                 SELECT a.app_id, a.activity_id, a.attributes_type, a.attributes, ?, 0, a.now, a.now
@@ -93,11 +95,14 @@ struct RegistrationWrite: SetWrite {
                 [.text(ActivityState.active.rawValue), PostgresArray.text(new.map(\.key.appID)),
                  PostgresArray.text(new.map(\.key.activityID)), PostgresArray.text(new.map(\.attributesType)),
                  PostgresArray.text(new.map { $0.attributes?.encodedString }), PostgresArray.integer(new.map(\.nowMillis))]
-            )
+            ))
         }
-        guard !set.newInstances.isEmpty else { return }
+        guard !set.newInstances.isEmpty else {
+            if !statements.isEmpty { try db.executeTogether(statements) }
+            return
+        }
         let instances = set.newInstances
-        var statements: [(sql: String, binds: [SQLiteData])] = [(
+        statements.append((
             """
             INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
                 priority10_tally, channel_id)
@@ -113,7 +118,7 @@ struct RegistrationWrite: SetWrite {
              PostgresArray.integer(instances.map(\.nowMillis)),
              PostgresArray.integer(instances.map { SQLStore.emptyPriority10Tally(for: $0.registration.platform, at: $0.nowMillis).integer }),
              PostgresArray.text(instances.map(\.registration.channelID))]
-        )]
+        ))
         if !set.catchingUp.isEmpty {
             statements.append((
                 """
@@ -126,7 +131,8 @@ struct RegistrationWrite: SetWrite {
             ))
         }
         statements.append(eventsStatement(set.events))
-        // The new instances, their activities' catch-ups and their events: rows of their own, none read by another.
+        // The new activities, the new instances, their activities' catch-ups (of activities that were there before)
+        // and their events: rows of their own, none read by another, in one statement.
         try db.executeTogether(statements)
     }
 }
