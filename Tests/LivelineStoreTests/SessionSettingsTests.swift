@@ -74,6 +74,16 @@ struct SessionSettingsOnServerTests {
                         try db.query("ROLLBACK")
                         db.endTransaction()
 
+                        // Reads under settings, one after another, each in a transaction of its own: each has them.
+                        for _ in 1...3 {
+                            let rows = try db.query(
+                                "SELECT current_setting('enable_hashjoin') AS value", [], settings: [("enable_hashjoin", "off")]
+                            )
+                            #expect(rows.first?.column("value")?.string == "off")
+                            #expect(try setting("enable_hashjoin", db) == "on")
+                        }
+                        db.endTransaction()
+
                         // A connection opened again opens with them.
                         db.dropConnection()
                         try db.reconnectIfNeeded()

@@ -169,6 +169,9 @@ final class PostgresHandle: SQLConnection {
 
     /// Sends one statement and returns its answer to come, after the settings kept by ``setLocal(_:)``, if any.
     private func send(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
+        // A new transaction starts with the session's settings, whatever the one before it set (and however it ended:
+        // a read under settings ends its own with a COMMIT sent as a statement, ``SQLConnection/query(_:_:settings:)``).
+        if sql.hasPrefix("BEGIN") { transactionSettings = [:] }
         if !pendingSettings.isEmpty {
             let settings = pendingSettings
             pendingSettings = []

@@ -48,8 +48,9 @@ protocol SQLConnection: AnyObject {
     /// Changes settings of PostgreSQL's for the rest of the write's transaction (as `SET LOCAL` does), such as the
     /// planner's `enable_seqscan` or `synchronous_commit`.
     ///
-    /// PostgreSQL sends them with the next statement, all in one (`SELECT set_config(…, true), …`), rather than in a
-    /// message and a round trip each. SQLite has no such settings: it does nothing.
+    /// PostgreSQL sends them before the next statement, all in one (`SELECT set_config(…, true), …`: one round trip),
+    /// and none that already has the value asked for (its connection may have been opened with it). SQLite has no such
+    /// settings: it does nothing.
     func setLocal(_ settings: [(name: String, value: String)]) throws
 }
 
@@ -83,8 +84,9 @@ extension SQLConnection {
     }
 
     /// Runs `sql` with `binds` as a read under `settings` (planner settings) and returns its rows: on PostgreSQL in a
-    /// read-only transaction of its own, where ``setLocal(_:)`` holds, sent with the statement and its `COMMIT` (one
-    /// round trip); SQLite has no such settings and runs the statement as it is.
+    /// read-only transaction of its own, where ``setLocal(_:)`` holds, the statement and its `COMMIT` sent without
+    /// waiting between them (PostgresNIO still sends each once the one before is answered); SQLite has no such settings
+    /// and runs the statement as it is.
     func query(_ sql: String, _ binds: [SQLiteData], settings: [(name: String, value: String)]) throws -> [StoreRow] {
         guard dialect == .postgres else { return try query(sql, binds) }
         try execute("BEGIN READ ONLY", [])
