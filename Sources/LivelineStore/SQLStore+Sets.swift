@@ -4,8 +4,8 @@ import SQLiteNIO
 
 /// A registration as a member of a set (``SetWrite``): on PostgreSQL, registrations queued together are written with
 /// two statements for all of them (one read of their activities and instances; one write of the new activities, the
-/// new instances with their catch-ups, and the events) instead of two round trips each. What they decide is ``RegistrationSet``'s; the registrations it leaves out
-/// run ``SQLStore/registerInstance(_:at:)``'s own body after it.
+/// new instances with their catch-ups, and the events) instead of two round trips each. What they decide is
+/// ``RegistrationSet``'s; the registrations it leaves out run ``SQLStore/registerInstance(_:at:)``'s own body after it.
 struct RegistrationWrite: SetWrite {
     var registration: InstanceRegistration
     var now: Date

@@ -63,7 +63,8 @@ final class PostgresHandle: SQLConnection {
         lostAnswers = LostAnswers(connection)
     }
 
-    /// The settings every connection opens with, then `settings` in place of any of them of the same name, and after.
+    /// What a connection opened with `settings` is opened with: the settings every connection has, less those `settings`
+    /// names, then `settings`.
     ///
     /// Every connection plans each statement for its values, prepared or not (``plansForValues``): left to choose,
     /// PostgreSQL switches a statement to one generic plan after five calls, made without the values, and activities
