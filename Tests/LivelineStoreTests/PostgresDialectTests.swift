@@ -44,6 +44,15 @@ struct PostgresDialectTests {
         #expect(PostgresDialect.together([("INSERT INTO a (x) VALUES (1)", []), ("SELECT 1", [])]) == nil)
         #expect(PostgresDialect.together([("WITH w AS (SELECT 1) INSERT INTO a SELECT * FROM w", []), ("DELETE FROM a", [])]) == nil)
         #expect(PostgresDialect.together([("INSERT INTO a (x) VALUES (1) RETURNING x", []), ("DELETE FROM b", [])]) == nil)
+        // Said again (the joining is kept), with other values: the same text with these values; a refusal again.
+        let again = PostgresDialect.together([
+            ("INSERT INTO a (x) VALUES (?)", [.integer(5)]),
+            ("\n  UPDATE b SET y = ? WHERE k = ?", [.text("z"), .text("q")]),
+            ("DELETE FROM c WHERE k = ?", [.integer(6)]),
+        ])
+        #expect(again?.sql == joined?.sql)
+        #expect(again?.binds == [.integer(5), .text("z"), .text("q"), .integer(6)])
+        #expect(PostgresDialect.together([("INSERT INTO a (x) VALUES (1)", []), ("SELECT 1", [])]) == nil)
     }
 
     @Test(

@@ -30,17 +30,36 @@ public enum PostgresDialect {
     /// not joined.
     static func together(_ statements: [(sql: String, binds: [SQLiteData])]) -> (sql: String, binds: [SQLiteData])? {
         guard statements.count > 1 else { return nil }
+        let texts = statements.map(\.sql)
+        // The sets join the same few statements again and again: each joining is worked out once (or its refusal).
+        let joined: String?
+        if let known = joinings.withLock({ $0[texts] }) {
+            joined = known
+        } else {
+            joined = join(texts)
+            joinings.withLock { joinings in
+                if joinings.count >= 256 { joinings.removeAll(keepingCapacity: true) }
+                joinings[texts] = .some(joined)
+            }
+        }
+        return joined.map { ($0, statements.flatMap(\.binds)) }
+    }
+
+    /// The text of ``together(_:)``, or nil.
+    private static func join(_ texts: [String]) -> String? {
         var parts: [String] = []
-        for statement in statements {
-            let text = String(statement.sql.drop(while: \.isWhitespace))
+        for sql in texts {
+            let text = String(sql.drop(while: \.isWhitespace))
             let verb = text.prefix(while: { !$0.isWhitespace }).uppercased()
             guard ["INSERT", "UPDATE", "DELETE"].contains(verb), !text.uppercased().contains("RETURNING") else { return nil }
             parts.append(text)
         }
         let last = parts.removeLast()
         let with = parts.enumerated().map { "s\($0.offset + 1) AS (\($0.element))" }.joined(separator: ", ")
-        return ("WITH \(with) \(last)", statements.flatMap(\.binds))
+        return "WITH \(with) \(last)"
     }
+
+    private static let joinings = Mutex<[[String]: String?]>([:])
 
     /// `sql` as PostgreSQL reads it.
     public static func translate(_ sql: String) -> String {
