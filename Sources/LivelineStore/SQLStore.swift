@@ -91,7 +91,8 @@ public final class SQLStore: Store, DispatchStore {
     public static let defaultPostgresWriters = 8
 
     /// Opens the PostgreSQL database at `url` and brings its schema up to date (nodes starting at once take turns).
-    /// `writers` and `readers` are the sizes of its two connection pools.
+    /// `writers` and `readers` are the sizes of its two connection pools; the writers' opens up to 3 more for registrations
+    /// and updates (``PostgresPool/groupConnectionCount(of:)``).
     public static func open(
         postgres url: PostgresDatabaseURL, writers: Int = defaultPostgresWriters, readers: Int = defaultReaders,
         logger: Logger = Logger(label: "liveline.store")
