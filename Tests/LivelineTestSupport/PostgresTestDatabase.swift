@@ -4,7 +4,7 @@ import Logging
 import PostgresNIO
 
 /// The PostgreSQL server the tests may use, if any: the one `LIVELINE_TEST_POSTGRES_URL` names (as
-/// `.ci/postgres start` prints it, `postgres://liveline@127.0.0.1:55432/liveline`). Tests that need it are enabled
+/// `.ci/postgres start` prints it, `postgres://liveline@127.0.0.1:25432/liveline`). Tests that need it are enabled
 /// only when it is set (`.enabled(if: PostgresTestServer.url != nil)`), and make databases of their own on it with
 /// ``withTemporaryPostgresDatabase(_:)``.
 public struct PostgresTestServer {
