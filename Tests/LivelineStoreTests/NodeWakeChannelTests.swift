@@ -37,9 +37,10 @@ struct NodeWakeChannelTests {
             let heardByA = Heard()
             let heardByB = Heard()
             let noticesToA = Mutex<[AppNotice]>([])
+            let noticesToB = Mutex<[AppNotice]>([])
             let running = [
                 Task { await a.run(onWake: { heardByA.append($0) }, onAppNotice: { notice in noticesToA.withLock { $0.append(notice) } }) },
-                Task { await b.run { heardByB.append($0) } },
+                Task { await b.run(onWake: { heardByB.append($0) }, onAppNotice: { notice in noticesToB.withLock { $0.append(notice) } }) },
             ]
             defer { for task in running { task.cancel() } }
 
@@ -59,11 +60,13 @@ struct NodeWakeChannelTests {
             )
             try await killer.close()
             // Each node wakes its own engine once for what it may have missed, after a pause (a second, or more on a
-            // loaded machine), and then rests. Once listening again, A reads the apps again: the notices sent meanwhile
-            // were not heard.
+            // loaded machine), and then rests. Once listening again, each reads the apps again: the notices sent
+            // meanwhile were not heard. (Both nodes' notices are awaited: an announcement of A's sent just before the cut
+            // may reach B before B has noticed its own loss, and B's wake-up for that loss then comes later.)
             #expect(try await eventually {
-                noticesToA.withLock { $0 } == [.mayHaveMissed] && heardByA.all.contains(.anotherNode) && heardByB.all.contains(.anotherNode)
-            }, "\(noticesToA.withLock { $0 }), \(heardByA.all), \(heardByB.all)")
+                noticesToA.withLock { $0 } == [.mayHaveMissed] && noticesToB.withLock { $0 } == [.mayHaveMissed]
+                    && heardByA.all.contains(.anotherNode) && heardByB.all.contains(.anotherNode)
+            }, "\(noticesToA.withLock { $0 }), \(noticesToB.withLock { $0 }), \(heardByA.all), \(heardByB.all)")
             heardByA.clear()
             heardByB.clear()
             try await Task.sleep(for: .seconds(1))
