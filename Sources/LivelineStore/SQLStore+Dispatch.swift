@@ -159,7 +159,7 @@ extension SQLStore {
     }
 
     public func nextClaimableAt() async throws -> Date? {
-        let row = try await reader.read { try $0.query(Self.dueStatement, [], settings: Self.dueSettings) }.first
+        let row = try await reader.read(under: Self.dueSettings) { try $0.query(Self.dueStatement, [], settings: Self.dueSettings) }.first
         return row?.column("due")?.integer.map(Self.date)
     }
 
@@ -167,7 +167,10 @@ extension SQLStore {
     /// no sequential scans, and the plans kept.
     static let claimSettings: [(name: String, value: String)] = [("enable_sort", "off"), ("enable_seqscan", "off"), PostgresHandle.keptPlans]
 
-    /// The planner settings ``dueStatement`` runs under on PostgreSQL.
+    /// The planner settings ``dueStatement`` runs under on PostgreSQL. The readers' pool keeps a connection opened with
+    /// them (``SQLStore/open(postgres:writers:readers:logger:)``), where the read is its statement alone: the engine's
+    /// workers ask after every wake-up, 447 times in a `bench api` of 20,000 registrations and 10,000 updates, and each
+    /// asked in a transaction of its own was four statements, four round trips.
     static let dueSettings: [(name: String, value: String)] = [("enable_seqscan", "off")]
 
     /// When the next pending activity or fan-out slice is due: an activity at its dispatch time, and not before its

@@ -92,7 +92,8 @@ public final class SQLStore: Store, DispatchStore {
 
     /// Opens the PostgreSQL database at `url` and brings its schema up to date (nodes starting at once take turns).
     /// `writers` and `readers` are the sizes of its two connection pools; the writers' opens up to 3 more for registrations
-    /// and updates (``PostgresPool/groupConnectionCount(of:)``).
+    /// and updates (``PostgresPool/groupConnectionCount(of:)``), the readers' one more for the engine's question of when
+    /// the next activity is due (opened with its planner settings, ``dueSettings``).
     public static func open(
         postgres url: PostgresDatabaseURL, writers: Int = defaultPostgresWriters, readers: Int = defaultReaders,
         logger: Logger = Logger(label: "liveline.store")
@@ -100,7 +101,7 @@ public final class SQLStore: Store, DispatchStore {
         let writer = try await PostgresPool(url: url, count: writers, logger: logger)
         let reader: PostgresPool
         do {
-            reader = try await PostgresPool(url: url, count: readers, groupsWrites: false, logger: logger)
+            reader = try await PostgresPool(url: url, count: readers, groupsWrites: false, readsUnder: dueSettings, logger: logger)
         } catch {
             try? await writer.close()
             throw error

@@ -98,6 +98,66 @@ struct SessionSettingsOnServerTests {
         }
     }
 
+    @Test("a read under settings is its statement alone on a connection opened with them, a transaction of its own on another")
+    func readUnderSettingsAlone() async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let databaseURL = try PostgresDatabaseURL(url)
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                Thread.detachNewThread {
+                    do {
+                        // Alone, the statement is a transaction of its own, as the session's are (read-write); under
+                        // settings it sets itself, in the read-only transaction that holds them.
+                        let read = "SELECT current_setting('transaction_read_only') AS readOnly, current_setting('enable_seqscan') AS seqscan"
+                        let settings = [(name: "enable_seqscan", value: "off")]
+                        let opened = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger, settings: settings)
+                        defer { opened.close() }
+                        let plain = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger)
+                        defer { plain.close() }
+                        #expect(opened.holds(settings))
+                        #expect(!plain.holds(settings))
+                        #expect(!opened.holds(settings + [("enable_hashjoin", "off")]))
+                        for _ in 1...2 {
+                            let alone = try opened.query(read, [], settings: settings).first
+                            #expect(alone?.column("readonly")?.string == "off")
+                            #expect(alone?.column("seqscan")?.string == "off")
+                            let inTransaction = try plain.query(read, [], settings: settings).first
+                            #expect(inTransaction?.column("readonly")?.string == "on")
+                            #expect(inTransaction?.column("seqscan")?.string == "off")
+                            // The ended transaction's settings are not the session's.
+                            #expect(!plain.holds(settings))
+                        }
+                        continuation.resume()
+                    } catch {
+                        continuation.resume(throwing: error)
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("a pool with a connection for reads under settings runs those reads there, and the others elsewhere")
+    func poolReadsUnderSettings() async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let settings = [(name: "enable_seqscan", value: "off")]
+            let pool = try await PostgresPool(
+                url: try PostgresDatabaseURL(url), count: 2, groupsWrites: false, readsUnder: settings, logger: PostgresTestServer.logger
+            )
+            do {
+                let under = try await pool.read(under: settings) { db in [db.holds(settings), try setting("enable_seqscan", db) == "off"] }
+                #expect(under == [true, true])
+                // Settings the connection was not opened with: any connection, the read setting them itself.
+                let other = try await pool.read(under: [("enable_hashjoin", "off")]) { db in db.holds(settings) }
+                #expect(other == false)
+                let plain = try await pool.read { db in try setting("enable_seqscan", db) }
+                #expect(plain == "on")
+            } catch {
+                try? await pool.close()
+                throw error
+            }
+            try await pool.close()
+        }
+    }
+
     @Test("grouped writes run with their settings, alone or shared, in a pool of one or more; the other writes without them", arguments: [1, 4])
     func groupedWritesHaveTheirSettings(count: Int) async throws {
         try await withTemporaryPostgresPool(count: count) { pool, _ in

@@ -168,6 +168,12 @@ final class PostgresHandle: SQLConnection {
         }
     }
 
+    /// Asks what the connection was opened with: ``transactionSettings`` may still hold an ended transaction's (a read
+    /// under settings ends its own with a `COMMIT` sent as a statement), so a value there only ever says no.
+    func holds(_ settings: [(name: String, value: String)]) -> Bool {
+        settings.allSatisfy { openedWith[$0.name] == $0.value && (transactionSettings[$0.name] ?? $0.value) == $0.value }
+    }
+
     /// Sends one statement and returns its answer to come, after the settings kept by ``setLocal(_:)``, if any.
     private func send(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
         // A new transaction starts with the session's settings, whatever the one before it set (and however it ended:

@@ -36,6 +36,11 @@ final class PostgresPool: StoreWriter, StoreReader {
     /// for the whole session, so that a shared transaction sends none (one round trip less); nil in a pool of one
     /// connection, whose grouped writes run on it with their settings sent each time.
     private let groupConnections: ConnectionLeases<PostgresHandle>?
+    /// A connection opened with ``settledReadSettings`` for the reads under them (``read(under:_:)``), or nil: such a
+    /// read is then its statement alone, where on another connection it is a transaction of four statements (`BEGIN`,
+    /// the settings, the read, `COMMIT`), each a round trip.
+    private let settledReads: ConnectionLeases<PostgresHandle>?
+    private let settledReadSettings: [(name: String, value: String)]
     private let metrics: StoreCommitMetrics
     /// Grouped writes waiting for a connection, and how many connections are (or are about to be) taking them.
     private let groups = Mutex(GroupQueue())
@@ -65,14 +70,17 @@ final class PostgresPool: StoreWriter, StoreReader {
     }
 
     /// Opens `count` connections to `url`, and with `groupsWrites` ``groupConnectionCount(of:)`` more for the grouped
-    /// writes (a pool for reads has none).
+    /// writes (a pool for reads has none); with `readsUnder` settings, one more opened with them, for the reads under
+    /// them (``read(under:_:)``).
     init(
-        url: PostgresDatabaseURL, count: Int, groupsWrites: Bool = true, logger: Logger,
-        metrics: StoreCommitMetrics = StoreCommitMetrics()
+        url: PostgresDatabaseURL, count: Int, groupsWrites: Bool = true, readsUnder: [(name: String, value: String)] = [],
+        logger: Logger, metrics: StoreCommitMetrics = StoreCommitMetrics()
     ) async throws {
         self.metrics = metrics
+        settledReadSettings = readsUnder
         let count = max(count, 1)
         let grouping = groupsWrites ? Self.groupConnectionCount(of: count) : 0
+        let settled = readsUnder.isEmpty ? 0 : 1
         let threads = NIOThreadPool(numberOfThreads: count)
         threads.start()
         // Connecting waits for the server: on a pool thread, not the caller's. When one connection fails, those
@@ -82,8 +90,9 @@ final class PostgresPool: StoreWriter, StoreReader {
             opened = try await threads.runIfActive {
                 var handles: [PostgresHandle] = []
                 do {
-                    for index in 0..<(grouping + count) {
-                        let settings = index < grouping ? PostgresHandle.groupedWriteSettings : []
+                    for index in 0..<(grouping + count + settled) {
+                        let settings =
+                            index < grouping ? PostgresHandle.groupedWriteSettings : index < grouping + count ? [] : readsUnder
                         handles.append(try PostgresHandle(url: url, logger: logger, settings: settings))
                     }
                 } catch {
@@ -96,7 +105,15 @@ final class PostgresPool: StoreWriter, StoreReader {
             try? await threads.shutdownGracefully()
             throw error
         }
-        let handles = opened.handles
+        var handles = opened.handles
+        if settled > 0 {
+            let settledThreads = NIOThreadPool(numberOfThreads: settled)
+            settledThreads.start()
+            settledReads = ConnectionLeases(handles: Array(handles.suffix(settled)), threads: settledThreads)
+            handles.removeLast(settled)
+        } else {
+            settledReads = nil
+        }
         if grouping > 0 {
             let groupThreads = NIOThreadPool(numberOfThreads: grouping)
             groupThreads.start()
@@ -390,7 +407,23 @@ final class PostgresPool: StoreWriter, StoreReader {
     }
 
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await connections.run { db in
+        try await read(on: connections, body)
+    }
+
+    /// On the connection opened with `settings` when this pool has one (``settledReads``), else on any.
+    func read<T: Sendable>(
+        under settings: [(name: String, value: String)], _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
+        guard let settledReads, settings.allSatisfy({ setting in settledReadSettings.contains { $0 == setting } }) else {
+            return try await read(body)
+        }
+        return try await read(on: settledReads, body)
+    }
+
+    private func read<T: Sendable>(
+        on leases: ConnectionLeases<PostgresHandle>, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
+        try await leases.run { db in
             var attempt = 1
             while true {
                 try db.reconnectIfNeeded()
@@ -410,6 +443,7 @@ final class PostgresPool: StoreWriter, StoreReader {
 
     func close() async throws {
         try await groupConnections?.close { $0.close() }
+        try await settledReads?.close { $0.close() }
         try await connections.close { $0.close() }
     }
 }

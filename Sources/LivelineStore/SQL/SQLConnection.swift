@@ -52,6 +52,10 @@ protocol SQLConnection: AnyObject {
     /// and none that already has the value asked for (its connection may have been opened with it). SQLite has no such
     /// settings: it does nothing.
     func setLocal(_ settings: [(name: String, value: String)]) throws
+
+    /// Whether every one of `settings` holds on this connection for its whole session: a PostgreSQL connection opened
+    /// with them. SQLite has no such settings: never.
+    func holds(_ settings: [(name: String, value: String)]) -> Bool
 }
 
 extension SQLConnection {
@@ -76,6 +80,8 @@ extension SQLConnection {
 
     func setLocal(_ settings: [(name: String, value: String)]) throws {}
 
+    func holds(_ settings: [(name: String, value: String)]) -> Bool { false }
+
     /// `clause` (`FOR UPDATE`, `FOR SHARE`) to end a `SELECT` with on PostgreSQL, where a write at
     /// ``WriteIsolation/lockingRows`` locks the rows its decisions rest on; nothing on SQLite, whose one writer runs
     /// writes one after another.
@@ -85,10 +91,11 @@ extension SQLConnection {
 
     /// Runs `sql` with `binds` as a read under `settings` (planner settings) and returns its rows: on PostgreSQL in a
     /// read-only transaction of its own, where ``setLocal(_:)`` holds, the statement and its `COMMIT` sent without
-    /// waiting between them (PostgresNIO still sends each once the one before is answered); SQLite has no such settings
-    /// and runs the statement as it is.
+    /// waiting between them (PostgresNIO still sends each once the one before is answered); alone, one round trip
+    /// instead of four, on a connection where they hold already (``holds(_:)``: one opened with them,
+    /// ``StoreReader/read(under:_:)``). SQLite has no such settings and runs the statement as it is.
     func query(_ sql: String, _ binds: [SQLiteData], settings: [(name: String, value: String)]) throws -> [StoreRow] {
-        guard dialect == .postgres else { return try query(sql, binds) }
+        guard dialect == .postgres, !holds(settings) else { return try query(sql, binds) }
         try execute("BEGIN READ ONLY", [])
         try setLocal(settings)
         // A failed statement leaves the transaction aborted: its `COMMIT` then ends it (PostgreSQL answers `ROLLBACK`).
@@ -202,11 +209,25 @@ protocol StoreReader: Sendable {
     /// Runs `body` with a free read connection.
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
 
+    /// Runs `body`, whose statements read under `settings` (``SQLConnection/query(_:_:settings:)``), with a free read
+    /// connection: one opened with those settings, where the reader keeps one for them, so that its reads need no
+    /// transaction to set them.
+    func read<T: Sendable>(
+        under settings: [(name: String, value: String)], _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T
+
     /// Closes every connection once the reads under way are done.
     func close() async throws
 }
 
 extension StoreReader {
+    /// Any free read connection: a reader without connections set apart for settings.
+    func read<T: Sendable>(
+        under settings: [(name: String, value: String)], _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
+        try await read(body)
+    }
+
     /// Runs `sql` with `binds` on a free read connection and returns its rows.
     func query(_ sql: String, _ binds: [SQLiteData] = []) async throws -> [StoreRow] {
         try await read { try $0.query(sql, binds) }
