@@ -1,3 +1,4 @@
+import Foundation
 import LivelineTestSupport
 import MetricsTestKit
 
@@ -18,5 +19,23 @@ func withTemporaryPostgresPool(count: Int, _ body: (PostgresPool, TestMetrics) a
             throw error
         }
         try await pool.close()
+    }
+}
+
+/// Runs `body` with the URL of a fresh PostgreSQL database, on a thread of its own: a ``PostgresHandle`` waits for its
+/// answers, so it is used off the cooperative pool.
+func withTemporaryPostgresDatabaseOnAThread(_ body: @escaping @Sendable (PostgresDatabaseURL) throws -> Void) async throws {
+    try await withTemporaryPostgresDatabase { url in
+        let databaseURL = try PostgresDatabaseURL(url)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            Thread.detachNewThread {
+                do {
+                    try body(databaseURL)
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
     }
 }

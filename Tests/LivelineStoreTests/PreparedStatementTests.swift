@@ -12,20 +12,10 @@ import Testing
 struct PreparedStatementTests {
     /// A connection of its own to a fresh database, closed afterwards. The handle waits, so it runs off the cooperative pool.
     private func withHandle(_ body: @escaping @Sendable (PostgresHandle) throws -> Void) async throws {
-        try await withTemporaryPostgresDatabase { url in
-            let databaseURL = try PostgresDatabaseURL(url)
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                Thread.detachNewThread {
-                    do {
-                        let handle = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger)
-                        defer { handle.close() }
-                        try body(handle)
-                        continuation.resume()
-                    } catch {
-                        continuation.resume(throwing: error)
-                    }
-                }
-            }
+        try await withTemporaryPostgresDatabaseOnAThread { databaseURL in
+            let handle = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger)
+            defer { handle.close() }
+            try body(handle)
         }
     }
 

@@ -38,99 +38,79 @@ struct SessionSettingsOnServerTests {
 
     @Test("a connection keeps the settings it opened with, in every transaction and once opened again; a transaction's own hold until it ends")
     func connectionKeepsItsSettings() async throws {
-        try await withTemporaryPostgresDatabase { url in
-            let databaseURL = try PostgresDatabaseURL(url)
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                Thread.detachNewThread {
-                    do {
-                        let db = try PostgresHandle(
-                            url: databaseURL, logger: PostgresTestServer.logger, settings: [("enable_seqscan", "off")]
-                        )
-                        defer { db.close() }
-                        #expect(try setting("enable_seqscan", db) == "off")
-                        #expect(try setting("plan_cache_mode", db) == "force_custom_plan")
-                        #expect(try setting("jit", db) == "off")
+        try await withTemporaryPostgresDatabaseOnAThread { databaseURL in
+            let db = try PostgresHandle(
+                url: databaseURL, logger: PostgresTestServer.logger, settings: [("enable_seqscan", "off")]
+            )
+            defer { db.close() }
+            #expect(try setting("enable_seqscan", db) == "off")
+            #expect(try setting("plan_cache_mode", db) == "force_custom_plan")
+            #expect(try setting("jit", db) == "off")
 
-                        try db.query("BEGIN")
-                        // Off already: nothing to send.
-                        try db.setLocal([("enable_seqscan", "off")])
-                        #expect(try setting("enable_seqscan", db) == "off")
-                        // On for this transaction, then off again within it: the second is sent too.
-                        try db.setLocal([("enable_seqscan", "on"), ("enable_hashjoin", "off")])
-                        #expect(try setting("enable_seqscan", db) == "on")
-                        #expect(try setting("enable_hashjoin", db) == "off")
-                        try db.setLocal([("enable_seqscan", "off")])
-                        #expect(try setting("enable_seqscan", db) == "off")
-                        try db.setLocal([("enable_seqscan", "on")])
-                        try db.query("COMMIT")
-                        db.endTransaction()
+            try db.query("BEGIN")
+            // Off already: nothing to send.
+            try db.setLocal([("enable_seqscan", "off")])
+            #expect(try setting("enable_seqscan", db) == "off")
+            // On for this transaction, then off again within it: the second is sent too.
+            try db.setLocal([("enable_seqscan", "on"), ("enable_hashjoin", "off")])
+            #expect(try setting("enable_seqscan", db) == "on")
+            #expect(try setting("enable_hashjoin", db) == "off")
+            try db.setLocal([("enable_seqscan", "off")])
+            #expect(try setting("enable_seqscan", db) == "off")
+            try db.setLocal([("enable_seqscan", "on")])
+            try db.query("COMMIT")
+            db.endTransaction()
 
-                        // The transaction's own settings ended with it; the session's stay.
-                        try db.query("BEGIN")
-                        #expect(try setting("enable_seqscan", db) == "off")
-                        #expect(try setting("enable_hashjoin", db) == "on")
-                        try db.setLocal([("enable_seqscan", "on")])
-                        #expect(try setting("enable_seqscan", db) == "on")
-                        try db.query("ROLLBACK")
-                        db.endTransaction()
+            // The transaction's own settings ended with it; the session's stay.
+            try db.query("BEGIN")
+            #expect(try setting("enable_seqscan", db) == "off")
+            #expect(try setting("enable_hashjoin", db) == "on")
+            try db.setLocal([("enable_seqscan", "on")])
+            #expect(try setting("enable_seqscan", db) == "on")
+            try db.query("ROLLBACK")
+            db.endTransaction()
 
-                        // Reads under settings, one after another, each in a transaction of its own: each has them.
-                        for _ in 1...3 {
-                            let rows = try db.query(
-                                "SELECT current_setting('enable_hashjoin') AS value", [], settings: [("enable_hashjoin", "off")]
-                            )
-                            #expect(rows.first?.column("value")?.string == "off")
-                            #expect(try setting("enable_hashjoin", db) == "on")
-                        }
-                        db.endTransaction()
-
-                        // A connection opened again opens with them.
-                        db.dropConnection()
-                        try db.reconnectIfNeeded()
-                        #expect(try setting("enable_seqscan", db) == "off")
-                        #expect(try setting("plan_cache_mode", db) == "force_custom_plan")
-                        continuation.resume()
-                    } catch {
-                        continuation.resume(throwing: error)
-                    }
-                }
+            // Reads under settings, one after another, each in a transaction of its own: each has them.
+            for _ in 1...3 {
+                let rows = try db.query(
+                    "SELECT current_setting('enable_hashjoin') AS value", [], settings: [("enable_hashjoin", "off")]
+                )
+                #expect(rows.first?.column("value")?.string == "off")
+                #expect(try setting("enable_hashjoin", db) == "on")
             }
+            db.endTransaction()
+
+            // A connection opened again opens with them.
+            db.dropConnection()
+            try db.reconnectIfNeeded()
+            #expect(try setting("enable_seqscan", db) == "off")
+            #expect(try setting("plan_cache_mode", db) == "force_custom_plan")
         }
     }
 
     @Test("a read under settings is its statement alone on a connection opened with them, a transaction of its own on another")
     func readUnderSettingsAlone() async throws {
-        try await withTemporaryPostgresDatabase { url in
-            let databaseURL = try PostgresDatabaseURL(url)
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                Thread.detachNewThread {
-                    do {
-                        // Alone, the statement is a transaction of its own, as the session's are (read-write); under
-                        // settings it sets itself, in the read-only transaction that holds them.
-                        let read = "SELECT current_setting('transaction_read_only') AS readOnly, current_setting('enable_seqscan') AS seqscan"
-                        let settings = [(name: "enable_seqscan", value: "off")]
-                        let opened = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger, settings: settings)
-                        defer { opened.close() }
-                        let plain = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger)
-                        defer { plain.close() }
-                        #expect(opened.holds(settings))
-                        #expect(!plain.holds(settings))
-                        #expect(!opened.holds(settings + [("enable_hashjoin", "off")]))
-                        for _ in 1...2 {
-                            let alone = try opened.query(read, [], settings: settings).first
-                            #expect(alone?.column("readonly")?.string == "off")
-                            #expect(alone?.column("seqscan")?.string == "off")
-                            let inTransaction = try plain.query(read, [], settings: settings).first
-                            #expect(inTransaction?.column("readonly")?.string == "on")
-                            #expect(inTransaction?.column("seqscan")?.string == "off")
-                            // The ended transaction's settings are not the session's.
-                            #expect(!plain.holds(settings))
-                        }
-                        continuation.resume()
-                    } catch {
-                        continuation.resume(throwing: error)
-                    }
-                }
+        try await withTemporaryPostgresDatabaseOnAThread { databaseURL in
+            // Alone, the statement is a transaction of its own, as the session's are (read-write); under
+            // settings it sets itself, in the read-only transaction that holds them.
+            let read = "SELECT current_setting('transaction_read_only') AS readOnly, current_setting('enable_seqscan') AS seqscan"
+            let settings = [(name: "enable_seqscan", value: "off")]
+            let opened = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger, settings: settings)
+            defer { opened.close() }
+            let plain = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger)
+            defer { plain.close() }
+            #expect(opened.holds(settings))
+            #expect(!plain.holds(settings))
+            #expect(!opened.holds(settings + [("enable_hashjoin", "off")]))
+            for _ in 1...2 {
+                let alone = try opened.query(read, [], settings: settings).first
+                #expect(alone?.column("readonly")?.string == "off")
+                #expect(alone?.column("seqscan")?.string == "off")
+                let inTransaction = try plain.query(read, [], settings: settings).first
+                #expect(inTransaction?.column("readonly")?.string == "on")
+                #expect(inTransaction?.column("seqscan")?.string == "off")
+                // The ended transaction's settings are not the session's.
+                #expect(!plain.holds(settings))
             }
         }
     }
