@@ -8,6 +8,27 @@ import Testing
 
 @Suite("PostgreSQL dialect: the Store's SQL as PostgreSQL reads it")
 struct PostgresDialectTests {
+    @Test("a memo of statement texts computes each once, keeps a refusal (nil) as an answer, and starts again past its limit")
+    func textMemo() {
+        let memo = TextMemo<String, String?>(limit: 2)
+        var computed: [String] = []
+        func value(_ text: String) -> String? {
+            memo.value(for: text) { text in
+                computed.append(text)
+                return text.hasPrefix("SELECT") ? nil : text.lowercased()
+            }
+        }
+        #expect(value("INSERT A") == "insert a")
+        #expect(value("INSERT A") == "insert a")
+        #expect(value("SELECT 1") == nil)
+        #expect(value("SELECT 1") == nil)
+        #expect(computed == ["INSERT A", "SELECT 1"])
+        // A third text past the limit of two: the memo starts again, and what it held is computed anew.
+        #expect(value("DELETE B") == "delete b")
+        #expect(value("INSERT A") == "insert a")
+        #expect(computed == ["INSERT A", "SELECT 1", "DELETE B", "INSERT A"])
+    }
+
     @Test("placeholders are numbered in order, not inside quoted text, identifiers or comments")
     func placeholders() {
         #expect(PostgresDialect.translate("SELECT * FROM t WHERE a = ? AND b IN (?, ?)") == "SELECT * FROM t WHERE a = $1 AND b IN ($2, $3)")

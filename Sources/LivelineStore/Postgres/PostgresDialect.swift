@@ -30,19 +30,9 @@ public enum PostgresDialect {
     /// not joined.
     static func together(_ statements: [(sql: String, binds: [SQLiteData])]) -> (sql: String, binds: [SQLiteData])? {
         guard statements.count > 1 else { return nil }
-        let texts = statements.map(\.sql)
         // The sets join the same few statements again and again: each joining is worked out once (or its refusal).
-        let joined: String?
-        if let known = joinings.withLock({ $0[texts] }) {
-            joined = known
-        } else {
-            joined = join(texts)
-            joinings.withLock { joinings in
-                if joinings.count >= 256 { joinings.removeAll(keepingCapacity: true) }
-                joinings[texts] = .some(joined)
-            }
-        }
-        return joined.map { ($0, statements.flatMap(\.binds)) }
+        guard let joined = joinings.value(for: statements.map(\.sql), computing: join) else { return nil }
+        return (joined, statements.flatMap(\.binds))
     }
 
     /// The text of ``together(_:)``, or nil.
@@ -59,7 +49,7 @@ public enum PostgresDialect {
         return "WITH \(with) \(last)"
     }
 
-    private static let joinings = Mutex<[[String]: String?]>([:])
+    private static let joinings = TextMemo<[String], String?>(limit: 256)
 
     /// `sql` as PostgreSQL reads it.
     public static func translate(_ sql: String) -> String {
@@ -80,17 +70,10 @@ public enum PostgresDialect {
 
     /// `translate(sql)`, remembered: the Store says the same few statements again and again.
     static func cachedTranslation(_ sql: String) -> String {
-        if let known = cache.withLock({ $0[sql] }) { return known }
-        let translated = translate(sql)
-        cache.withLock { cache in
-            // Only lists of bound values vary in length; past this, start again rather than grow.
-            if cache.count >= 1024 { cache.removeAll(keepingCapacity: true) }
-            cache[sql] = translated
-        }
-        return translated
+        translations.value(for: sql) { translate($0) }
     }
 
-    private static let cache = Mutex<[String: String]>([:])
+    private static let translations = TextMemo<String, String>(limit: 1024)
 
     /// `?` → `$n`, skipping quoted text (`'…'`, `"…"`) and comments (`-- …`); `$n::type` where `casts` names a type
     /// for the n-th.
@@ -172,5 +155,27 @@ public enum PostgresDialect {
             index += 1
         }
         return false
+    }
+}
+
+/// What a pure function of statement text gave, kept for the texts the Store says again and again (``PostgresDialect``'s
+/// rewrites). Past `limit` texts it starts again rather than grow: only lists of bound values vary in length.
+final class TextMemo<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+    private let limit: Int
+    private let values = Mutex<[Key: Value]>([:])
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// What `compute` gives for `key`: kept from an earlier call, or computed now (outside the lock) and kept.
+    func value(for key: Key, computing compute: (Key) -> Value) -> Value {
+        if let known = values.withLock({ $0[key] }) { return known }
+        let value = compute(key)
+        values.withLock { values in
+            if values.count >= limit { values.removeAll(keepingCapacity: true) }
+            values[key] = value
+        }
+        return value
     }
 }
