@@ -97,43 +97,41 @@ struct RegistrationWrite: SetWrite {
                  PostgresArray.text(new.map { $0.attributes?.encodedString }), PostgresArray.integer(new.map(\.nowMillis))]
             ))
         }
-        guard !set.newInstances.isEmpty else {
-            if !statements.isEmpty { try db.executeTogether(statements) }
-            return
-        }
-        let instances = set.newInstances
-        statements.append((
-            """
-            INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
-                priority10_tally, channel_id)
-            SELECT r.app_id, r.activity_id, r.device_id, r.platform, r.push_token, r.user_id, ?, r.now, r.now, r.tally, r.channel_id
-            FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]),
-                CAST(? AS text[]), CAST(? AS bigint[]), CAST(? AS bigint[]), CAST(? AS text[]))
-                AS r(app_id, activity_id, device_id, platform, push_token, user_id, now, tally, channel_id)
-            """,
-            [.text(InstanceState.active.rawValue), PostgresArray.text(instances.map(\.registration.appID)),
-             PostgresArray.text(instances.map(\.registration.activityID)), PostgresArray.text(instances.map(\.registration.deviceID)),
-             PostgresArray.text(instances.map(\.registration.platform.rawValue)),
-             PostgresArray.text(instances.map(\.registration.pushToken)), PostgresArray.text(instances.map(\.registration.userID)),
-             PostgresArray.integer(instances.map(\.nowMillis)),
-             PostgresArray.integer(instances.map { SQLStore.emptyPriority10Tally(for: $0.registration.platform, at: $0.nowMillis).integer }),
-             PostgresArray.text(instances.map(\.registration.channelID))]
-        ))
-        if !set.catchingUp.isEmpty {
+        if !set.newInstances.isEmpty {
+            let instances = set.newInstances
             statements.append((
                 """
-                UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL
-                WHERE (app_id, activity_id) IN (
-                    SELECT k.app_id, k.activity_id FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
-                ) AND sequence > 0
+                INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
+                    priority10_tally, channel_id)
+                SELECT r.app_id, r.activity_id, r.device_id, r.platform, r.push_token, r.user_id, ?, r.now, r.now, r.tally, r.channel_id
+                FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]),
+                    CAST(? AS text[]), CAST(? AS bigint[]), CAST(? AS bigint[]), CAST(? AS text[]))
+                    AS r(app_id, activity_id, device_id, platform, push_token, user_id, now, tally, channel_id)
                 """,
-                [PostgresArray.text(set.catchingUp.map(\.appID)), PostgresArray.text(set.catchingUp.map(\.activityID))]
+                [.text(InstanceState.active.rawValue), PostgresArray.text(instances.map(\.registration.appID)),
+                 PostgresArray.text(instances.map(\.registration.activityID)), PostgresArray.text(instances.map(\.registration.deviceID)),
+                 PostgresArray.text(instances.map(\.registration.platform.rawValue)),
+                 PostgresArray.text(instances.map(\.registration.pushToken)), PostgresArray.text(instances.map(\.registration.userID)),
+                 PostgresArray.integer(instances.map(\.nowMillis)),
+                 PostgresArray.integer(instances.map { SQLStore.emptyPriority10Tally(for: $0.registration.platform, at: $0.nowMillis).integer }),
+                 PostgresArray.text(instances.map(\.registration.channelID))]
             ))
+            if !set.catchingUp.isEmpty {
+                statements.append((
+                    """
+                    UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL
+                    WHERE (app_id, activity_id) IN (
+                        SELECT k.app_id, k.activity_id FROM unnest(CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id)
+                    ) AND sequence > 0
+                    """,
+                    [PostgresArray.text(set.catchingUp.map(\.appID)), PostgresArray.text(set.catchingUp.map(\.activityID))]
+                ))
+            }
+            statements.append(eventsStatement(set.events))
         }
-        statements.append(eventsStatement(set.events))
         // The new activities, the new instances, their activities' catch-ups (of activities that were there before)
         // and their events: rows of their own, none read by another, in one statement.
-        try db.executeTogether(statements)
+        if !statements.isEmpty { try db.executeTogether(statements) }
     }
 }
 
