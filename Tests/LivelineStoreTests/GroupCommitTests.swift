@@ -104,6 +104,55 @@ struct GroupCommitTests {
         }
     }
 
+    @Test("writes queued while a group is at work wait for its connection, though others are free: then one group takes them all")
+    func queuedWritesWaitForTheConnectionAtWork() async throws {
+        // A pool of 8 sets 3 connections apart for its grouped writes.
+        try await withTemporaryPostgresPool(count: 8) { pool, metrics in
+            try await pool.write(durability: .full) { db in
+                try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
+            }
+            let gate = DispatchSemaphore(value: 0)
+            let holding = Flag()
+            let keys = (0..<20).map { WriteIsolation.groupKey("app", "activity-\($0)") }
+            let before = try committed(metrics)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    try await pool.write(durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "gate"))) { _ in
+                        holding.value.store(true, ordering: .releasing)
+                        gate.wait()
+                    }
+                }
+                do {
+                    while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+                    for key in keys {
+                        group.addTask {
+                            try await pool.write(durability: .full, isolation: .grouped(key: key)) { db in
+                                try db.execute("INSERT INTO log (key) VALUES (?)", [.text(printable(key))])
+                            }
+                        }
+                    }
+                    // Every write queued (or, were a free connection started, some taken): then long enough for such a
+                    // connection to take what is queued.
+                    let deadline = ContinuousClock.now + .seconds(5)
+                    while pool.queuedGroupedWrites < keys.count, ContinuousClock.now < deadline {
+                        try await Task.sleep(for: .milliseconds(5))
+                    }
+                    try await Task.sleep(for: .milliseconds(200))
+                    #expect(pool.queuedGroupedWrites == keys.count)
+                } catch {
+                    gate.signal()
+                    throw error
+                }
+                gate.signal()
+                try await group.waitForAll()
+            }
+            // The gate's group, then one for the twenty.
+            #expect(try committed(metrics) - before == 2)
+            let logged = try await pool.read { db in try db.query("SELECT COUNT(*) AS n FROM log").first?.column("n")?.integer }
+            #expect(logged == keys.count)
+        }
+    }
+
     @Test("a write whose body throws fails alone and leaves nothing; the rest of its group commits")
     func refusalFailsAlone() async throws {
         try await withPool { pool, _ in

@@ -24,6 +24,22 @@ struct SessionSettingsTests {
     func groupConnectionCount() {
         #expect([1, 2, 3, 4, 8, 16].map(PostgresPool.groupConnectionCount(of:)) == [0, 1, 2, 3, 3, 3])
     }
+
+    @Test("a second connection takes grouped writes only when more wait than the first takes in one group")
+    func drainersStartWhenOneGroupIsNotEnough() {
+        let limit = PostgresPool.groupLimit
+        // The first write finds nobody at work.
+        #expect(PostgresPool.startsDrainer(queued: 1, drainers: 0, limit: 3))
+        // One at work: the queue waits for it while its next group holds them all.
+        #expect(!PostgresPool.startsDrainer(queued: 2, drainers: 1, limit: 3))
+        #expect(!PostgresPool.startsDrainer(queued: limit, drainers: 1, limit: 3))
+        #expect(PostgresPool.startsDrainer(queued: limit + 1, drainers: 1, limit: 3))
+        #expect(!PostgresPool.startsDrainer(queued: 2 * limit, drainers: 2, limit: 3))
+        #expect(PostgresPool.startsDrainer(queued: 2 * limit + 1, drainers: 2, limit: 3))
+        // Never more than the limit.
+        #expect(!PostgresPool.startsDrainer(queued: 10 * limit, drainers: 3, limit: 3))
+        #expect(!PostgresPool.startsDrainer(queued: limit + 1, drainers: 1, limit: 1))
+    }
 }
 
 @Suite(

@@ -20,7 +20,8 @@ import Synchronization
 ///
 /// Writes that may share a transaction (``WriteIsolation/grouped(key:)``: a registration, an update) have group
 /// commit, as on SQLite: they queue, and a connection of their own (``groupConnections``) that comes free takes every
-/// one queued so far (up to ``groupLimit``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED`
+/// one queued so far (up to ``groupLimit``; a second connection joins only when more wait than that,
+/// ``startsDrainer(queued:drainers:limit:)``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED`
 /// transaction (with cached plans, ``PostgresHandle/groupedWriteSettings``, as a grouped write alone: those connections
 /// are opened with them, so the transaction sends none), in the order of their keys, with one `COMMIT`.
 /// Each caller resumes once that commit is done, so an acknowledgement still means committed and synced. Writes that
@@ -53,10 +54,11 @@ final class PostgresPool: StoreWriter, StoreReader {
         count < 2 ? 0 : min(groupDrainerLimit, count - 1)
     }
     /// At most this many connections of a pool run grouped writes at once. A set (``SetWrite``) costs a few round
-    /// trips however many writes it holds, so a few large groups cost less than many small ones; more than one lets a
-    /// group's statements run while another waits for its commit. (`bench api`, 64 clients, 8 writers: 16 writes a
-    /// group on 7 connections registered 20,000 instances in 4.46 – 4.83 s and accepted 10,000 updates in 4.81 – 5.11 s;
-    /// 64 on 3, taken alternately, 3.53 – 3.55 s and 3.72 – 4.22 s.)
+    /// trips however many writes it holds, so a few large groups cost less than many small ones: a second connection
+    /// starts only when more writes wait than the first takes in one group (``startsDrainer(queued:drainers:limit:)``).
+    /// (`bench api`, 64 clients, 8 writers: 16 writes a group on 7 connections registered 20,000 instances in 4.46 –
+    /// 4.83 s and accepted 10,000 updates in 4.81 – 5.11 s; 64 on 3, taken alternately, 3.53 – 3.55 s and 3.72 –
+    /// 4.22 s.)
     static let groupDrainerLimit = 3
     /// How many times a write runs at most before its serialization failure is the caller's.
     static let attempts = 30
@@ -153,16 +155,30 @@ final class PostgresPool: StoreWriter, StoreReader {
         }
     }
 
-    /// Queues a grouped write for the next shared transaction, and has one more connection take them if fewer than
-    /// ``groupDrainers`` do.
+    /// Queues a grouped write for the next shared transaction, and has one more connection take them when
+    /// ``startsDrainer(queued:drainers:limit:)`` says so.
     private func enqueue(_ write: any GroupedWrite) {
         let startDrainer = groups.withLock { queue in
             queue.writes.append(write)
-            guard queue.drainers < groupDrainers else { return false }
+            guard Self.startsDrainer(queued: queue.writes.count, drainers: queue.drainers, limit: groupDrainers) else { return false }
             queue.drainers += 1
             return true
         }
         if startDrainer { drainGroups() }
+    }
+
+    /// Whether one more connection takes the grouped writes, the queue holding `queued` of them with `drainers`
+    /// connections taking them already (at most `limit`): the first always; another only when the queue holds more than
+    /// the connections at work take in their next groups (``groupLimit`` each).
+    ///
+    /// Until then the writes wait for the connection at work, which takes them all as its next group once its commit
+    /// is done. A group costs a few round trips and a commit however many writes it holds, so one large group costs
+    /// less than several small ones: with another connection starting at each write while fewer than three were at
+    /// work, 64 clients' writes went out in groups a third the size, and on this two-core machine, where PostgreSQL,
+    /// the server and the clients share the CPU, the registrations were slower by a third (see `docs/benchmarks.md`,
+    /// 2026-12-02 20:40).
+    static func startsDrainer(queued: Int, drainers: Int, limit: Int) -> Bool {
+        drainers < limit && queued > drainers * groupLimit
     }
 
     /// Runs `body` in a transaction of its own on `db`, again after a retryable failure, and returns once it is committed.
