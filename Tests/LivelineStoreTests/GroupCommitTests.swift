@@ -106,8 +106,8 @@ struct GroupCommitTests {
 
     @Test("writes queued while a group is at work wait for its connection, though others are free: then one group takes them all")
     func queuedWritesWaitForTheConnectionAtWork() async throws {
-        // A pool of 8 sets 3 connections apart for its grouped writes.
-        try await withTemporaryPostgresPool(count: 8) { pool, metrics in
+        // A pool of 8 sets 3 connections apart for its grouped writes; the one at work is not taken for held up.
+        try await withTemporaryPostgresPool(count: 8, stalledAfter: .seconds(60)) { pool, metrics in
             try await pool.write(durability: .full) { db in
                 try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
             }
@@ -150,6 +150,56 @@ struct GroupCommitTests {
             #expect(try committed(metrics) - before == 2)
             let logged = try await pool.read { db in try db.query("SELECT COUNT(*) AS n FROM log").first?.column("n")?.integer }
             #expect(logged == keys.count)
+        }
+    }
+
+    @Test("writes queued behind a group that is held up are taken by another connection and commit meanwhile")
+    func heldUpGroupDoesNotHoldUpTheQueue() async throws {
+        try await withTemporaryPostgresPool(count: 8, stalledAfter: .milliseconds(50)) { pool, _ in
+            try await pool.write(durability: .full) { db in
+                try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
+            }
+            let gate = DispatchSemaphore(value: 0)
+            let holding = Flag()
+            let released = Flag()
+            let keys = (0..<5).map { WriteIsolation.groupKey("app", "activity-\($0)") }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    try await pool.write(durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "gate"))) { _ in
+                        holding.value.store(true, ordering: .releasing)
+                        gate.wait()
+                        released.value.store(true, ordering: .releasing)
+                    }
+                }
+                do {
+                    while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+                    // Past the stall's time, so the first write queued already finds the group at work held up.
+                    try await Task.sleep(for: .milliseconds(100))
+                    for key in keys {
+                        group.addTask {
+                            try await pool.write(durability: .full, isolation: .grouped(key: key)) { db in
+                                try db.execute("INSERT INTO log (key) VALUES (?)", [.text(printable(key))])
+                            }
+                        }
+                    }
+                    // Committed while the gate still holds the first group (looked for 10 s at most: held up behind it,
+                    // they would wait for as long as it does).
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    var logged = 0
+                    while logged < keys.count, ContinuousClock.now < deadline {
+                        try await Task.sleep(for: .milliseconds(10))
+                        logged = try await pool.read { db in try db.query("SELECT COUNT(*) AS n FROM log").first?.column("n")?.integer } ?? 0
+                    }
+                    #expect(logged == keys.count)
+                    let stillHeld = !released.value.load(ordering: .acquiring)
+                    #expect(stillHeld)
+                } catch {
+                    gate.signal()
+                    throw error
+                }
+                gate.signal()
+                try await group.waitForAll()
+            }
         }
     }
 

@@ -25,20 +25,30 @@ struct SessionSettingsTests {
         #expect([1, 2, 3, 4, 8, 16].map(PostgresPool.groupConnectionCount(of:)) == [0, 1, 2, 3, 3, 3])
     }
 
-    @Test("a second connection takes grouped writes only when more wait than the first takes in one group")
+    @Test("a second connection takes grouped writes only when more wait than the first takes in one group, or the first is held up")
     func drainersStartWhenOneGroupIsNotEnough() {
         let limit = PostgresPool.groupLimit
+        func starts(_ queued: Int, _ drainers: Int, limit drainerLimit: Int = 3, since: Duration = .milliseconds(5)) -> Bool {
+            PostgresPool.startsDrainer(
+                queued: queued, drainers: drainers, limit: drainerLimit, sinceTaken: since, stalledAfter: .milliseconds(100)
+            )
+        }
         // The first write finds nobody at work.
-        #expect(PostgresPool.startsDrainer(queued: 1, drainers: 0, limit: 3))
+        #expect(starts(1, 0))
         // One at work: the queue waits for it while its next group holds them all.
-        #expect(!PostgresPool.startsDrainer(queued: 2, drainers: 1, limit: 3))
-        #expect(!PostgresPool.startsDrainer(queued: limit, drainers: 1, limit: 3))
-        #expect(PostgresPool.startsDrainer(queued: limit + 1, drainers: 1, limit: 3))
-        #expect(!PostgresPool.startsDrainer(queued: 2 * limit, drainers: 2, limit: 3))
-        #expect(PostgresPool.startsDrainer(queued: 2 * limit + 1, drainers: 2, limit: 3))
+        #expect(!starts(2, 1))
+        #expect(!starts(limit, 1))
+        #expect(starts(limit + 1, 1))
+        #expect(!starts(2 * limit, 2))
+        #expect(starts(2 * limit + 1, 2))
+        // Held up: the one at work has not come back for more within the stall's time.
+        #expect(!starts(2, 1, since: .milliseconds(100)))
+        #expect(starts(2, 1, since: .milliseconds(101)))
+        #expect(starts(2, 2, since: .seconds(3)))
         // Never more than the limit.
-        #expect(!PostgresPool.startsDrainer(queued: 10 * limit, drainers: 3, limit: 3))
-        #expect(!PostgresPool.startsDrainer(queued: limit + 1, drainers: 1, limit: 1))
+        #expect(!starts(10 * limit, 3))
+        #expect(!starts(2, 3, since: .seconds(3)))
+        #expect(!starts(limit + 1, 1, limit: 1))
     }
 }
 

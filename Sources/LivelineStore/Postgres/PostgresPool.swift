@@ -21,7 +21,7 @@ import Synchronization
 /// Writes that may share a transaction (``WriteIsolation/grouped(key:)``: a registration, an update) have group
 /// commit, as on SQLite: they queue, and a connection of their own (``groupConnections``) that comes free takes every
 /// one queued so far (up to ``groupLimit``; a second connection joins only when more wait than that,
-/// ``startsDrainer(queued:drainers:limit:)``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED`
+/// ``startsDrainer(queued:drainers:limit:sinceTaken:stalledAfter:)``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED`
 /// transaction (with cached plans, ``PostgresHandle/groupedWriteSettings``, as a grouped write alone: those connections
 /// are opened with them, so the transaction sends none), in the order of their keys, with one `COMMIT`.
 /// Each caller resumes once that commit is done, so an acknowledgement still means committed and synced. Writes that
@@ -55,7 +55,8 @@ final class PostgresPool: StoreWriter, StoreReader {
     }
     /// At most this many connections of a pool run grouped writes at once. A set (``SetWrite``) costs a few round
     /// trips however many writes it holds, so a few large groups cost less than many small ones: a second connection
-    /// starts only when more writes wait than the first takes in one group (``startsDrainer(queued:drainers:limit:)``).
+    /// starts only when more writes wait than the first takes in one group, or the first is held up
+    /// (``startsDrainer(queued:drainers:limit:sinceTaken:stalledAfter:)``).
     /// (`bench api`, 64 clients, 8 writers: 16 writes a group on 7 connections registered 20,000 instances in 4.46 –
     /// 4.83 s and accepted 10,000 updates in 4.81 – 5.11 s; 64 on 3, taken alternately, 3.53 – 3.55 s and 3.72 –
     /// 4.22 s.)
@@ -69,16 +70,26 @@ final class PostgresPool: StoreWriter, StoreReader {
     private struct GroupQueue {
         var writes: [any GroupedWrite] = []
         var drainers = 0
+        /// When a connection last took a group from the queue.
+        var lastTaken = ContinuousClock.now
     }
+
+    /// How long the connections at work may go without taking more grouped writes before another one starts, whatever
+    /// the queue holds (``startsDrainer(queued:drainers:limit:sinceTaken:stalledAfter:)``).
+    private let stalledAfter: Duration
+    /// ``stalledAfter``'s default: a group takes a few round trips and one sync, a few milliseconds; this machine's disk
+    /// took up to 265 ms for its slowest syncs, and a row lock held by a long transaction can hold a group longer still.
+    static let groupStalledAfter: Duration = .milliseconds(100)
 
     /// Opens `count` connections to `url`, and with `groupsWrites` ``groupConnectionCount(of:)`` more for the grouped
     /// writes (a pool for reads has none); with `readsUnder` settings, one more opened with them, for the reads under
-    /// them (``read(under:_:)``).
+    /// them (``read(under:_:)``). Grouped writes held up for `stalledAfter` have another connection start (``stalledAfter``).
     init(
         url: PostgresDatabaseURL, count: Int, groupsWrites: Bool = true, readsUnder: [(name: String, value: String)] = [],
-        logger: Logger, metrics: StoreCommitMetrics = StoreCommitMetrics()
+        stalledAfter: Duration = groupStalledAfter, logger: Logger, metrics: StoreCommitMetrics = StoreCommitMetrics()
     ) async throws {
         self.metrics = metrics
+        self.stalledAfter = stalledAfter
         settledReadSettings = readsUnder
         let count = max(count, 1)
         let grouping = groupsWrites ? Self.groupConnectionCount(of: count) : 0
@@ -156,29 +167,39 @@ final class PostgresPool: StoreWriter, StoreReader {
     }
 
     /// Queues a grouped write for the next shared transaction, and has one more connection take them when
-    /// ``startsDrainer(queued:drainers:limit:)`` says so.
+    /// ``startsDrainer(queued:drainers:limit:sinceTaken:stalledAfter:)`` says so.
     private func enqueue(_ write: any GroupedWrite) {
         let startDrainer = groups.withLock { queue in
             queue.writes.append(write)
-            guard Self.startsDrainer(queued: queue.writes.count, drainers: queue.drainers, limit: groupDrainers) else { return false }
+            guard
+                Self.startsDrainer(
+                    queued: queue.writes.count, drainers: queue.drainers, limit: groupDrainers,
+                    sinceTaken: .now - queue.lastTaken, stalledAfter: stalledAfter
+                )
+            else { return false }
             queue.drainers += 1
+            // The new one is about to take its group: the stall is counted afresh from now.
+            queue.lastTaken = .now
             return true
         }
         if startDrainer { drainGroups() }
     }
 
     /// Whether one more connection takes the grouped writes, the queue holding `queued` of them with `drainers`
-    /// connections taking them already (at most `limit`): the first always; another only when the queue holds more than
-    /// the connections at work take in their next groups (``groupLimit`` each).
+    /// connections taking them already (at most `limit`), the last of which took its group `sinceTaken` ago: the first
+    /// always; another only when the queue holds more than the connections at work take in their next groups
+    /// (``groupLimit`` each), or when none of them has come back for more within `stalledAfter` (a group held up by a
+    /// slow sync, or by a row lock a long transaction holds, does not hold up every write queued behind it).
     ///
     /// Until then the writes wait for the connection at work, which takes them all as its next group once its commit
     /// is done. A group costs a few round trips and a commit however many writes it holds, so one large group costs
     /// less than several small ones: with another connection starting at each write while fewer than three were at
     /// work, 64 clients' writes went out in groups a third the size, and on this two-core machine, where PostgreSQL,
-    /// the server and the clients share the CPU, the registrations were slower by a third (see `docs/benchmarks.md`,
-    /// 2026-12-02 20:40).
-    static func startsDrainer(queued: Int, drainers: Int, limit: Int) -> Bool {
-        drainers < limit && queued > drainers * groupLimit
+    /// the server and the clients share the CPU, `bench api` registered 5,015 – 6,366 instances a second against 6,224 –
+    /// 8,796 with the groups large (`docs/benchmarks.md`, 2026-12-02, 20:32 – 21:41 UTC).
+    static func startsDrainer(queued: Int, drainers: Int, limit: Int, sinceTaken: Duration, stalledAfter: Duration) -> Bool {
+        guard drainers < limit else { return false }
+        return queued > drainers * groupLimit || sinceTaken > stalledAfter
     }
 
     /// Runs `body` in a transaction of its own on `db`, again after a retryable failure, and returns once it is committed.
@@ -262,6 +283,7 @@ final class PostgresPool: StoreWriter, StoreReader {
             let batch = groups.withLock { queue in
                 let taken = Array(queue.writes.prefix(Self.groupLimit))
                 queue.writes.removeFirst(taken.count)
+                queue.lastTaken = .now
                 return taken
             }
             for group in Self.byKind(batch) { commitGroup(group, on: db) }
