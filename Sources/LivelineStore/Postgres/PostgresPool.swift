@@ -20,10 +20,11 @@ import Synchronization
 ///
 /// Writes that may share a transaction (``WriteIsolation/grouped(key:)``: a registration, an update) have group
 /// commit, as on SQLite: they queue, and a connection of their own (``groupConnections``) that comes free takes every
-/// one queued so far (up to ``groupLimit``; a second connection joins only when more wait than that,
-/// ``startsDrainer(queued:drainers:limit:sinceTaken:stalledAfter:)``) and runs those of each kind (``byKind(_:)``) in one `READ COMMITTED`
-/// transaction (with cached plans, ``PostgresHandle/groupedWriteSettings``, as a grouped write alone: those connections
-/// are opened with them, so the transaction sends none), in the order of their keys, with one `COMMIT`.
+/// one queued so far (up to ``groupLimit``; a second connection joins only when more wait than that, or when the one
+/// at work is held up: ``startsDrainer(queued:drainers:limit:sinceTaken:stalledAfter:)``) and runs those of each kind
+/// (``byKind(_:)``) in one `READ COMMITTED` transaction (with cached plans, ``PostgresHandle/groupedWriteSettings``, as
+/// a grouped write alone: those connections are opened with them, so the transaction sends none), in the order of their
+/// keys, with one `COMMIT`.
 /// Each caller resumes once that commit is done, so an acknowledgement still means committed and synced. Writes that
 /// arrive together no longer pay a commit (and its round trip) each. When every write of a group belongs to one set
 /// (``SetWrite``: registrations; updates without an `Idempotency-Key`), the set writes them all with a few multi-row
@@ -83,7 +84,8 @@ final class PostgresPool: StoreWriter, StoreReader {
 
     /// Opens `count` connections to `url`, and with `groupsWrites` ``groupConnectionCount(of:)`` more for the grouped
     /// writes (a pool for reads has none); with `readsUnder` settings, one more opened with them, for the reads under
-    /// them (``read(under:_:)``). Grouped writes held up for `stalledAfter` have another connection start (``stalledAfter``).
+    /// them (``read(under:_:)``). When the connections at work on grouped writes take no more for `stalledAfter`,
+    /// another starts.
     init(
         url: PostgresDatabaseURL, count: Int, groupsWrites: Bool = true, readsUnder: [(name: String, value: String)] = [],
         stalledAfter: Duration = groupStalledAfter, logger: Logger, metrics: StoreCommitMetrics = StoreCommitMetrics()
