@@ -104,101 +104,90 @@ struct GroupCommitTests {
         }
     }
 
+    /// Makes `pool`'s log table, holds one of its grouped writes' connections with a grouped write that waits for a
+    /// gate, queues a grouped write logging each of `keys` behind it (`after` that write holds the connection), and runs
+    /// `whileHeld`, given whether the gate still holds the connection; then opens the gate, also when `whileHeld`
+    /// throws, and waits for every write.
+    private func queueBehindHeldGroup(
+        _ pool: PostgresPool, keys: [String], after pause: Duration = .zero, whileHeld: (_ stillHeld: () -> Bool) async throws -> Void
+    ) async throws {
+        try await pool.write(durability: .full) { db in
+            try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
+        }
+        let gate = DispatchSemaphore(value: 0)
+        let holding = Flag()
+        let released = Flag()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await pool.write(durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "gate"))) { _ in
+                    holding.value.store(true, ordering: .releasing)
+                    gate.wait()
+                    released.value.store(true, ordering: .releasing)
+                }
+            }
+            do {
+                while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+                try await Task.sleep(for: pause)
+                for key in keys {
+                    group.addTask {
+                        try await pool.write(durability: .full, isolation: .grouped(key: key)) { db in
+                            try db.execute("INSERT INTO log (key) VALUES (?)", [.text(printable(key))])
+                        }
+                    }
+                }
+                try await whileHeld { !released.value.load(ordering: .acquiring) }
+            } catch {
+                gate.signal()
+                throw error
+            }
+            gate.signal()
+            try await group.waitForAll()
+        }
+    }
+
+    /// The rows of `pool`'s log table.
+    private func logged(_ pool: PostgresPool) async throws -> Int {
+        try await pool.read { db in try db.query("SELECT COUNT(*) AS n FROM log").first?.column("n")?.integer } ?? 0
+    }
+
     @Test("writes queued while a group is at work wait for its connection, though others are free: then one group takes them all")
     func queuedWritesWaitForTheConnectionAtWork() async throws {
         // A pool of 8 sets 3 connections apart for its grouped writes; the one at work is not taken for held up.
         try await withTemporaryPostgresPool(count: 8, stalledAfter: .seconds(60)) { pool, metrics in
-            try await pool.write(durability: .full) { db in
-                try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
-            }
-            let gate = DispatchSemaphore(value: 0)
-            let holding = Flag()
             let keys = (0..<20).map { WriteIsolation.groupKey("app", "activity-\($0)") }
             let before = try committed(metrics)
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    try await pool.write(durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "gate"))) { _ in
-                        holding.value.store(true, ordering: .releasing)
-                        gate.wait()
-                    }
+            try await queueBehindHeldGroup(pool, keys: keys) { _ in
+                // Every write queued (or, were a free connection started, some taken): then long enough for such a
+                // connection to take what is queued.
+                let deadline = ContinuousClock.now + .seconds(5)
+                while pool.queuedGroupedWrites < keys.count, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(5))
                 }
-                do {
-                    while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
-                    for key in keys {
-                        group.addTask {
-                            try await pool.write(durability: .full, isolation: .grouped(key: key)) { db in
-                                try db.execute("INSERT INTO log (key) VALUES (?)", [.text(printable(key))])
-                            }
-                        }
-                    }
-                    // Every write queued (or, were a free connection started, some taken): then long enough for such a
-                    // connection to take what is queued.
-                    let deadline = ContinuousClock.now + .seconds(5)
-                    while pool.queuedGroupedWrites < keys.count, ContinuousClock.now < deadline {
-                        try await Task.sleep(for: .milliseconds(5))
-                    }
-                    try await Task.sleep(for: .milliseconds(200))
-                    #expect(pool.queuedGroupedWrites == keys.count)
-                } catch {
-                    gate.signal()
-                    throw error
-                }
-                gate.signal()
-                try await group.waitForAll()
+                try await Task.sleep(for: .milliseconds(200))
+                #expect(pool.queuedGroupedWrites == keys.count)
             }
-            // The gate's group, then one for the twenty.
-            #expect(try committed(metrics) - before == 2)
-            let logged = try await pool.read { db in try db.query("SELECT COUNT(*) AS n FROM log").first?.column("n")?.integer }
-            #expect(logged == keys.count)
+            // The log table's, the held group's, then one for the twenty.
+            #expect(try committed(metrics) - before == 3)
+            #expect(try await logged(pool) == keys.count)
         }
     }
 
     @Test("writes queued behind a group that is held up are taken by another connection and commit meanwhile")
     func heldUpGroupDoesNotHoldUpTheQueue() async throws {
         try await withTemporaryPostgresPool(count: 8, stalledAfter: .milliseconds(50)) { pool, _ in
-            try await pool.write(durability: .full) { db in
-                try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
-            }
-            let gate = DispatchSemaphore(value: 0)
-            let holding = Flag()
-            let released = Flag()
             let keys = (0..<5).map { WriteIsolation.groupKey("app", "activity-\($0)") }
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    try await pool.write(durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "gate"))) { _ in
-                        holding.value.store(true, ordering: .releasing)
-                        gate.wait()
-                        released.value.store(true, ordering: .releasing)
-                    }
+            // Past the stall's time, so the first write queued already finds the group at work held up.
+            try await queueBehindHeldGroup(pool, keys: keys, after: .milliseconds(100)) { stillHeld in
+                // Committed while the first group is still held (looked for 10 s at most: held up behind it, they would
+                // wait for as long as it is).
+                let deadline = ContinuousClock.now + .seconds(10)
+                var count = 0
+                while count < keys.count, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(10))
+                    count = try await logged(pool)
                 }
-                do {
-                    while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
-                    // Past the stall's time, so the first write queued already finds the group at work held up.
-                    try await Task.sleep(for: .milliseconds(100))
-                    for key in keys {
-                        group.addTask {
-                            try await pool.write(durability: .full, isolation: .grouped(key: key)) { db in
-                                try db.execute("INSERT INTO log (key) VALUES (?)", [.text(printable(key))])
-                            }
-                        }
-                    }
-                    // Committed while the gate still holds the first group (looked for 10 s at most: held up behind it,
-                    // they would wait for as long as it does).
-                    let deadline = ContinuousClock.now + .seconds(10)
-                    var logged = 0
-                    while logged < keys.count, ContinuousClock.now < deadline {
-                        try await Task.sleep(for: .milliseconds(10))
-                        logged = try await pool.read { db in try db.query("SELECT COUNT(*) AS n FROM log").first?.column("n")?.integer } ?? 0
-                    }
-                    #expect(logged == keys.count)
-                    let stillHeld = !released.value.load(ordering: .acquiring)
-                    #expect(stillHeld)
-                } catch {
-                    gate.signal()
-                    throw error
-                }
-                gate.signal()
-                try await group.waitForAll()
+                #expect(count == keys.count)
+                #expect(stillHeld())
             }
         }
     }
