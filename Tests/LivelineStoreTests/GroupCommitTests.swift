@@ -29,53 +29,64 @@ struct GroupCommitTests {
         }
     }
 
+    /// Holds one of `pool`'s connections with a write (`isolation`'s) that waits for a gate, and runs `body` once it
+    /// holds it, given whether it still does; then opens the gate, also when `body` throws (a connection left waiting at
+    /// the gate would hang the pool's close), and waits for that write.
+    private func whileHolding<T: Sendable>(
+        _ pool: PostgresPool, isolation: WriteIsolation, _ body: (_ stillHeld: @escaping @Sendable () -> Bool) async throws -> T
+    ) async throws -> T {
+        let gate = DispatchSemaphore(value: 0)
+        let holding = Flag()
+        let released = Flag()
+        async let held: Void = pool.write(durability: .full, isolation: isolation) { _ in
+            holding.value.store(true, ordering: .releasing)
+            gate.wait()
+            released.value.store(true, ordering: .releasing)
+        }
+        let result: T
+        do {
+            while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+            result = try await body { !released.value.load(ordering: .acquiring) }
+        } catch {
+            gate.signal()
+            try? await held
+            throw error
+        }
+        gate.signal()
+        try await held
+        return result
+    }
+
     /// Holds the pool's one connection with a write that waits for a gate, queues a grouped write for each of `keys`
     /// (each logging its key; `refusing` ones throw after that, `failingInDatabase` ones first send a statement that
     /// fails), opens the gate once all are queued, and returns each write's outcome by key.
     private func queueBehindGate(
         _ pool: PostgresPool, keys: [String], refusing: Set<String> = [], failingInDatabase: Set<String> = []
     ) async throws -> [String: Result<Int, any Error>] {
-        let gate = DispatchSemaphore(value: 0)
-        let holding = Flag()
-        return try await withThrowingTaskGroup(of: (String, Result<Int, any Error>)?.self) { group in
-            group.addTask {
-                try await pool.write(durability: .full) { _ in
-                    holding.value.store(true, ordering: .releasing)
-                    gate.wait()
-                }
-                return nil
-            }
-            while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
-            for key in keys {
-                group.addTask {
-                    do {
-                        let seq = try await pool.write(durability: .full, isolation: .grouped(key: key)) { db in
-                            if failingInDatabase.contains(key) {
-                                // Sent without waiting: its failure shows at a later statement, perhaps another write's.
-                                try db.execute("INSERT INTO no_such_table (key) VALUES (?)", [.text(key)])
+        try await withThrowingTaskGroup(of: (String, Result<Int, any Error>).self) { group in
+            try await whileHolding(pool, isolation: .serializable) { _ in
+                for key in keys {
+                    group.addTask {
+                        do {
+                            let seq = try await pool.write(durability: .full, isolation: .grouped(key: key)) { db in
+                                if failingInDatabase.contains(key) {
+                                    // Sent without waiting: its failure shows at a later statement, perhaps another write's.
+                                    try db.execute("INSERT INTO no_such_table (key) VALUES (?)", [.text(key)])
+                                }
+                                let row = try db.query("INSERT INTO log (key) VALUES (?) RETURNING seq", [.text(printable(key))]).first
+                                if refusing.contains(key) { throw Refused() }
+                                return row?.column("seq")?.integer ?? -1
                             }
-                            let row = try db.query("INSERT INTO log (key) VALUES (?) RETURNING seq", [.text(printable(key))]).first
-                            if refusing.contains(key) { throw Refused() }
-                            return row?.column("seq")?.integer ?? -1
+                            return (key, .success(seq))
+                        } catch {
+                            return (key, .failure(error))
                         }
-                        return (key, .success(seq))
-                    } catch {
-                        return (key, .failure(error))
                     }
                 }
-            }
-            do {
                 while pool.queuedGroupedWrites < keys.count { try await Task.sleep(for: .milliseconds(5)) }
-            } catch {
-                // A connection left waiting at the gate would hang the pool's close.
-                gate.signal()
-                throw error
             }
-            gate.signal()
             var outcomes: [String: Result<Int, any Error>] = [:]
-            for try await outcome in group {
-                if let (key, result) = outcome { outcomes[key] = result }
-            }
+            for try await (key, result) in group { outcomes[key] = result }
             return outcomes
         }
     }
@@ -105,28 +116,18 @@ struct GroupCommitTests {
     }
 
     /// Makes `pool`'s log table, holds one of its grouped writes' connections with a grouped write that waits for a
-    /// gate, queues a grouped write logging each of `keys` behind it (`after` that write holds the connection), and runs
-    /// `whileHeld`, given whether the gate still holds the connection; then opens the gate, also when `whileHeld`
-    /// throws, and waits for every write.
+    /// gate (``whileHolding(_:isolation:_:)``), queues a grouped write logging each of `keys` behind it (`after` that
+    /// write holds the connection), and runs `whileHeld`, given whether the gate still holds the connection; then waits
+    /// for every write.
     private func queueBehindHeldGroup(
-        _ pool: PostgresPool, keys: [String], after pause: Duration = .zero, whileHeld: (_ stillHeld: () -> Bool) async throws -> Void
+        _ pool: PostgresPool, keys: [String], after pause: Duration = .zero,
+        whileHeld: (_ stillHeld: @escaping @Sendable () -> Bool) async throws -> Void
     ) async throws {
         try await pool.write(durability: .full) { db in
             try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
         }
-        let gate = DispatchSemaphore(value: 0)
-        let holding = Flag()
-        let released = Flag()
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                try await pool.write(durability: .full, isolation: .grouped(key: WriteIsolation.groupKey("app", "gate"))) { _ in
-                    holding.value.store(true, ordering: .releasing)
-                    gate.wait()
-                    released.value.store(true, ordering: .releasing)
-                }
-            }
-            do {
-                while !holding.value.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+            try await whileHolding(pool, isolation: .grouped(key: WriteIsolation.groupKey("app", "gate"))) { stillHeld in
                 try await Task.sleep(for: pause)
                 for key in keys {
                     group.addTask {
@@ -135,12 +136,8 @@ struct GroupCommitTests {
                         }
                     }
                 }
-                try await whileHeld { !released.value.load(ordering: .acquiring) }
-            } catch {
-                gate.signal()
-                throw error
+                try await whileHeld(stillHeld)
             }
-            gate.signal()
             try await group.waitForAll()
         }
     }
