@@ -186,6 +186,8 @@ public final class Dispatcher: Service, Sendable {
         let workerOwner = "\(owner)-w\(index)"
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             do {
+                // What was committed before this look, it sees: a wake-up for it need not wake another worker.
+                wakeSignal.beginLook()
                 if let found = try await store.claimPendingActivity(
                     owner: workerOwner, now: now(), lease: configuration.claimLease, platforms: configuration.platforms
                 ) {

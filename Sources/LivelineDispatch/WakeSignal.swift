@@ -5,6 +5,11 @@ import NIOConcurrencyHelpers
 /// ``wakeOne()`` the one that has waited longest; either, when none is waiting, lets the next one that waits go on.
 /// ``wakeForGood()`` lets every wait go on, now and from then on (a gate that opens once).
 ///
+/// A ``wakeOne()`` promises a look at the Store that begins after it: until a worker says it begins one
+/// (``beginLook()``), further ``wakeOne()`` calls wake nobody else, since that look will see their work too. An update
+/// committed with 30 others in one shared transaction calls ``wakeOne()`` once for each; each woke another idle worker,
+/// and all but one of them found nothing (on PostgreSQL 682 looks in vain, six statements each, in 10,000 updates).
+///
 /// It replaces an `AsyncStream` shared by the workers: cancelling one worker's wait (its poll interval ran out first)
 /// finished that stream for everyone, after which every wait returned at once and the idle engine spun on the Store
 /// (about a core and a half on a server with nothing to do). A cancelled ``wait()`` here only removes its own waiter.
@@ -12,6 +17,8 @@ final class WakeSignal: Sendable {
     private struct State {
         var pending = false
         var forGood = false
+        /// A ``wakeOne()`` woke a worker (or let the next wait through) whose look has not begun yet.
+        var lookPromised = false
         var nextID: UInt64 = 0
         var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
@@ -46,9 +53,12 @@ final class WakeSignal: Sendable {
     }
 
     /// Wakes the worker that has waited longest, or the next one to wait: for work one worker can take, which it passes
-    /// on (with another ``wakeOne()``) when it finds there was more.
+    /// on (with another ``wakeOne()``) when it finds there was more. Nobody, when a look promised by an earlier call has
+    /// not begun yet (``beginLook()``): that look will see this work too.
     func wakeOne() {
         let waiter: CheckedContinuation<Void, Never>? = state.withLockedValue { state in
+            guard !state.lookPromised else { return nil }
+            state.lookPromised = true
             guard let oldest = state.waiters.keys.min() else {
                 state.pending = true
                 return nil
@@ -56,6 +66,12 @@ final class WakeSignal: Sendable {
             return state.waiters.removeValue(forKey: oldest)
         }
         waiter?.resume()
+    }
+
+    /// A worker begins a look at the Store: whatever was committed before it will be seen, so the next ``wakeOne()``
+    /// wakes a worker again. To be called before the look's first read.
+    func beginLook() {
+        state.withLockedValue { $0.lookPromised = false }
     }
 
     /// Returns after the next ``wake()`` or ``wakeOne()`` (at once if one came while nobody waited, or after

@@ -100,12 +100,46 @@ struct WakeSignalTests {
         await first.value
         try await Task.sleep(for: .milliseconds(200))
         #expect(await woken.order == [1], "one wake, one worker: the one waiting longest")
+        signal.beginLook()
         signal.wakeOne()
         await second.value
         #expect(await woken.order == [1, 2])
+        signal.beginLook()
         signal.wakeOne()
         #expect(await Self.finishes(within: 5) { await signal.wait() }, "a wake with nobody waiting lets the next wait through")
         #expect(await !Self.finishes(within: 0.2) { await signal.wait() })
+    }
+
+    @Test("wakeOne wakes nobody more while the look an earlier one promised has not begun; once it has, the next")
+    func wakesOneUntilTheLookBegins() async throws {
+        let signal = WakeSignal()
+        let woken = WokenOrder()
+        let waiters = (1...3).map { index in
+            Task {
+                await signal.wait()
+                await woken.add(index)
+            }
+        }
+        try await Self.waitUntil(signal, waiting: 3)
+        // The updates of one shared transaction, each waking the engine.
+        for _ in 0..<30 { signal.wakeOne() }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(await woken.order.count == 1, "the look promised by the first wake sees the others' work: one worker woken")
+        signal.beginLook()
+        signal.wakeOne()
+        signal.wakeOne()
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(await woken.order.count == 2, "a wake after the look began wakes another worker, once")
+        signal.beginLook()
+        signal.wakeOne()
+        for waiter in waiters { #expect(await Self.finishes(within: 5) { await waiter.value }) }
+        #expect(await woken.order.count == 3)
+        // With nobody waiting, the promise stands too: the next wait goes through, and only one.
+        signal.beginLook()
+        signal.wakeOne()
+        signal.wakeOne()
+        #expect(await Self.finishes(within: 5) { await signal.wait() })
+        #expect(await !Self.finishes(within: 0.2) { await signal.wait() }, "the second wake came before a look began")
     }
 }
 
