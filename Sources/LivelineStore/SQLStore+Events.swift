@@ -210,7 +210,9 @@ extension SQLStore: EventStore {
     }
 
     public func pruneEvents(olderThan cutoff: Date) async throws -> Int {
-        try await sequenceEvents()
+        // Every event waiting for its position gets one first (they wait until the feed is read when no webhook
+        // endpoint is there to read it): one without a position would never be pruned.
+        try await sequenceEventsCommittedBefore()
         let dialect = dialect
         return try await transaction { db in
             // Ids rise with time: everything below the first event recorded at or after the cutoff goes.

@@ -121,7 +121,11 @@ public protocol WebhookStore: Sendable {
 
 extension SQLStore: WebhookStore {
     public func createWebhook(_ webhook: WebhookRecord, maximum: Int) async throws -> Bool {
-        try await transaction { db in
+        // An endpoint receives the events after its creation: on PostgreSQL those committed before it get their feed
+        // positions first, under the one it starts from (with no endpoint, nothing else gives them any until the feed
+        // is read: ``enqueueWebhookDeliveries(limit:at:)``).
+        try await sequenceEventsCommittedBefore()
+        return try await transaction { db in
             let count = try db.query("SELECT COUNT(*) AS n FROM webhooks WHERE app_id = ?", [.text(webhook.appID)]).first?.column("n")?.integer ?? 0
             guard count < maximum else { return false }
             _ = try db.query(
@@ -155,8 +159,13 @@ extension SQLStore: WebhookStore {
     }
 
     public func enqueueWebhookDeliveries(limit: Int, at now: Date) async throws -> Int {
+        // With no endpoint (the usual case), nothing is written: on PostgreSQL the events keep waiting for their feed
+        // positions until the feed is read or an endpoint created. The deliverer looks at every wake-up of the engine,
+        // and giving positions on each was five statements and a second write of every event: 250 times in
+        // 10,000 updates, a tenth of PostgreSQL's statements.
+        guard try await !reader.query("SELECT 1 AS found FROM webhooks WHERE enabled = 1 LIMIT 1").isEmpty else { return 0 }
         try await sequenceEvents()
-        // Looked at on a reader first: with no endpoint behind the feed (the usual case), the writer is not taken.
+        // Looked at on a reader first: with no endpoint behind the feed, the writer is not taken.
         let behind = try await reader.query(
             """
             SELECT 1 FROM webhooks w WHERE w.enabled = 1

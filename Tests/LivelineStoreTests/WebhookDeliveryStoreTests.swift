@@ -70,6 +70,32 @@ struct WebhookDeliveryStoreTests {
         }
     }
 
+    @Test(
+        "an endpoint gets the events committed after its creation, not those before, though nothing read the feed before it",
+        arguments: StoreKind.available
+    )
+    func eventsFromTheEndpointsCreation(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            // With no endpoint, the deliverer's looks give the events no position (on PostgreSQL), and nothing reads the
+            // feed.
+            for n in 1...2 {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "before", contentState: ["n": .integer(Int64(n))]), at: t0)
+                #expect(try await store.enqueueWebhookDeliveries(limit: 500, at: t0) == 0)
+            }
+            let webhook = WebhookRecord(
+                id: "wh_1", appID: "app_test", url: "https://hooks.example.com/", eventTypes: [], enabled: true, sealedSecret: [1, 2, 3],
+                createdAt: t0
+            )
+            #expect(try await store.createWebhook(webhook, maximum: 20))
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "after", contentState: ["n": 3]), at: t0)
+            #expect(try await store.enqueueWebhookDeliveries(limit: 500, at: t0) == 1)
+            let queued = try await store.webhookDeliveries(appID: "app_test", webhookID: "wh_1", before: nil, limit: 100)
+            #expect(queued.count == 1)
+            #expect(queued.allSatisfy { $0.payload.contains("after") && !$0.payload.contains("before") }, "\(queued.map(\.payload))")
+        }
+    }
+
     @Test("finished deliveries are forgotten after the retention; pending ones stay", arguments: StoreKind.available)
     func pruning(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in

@@ -67,6 +67,10 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         public var concurrencyPerEndpoint = 4
         /// The longest it rests before looking for new events when nothing is due.
         public var pollInterval: Duration = .seconds(1)
+        /// The least time from one look for new events to the next when it rests with nothing to send: the wake-ups of
+        /// a burst of updates (one for each shared transaction, several hundred a second on PostgreSQL) are taken
+        /// together, at the cost of up to this much later deliveries.
+        public var restAtLeast: Duration = .milliseconds(50)
         /// The addresses a host name resolves to (`getaddrinfo` by default); the request goes to them, as the URL
         /// policy checked them (IPv4 first, the next when one cannot be connected to), never to a fresh answer.
         public var resolve: @Sendable (_ host: String) async throws -> [[UInt8]] = { try await WebhookDeliverer.resolve($0) }
@@ -133,6 +137,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         await withDiscardingTaskGroup { group in
             while !Task.isShuttingDownGracefully && !Task.isCancelled {
                 let running = inFlight.withLockedValue { $0 }
+                let looked = ContinuousClock.now
                 var started = 0
                 var found = false
                 if running.count < configuration.concurrency, let due = try? await fetchDue(inFlight: running) {
@@ -152,7 +157,7 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
                 if found || running.count >= configuration.concurrency || !running.isEmpty {
                     await wakeSignal.wait(atMost: configuration.pollInterval)
                 } else {
-                    await rest()
+                    await rest(lookedAt: looked)
                 }
             }
             group.cancelAll()
@@ -197,13 +202,17 @@ public final class WebhookDeliverer: Service, DeliveryWaking, Sendable {
         )
     }
 
-    private func rest() async {
+    /// Rests with nothing to send, after a look at `looked`: until a wake-up, the next delivery's time or the poll
+    /// interval, and at least until ``Configuration/restAtLeast`` after the look (a wake-up meanwhile is kept).
+    private func rest(lookedAt looked: ContinuousClock.Instant) async {
         var wait = configuration.pollInterval
         if let next = try? await store.nextWebhookDeliveryAt() {
             let seconds = max(0, next.timeIntervalSince(now()))
             wait = min(wait, .milliseconds(Int64(seconds * 1000)))
         }
         await wakeSignal.wait(atMost: wait)
+        let earliest = looked + configuration.restAtLeast
+        if ContinuousClock.now < earliest, !Task.isShuttingDownGracefully { try? await Task.sleep(until: earliest) }
     }
 
     /// Sends one delivery and records what followed; false when the attempt was cancelled (graceful shutdown) and
