@@ -185,6 +185,7 @@ public final class Dispatcher: Service, Sendable {
         // would renew it and send every phone the state twice.
         let workerOwner = "\(owner)-w\(index)"
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            var due: Date?
             do {
                 // What was committed before this look, it sees: a wake-up for it need not wake another worker.
                 wakeSignal.beginLook()
@@ -192,15 +193,22 @@ public final class Dispatcher: Service, Sendable {
                     owner: workerOwner, now: now(), lease: configuration.claimLease, platforms: configuration.platforms
                 ) {
                     // The claim marked done those with nothing behind; the first with something to send is this
-                    // worker's. Either way, on to the next look. When the claim left some due, another idle worker
-                    // looks too, and so on while looks find work. (Woken all at once for each update, idle workers
-                    // looked in vain several times an update.)
+                    // worker's. When the claim left some due, another idle worker looks too, and so on while looks find
+                    // work. (Woken all at once for each update, idle workers looked in vain several times an update.)
                     if found.leftPending { wakeSignal.wakeOne() }
-                    if let claim = found.claim { try await deliver(claim) }
-                    continue
+                    if let claim = found.claim {
+                        try await deliver(claim)
+                        continue
+                    }
+                    // Marked done only, and every activity due seen: another look now would find none (what is
+                    // committed from now on wakes the engine). Looking again all the same was four statements on
+                    // PostgreSQL after each burst's look.
+                    if found.leftPending { continue }
                 }
-                // A slice of a fan-out another engine shares.
-                if configuration.sliceSize != nil,
+                due = try? await store.nextClaimableAt()
+                // A slice of a fan-out another engine shares, when one is due: the answer counts the slices not sent
+                // that nobody holds (asking for one at every rest was another statement each time).
+                if configuration.sliceSize != nil, let due, due <= now(),
                     let slice = try await store.claimSlice(owner: workerOwner, now: now(), lease: configuration.claimLease, of: nil)
                 {
                     wakeSignal.wakeOne()
@@ -212,15 +220,10 @@ public final class Dispatcher: Service, Sendable {
             } catch {
                 if Task.isCancelled { return }
                 logger.error("Delivery pass failed", metadata: ["worker": "\(index)", "error": "\(error)"])
+                due = try? await store.nextClaimableAt()
             }
-            await idle(for: await restBeforeNextLook())
+            await idle(for: Self.rest(untilDue: due, now: now(), longest: configuration.idlePollInterval))
         }
-    }
-
-    /// How long an idle worker may rest: until the next pending activity falls due (a retry, a lease running out),
-    /// and never longer than the idle poll interval.
-    private func restBeforeNextLook() async -> Duration {
-        Self.rest(untilDue: try? await store.nextClaimableAt(), now: now(), longest: configuration.idlePollInterval)
     }
 
     /// An idle worker's rest when the next pending activity falls due at `due` (`nil`: none is pending): until then,
