@@ -15,6 +15,19 @@ public struct DispatchClaim: Sendable, Hashable {
     public var audienceWaiting = false
 }
 
+/// When pending work may next be claimed (``DispatchStore/nextClaimable()``).
+public struct ClaimableTimes: Sendable, Hashable {
+    /// The next pending activity or fan-out slice, whichever comes first; `nil`: nothing is pending.
+    public var next: Date?
+    /// The next slice of a shared fan-out not sent yet (now or earlier when nobody holds it); `nil`: none.
+    public var slice: Date?
+
+    public init(next: Date?, slice: Date?) {
+        self.next = next
+        self.slice = slice
+    }
+}
+
 /// What a claim found (``DispatchStore/claimPendingActivity(owner:now:lease:platforms:)``) among the pending activities
 /// due first: those with nothing behind their sequence, marked done, and the first with something to send, leased.
 public struct PendingActivityClaim: Sendable, Hashable {
@@ -188,10 +201,10 @@ public protocol DispatchStore: Sendable {
     /// start audience, no broadcast) are marked done in the same write, and the first with something behind is leased
     /// to `owner` until `now + lease`. `nil` when no activity is due.
     func claimPendingActivity(owner: String, now: Date, lease: TimeInterval, platforms: [Platform]) async throws -> PendingActivityClaim?
-    /// When the next pending activity may be claimed (now or earlier when one may be claimed at once: it waits for
-    /// no retry and no other owner's lease), or `nil` when no activity is pending. A read: an idle engine asks it
-    /// to know how long it may rest, without taking the writer.
-    func nextClaimableAt() async throws -> Date?
+    /// When the next pending activity or fan-out slice may be claimed (now or earlier when one may be claimed at once:
+    /// it waits for no retry and no other owner's lease), and when the next slice may, each `nil` when none is pending.
+    /// A read: an idle engine asks it to know how long it may rest, without taking the writer.
+    func nextClaimable() async throws -> ClaimableTimes
     /// Re-reads a claimed activity (to coalesce onto a newer sequence) and extends the lease.
     /// Returns nil when the claim was lost.
     func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim?
@@ -255,6 +268,11 @@ public protocol DispatchStore: Sendable {
 }
 
 extension DispatchStore {
+    /// When the next pending activity or fan-out slice may be claimed, `nil` when none is pending (``nextClaimable()``).
+    public func nextClaimableAt() async throws -> Date? {
+        try await nextClaimable().next
+    }
+
     /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`.
     public func pendingInstances(
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int

@@ -158,9 +158,9 @@ extension SQLStore {
         )
     }
 
-    public func nextClaimableAt() async throws -> Date? {
+    public func nextClaimable() async throws -> ClaimableTimes {
         let row = try await reader.read(under: Self.dueSettings) { try $0.query(Self.dueStatement, [], settings: Self.dueSettings) }.first
-        return row?.column("due")?.integer.map(Self.date)
+        return ClaimableTimes(next: row?.column("due")?.integer.map(Self.date), slice: row?.column("slice_due")?.integer.map(Self.date))
     }
 
     /// The claim's planner settings on PostgreSQL (see ``claimPendingActivity(owner:now:lease:platforms:)``): no sorts,
@@ -173,8 +173,9 @@ extension SQLStore {
     /// asked in a transaction of its own was four statements, four round trips.
     static let dueSettings: [(name: String, value: String)] = [("enable_seqscan", "off")]
 
-    /// When the next pending activity or fan-out slice is due: an activity at its dispatch time, and not before its
-    /// lease runs out; a slice not sent yet as its lease runs out (at once when unclaimed).
+    /// When the next pending activity or fan-out slice is due (`due`): an activity at its dispatch time, and not before
+    /// its lease runs out; a slice not sent yet as its lease runs out (at once when unclaimed), which `slice_due` says
+    /// alone.
     ///
     /// It reads what it needs by index, not every pending activity (3.1 ms a call on PostgreSQL during a burst of
     /// 10,000 updates, once after every wake-up of the engine): the first unleased pending activity in `activities_due`
@@ -184,8 +185,8 @@ extension SQLStore {
     /// planned once (it binds nothing), perhaps while the tables are empty, and without statistics PostgreSQL takes
     /// nearly every activity for leased.
     static let dueStatement = """
-        SELECT MIN(due) AS due FROM (
-            SELECT due FROM (
+        SELECT MIN(due) AS due, MIN(slice_due) AS slice_due FROM (
+            SELECT due, CAST(NULL AS BIGINT) AS slice_due FROM (
                 SELECT COALESCE(next_dispatch_at, 0) AS due FROM activities
                 WHERE dispatched_sequence < sequence AND content_state IS NOT NULL AND claim_expires_at IS NULL
                 ORDER BY COALESCE(next_dispatch_at, 0), updated_at
@@ -193,10 +194,11 @@ extension SQLStore {
             ) AS unleased
             UNION ALL
             SELECT MIN(CASE WHEN dispatched_sequence < sequence AND content_state IS NOT NULL
-                THEN MAX(COALESCE(next_dispatch_at, 0), claim_expires_at) END) AS due
+                THEN MAX(COALESCE(next_dispatch_at, 0), claim_expires_at) END) AS due, CAST(NULL AS BIGINT) AS slice_due
             FROM activities WHERE claim_expires_at IS NOT NULL
             UNION ALL
-            SELECT MIN(COALESCE(claim_expires_at, 0)) AS due FROM fanout_slices WHERE outcome IS NULL
+            SELECT MIN(COALESCE(claim_expires_at, 0)) AS due, MIN(COALESCE(claim_expires_at, 0)) AS slice_due
+            FROM fanout_slices WHERE outcome IS NULL
         ) AS pending
         """
 

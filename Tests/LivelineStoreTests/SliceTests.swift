@@ -101,6 +101,24 @@ struct SliceTests {
         }
     }
 
+    @Test("the rest's answer says when the next slice is due, apart from the activities: at once unclaimed, at its lease's end held, never once sent", arguments: StoreKind.available)
+    func sliceDue(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 30)
+            let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 60))
+            #expect(try await store.nextClaimable() == ClaimableTimes(next: t0.addingTimeInterval(60), slice: nil), "the lead's lease alone")
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
+            let unclaimed = try await store.nextClaimable()
+            #expect(unclaimed.slice.map { $0 <= t0 } == true, "unclaimed slices are due at once: \(unclaimed)")
+            #expect(unclaimed.next == unclaimed.slice)
+            var slices: [SliceClaim] = []
+            for _ in 0..<3 { slices.append(try #require(try await store.claimSlice(owner: "node-2", now: t0, lease: 30, of: nil))) }
+            #expect(try await store.nextClaimable() == ClaimableTimes(next: t0.addingTimeInterval(30), slice: t0.addingTimeInterval(30)))
+            for taken in slices { try await store.finishSlice(taken.slice, owner: "node-2", outcome: .done) }
+            #expect(try await store.nextClaimable() == ClaimableTimes(next: t0.addingTimeInterval(60), slice: nil), "every slice sent")
+        }
+    }
+
     @Test("slices are leased: held ones are not claimed twice, a lapsed one is taken over, one handed back is claimed again", arguments: StoreKind.available)
     func leases(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
