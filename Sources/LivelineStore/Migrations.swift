@@ -458,7 +458,7 @@ enum SQLiteMigrations {
             version: 20,
             name: "activities under a lease",
             statements: [
-                // The engine asks when its next activity is due after every wake-up (`nextClaimableAt`): an activity
+                // The engine asks when its next activity is due after every wake-up (`nextClaimable`): an activity
                 // under a lease is due when both its lease and its dispatch time have passed, so the question read every
                 // pending activity. The leased ones are a handful (one an engine's worker, and those of a node that
                 // died): with this index the question reads them, and the first unleased one in `activities_due`.

@@ -371,7 +371,7 @@ struct PostgresPlanTests {
         try await withTemporaryStore(.postgres) { store, _ in
             try await makeApp(store)
             let plan = try await store.transaction { db in
-                // As ``SQLStore/nextClaimableAt()`` runs it; kept from the first call, made while the tables are empty.
+                // As ``SQLStore/nextClaimable()`` runs it; kept from the first call, made while the tables are empty.
                 try db.setLocal(SQLStore.dueSettings)
                 try db.query("PREPARE due AS " + PostgresDialect.translate(SQLStore.dueStatement), [])
                 try db.query("EXECUTE due", [])
