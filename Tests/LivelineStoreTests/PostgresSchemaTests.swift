@@ -393,6 +393,58 @@ struct PostgresPlanTests {
         }
     }
 
+    @Test("the reads of activities by key run on the readers' connection opened for them, and keep one plan, by key")
+    func activityReadsKeepTheirPlan() async throws {
+        // The engine's question of when its next activity is due shares the connection: it holds that question's settings.
+        #expect(SQLStore.dueSettings.allSatisfy { due in SQLStore.keyedReadSettings.contains { $0 == due } })
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            for n in 0..<8 {
+                if n == 2 {
+                    // The plan is made at the first call prepared, the second, while the table is empty; then it grows.
+                    try await store.transaction { db in
+                        _ = try db.query(
+                            """
+                            INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at)
+                            SELECT 'app_test', 'a-' || n, 'active', 1, 0, 0 FROM generate_series(0, 19999) AS n
+                            """,
+                            []
+                        )
+                    }
+                }
+                let keys = [ActivityKey(appID: "app_test", activityID: "a-\(n)"), ActivityKey(appID: "app_test", activityID: "none")]
+                let found: [ActivityKey: ActivityRecord] = try await SQLStore.activities(keys, on: store.reader)
+                #expect(Array(found.keys) == (n < 2 ? [] : [keys[0]]))
+            }
+            // Sent unprepared once, then prepared and run seven times, each time with the plan made first.
+            let (plans, plan) = try await preparedActivityRead(on: store)
+            #expect(plans == [7, 0], "generic, custom: \(plans)")
+            #expect(plan.contains("activities_pkey"), "\(plan)")
+            for slow in ["Seq Scan", "Hash Join", "Merge Join"] {
+                #expect(!plan.contains(slow), "\(plan)")
+            }
+        }
+    }
+
+    /// The generic and custom plans counted for the reads of activities by key on the readers' connection opened for
+    /// them, and the plan it would now run.
+    private func preparedActivityRead(on store: SQLStore) async throws -> (plans: [Int], plan: String) {
+        try await store.reader.read(under: SQLStore.keyedReadSettings) { (db: any SQLConnection) throws -> ([Int], String) in
+            let statements = try db.query(
+                """
+                SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
+                WHERE statement LIKE '%JOIN activities a ON%' AND statement NOT LIKE '%pg_prepared_statements%'
+                """,
+                []
+            )
+            guard statements.count == 1, let name = statements[0].column("name")?.string else { return ([], "") }
+            let plan = try db.query("EXPLAIN EXECUTE \"\(name)\"('{app_test}', '{a-1}')", [])
+                .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
+            let counts: [Int?] = [statements[0].column("generic_plans")?.integer, statements[0].column("custom_plans")?.integer]
+            return (counts.compactMap { $0 }, plan)
+        }
+    }
+
     @Test("the sets' reads keep the plans by key they made on empty tables once the tables have grown")
     func setReadsKeepKeysFromEmptyTables() async throws {
         try await withTemporaryStore(.postgres) { store, _ in
