@@ -268,11 +268,6 @@ public protocol DispatchStore: Sendable {
 }
 
 extension DispatchStore {
-    /// When the next pending activity or fan-out slice may be claimed, `nil` when none is pending (``nextClaimable()``).
-    public func nextClaimableAt() async throws -> Date? {
-        try await nextClaimable().next
-    }
-
     /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`.
     public func pendingInstances(
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int

@@ -38,7 +38,7 @@ struct SharedFanOutTests {
                     #expect(
                         try await eventually {
                             let slices = try await store.sliceOutcomes(appID: appID, activityID: "match")
-                            let due = try await store.nextClaimableAt()
+                            let due = try await store.nextClaimable().next
                             return slices.isEmpty && due == nil
                         },
                         "the slices are dropped and the activity is released as dispatched"

@@ -45,7 +45,7 @@ struct ClaimOrderTests {
             let third = try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(5), lease: 30)
             #expect([second?.activity.activityID, third?.activity.activityID] == ["a", "c"])
             #expect(try await store.claimPendingActivity(owner: "w", now: t0.addingTimeInterval(30), lease: 30, platforms: [.ios]) == nil)
-            #expect(try await store.nextClaimableAt() == t0.addingTimeInterval(35), "the leases of a and c run out first")
+            #expect(try await store.nextClaimable().next == t0.addingTimeInterval(35), "the leases of a and c run out first")
             let due = try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(36), lease: 30)
             #expect(due?.activity.activityID == "a", "a's lease ran out")
         }
@@ -171,10 +171,10 @@ struct ClaimOrderTests {
             try await set("stateless-1", "content_state = NULL, next_dispatch_at = ?", [at(1)])
             // Each in turn is the next due, then sent.
             for (due, activity) in [(20, "unleased-20"), (30, "leased-30"), (50, "unleased-50"), (70, "leased-10-next-70")] {
-                #expect(try await store.nextClaimableAt() == t0.addingTimeInterval(Double(due)), "\(activity)")
+                #expect(try await store.nextClaimable().next == t0.addingTimeInterval(Double(due)), "\(activity)")
                 try await set(activity, "dispatched_sequence = sequence, claim_owner = NULL, claim_expires_at = NULL", [])
             }
-            #expect(try await store.nextClaimableAt() == nil)
+            #expect(try await store.nextClaimable().next == nil)
         }
     }
 
@@ -195,7 +195,7 @@ struct ClaimOrderTests {
             // The instance is still behind: the release keeps the activity pending, due at once (no retry time).
             let done = try await store.releaseClaim(appID: "app_test", activityID: "a", owner: claim.owner, platforms: [.ios, .android], retryAt: nil)
             #expect(!done)
-            #expect(try await store.nextClaimableAt().map { $0 <= t0 } == true)
+            #expect(try await store.nextClaimable().next.map { $0 <= t0 } == true)
             let again = try await store.claimToSend(owner: "w2", now: t0, lease: 30)
             #expect(again?.activity.activityID == "a")
         }

@@ -131,7 +131,7 @@ struct SliceTests {
             let third = try #require(try await store.claimSlice(owner: "node-2", now: t0, lease: 30, of: nil))
             #expect(Set([first.slice.index, second.slice.index, third.slice.index]) == [0, 1, 2])
             #expect(try await store.claimSlice(owner: "node-3", now: t0.addingTimeInterval(10), lease: 30, of: nil) == nil)
-            #expect(try await store.nextClaimableAt() == t0.addingTimeInterval(30), "the slices' leases run out first")
+            #expect(try await store.nextClaimable().next == t0.addingTimeInterval(30), "the slices' leases run out first")
 
             // node-1 renews and reads its slice; node-2 cannot.
             #expect(try await store.renewSlice(first.slice, owner: "node-1", now: t0.addingTimeInterval(20), lease: 30))
