@@ -226,6 +226,18 @@ struct PostgresSchemaTests {
     }
 }
 
+/// `binds` written as SQL literals, separated by commas, for an `EXECUTE` of a statement prepared with their types:
+/// texts quoted, integers as they are, anything else `NULL`.
+private func sqlLiterals(_ binds: [SQLiteData]) -> String {
+    binds.map { value -> String in
+        switch value {
+        case .text(let text): "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+        case .integer(let number): "\(number)"
+        default: "NULL"
+        }
+    }.joined(separator: ", ")
+}
+
 @Suite("PostgreSQL plans", .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set"))
 struct PostgresPlanTests {
     @Test("an activity is read by key through the primary key, also for an app the statistics do not know yet")
@@ -319,14 +331,7 @@ struct PostgresPlanTests {
                 try db.setLocal(SQLStore.progressSettings)
                 let types = write.binds.map(PostgresParameterType.init)
                 try db.query("PREPARE progress_probe AS " + PostgresDialect.translate(write.sql, parameterTypes: types), [])
-                let arguments = write.binds.map { value -> String in
-                    switch value {
-                    case .text(let text): "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
-                    case .integer(let number): "\(number)"
-                    default: "NULL"
-                    }
-                }
-                return try db.query("EXPLAIN EXECUTE progress_probe(" + arguments.joined(separator: ", ") + ")", [])
+                return try db.query("EXPLAIN EXECUTE progress_probe(" + sqlLiterals(write.binds) + ")", [])
                     .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
             }
             for plan in [guided, kept] {
@@ -366,14 +371,10 @@ struct PostgresPlanTests {
 
             // The plan PostgreSQL keeps for the settle (a generic one, made without the values), in a claim's settings.
             let settle = SQLStore.settleStatement([ActivityKey(appID: "app_test", activityID: "a")], platforms: [.ios, .android])
-            let arguments = settle.binds.map { value -> String in
-                guard case .text(let text) = value else { return "NULL" }
-                return "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
-            }
             let plan = try await store.transaction { db in
                 try db.setLocal(SQLStore.claimSettings)
                 try db.query("PREPARE settle_probe AS " + PostgresDialect.translate(settle.sql), [])
-                return try db.query("EXPLAIN EXECUTE settle_probe(" + arguments.joined(separator: ", ") + ")", [])
+                return try db.query("EXPLAIN EXECUTE settle_probe(" + sqlLiterals(settle.binds) + ")", [])
                     .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
             }
             #expect(plan.contains("instances_pkey"), "\(plan)")
