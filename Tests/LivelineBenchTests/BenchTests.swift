@@ -148,6 +148,25 @@ import Testing
         #expect(line == "2,000 pushes in 500.00 ms   4,000 pushes/s   update accepted in 3.00 ms   server CPU 50.0 µs/push")
     }
 
+    @Test func roundWithTheDatabasesCPU() {
+        let line = Bench.roundLine(
+            instances: 100_000, elapsed: .seconds(5), rate: 20_000, h2load: nil, accept: .milliseconds(6), side: LoadResult(), serverCPU: 5.5,
+            databaseCPU: 2.25
+        )
+        #expect(line.hasSuffix("server CPU 55.0 µs/push, PostgreSQL 22.5 µs/push"))
+    }
+
+    @Test func cpuOfEachPartPerRequest() {
+        #expect(
+            Bench.cpuText(server: [3.0], database: nil, own: 0.8, per: 20_000, unit: "request")
+                == "server 150.0 µs, load generator 40.0 µs"
+        )
+        #expect(
+            Bench.cpuText(server: [2.0, 1.0], database: 1.4, own: 0.8, per: 20_000, unit: "request")
+                == "server 150.0 µs, PostgreSQL 70.0 µs, load generator 40.0 µs (servers: node 1 100.0 µs/request · node 2 50.0 µs/request)"
+        )
+    }
+
     @Test func sideErrorsAreShown() {
         var side = LoadResult()
         side.latencies = [1_000_000]

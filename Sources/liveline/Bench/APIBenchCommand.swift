@@ -90,19 +90,25 @@ extension Bench {
                     "liveline bench api: \(connections) HTTP/1.1 keep-alive connections\(nodes.count > 1 ? " spread round-robin over the nodes" : ""), "
                         + "\(self.server.storeText), \(nodes.pidText)"
                 )
+                if let text = nodes.databaseCPUText { Bench.say("  \(text)") }
 
                 let perActivity = self.perActivity
                 let publishable = "Bearer \(app.publishableKey)"
                 var cpu = nodes.cpuSeconds()
+                var databaseCPU = nodes.databaseCPUSeconds()
                 var ownCPU = Bench.processCPUSeconds()
+                // The CPU each part spent since the last call; the counts then start afresh.
+                func spent() -> (server: [Double], database: Double?, own: Double) {
+                    let (server, database, own) = (nodes.cpuSeconds(), nodes.databaseCPUSeconds(), Bench.processCPUSeconds())
+                    defer { (cpu, databaseCPU, ownCPU) = (server, database, own) }
+                    return (zip(server, cpu).map { $0 - $1 }, database.flatMap { now in databaseCPU.map { now - $0 } }, own - ownCPU)
+                }
                 if healthz > 0 {
                     let answered = try await load.run(count: healthz) { _ in
                         LoadRequest(method: .GET, uri: "/healthz", authorization: publishable, body: nil)
                     }
                     Bench.say("  GET /healthz (the ceiling)        \(Bench.describe(answered, count: healthz))")
-                    printCPU("a request", requests: healthz, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
-                    cpu = nodes.cpuSeconds()
-                    ownCPU = Bench.processCPUSeconds()
+                    printCPU("a request", requests: healthz, spent())
                 }
                 // The disk's own syncs beside each timed part: a 201 or 202 is answered once its commit is synced.
                 let probe = try DiskSyncProbe.started(in: root, perSecond: diskSyncs)
@@ -121,15 +127,14 @@ extension Bench {
                     )
                 }
                 Bench.say("  registrations (\(perActivity) an activity)   \(Bench.describe(registered, count: registrations))")
-                printCPU("a registration", requests: registrations, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
+                printCPU("a registration", requests: registrations, spent())
                 try sayDiskSyncs()
 
                 let secret = "Bearer \(app.secretKey)"
                 let watched = self.watched
                 let pushesBefore = try await target?.sink.received() ?? 0
                 let burstStarted = ContinuousClock.now
-                cpu = nodes.cpuSeconds()
-                ownCPU = Bench.processCPUSeconds()
+                _ = spent()
                 _ = try probe?.take()
                 let accepted = try await load.run(count: updates) { index in
                     LoadRequest(
@@ -142,7 +147,7 @@ extension Bench {
                 }
                 let burstEnded = ContinuousClock.now
                 Bench.say("  updates (\(watched ? "watched" : "distinct") activities)    \(Bench.describe(accepted, count: updates))")
-                printCPU("an update", requests: updates, server: zip(nodes.cpuSeconds(), cpu).map { $0 - $1 }, own: Bench.processCPUSeconds() - ownCPU)
+                printCPU("an update", requests: updates, spent())
                 try sayDiskSyncs()
                 // Counting the sink's pushes in the background, while the paced updates go out.
                 let expected = updates * perActivity
@@ -198,13 +203,12 @@ extension Bench {
             }
         }
 
-        /// `    CPU a registration: server 83.5 µs, load generator 20.4 µs`: CPU seconds spent over `requests` requests
-        /// (the servers' added up, then each node's when there are several).
-        private func printCPU(_ what: String, requests: Int, server: [Double], own: Double) {
-            let perRequest = 1e6 / Double(max(1, requests))
-            var line = "    CPU \(what): " + String(format: "server %.1f µs, load generator %.1f µs", server.reduce(0, +) * perRequest, own * perRequest)
-            if server.count > 1 { line += " (servers: \(Bench.perNodeCPU(server, per: requests, unit: "request")))" }
-            Bench.say(line)
+        /// `    CPU a registration: server 83.5 µs, load generator 20.4 µs`: CPU seconds spent over `requests` requests (the
+        /// servers' added up, then each node's when there are several), with PostgreSQL's cluster's beside the servers'
+        /// when it is measured (``PostgresClusterCPU``). Nothing for a part of no requests.
+        private func printCPU(_ what: String, requests: Int, _ spent: (server: [Double], database: Double?, own: Double)) {
+            guard requests > 0 else { return }
+            Bench.say("    CPU \(what): " + Bench.cpuText(server: spent.server, database: spent.database, own: spent.own, per: requests, unit: "request"))
         }
     }
 }

@@ -80,6 +80,18 @@ extension Bench {
         return zip(1..., each).map { "node \($0.0) \($0.1)" }.joined(separator: " · ")
     }
 
+    /// `server 83.5 µs, PostgreSQL 40.2 µs, load generator 20.4 µs (servers: node 1 … · node 2 …)`: CPU seconds spent
+    /// over `count` requests, each part's per request: the servers' added up (then each node's when there are several),
+    /// PostgreSQL's cluster's when measured, the load generator's.
+    static func cpuText(server: [Double], database: Double?, own: Double, per count: Int, unit: String) -> String {
+        let per = 1e6 / Double(max(1, count))
+        var text = String(format: "server %.1f µs", server.reduce(0, +) * per)
+        if let database { text += String(format: ", PostgreSQL %.1f µs", database * per) }
+        text += String(format: ", load generator %.1f µs", own * per)
+        if server.count > 1 { text += " (servers: \(perNodeCPU(server, per: count, unit: unit)))" }
+        return text
+    }
+
     /// What the h2load reference sends (``h2load(_:requests:directory:shape:)``).
     enum H2loadShape: Sendable {
         /// Every request to one path, `/3/device/x`, with none of APNs' headers: the sink at its fastest, the reference
@@ -196,6 +208,7 @@ extension Bench.FanOut {
                 liveline bench fanout (through the HTTP API): \(BenchRequests.grouped(instances)) instances on one activity, sink \(sinkKind.rawValue), \
                 \(self.server.storeText), \(nodes.pidText)
                 """)
+            if let text = nodes.databaseCPUText { Bench.say("  \(text)") }
             if nodes.count > 1 {
                 Bench.say("  registrations spread round-robin over the \(nodes.count) nodes' ports; updates posted to node 1")
             }
@@ -243,6 +256,7 @@ extension Bench.FanOut {
             for round in 1...rounds {
                 let received = try await sink.received()
                 let cpuBefore = nodes.cpuSeconds()
+                let databaseCPUBefore = nodes.databaseCPUSeconds()
                 let sentBefore = await nodes.pushesSent()
                 // The syncs of the pause before the round are not the round's.
                 _ = try probe?.take()
@@ -280,6 +294,7 @@ extension Bench.FanOut {
                 }
                 let elapsed = ContinuousClock.now - started
                 let cpu = zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 }
+                let databaseCPU = nodes.databaseCPUSeconds().flatMap { now in databaseCPUBefore.map { now - $0 } }
                 let sideResult = try await paced?.stop() ?? LoadResult()
                 sideLatencies.append(contentsOf: sideResult.latencies)
                 let roundSyncs = try probe?.take().sorted()
@@ -291,7 +306,8 @@ extension Bench.FanOut {
                         + Bench.roundLine(
                             instances: instances, elapsed: elapsed, rate: rate, h2load: before, shapedH2load: shapedBefore,
                             accept: accepted.summary.p50,
-                            side: sideResult, disk: roundSyncs.map { LatencySummary(sortedNanoseconds: $0) }, serverCPU: cpu.reduce(0, +)
+                            side: sideResult, disk: roundSyncs.map { LatencySummary(sortedNanoseconds: $0) }, serverCPU: cpu.reduce(0, +),
+                            databaseCPU: databaseCPU
                         )
                 )
                 if nodes.count > 1 {
@@ -371,7 +387,7 @@ extension Bench {
     /// side accepts' latency and the disk's own syncs' (``DiskSyncProbe``) in the same round when there were any.
     static func roundLine(
         instances: Int, elapsed: Duration, rate: Double, h2load: Double?, shapedH2load: Double? = nil, accept: Duration, side: LoadResult,
-        disk: LatencySummary? = nil, serverCPU: Double
+        disk: LatencySummary? = nil, serverCPU: Double, databaseCPU: Double? = nil
     ) -> String {
         var line = "\(BenchRequests.grouped(instances)) pushes in \(format(elapsed))   \(BenchRequests.grouped(Int(rate))) pushes/s"
         if h2load != nil { line += "   \(BenchRequests.ratio(rate, to: h2load))" }
@@ -383,6 +399,7 @@ extension Bench {
         }
         if let disk, disk.count > 0 { line += "   disk syncs \(disk.count): p99 \(format(disk.p99)) max \(format(disk.max))" }
         line += String(format: "   server CPU %.1f µs/push", serverCPU / Double(instances) * 1e6)
+        if let databaseCPU { line += String(format: ", PostgreSQL %.1f µs/push", databaseCPU / Double(instances) * 1e6) }
         return line
     }
 }

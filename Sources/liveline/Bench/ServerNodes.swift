@@ -1,11 +1,15 @@
 import Crypto
 import Foundation
+import Logging
 
 /// The `liveline serve` processes of one benchmark: one, on SQLite in its data directory (the default) or on a
 /// PostgreSQL database; or several on the same PostgreSQL database, each with its own data directory and port, the
 /// same admin token file and the same LIVELINE_MASTER_KEY (generated here). Apps are created through node 1.
 final class ServerNodes: Sendable {
     let servers: [ServerUnderTest]
+    /// The PostgreSQL cluster the nodes share, whose CPU the benchmarks print beside theirs (``PostgresClusterCPU``), or
+    /// why it cannot be measured; nil on SQLite.
+    let database: PostgresClusterCPU.Located?
 
     /// Node 1: where apps are created and, in `bench fanout`, the updates posted.
     var first: ServerUnderTest { servers[0] }
@@ -13,8 +17,9 @@ final class ServerNodes: Sendable {
     var ports: [Int] { servers.map(\.port) }
     var count: Int { servers.count }
 
-    private init(servers: [ServerUnderTest]) {
+    private init(servers: [ServerUnderTest], database: PostgresClusterCPU.Located?) {
         self.servers = servers
+        self.database = database
     }
 
     /// Starts `nodes` servers (in `directory/server`, or `directory/server-1` … when more than one) one after the
@@ -39,7 +44,9 @@ final class ServerNodes: Sendable {
             for server in servers { await server.stop() }
             throw error
         }
-        return ServerNodes(servers: servers)
+        var database: PostgresClusterCPU.Located?
+        if let databaseURL { database = await PostgresClusterCPU.locate(databaseURL: databaseURL, logger: Logger(label: "liveline.bench")) }
+        return ServerNodes(servers: servers, database: database)
     }
 
     /// `server pid 123` or `server pids 123, 456 (nodes 1, 2)`.
@@ -49,6 +56,22 @@ final class ServerNodes: Sendable {
 
     /// Each node's CPU seconds so far, node 1 first.
     func cpuSeconds() -> [Double] { servers.map { $0.cpuSeconds() } }
+
+    /// The PostgreSQL cluster's CPU seconds so far; nil on SQLite, or when it cannot be measured.
+    func databaseCPUSeconds() -> Double? {
+        guard case .measured(let cluster) = database else { return nil }
+        return cluster.seconds()
+    }
+
+    /// What the header says of the database's CPU: `PostgreSQL's CPU from its processes (postmaster pid 123)`, or why
+    /// it is not measured; nil on SQLite.
+    var databaseCPUText: String? {
+        switch database {
+        case nil: nil
+        case .measured(let cluster)?: "PostgreSQL's CPU counted from its processes (postmaster pid \(cluster.postmaster))"
+        case .unmeasured(let why)?: "PostgreSQL's CPU not measured: \(why)"
+        }
+    }
 
     /// Each node's pushes attempted so far (its /metrics counter), node 1 first; nil where it cannot be read.
     func pushesSent() async -> [Int?] {
