@@ -55,9 +55,10 @@ struct PostgresClusterCPU: Sendable {
             try? await connection.close()
             return .unmeasured("asking the database for its backend's process id failed: \(String(reflecting: error))")
         }
+        // Read while the connection is open: its backend exits when it closes.
+        let found = backend.map { located(backend: $0, in: ProcessTimes.read) } ?? .unmeasured("pg_backend_pid() answered nothing")
         try? await connection.close()
-        guard let backend else { return .unmeasured("pg_backend_pid() answered nothing") }
-        return located(backend: backend, in: ProcessTimes.read)
+        return found
     }
 
     /// The cluster of the backend `backend`, looked up with `read` (a process's times by id, nil when there is no such
