@@ -189,10 +189,13 @@ struct UpdateWrite: SetWrite {
             ))
         }
         if !set.created.isEmpty {
+            // Written as delivered, as ``SQLStore/acceptUpdate(_:at:on:)`` writes an activity it creates: nobody can watch
+            // an activity before its row exists.
             statements.append((
                 """
-                INSERT INTO activities (app_id, activity_id, state, created_at, \(columns.map(\.0).joined(separator: ", ")))
-                SELECT v.app_id, v.activity_id, ?, v.updated_at, \(columns.map { "v." + $0.0 }.joined(separator: ", "))
+                INSERT INTO activities (app_id, activity_id, state, created_at, \(columns.map(\.0).joined(separator: ", ")),
+                    dispatched_sequence)
+                SELECT v.app_id, v.activity_id, ?, v.updated_at, \(columns.map { "v." + $0.0 }.joined(separator: ", ")), v.sequence
                 FROM \(unnest)
                 """,
                 [.text(ActivityState.active.rawValue)] + binds(set.created)

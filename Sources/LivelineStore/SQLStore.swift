@@ -531,7 +531,15 @@ public final class SQLStore: Store, DispatchStore {
         )
     }
 
-    /// Accepts `update` on the writer, inside its transaction.
+    /// Accepts an update on the writer, inside its transaction: the activity's next state, its row and the event.
+    ///
+    /// An activity the update creates is written as delivered (`dispatched_sequence` at its sequence), where every other
+    /// accepted change leaves its activity pending for the engine: there is nobody to send it to and nothing else behind
+    /// it. An instance, a start audience, a channel and a fan-out's slices each name an activity that exists, so none can
+    /// be older than this row. A phone that registers afterwards is caught up as on any activity with accepted state
+    /// (``markPending(appID:activityID:in:)``; a registration set's `catchingUp`): its registration either finds this row
+    /// committed, or collides with its insert and runs again. Left pending, each such activity cost the engine a claim
+    /// that found nothing behind and a rewrite of the row to say so: on PostgreSQL, about as much as the insert itself.
     static func acceptUpdate(_ update: ActivityUpdate, at now: Date, on db: any SQLConnection) throws -> AcceptedSequence {
         let head = try Self.head(appID: update.appID, activityID: update.activityID, withState: false, locking: true, on: db)
         let next = try nextState(update, after: head, at: now)
@@ -551,13 +559,16 @@ public final class SQLStore: Store, DispatchStore {
                 values + [.text(update.appID), .text(update.activityID)]
             )
         } else {
+            // Created by its first update: nothing to deliver yet (see above).
             activityRow = (
                 """
                 INSERT INTO activities (app_id, activity_id, state, created_at, sequence, event, sequence_at, timestamp_seconds,
-                    content_state, alert, stale_date, relevance_score, priority, updated_at, content_shape, min_update_interval)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    content_state, alert, stale_date, relevance_score, priority, updated_at, content_shape, min_update_interval,
+                    dispatched_sequence)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
                 [.text(update.appID), .text(update.activityID), .text(ActivityState.active.rawValue), .integer(nowMillis)] + values
+                    + [.integer(Int(next.sequence))]
             )
         }
         // The activity's row and the event: rows of their own, neither read by the other.

@@ -81,17 +81,42 @@ struct ClaimOrderTests {
         }
     }
 
+    @Test("an update that creates its activity leaves nothing to deliver; a phone that registers afterwards is caught up", arguments: StoreKind.available)
+    func createdByAnUpdate(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "fresh", contentState: ["n": 1]), at: t0)
+            let fresh = try #require(try await store.activity(appID: "app_test", activityID: "fresh"))
+            #expect(fresh.sequence == 1 && fresh.dispatchedSequence == 1, "nobody can watch an activity before its row exists")
+            #expect(try await store.nextClaimable().next == nil)
+            #expect(try await store.claimPendingActivity(owner: "w", now: t0.addingTimeInterval(1), lease: 30, platforms: [.ios]) == nil)
+
+            // A phone registering now gets the state it missed: the activity is pending again, and claimed for it.
+            try await watch("fresh", in: store, at: t0.addingTimeInterval(2))
+            let claim = try #require(try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(3), lease: 30))
+            #expect(claim.activity.activityID == "fresh" && claim.activity.sequence == 1)
+            let behind = try await store.pendingInstances(
+                appID: "app_test", activityID: "fresh", below: 1, platforms: [.ios], after: nil, limit: 10
+            )
+            #expect(behind.map(\.deviceID) == ["device-fresh"])
+        }
+    }
+
     @Test("one claim looks at a few dozen activities at most; the next one goes on from there", arguments: StoreKind.available)
     func claimLooksAtABoundedNumber(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
             let count = SQLStore.claimLooksAt + 6
+            // Each activity's first update creates it with nothing to deliver; its second leaves it pending.
             for index in 0..<count {
-                _ = try await store.acceptUpdate(
-                    ActivityUpdate(appID: "app_test", activityID: String(format: "a%03d", index), contentState: ["n": 1]),
-                    at: t0.addingTimeInterval(Double(index))
-                )
+                for n: Int64 in [1, 2] {
+                    _ = try await store.acceptUpdate(
+                        ActivityUpdate(appID: "app_test", activityID: String(format: "a%03d", index), contentState: ["n": .integer(n)]),
+                        at: t0.addingTimeInterval(Double(index))
+                    )
+                }
             }
             let now = t0.addingTimeInterval(Double(count))
             let first = try #require(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]))
@@ -123,11 +148,18 @@ struct ClaimOrderTests {
         }
     }
 
-    /// Posts a first state to each of `activities`, one second apart from `t0` in the order given, each watched first by
-    /// a phone on its platform (`nil`: by nobody).
+    /// Posts a state to each of `activities`, one second apart from `t0` in the order given, each watched first by a
+    /// phone on its platform (`nil`: by nobody; the activity is then created before `t0` by an update of its own, which
+    /// leaves nothing to deliver, so that this one is what makes it pending).
     private func update(_ activities: KeyValuePairs<String, Platform?>, in store: SQLStore, from t0: Date) async throws {
         for (index, (activity, platform)) in activities.enumerated() {
-            if let platform { try await watch(activity, in: store, at: t0, platform: platform) }
+            if let platform {
+                try await watch(activity, in: store, at: t0, platform: platform)
+            } else {
+                _ = try await store.acceptUpdate(
+                    ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 0]), at: t0.addingTimeInterval(-60)
+                )
+            }
             _ = try await store.acceptUpdate(
                 ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0.addingTimeInterval(Double(index))
             )
@@ -152,8 +184,11 @@ struct ClaimOrderTests {
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
             let at = { (seconds: Int) in SQLiteData.integer(Int(t0.timeIntervalSince1970 * 1000) + seconds * 1000) }
+            // Pending: the first update creates each activity with nothing to deliver, the second leaves it pending.
             for activity in ["unleased-50", "unleased-20", "leased-10-next-70", "leased-30", "done-leased-1", "stateless-1"] {
-                _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0)
+                for n: Int64 in [1, 2] {
+                    _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": .integer(n)]), at: t0)
+                }
             }
             func set(_ activity: String, _ assignments: String, _ binds: [SQLiteData]) async throws {
                 try await store.transaction { db in

@@ -122,6 +122,9 @@ struct UpdateSetTests {
             let new = try #require(try await store.activity(appID: "app_test", activityID: "new"))
             #expect(new.sequence == 1 && new.state == .active && new.createdAt == later && new.priority == 5)
             #expect(new.alert == nil && new.staleDate == nil && new.relevanceScore == nil && new.contentShape == nil)
+            // Created by its update, the new one has nothing to deliver; an activity a phone watches is left pending.
+            #expect(new.dispatchedSequence == 1)
+            #expect(registered.dispatchedSequence == 0)
             #expect(try await store.activity(appID: "app_test", activityID: "over")?.sequence == 2)
 
             try await store.sequenceEvents()
