@@ -420,12 +420,17 @@ public struct AcceptedSequence: Sendable, Hashable {
     public var sequence: Int64
     public var event: LiveActivityEvent
     public var acceptedAt: Date
+    /// Whether the delivery engine has work from it: false for an update that created its activity, which nobody can
+    /// watch yet (the Store writes it as delivered), so that waking the engines would only have them look and find
+    /// nothing.
+    public var needsDelivery: Bool
 
-    public init(activityID: String, sequence: Int64, event: LiveActivityEvent, acceptedAt: Date) {
+    public init(activityID: String, sequence: Int64, event: LiveActivityEvent, acceptedAt: Date, needsDelivery: Bool = true) {
         self.activityID = activityID
         self.sequence = sequence
         self.event = event
         self.acceptedAt = acceptedAt
+        self.needsDelivery = needsDelivery
     }
 }
 

@@ -573,7 +573,9 @@ public final class SQLStore: Store, DispatchStore {
         }
         // The activity's row and the event: rows of their own, neither read by the other.
         try db.executeTogether([activityRow, eventStatement(updateEvent(update, after: head, next: next), at: now)])
-        return AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis))
+        return AcceptedSequence(
+            activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: Self.date(nowMillis), needsDelivery: head != nil
+        )
     }
 
     public func endActivity(_ end: ActivityEnd, at now: Date) async throws -> AcceptedSequence {

@@ -60,7 +60,10 @@ struct UpdateSet {
             events.append((SQLStore.updateEvent(update, after: head, next: next), nowMillis))
             decisions.append(
                 .done(
-                    AcceptedSequence(activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: SQLStore.date(nowMillis))
+                    AcceptedSequence(
+                        activityID: update.activityID, sequence: next.sequence, event: .update, acceptedAt: SQLStore.date(nowMillis),
+                        needsDelivery: head != nil
+                    )
                 )
             )
         }

@@ -75,7 +75,7 @@ func withLiveline<T: Sendable>(
     directory: TemporaryDirectory? = nil, clock: TestClock = TestClock(testStart), adminToken: String? = nil,
     channels: (any BroadcastChannelManagement)? = nil, broadcast: BroadcastSettings = BroadcastSettings(),
     sealer: CredentialSealer? = nil, webhookURLs: WebhookURLPolicy = WebhookURLPolicy(allowsPrivateNetworks: false),
-    _ body: @Sendable (API, any Store) async throws -> T
+    delivery: any DeliveryWaking = NoDeliveryEngine(), _ body: @Sendable (API, any Store) async throws -> T
 ) async throws -> T {
     // With LIVELINE_TEST_STORE=postgres, a test that does not look at the SQLite file itself runs on a fresh
     // PostgreSQL database instead.
@@ -89,17 +89,20 @@ func withLiveline<T: Sendable>(
     return try await serve(try await SQLStore.open(path: directory.databasePath))
 
     func serve(_ store: SQLStore) async throws -> T {
-        try await withRouter(on: store, clock: clock, adminToken: adminToken, channels: channels, broadcast: broadcast, sealer: sealer, webhookURLs: webhookURLs, body)
+        try await withRouter(
+            on: store, clock: clock, adminToken: adminToken, channels: channels, broadcast: broadcast, sealer: sealer, webhookURLs: webhookURLs,
+            delivery: delivery, body
+        )
     }
 }
 
 private func withRouter<T: Sendable>(
     on store: SQLStore, clock: TestClock, adminToken: String?, channels: (any BroadcastChannelManagement)?, broadcast: BroadcastSettings,
-    sealer: CredentialSealer?, webhookURLs: WebhookURLPolicy, _ body: @Sendable (API, any Store) async throws -> T
+    sealer: CredentialSealer?, webhookURLs: WebhookURLPolicy, delivery: any DeliveryWaking, _ body: @Sendable (API, any Store) async throws -> T
 ) async throws -> T {
     let router = LivelineApplication.makeRouter(
-        store: store, clock: clock.wallClock, adminToken: adminToken, sealer: sealer, channels: channels, broadcast: broadcast,
-        webhookURLs: webhookURLs
+        store: store, clock: clock.wallClock, adminToken: adminToken, sealer: sealer, delivery: delivery, channels: channels,
+        broadcast: broadcast, webhookURLs: webhookURLs
     )
     let app = Application(router: HeadServingRouter(router))
     do {

@@ -1,4 +1,6 @@
 import Foundation
+import LivelineDispatch
+import Synchronization
 import HTTPTypes
 import LivelineCore
 import LivelineServer
@@ -103,6 +105,23 @@ struct LifecycleAPITests {
             #expect(read["contentState"] == ["score": "2-0"])
             #expect(read["sequence"] == .integer(3))
             #expect(read["attributesType"] == "DeliveryAttributes")
+        }
+    }
+
+    @Test("an update that creates its activity wakes no engine; a phone registering on it, and the next update, do")
+    func wakesOnlyWithWork() async throws {
+        let wakes = CountingWaker()
+        try await withLiveline(delivery: wakes) { api, store in
+            let app = try await createApp(store)
+            let first = try await api.json(.post, "/v1/activities/match-43/updates", key: app.secretKey, ["contentState": ["score": "0-0"]])
+            #expect(first.status == .accepted)
+            #expect(wakes.count == 0, "nobody can watch an activity its update created")
+            let registered = try await api.json(.put, "/v1/activities/match-43/instances/phone", key: app.publishableKey, registerBody)
+            #expect(registered.status == .created)
+            #expect(wakes.count == 1, "the phone is caught up on the state it missed")
+            let second = try await api.json(.post, "/v1/activities/match-43/updates", key: app.secretKey, ["contentState": ["score": "1-0"]])
+            #expect(second.status == .accepted)
+            #expect(wakes.count == 2)
         }
     }
 
@@ -295,4 +314,11 @@ struct LiveServerTests {
             throw error
         }
     }
+}
+
+/// Counts the wake-ups the API gives the delivery engine.
+private final class CountingWaker: DeliveryWaking, Sendable {
+    private let wakes = Mutex(0)
+    var count: Int { wakes.withLock { $0 } }
+    func wake() { wakes.withLock { $0 += 1 } }
 }

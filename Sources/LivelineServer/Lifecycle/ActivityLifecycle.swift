@@ -216,9 +216,10 @@ struct ActivityLifecycle: Sendable {
         }
     }
 
-    /// Wakes the delivery engine after a write it has work from; a replay wrote nothing.
+    /// Wakes the delivery engine after a write it has work from; a replay wrote nothing, and an update that created its
+    /// activity left nothing to deliver (``AcceptedSequence/needsDelivery``).
     private func woken(_ outcome: IdempotentOutcome<Accepted>) -> IdempotentOutcome<Accepted> {
-        if case .performed = outcome { delivery.wake() }
+        if case .performed(let accepted) = outcome, accepted.sequence.needsDelivery { delivery.wake() }
         return outcome
     }
 
