@@ -15,11 +15,12 @@ extension Bench {
                 Registrations: PUT /v1/activities/{activityId}/instances/{deviceId} with the publishable key, each a new \
                 device, --per-activity of them on each activity. Updates: POST /v1/activities/{activityId}/updates with \
                 the secret key, each to a different activity that no instance watches, so no push follows: the figure is \
-                the accept path (validation, the durable commit, the answer). Each connection sends its next request when \
-                the previous one is answered; any answer other than 2xx is an error. Right after the updates, while the \
-                engine works through the activities they made pending, --after-seconds of updates to yet other \
-                activities go out at 100 a second, each due on time, and their latency is printed: whether the API \
-                answers promptly while the engine catches up.
+                the accept path (validation, the durable commit, the answer). Each of them creates its activity, which \
+                the Store writes as delivered (nobody can watch it yet), so it leaves the engine nothing to do. Each \
+                connection sends its next request when the previous one is answered; any answer other than 2xx is an \
+                error. Right after the updates, --after-seconds of updates to yet other activities go out at 100 a \
+                second, each due on time, and their latency is printed: whether the API answers promptly right after a \
+                burst (with --watched, while the engine pushes the burst's updates).
 
                 First, --healthz requests GET /healthz on the same connections: the server's answer to the simplest \
                 request, through the same HTTP stack and load generator, on this machine now; the registrations and \
