@@ -12,7 +12,7 @@ import Testing
         let line = "4242 (postgres) S 812 4242 4242 0 -1 4194560 3010 0 0 0 1520 340 7 3 20 0 1 0 88123 228503552 4621 "
             + "18446744073709551615 1 1 0 0 0 0 4194304 19935232 1536 0 0 0 17 1 0 0 0 0 0"
         let times = try #require(ProcessTimes(stat: line))
-        #expect(times.id == 4242 && times.command == "postgres" && times.parent == 812)
+        #expect(times.id == 4242 && times.command == "postgres" && times.state == "S" && times.parent == 812)
         #expect(times.user == 1520 && times.system == 340 && times.childrenUser == 7 && times.childrenSystem == 3)
     }
 

@@ -305,11 +305,4 @@ extension Bench {
         else { return nil }
         return kilobytes * 1024
     }
-
-    /// The fields of `/proc/PID/stat` after the command name (the first is the state, field 3), or nil.
-    static func procStatFields(_ pid: Int32) -> [Substring]? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")")
-        else { return nil }
-        return stat[stat.index(after: close)...].split(separator: " ")
-    }
 }

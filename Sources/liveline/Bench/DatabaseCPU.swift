@@ -95,11 +95,13 @@ struct PostgresClusterCPU: Sendable {
     }
 }
 
-/// One process's line of `/proc/PID/stat`: its id, command name, parent and CPU ticks (`proc(5)`).
+/// One process's line of `/proc/PID/stat`: its id, command name, state, parent and CPU ticks (`proc(5)`).
 struct ProcessTimes: Equatable, Sendable {
     var id: Int32
     /// The command name (field 2, without its parentheses), at most 15 bytes: `postgres` for every PostgreSQL process.
     var command: String
+    /// The state (field 3): `R` running, `S` sleeping, `Z` a zombie (exited, not yet waited for), …
+    var state: Substring
     /// The parent's id (field 4).
     var parent: Int32
     /// utime and stime (fields 14 and 15), in clock ticks.
@@ -122,6 +124,7 @@ struct ProcessTimes: Equatable, Sendable {
         else { return nil }
         self.id = id
         command = String(stat[stat.index(after: open)..<close])
+        state = fields[0]
         self.parent = parent
         self.user = user
         self.system = system
@@ -129,7 +132,7 @@ struct ProcessTimes: Equatable, Sendable {
         self.childrenSystem = childrenSystem
     }
 
-    /// The times of process `pid`, or nil when /proc has no such process.
+    /// The line of process `pid`, or nil when /proc has no such process.
     static func read(_ pid: Int32) -> ProcessTimes? {
         (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)).flatMap(ProcessTimes.init(stat:))
     }

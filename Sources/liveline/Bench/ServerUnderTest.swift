@@ -159,10 +159,8 @@ final class ServerUnderTest: Sendable {
 
     /// User and system CPU seconds the server has used, from /proc/PID/stat; 0 when /proc cannot tell.
     func cpuSeconds() -> Double {
-        // The state is field 3 (the first here); utime and stime are fields 14 and 15.
-        guard let fields = Bench.procStatFields(pid), fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12])
-        else { return 0 }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        guard let times = ProcessTimes.read(pid) else { return 0 }
+        return Double(times.user + times.system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// Stops the server: SIGTERM, then SIGKILL after 10 s. Safe to call more than once.
@@ -266,8 +264,8 @@ final class BenchChildren: Sendable {
 
     /// A child that has exited but not been waited for still answers `kill(pid, 0)`.
     fileprivate static func isZombie(_ pid: Int32) -> Bool {
-        guard let fields = Bench.procStatFields(pid) else { return true }
-        return fields.first == "Z"
+        guard let times = ProcessTimes.read(pid) else { return true }
+        return times.state == "Z"
     }
 }
 
