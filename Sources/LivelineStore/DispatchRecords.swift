@@ -35,11 +35,12 @@ public struct PendingActivityClaim: Sendable, Hashable {
     public var claim: DispatchClaim?
     /// The activities looked at with nothing behind their sequence (no instance on the engine's platforms, no start
     /// audience, no broadcast, no slices), in the order they fell due: marked done, as a release after a pass that found
-    /// nothing to send would, and leased to nobody.
+    /// nothing to send would, and leased to nobody. None when the first due had something behind: the claim then
+    /// leased it and looked at no other.
     public var settled: [ActivityKey]
-    /// Whether the claim may have left activities due for the next claims: one it looked at with something to send
-    /// besides the one it leased, or as many as a claim looks at (more may be due beyond them). When not, another
-    /// worker looking at once would find nothing.
+    /// Whether the claim may have left activities due for the next claims: one due after the first, when it leased the
+    /// first at once; otherwise one it looked at with something to send besides the one it leased, or as many as a
+    /// claim looks at (more may be due beyond them). When not, another worker looking at once would find nothing.
     public var leftPending: Bool
 
     /// Creates what a claim found.
@@ -196,10 +197,11 @@ public struct StoredCredentials: Sendable, Hashable {
 
 /// The delivery engine's view of the Store.
 public protocol DispatchStore: Sendable {
-    /// Looks at the pending activities due first (not claimed, or whose lease ran out, and not waiting for a retry), a
-    /// few dozen at most: those with nothing behind their sequence for an engine sending to `platforms` (no instance, no
-    /// start audience, no broadcast) are marked done in the same write, and the first with something behind is leased
-    /// to `owner` until `now + lease`. `nil` when no activity is due.
+    /// Looks at the pending activities due first (not claimed, or whose lease ran out, and not waiting for a retry): the
+    /// first is leased to `owner` until `now + lease` when it has something behind its sequence for an engine sending to
+    /// `platforms`; otherwise a few dozen at most are looked at, those with nothing behind (no instance, no start
+    /// audience, no broadcast) are marked done in the same write, and the first with something behind is leased. `nil`
+    /// when no activity is due.
     func claimPendingActivity(owner: String, now: Date, lease: TimeInterval, platforms: [Platform]) async throws -> PendingActivityClaim?
     /// When the next pending activity or fan-out slice may be claimed (now or earlier when one may be claimed at once:
     /// it waits for no retry and no other owner's lease), and when the next slice may, each `nil` when none is pending.

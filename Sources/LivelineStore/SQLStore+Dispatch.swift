@@ -22,18 +22,29 @@ extension SQLStore {
     /// How many pending activities one claim looks at, at most: those with nothing behind are all marked done at once.
     static let claimLooksAt = 64
 
-    /// The claim's first step: the pending activities due first, oldest change first (``claimLooksAt`` at most). It walks
+    /// The claim's look when the first activity due has nothing behind (after ``pickHeadStatement``): the pending
+    /// activities due first, oldest change first (``claimLooksAt`` at most). It walks
     /// the index `activities_due` from its start and stops after the last row it takes: it never sorts the pending
     /// activities. On PostgreSQL, where several nodes claim at once, it locks the rows it returns and skips the rows
     /// another node's claim (or a write of the API's) has locked (`FOR UPDATE SKIP LOCKED`) rather than wait for them
     /// and collide. Binds: now, twice.
-    static let pickStatement = """
+    static let pickStatement = pick(limit: claimLooksAt)
+
+    /// The claim's first step: the first two activities due (``pickStatement``'s first two), locked the same way. The
+    /// first is the claim's when it has something behind (``leaseIfBehindStatement(_:platforms:)``), and the second says
+    /// whether more are due.
+    static let pickHeadStatement = pick(limit: 2)
+
+    /// The pending activities due first, `limit` at most (see ``pickStatement``). Binds: now, twice.
+    private static func pick(limit: Int) -> String {
+        """
         SELECT app_id, activity_id FROM activities
         WHERE dispatched_sequence < sequence AND COALESCE(next_dispatch_at, 0) <= ?
           AND content_state IS NOT NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)
         ORDER BY COALESCE(next_dispatch_at, 0), updated_at
-        LIMIT \(claimLooksAt)
+        LIMIT \(limit)
         """
+    }
 
     /// The claim's second step, on the activities picked (and locked): those with nothing behind for the engine's
     /// platforms (``somethingBehind(app:activity:platforms:keyBinds:)``) are marked done, as
@@ -63,6 +74,20 @@ extension SQLStore {
         UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ?
         RETURNING \(claimColumns)
         """
+
+    /// The claim's first step: the activity due first leased to its owner if it has something behind for the engine's
+    /// platforms (``somethingBehind(app:activity:platforms:keyBinds:)``), and nothing written otherwise. Binds: the
+    /// owner and the lease's end, then the returned ones.
+    static func leaseIfBehindStatement(_ key: ActivityKey, platforms: [Platform]) -> (sql: String, binds: [SQLiteData]) {
+        let behind = somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: [.text(key.appID), .text(key.activityID)])
+        return (
+            """
+            UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ? AND \(behind.sql)
+            RETURNING \(claimColumns)
+            """,
+            [.text(key.appID), .text(key.activityID)] + behind.binds
+        )
+    }
 
     /// Whether anything on one activity is behind its sequence for an engine sending to `platforms`, as an SQL boolean:
     /// a deliverable instance on one of them, a start audience not yet admitted, (with iOS among them) a broadcast not
@@ -133,9 +158,23 @@ extension SQLStore {
             // planning the settles took 1.9 s (1.2 ms each: up to 64 activities, four subqueries) and running them 0.4 s.
             // Left to choose (`cachedPlans`), it still planned them at most claims: 0.55 s over 10,000 updates.
             try db.setLocal(Self.claimSettings)
-            let picked = try db.query(
-                Self.pickStatement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]
-            ).map { ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id")) }
+            let leaseBinds: [SQLiteData] = [.text(owner), .integer(nowMillis + Int(lease * 1000))]
+            func pick(_ statement: String) throws -> [ActivityKey] {
+                try db.query(statement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]).map {
+                    ActivityKey(appID: try $0.string("app_id"), activityID: try $0.string("activity_id"))
+                }
+            }
+            // The activity due first alone, leased when it has something to send. During a burst of updates to
+            // activities a phone each watches, every one due has, and the claim takes one: asking it of the 64 it looks
+            // at below, again at every claim, cost 1 ms a claim on PostgreSQL (4,955 claims, 5.2 s of 11.5).
+            let head = try pick(Self.pickHeadStatement)
+            guard let first = head.first else { return nil }
+            let leaseFirst = Self.leaseIfBehindStatement(first, platforms: platforms)
+            if let leased = try db.query(leaseFirst.sql, leaseBinds + leaseFirst.binds).first {
+                return ([], leased, head.count > 1)
+            }
+            // Nothing behind the first: most likely a run of activities nobody watches, marked done together.
+            let picked = try pick(Self.pickStatement)
             guard !picked.isEmpty else { return nil }
             let settle = Self.settleStatement(picked, platforms: platforms)
             let settled = Set(try db.query(settle.sql, settle.binds).map {
@@ -146,10 +185,7 @@ extension SQLStore {
             let lookedAtAll = picked.count < Self.claimLooksAt
             // The first in order with something behind is this claim's; the others stay pending for the next ones.
             guard let first = picked.first(where: { !settled.contains($0) }) else { return (picked, nil, !lookedAtAll) }
-            let leased = try db.query(
-                Self.leaseStatement,
-                [.text(owner), .integer(nowMillis + Int(lease * 1000)), .text(first.appID), .text(first.activityID)]
-            ).first
+            let leased = try db.query(Self.leaseStatement, leaseBinds + [.text(first.appID), .text(first.activityID)]).first
             return (picked.filter(settled.contains), leased, !lookedAtAll || picked.count - settled.count > 1)
         }
         guard let found else { return nil }

@@ -135,8 +135,9 @@ struct ClaimOrderTests {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
-            try await update(["a": .ios, "b": .ios, "quiet": nil], in: store, from: t0)
+            try await update(["quiet": nil, "a": .ios, "b": .ios], in: store, from: t0)
             let now = t0.addingTimeInterval(10)
+            // The first due has nothing behind: the claim looks further, marks it done and leases the next.
             let first = try #require(try await store.claimPendingActivity(owner: "w1", now: now, lease: 30, platforms: [.ios]))
             #expect(first.claim?.activity.activityID == "a")
             #expect(first.settled.map(\.activityID) == ["quiet"])
@@ -145,6 +146,32 @@ struct ClaimOrderTests {
             #expect(second.claim?.activity.activityID == "b")
             #expect(second.settled.isEmpty)
             #expect(!second.leftPending, "a is leased, b is this claim's: nothing is left for another worker")
+        }
+    }
+
+    @Test("a claim leases the first activity due when it has something to send, and looks at no other", arguments: StoreKind.available)
+    func claimTakesTheFirstWithWorkAtOnce(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            try await update(["a": .ios, "b": .ios, "quiet": nil], in: store, from: t0)
+            let now = t0.addingTimeInterval(10)
+            let first = try #require(try await store.claimPendingActivity(owner: "w1", now: now, lease: 30, platforms: [.ios]))
+            #expect(first.claim?.activity.activityID == "a")
+            #expect(first.settled.isEmpty, "nothing after the first is looked at")
+            #expect(first.leftPending, "b is due after it")
+            let quiet = try #require(try await store.activity(appID: "app_test", activityID: "quiet"))
+            #expect(quiet.dispatchedSequence < quiet.sequence, "still pending")
+            let second = try #require(try await store.claimPendingActivity(owner: "w2", now: now, lease: 30, platforms: [.ios]))
+            #expect(second.claim?.activity.activityID == "b")
+            #expect(second.settled.isEmpty)
+            #expect(second.leftPending, "quiet is due after it")
+            // Only "quiet" is due now, with nothing behind: marked done, nothing leased, nothing left.
+            let third = try #require(try await store.claimPendingActivity(owner: "w3", now: now, lease: 30, platforms: [.ios]))
+            #expect(third.claim == nil)
+            #expect(third.settled.map(\.activityID) == ["quiet"])
+            #expect(!third.leftPending)
+            #expect(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]) == nil)
         }
     }
 
