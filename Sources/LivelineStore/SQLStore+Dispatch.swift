@@ -46,8 +46,8 @@ extension SQLStore {
         """
     }
 
-    /// The claim's second step, on the activities picked (and locked): those with nothing behind for the engine's
-    /// platforms (``somethingBehind(app:activity:platforms:keyBinds:)``) are marked done, as
+    /// The claim's step after ``pickStatement``, on the activities picked (and locked): those with nothing behind for
+    /// the engine's platforms (``somethingBehind(app:activity:platforms:keyBinds:)``) are marked done, as
     /// ``releaseClaim(appID:activityID:owner:platforms:retryAt:)`` marks an activity after a pass that found nothing to
     /// send, and leased to nobody; it returns their keys. An activity nobody watches costs the engine a part of this
     /// one write instead of a claim, the reads of a pass and a release.
@@ -75,9 +75,9 @@ extension SQLStore {
         RETURNING \(claimColumns)
         """
 
-    /// The claim's first step: the activity due first leased to its owner if it has something behind for the engine's
-    /// platforms (``somethingBehind(app:activity:platforms:keyBinds:)``), and nothing written otherwise. Binds: the
-    /// owner and the lease's end, then the returned ones.
+    /// The claim's step after ``pickHeadStatement``: the activity due first leased to its owner if it has something
+    /// behind for the engine's platforms (``somethingBehind(app:activity:platforms:keyBinds:)``), and nothing written
+    /// otherwise. Binds: the owner and the lease's end, then the returned ones.
     static func leaseIfBehindStatement(_ key: ActivityKey, platforms: [Platform]) -> (sql: String, binds: [SQLiteData]) {
         let behind = somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: [.text(key.appID), .text(key.activityID)])
         return (
