@@ -14,6 +14,7 @@ import Testing
         let times = try #require(ProcessTimes(stat: line))
         #expect(times.id == 4242 && times.command == "postgres" && times.state == "S" && times.parent == 812)
         #expect(times.user == 1520 && times.system == 340 && times.childrenUser == 7 && times.childrenSystem == 3)
+        #expect(abs(times.cpuSeconds - ProcessTimes.seconds(ticks: 1860)) < 1e-9)
     }
 
     @Test func aCommandNameMayHoldSpacesAndParentheses() throws {

@@ -81,7 +81,8 @@ public struct PostgresDatabaseURL: Sendable, Hashable, CustomStringConvertible {
     /// The host as a URL writes it: an IPv6 address in brackets.
     private var hostInURL: String { host.contains(":") ? "[\(host)]" : host }
 
-    private var isLoopback: Bool { ["127.0.0.1", "localhost", "::1"].contains(host) }
+    /// Whether the server is on this machine's loopback (`127.0.0.1`, `localhost` or `::1`).
+    public var isLoopback: Bool { ["127.0.0.1", "localhost", "::1"].contains(host) }
 
     /// How PostgresNIO connects to this database (TLS as ``sslMode`` asks, a 10-second connect timeout).
     public func configuration() throws -> PostgresConnection.Configuration {

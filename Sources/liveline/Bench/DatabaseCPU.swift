@@ -35,7 +35,7 @@ struct PostgresClusterCPU: Sendable {
         } catch {
             return .unmeasured("\(error)")
         }
-        guard ["127.0.0.1", "localhost", "::1"].contains(url.host) else {
+        guard url.isLoopback else {
             return .unmeasured("the database is not on this machine (\(url.host))")
         }
         let connection: PostgresConnection
@@ -78,7 +78,7 @@ struct PostgresClusterCPU: Sendable {
     /// The cluster's CPU seconds so far (user and system); nil when its postmaster is gone.
     func seconds() -> Double? {
         guard let ticks = Self.ticks(postmaster: postmaster, in: ProcessTimes.all()) else { return nil }
-        return Double(ticks) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        return ProcessTimes.seconds(ticks: ticks)
     }
 
     /// The CPU ticks of the cluster of `postmaster` among `processes`: its own, those of its children that have exited
@@ -130,6 +130,14 @@ struct ProcessTimes: Equatable, Sendable {
         self.system = system
         self.childrenUser = childrenUser
         self.childrenSystem = childrenSystem
+    }
+
+    /// The user and system CPU time, in seconds.
+    var cpuSeconds: Double { Self.seconds(ticks: user + system) }
+
+    /// `ticks` clock ticks (the unit of /proc's times) in seconds.
+    static func seconds(ticks: Int) -> Double {
+        Double(ticks) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// The line of process `pid`, or nil when /proc has no such process.

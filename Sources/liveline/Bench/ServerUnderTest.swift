@@ -159,8 +159,7 @@ final class ServerUnderTest: Sendable {
 
     /// User and system CPU seconds the server has used, from /proc/PID/stat; 0 when /proc cannot tell.
     func cpuSeconds() -> Double {
-        guard let times = ProcessTimes.read(pid) else { return 0 }
-        return Double(times.user + times.system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        ProcessTimes.read(pid)?.cpuSeconds ?? 0
     }
 
     /// Stops the server: SIGTERM, then SIGKILL after 10 s. Safe to call more than once.
