@@ -109,14 +109,8 @@ struct ClaimOrderTests {
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
             let count = SQLStore.claimLooksAt + 6
-            // Each activity's first update creates it with nothing to deliver; its second leaves it pending.
             for index in 0..<count {
-                for n: Int64 in [1, 2] {
-                    _ = try await store.acceptUpdate(
-                        ActivityUpdate(appID: "app_test", activityID: String(format: "a%03d", index), contentState: ["n": .integer(n)]),
-                        at: t0.addingTimeInterval(Double(index))
-                    )
-                }
+                try await makePending(String(format: "a%03d", index), in: store, at: t0.addingTimeInterval(Double(index)))
             }
             let now = t0.addingTimeInterval(Double(count))
             let first = try #require(try await store.claimPendingActivity(owner: "w", now: now, lease: 30, platforms: [.ios]))
@@ -176,20 +170,24 @@ struct ClaimOrderTests {
     }
 
     /// Posts a state to each of `activities`, one second apart from `t0` in the order given, each watched first by a
-    /// phone on its platform (`nil`: by nobody; the activity is then created before `t0` by an update of its own, which
-    /// leaves nothing to deliver, so that this one is what makes it pending).
+    /// phone on its platform (`nil`: by nobody, ``makePending(_:in:at:)``).
     private func update(_ activities: KeyValuePairs<String, Platform?>, in store: SQLStore, from t0: Date) async throws {
         for (index, (activity, platform)) in activities.enumerated() {
-            if let platform {
-                try await watch(activity, in: store, at: t0, platform: platform)
-            } else {
-                _ = try await store.acceptUpdate(
-                    ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 0]), at: t0.addingTimeInterval(-60)
-                )
+            let at = t0.addingTimeInterval(Double(index))
+            guard let platform else {
+                try await makePending(activity, in: store, at: at)
+                continue
             }
-            _ = try await store.acceptUpdate(
-                ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0.addingTimeInterval(Double(index))
-            )
+            try await watch(activity, in: store, at: t0, platform: platform)
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: at)
+        }
+    }
+
+    /// Makes `activity`, which nobody watches, pending at `now`: its first update creates it with nothing to deliver,
+    /// the second leaves it pending.
+    private func makePending(_ activity: String, in store: SQLStore, at now: Date) async throws {
+        for n: Int64 in [1, 2] {
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": .integer(n)]), at: now)
         }
     }
 
@@ -211,11 +209,8 @@ struct ClaimOrderTests {
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
             let at = { (seconds: Int) in SQLiteData.integer(Int(t0.timeIntervalSince1970 * 1000) + seconds * 1000) }
-            // Pending: the first update creates each activity with nothing to deliver, the second leaves it pending.
             for activity in ["unleased-50", "unleased-20", "leased-10-next-70", "leased-30", "done-leased-1", "stateless-1"] {
-                for n: Int64 in [1, 2] {
-                    _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": .integer(n)]), at: t0)
-                }
+                try await makePending(activity, in: store, at: t0)
             }
             func set(_ activity: String, _ assignments: String, _ binds: [SQLiteData]) async throws {
                 try await store.transaction { db in
