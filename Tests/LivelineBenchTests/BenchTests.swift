@@ -85,6 +85,16 @@ import Testing
     }
 }
 
+@Suite struct BacklogScrapeTests {
+    @Test("bench api's scrapes for the engine's backlog are spaced by nine times their cost, and at least 100 ms apart")
+    func pauseBetweenScrapes() {
+        #expect(Bench.API.pauseBetweenScrapes(lastTook: .milliseconds(2)) == .milliseconds(100))
+        #expect(Bench.API.pauseBetweenScrapes(lastTook: .zero) == .milliseconds(100))
+        #expect(Bench.API.pauseBetweenScrapes(lastTook: .milliseconds(40)) == .milliseconds(360))
+        #expect(Bench.API.pauseBetweenScrapes(lastTook: .seconds(1)) == .seconds(9))
+    }
+}
+
 @Suite struct LatencySummaryTests {
     @Test func nearestRankPercentiles() {
         let hundred = (1...100).map { UInt64($0) }
