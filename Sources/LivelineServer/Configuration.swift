@@ -74,6 +74,9 @@ public struct LivelineConfiguration: Sendable {
     /// The scheduling niceness (0 – 19) of the threads the delivery engine runs on, so the HTTP API is served first on
     /// a busy machine; 0 runs the engine at the API's priority.
     public var engineNiceness: Int = 10
+    /// Activities the delivery engine works on at the same time (``DispatcherConfiguration/workers``); nil: the store's
+    /// default (``DispatcherConfiguration/workersOnSQLite``, ``DispatcherConfiguration/workersSharingADatabase``).
+    public var engineWorkers: Int?
     /// Pushes the delivery engine hands to a connection in one call (``DispatcherConfiguration/pushesPerCall``).
     public var enginePushesPerCall = DispatcherConfiguration().pushesPerCall
     /// Pushes in flight at once per activity (``DispatcherConfiguration/pushesInFlight``).
@@ -193,6 +196,9 @@ public struct LivelineConfiguration: Sendable {
             summary: "Connections open at once; beyond it new ones wait in the listen backlog until one closes (keep it under the open-file limit)."),
         Key(name: "liveline.engine.niceness", environment: "LIVELINE_ENGINE_NICENESS", flag: nil, defaultValue: "10",
             summary: "Scheduling niceness (0-19) of the delivery engine's threads (Linux): during a fan-out the API and the Store's writer are served first. 0 turns it off."),
+        Key(name: "liveline.engine.workers", environment: "LIVELINE_ENGINE_WORKERS", flag: nil,
+            defaultValue: "\(DispatcherConfiguration.workersOnSQLite) on SQLite, \(DispatcherConfiguration.workersSharingADatabase) on PostgreSQL",
+            summary: "Activities the delivery engine works on at once (1-256): with many activities of a few phones each, about how many it sends to at a time. On PostgreSQL each costs the database round trips and CPU."),
         Key(name: "liveline.engine.pushesPerCall", environment: "LIVELINE_ENGINE_PUSHES_PER_CALL", flag: nil, defaultValue: "64",
             summary: "Pushes the delivery engine hands to the push connections at a time (1-10000). Larger calls cost less CPU a push but make the flow burstier (accepts wait longer on a busy machine); a call's results come back together, once its slowest push (retries included) is done."),
         Key(name: "liveline.engine.pushesInFlight", environment: "LIVELINE_ENGINE_PUSHES_IN_FLIGHT", flag: nil, defaultValue: "2048",
@@ -345,6 +351,10 @@ public struct LivelineConfiguration: Sendable {
         guard (0...19).contains(engineNiceness) else {
             throw ConfigurationError("engine.niceness must be between 0 and 19; got \(engineNiceness).")
         }
+        engineWorkers = try scoped.checkedInt("engine.workers")
+        if let engineWorkers, !(1...256).contains(engineWorkers) {
+            throw ConfigurationError("engine.workers must be between 1 and 256; got \(engineWorkers).")
+        }
         let engineDefaults = DispatcherConfiguration()
         enginePushesPerCall = try scoped.checkedInt("engine.pushesPerCall", default: engineDefaults.pushesPerCall)
         guard (1...10_000).contains(enginePushesPerCall) else {
@@ -475,6 +485,17 @@ public struct LivelineConfiguration: Sendable {
     public enum DatabaseLocation: Sendable, Equatable {
         case sqlite(path: String)
         case postgres(PostgresDatabaseURL)
+    }
+
+    /// The delivery engine's workers: ``engineWorkers`` when set, else the default for the database
+    /// ``databaseLocation`` names (``DispatcherConfiguration/workersOnSQLite`` or
+    /// ``DispatcherConfiguration/workersSharingADatabase``).
+    public func deliveryWorkers() throws -> Int {
+        if let engineWorkers { return engineWorkers }
+        switch try databaseLocation {
+        case .sqlite: return DispatcherConfiguration.workersOnSQLite
+        case .postgres: return DispatcherConfiguration.workersSharingADatabase
+        }
     }
 
     /// The database the setting points at (a SQLite file in the data directory when it is not set).

@@ -50,6 +50,7 @@ func buildApplication(
         dispatch.fcmRetryFloor = .seconds(configuration.fcmRetryFloor)
         dispatch.fcmQuotaRetryFloor = .seconds(configuration.fcmQuotaRetryFloor)
         dispatch.claimLease = TimeInterval(configuration.claimLease)
+        dispatch.workers = try configuration.deliveryWorkers()
         dispatch.pushesPerCall = configuration.enginePushesPerCall
         dispatch.pushesInFlight = configuration.enginePushesInFlight
         dispatch.progressBatchSize = configuration.engineProgressBatch

@@ -27,6 +27,18 @@ struct EngineConfigurationTests {
         }
     }
 
+    @Test("the engine's workers default to the store's number and are read from the environment")
+    func workers() async throws {
+        #expect(try await configuration([:]).engineWorkers == nil)
+        #expect(try await configuration([:]).deliveryWorkers() == DispatcherConfiguration.workersOnSQLite)
+        let postgres = "postgres://liveline@127.0.0.1:5432/liveline"
+        #expect(try await configuration(["LIVELINE_DATABASE": postgres]).deliveryWorkers() == DispatcherConfiguration.workersSharingADatabase)
+        #expect((DispatcherConfiguration.workersOnSQLite, DispatcherConfiguration.workersSharingADatabase) == (16, 4))
+        #expect(try await configuration(["LIVELINE_ENGINE_WORKERS": "7"]).deliveryWorkers() == 7)
+        #expect(try await configuration(["LIVELINE_ENGINE_WORKERS": "9", "LIVELINE_DATABASE": postgres]).deliveryWorkers() == 9)
+        #expect(LivelineConfiguration.keys.contains { $0.name == "liveline.engine.workers" })
+    }
+
     @Test("calls larger than the default in flight raise the default in flight with them")
     func inFlightFollowsALargeCall() async throws {
         let configured = try await configuration(["LIVELINE_ENGINE_PUSHES_PER_CALL": "5000"])
@@ -38,6 +50,7 @@ struct EngineConfigurationTests {
         ["LIVELINE_ENGINE_PUSHES_IN_FLIGHT": "63"], ["LIVELINE_ENGINE_PUSHES_IN_FLIGHT": "100001"],
         ["LIVELINE_ENGINE_PUSHES_PER_CALL": "1000", "LIVELINE_ENGINE_PUSHES_IN_FLIGHT": "999"],
         ["LIVELINE_ENGINE_PROGRESS_BATCH": "0"], ["LIVELINE_ENGINE_PROGRESS_BATCH": "10001"],
+        ["LIVELINE_ENGINE_WORKERS": "0"], ["LIVELINE_ENGINE_WORKERS": "257"], ["LIVELINE_ENGINE_WORKERS": "four"],
     ])
     func refused(environment: [String: String]) async throws {
         let reader = try await LivelineConfiguration.reader(flags: [:], file: nil, environment: environment)
