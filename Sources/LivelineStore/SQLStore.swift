@@ -42,6 +42,11 @@ public final class SQLStore: Store, DispatchStore {
     /// Keys of activities read in one statement, at most.
     static let activitiesPerRead = 500
 
+    /// On PostgreSQL, the reads of an attributes type's schema (every update and end of an activity a phone registered
+    /// reads the schema of its attributes type, to check the content state) that are asked for together, sent as one
+    /// statement (``CoalescedReads``), as ``activityReads`` are; `nil` on SQLite.
+    let schemaReads: CoalescedReads<SchemaKey, StoredSchema>?
+
     /// The database's secret for ``PublicNumbers`` (read, or made, by ``migrate(logger:)``), and each app's numbers.
     private let publicNumberKeys = Mutex<(secret: [UInt8]?, apps: [String: PublicNumbers])>((nil, [:]))
 
@@ -59,6 +64,12 @@ public final class SQLStore: Store, DispatchStore {
             dialect == .postgres
             ? CoalescedReads(concurrency: 1, maximumBatch: Self.activitiesPerRead) { keys in
                 try await Self.activities(keys, on: reader)
+            }
+            : nil
+        schemaReads =
+            dialect == .postgres
+            ? CoalescedReads(concurrency: 1, maximumBatch: Self.activitiesPerRead) { keys in
+                try await Self.schemas(keys, on: reader)
             }
             : nil
     }

@@ -1,4 +1,5 @@
 import Foundation
+import LivelineCore
 @testable import LivelineStore
 import LivelineTestSupport
 import PostgresNIO
@@ -441,6 +442,55 @@ struct PostgresPlanTests {
             for slow in ["Seq Scan", "Hash Join", "Merge Join"] {
                 #expect(!plan.contains(slow), "\(plan)")
             }
+        }
+    }
+
+    @Test("the reads of schemas by key run on the readers' connection opened for them, and keep one plan, by key")
+    func schemaReadsKeepTheirPlan() async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            let schema = JSONValue.object(["type": "object"])
+            for n in 0..<8 {
+                if n == 2 {
+                    // The plan is made at the first call prepared, the second, while the table is empty; then it grows.
+                    try await store.transaction { db in
+                        _ = try db.query(
+                            """
+                            INSERT INTO attributes_type_schemas (app_id, attributes_type, schema, created_at, updated_at)
+                            SELECT 'app_test', 'T' || n, '{"type":"object"}', 0, 0 FROM generate_series(0, 19999) AS n
+                            """,
+                            []
+                        )
+                    }
+                }
+                let keys = [SchemaKey(appID: "app_test", attributesType: "T\(n)"), SchemaKey(appID: "app_test", attributesType: "none")]
+                let found = try await SQLStore.schemas(keys, on: store.reader)
+                #expect(Array(found.keys) == (n < 2 ? [] : [keys[0]]))
+                #expect(found[keys[0]]?.schema == (n < 2 ? JSONValue?.none : .some(schema)))
+            }
+            let (plans, plan) = try await store.reader.read(under: SQLStore.keyedReadSettings) { (db: any SQLConnection) throws -> ([Int], String) in
+                let statements = try db.query(
+                    """
+                    SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
+                    WHERE statement LIKE '%JOIN attributes_type_schemas s ON%' AND statement NOT LIKE '%pg_prepared_statements%'
+                    """,
+                    []
+                )
+                guard statements.count == 1, let name = statements[0].column("name")?.string else { return ([], "") }
+                let plan = try db.query("EXPLAIN EXECUTE \"\(name)\"('{app_test}', '{T1}')", [])
+                    .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
+                let counts: [Int?] = [statements[0].column("generic_plans")?.integer, statements[0].column("custom_plans")?.integer]
+                return (counts.compactMap { $0 }, plan)
+            }
+            // Sent unprepared once, then prepared and run seven times, each time with the plan made first.
+            #expect(plans == [7, 0], "generic, custom: \(plans)")
+            #expect(plan.contains("attributes_type_schemas_pkey"), "\(plan)")
+            for slow in ["Seq Scan", "Hash Join", "Merge Join"] {
+                #expect(!plan.contains(slow), "\(plan)")
+            }
+            // Through the Store's own read, as the API asks: one found, one not.
+            #expect(try await store.schema(appID: "app_test", attributesType: "T7")?.schema == schema)
+            #expect(try await store.schema(appID: "app_test", attributesType: "none") == nil)
         }
     }
 
