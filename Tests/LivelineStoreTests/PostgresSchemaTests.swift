@@ -385,6 +385,65 @@ struct PostgresPlanTests {
         }
     }
 
+    @Test(
+        "a claim's release keeps the primary keys in the plan it keeps, for a small activity beside one of 50,000 instances, and for that one with stale statistics",
+        arguments: [true, false]
+    )
+    func releaseGenericPlanByKey(statisticsKnowTheLargeActivity: Bool) async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            func run(_ sql: String) async throws {
+                try await store.transaction { db in try db.query(sql, []) }
+            }
+            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)")
+            for activity in ["small", "large"] {
+                try await run(
+                    """
+                    INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at, claim_owner, claim_expires_at)
+                    VALUES ('app_test', '\(activity)', 'active', 1, 0, 0, 'w', 5)
+                    """
+                )
+            }
+            func addInstances(_ activity: String, _ range: ClosedRange<Int>) async throws {
+                try await run(
+                    """
+                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
+                        updated_at, priority10_tally)
+                    SELECT 'app_test', '\(activity)', 'd-' || n, 'ios', 't-' || n, 'active', 1, 0, 0, 0
+                    FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
+                    """
+                )
+            }
+            // Every instance delivered: nothing behind, the release's search finds none.
+            try await addInstances("small", 1...3)
+            try await addInstances("large", 1...5)
+            if statisticsKnowTheLargeActivity {
+                try await addInstances("large", 6...50_005)
+                try await run("ANALYZE instances")
+            } else {
+                try await run("ANALYZE instances")
+                try await addInstances("large", 6...50_005)
+            }
+            for activity in ["small", "large"] {
+                // The plan PostgreSQL keeps for the release (a generic one, made without the values), in the claim's settings.
+                let release = SQLStore.releaseStatement(appID: "app_test", activityID: activity, owner: "w", platforms: [.ios, .android], retryAt: nil)
+                let plan = try await store.transaction { db in
+                    try db.setLocal(SQLStore.claimSettings)
+                    try db.query("PREPARE release_probe_\(activity) AS " + PostgresDialect.translate(release.sql), [])
+                    return try db.query("EXPLAIN EXECUTE release_probe_\(activity)(" + sqlLiterals(release.binds) + ")", [])
+                        .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
+                }
+                #expect(plan.contains("instances_pkey") && plan.contains("activities_pkey"), "\(plan)")
+                for slow in ["Seq Scan", "Hash Join", "Merge Join", "instances_by_age"] {
+                    #expect(!plan.contains(slow), "\(plan)")
+                }
+                // And it releases: nothing behind, so the activity is done and its claim let go.
+                let done = try await store.releaseClaim(appID: "app_test", activityID: activity, owner: "w", platforms: [.ios, .android], retryAt: nil)
+                #expect(done)
+            }
+        }
+    }
+
     @Test("the engine's question of when its next activity is due keeps to its indexes in the plan it made on empty tables")
     func dueStatementKeepsItsIndexes() async throws {
         try await withTemporaryStore(.postgres) { store, _ in
