@@ -573,12 +573,21 @@ extension Array {
 }
 
 extension SQLStore {
+    /// Bookkeeping, as the claims and releases are (``engineDurability``): lost to a power cut, the state is sent again
+    /// and the next one's rate shaping counts from the send before. On PostgreSQL a full commit waited for a WAL flush of
+    /// its own before each activity's pushes. Under the claim's settings, one plan kept (a row by primary key): planned
+    /// for its values, over 5,000 activities of one phone each, it took 487 ms of planning against 290 ms of running.
     public func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws {
-        _ = try await write(
-            "UPDATE activities SET last_sent_sequence = ?, last_sent_at = ? WHERE app_id = ? AND activity_id = ?",
-            [.integer(Int(sequence)), .integer(Self.millis(now)), .text(appID), .text(activityID)]
-        )
+        _ = try await writer.write(durability: engineDurability, isolation: .serializable) { db in
+            try db.setLocal(Self.claimSettings)
+            return try db.query(
+                Self.sendStartStatement, [.integer(Int(sequence)), .integer(Self.millis(now)), .text(appID), .text(activityID)]
+            )
+        }
     }
+
+    /// ``recordSendStart(appID:activityID:sequence:at:)``'s statement.
+    static let sendStartStatement = "UPDATE activities SET last_sent_sequence = ?, last_sent_at = ? WHERE app_id = ? AND activity_id = ?"
 }
 
 extension SQLStore {

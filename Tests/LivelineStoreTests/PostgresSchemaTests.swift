@@ -386,7 +386,7 @@ struct PostgresPlanTests {
     }
 
     @Test(
-        "a claim's release keeps the primary keys in the plan it keeps, for a small activity beside one of 50,000 instances, and for that one with stale statistics",
+        "a claim's release, and the record of a send's start, keep the primary keys in the plans they keep, for a small activity beside one of 50,000 instances, and for that one with stale statistics",
         arguments: [true, false]
     )
     func releaseGenericPlanByKey(statisticsKnowTheLargeActivity: Bool) async throws {
@@ -441,6 +441,17 @@ struct PostgresPlanTests {
                 let done = try await store.releaseClaim(appID: "app_test", activityID: activity, owner: "w", platforms: [.ios, .android], retryAt: nil)
                 #expect(done)
             }
+            // The record of a send's start, in the same settings: the activity by its key.
+            let sendStart = try await store.transaction { db in
+                try db.setLocal(SQLStore.claimSettings)
+                try db.query("PREPARE send_start_probe AS " + PostgresDialect.translate(SQLStore.sendStartStatement), [])
+                return try db.query("EXPLAIN EXECUTE send_start_probe(1, 0, 'app_test', 'small')", [])
+                    .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
+            }
+            #expect(sendStart.contains("activities_pkey") && !sendStart.contains("Seq Scan"), "\(sendStart)")
+            try await store.recordSendStart(appID: "app_test", activityID: "small", sequence: 1, at: Date(timeIntervalSince1970: 7))
+            let sent = try await store.activityWithoutInstanceCounts(appID: "app_test", activityID: "small")
+            #expect(sent?.lastSentSequence == 1 && sent?.lastSentAt == Date(timeIntervalSince1970: 7))
         }
     }
 
