@@ -40,17 +40,12 @@ extension SQLStore {
     /// Read alone, each update's read of its schema was planned for its values: over 5,000 updates to activities a
     /// phone had registered (`pg_stat_statements`), 128 ms of planning and 14 ms of running, beside a round trip each.
     static func schemas(_ keys: [SchemaKey], on reader: any StoreReader) async throws -> [SchemaKey: StoredSchema] {
-        let binds = [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.attributesType))]
-        let rows = try await reader.read(under: keyedReadSettings) { db in
-            try db.query(schemasByKey, binds, settings: keyedReadSettings)
-        }
-        var found: [SchemaKey: StoredSchema] = [:]
-        found.reserveCapacity(rows.count)
-        for row in rows {
+        try await readByKeys(
+            schemasByKey, [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.attributesType))], on: reader
+        ) { row in
             let schema = try schema(from: row)
-            found[SchemaKey(appID: schema.appID, attributesType: schema.attributesType)] = schema
+            return (SchemaKey(appID: schema.appID, attributesType: schema.attributesType), schema)
         }
-        return found
     }
 
     static func schema(from row: StoreRow) throws -> StoredSchema {

@@ -728,15 +728,27 @@ public final class SQLStore: Store, DispatchStore {
     /// The activities of `keys` that exist, read in one statement on PostgreSQL (it binds arrays), under
     /// ``keyedReadSettings``.
     static func activities(_ keys: [ActivityKey], on reader: any StoreReader) async throws -> [ActivityKey: ActivityRecord] {
-        let binds = [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))]
-        let rows = try await reader.read(under: keyedReadSettings) { db in
-            try db.query(activitiesByKey, binds, settings: keyedReadSettings)
+        try await readByKeys(
+            activitiesByKey, [PostgresArray.text(keys.map(\.appID)), PostgresArray.text(keys.map(\.activityID))], on: reader
+        ) { row in
+            let record = try activity(from: row)
+            return (ActivityKey(appID: record.appID, activityID: record.activityID), record)
         }
-        var found: [ActivityKey: ActivityRecord] = [:]
+    }
+
+    /// The rows `sql` reads (a statement by keys bound as arrays), run under ``keyedReadSettings``, each made a value
+    /// and filed under its key by `make`.
+    static func readByKeys<Key: Hashable, Value>(
+        _ sql: String, _ binds: [SQLiteData], on reader: any StoreReader, _ make: (StoreRow) throws -> (Key, Value)
+    ) async throws -> [Key: Value] {
+        let rows = try await reader.read(under: keyedReadSettings) { db in
+            try db.query(sql, binds, settings: keyedReadSettings)
+        }
+        var found: [Key: Value] = [:]
         found.reserveCapacity(rows.count)
         for row in rows {
-            let record = try activity(from: row)
-            found[ActivityKey(appID: record.appID, activityID: record.activityID)] = record
+            let (key, value) = try make(row)
+            found[key] = value
         }
         return found
     }

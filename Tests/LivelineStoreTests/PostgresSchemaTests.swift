@@ -506,7 +506,7 @@ struct PostgresPlanTests {
                 #expect(Array(found.keys) == (n < 2 ? [] : [keys[0]]))
             }
             // Sent unprepared once, then prepared and run seven times, each time with the plan made first.
-            let (plans, plan) = try await preparedActivityRead(on: store)
+            let (plans, plan) = try await preparedKeyedRead(on: store, join: "JOIN activities a ON", arguments: "'{app_test}', '{a-1}'")
             #expect(plans == [7, 0], "generic, custom: \(plans)")
             #expect(plan.contains("activities_pkey"), "\(plan)")
             for slow in ["Seq Scan", "Hash Join", "Merge Join"] {
@@ -538,20 +538,9 @@ struct PostgresPlanTests {
                 #expect(Array(found.keys) == (n < 2 ? [] : [keys[0]]))
                 #expect(found[keys[0]]?.schema == (n < 2 ? JSONValue?.none : .some(schema)))
             }
-            let (plans, plan) = try await store.reader.read(under: SQLStore.keyedReadSettings) { (db: any SQLConnection) throws -> ([Int], String) in
-                let statements = try db.query(
-                    """
-                    SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
-                    WHERE statement LIKE '%JOIN attributes_type_schemas s ON%' AND statement NOT LIKE '%pg_prepared_statements%'
-                    """,
-                    []
-                )
-                guard statements.count == 1, let name = statements[0].column("name")?.string else { return ([], "") }
-                let plan = try db.query("EXPLAIN EXECUTE \"\(name)\"('{app_test}', '{T1}')", [])
-                    .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
-                let counts: [Int?] = [statements[0].column("generic_plans")?.integer, statements[0].column("custom_plans")?.integer]
-                return (counts.compactMap { $0 }, plan)
-            }
+            let (plans, plan) = try await preparedKeyedRead(
+                on: store, join: "JOIN attributes_type_schemas s ON", arguments: "'{app_test}', '{T1}'"
+            )
             // Sent unprepared once, then prepared and run seven times, each time with the plan made first.
             #expect(plans == [7, 0], "generic, custom: \(plans)")
             #expect(plan.contains("attributes_type_schemas_pkey"), "\(plan)")
@@ -564,19 +553,19 @@ struct PostgresPlanTests {
         }
     }
 
-    /// The generic and custom plans counted for the reads of activities by key on the readers' connection opened for
-    /// them, and the plan it would now run.
-    private func preparedActivityRead(on store: SQLStore) async throws -> (plans: [Int], plan: String) {
+    /// The generic and custom plans counted for the one read prepared on the readers' connection opened for the reads by
+    /// key whose text holds `join`, and the plan it would now run with `arguments`.
+    private func preparedKeyedRead(on store: SQLStore, join: String, arguments: String) async throws -> (plans: [Int], plan: String) {
         try await store.reader.read(under: SQLStore.keyedReadSettings) { (db: any SQLConnection) throws -> ([Int], String) in
             let statements = try db.query(
                 """
                 SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
-                WHERE statement LIKE '%JOIN activities a ON%' AND statement NOT LIKE '%pg_prepared_statements%'
+                WHERE statement LIKE '%\(join)%' AND statement NOT LIKE '%pg_prepared_statements%'
                 """,
                 []
             )
             guard statements.count == 1, let name = statements[0].column("name")?.string else { return ([], "") }
-            let plan = try db.query("EXPLAIN EXECUTE \"\(name)\"('{app_test}', '{a-1}')", [])
+            let plan = try db.query("EXPLAIN EXECUTE \"\(name)\"(\(arguments))", [])
                 .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
             let counts: [Int?] = [statements[0].column("generic_plans")?.integer, statements[0].column("custom_plans")?.integer]
             return (counts.compactMap { $0 }, plan)
