@@ -39,8 +39,8 @@ public final class SQLStore: Store, DispatchStore {
     /// is a call into the library on a thread that waits for nothing else.
     let activityReads: CoalescedReads<ActivityKey, ActivityRecord>?
 
-    /// Keys of activities read in one statement, at most.
-    static let activitiesPerRead = 500
+    /// Keys (of activities, of schemas) read in one coalesced statement, at most.
+    static let keysPerRead = 500
 
     /// On PostgreSQL, the reads of an attributes type's schema (every update and end of an activity a phone registered
     /// reads the schema of its attributes type, to check the content state) that are asked for together, sent as one
@@ -62,13 +62,13 @@ public final class SQLStore: Store, DispatchStore {
         // One batch at a time: they go to the readers' one connection opened with their settings (``keyedReadSettings``).
         activityReads =
             dialect == .postgres
-            ? CoalescedReads(concurrency: 1, maximumBatch: Self.activitiesPerRead) { keys in
+            ? CoalescedReads(concurrency: 1, maximumBatch: Self.keysPerRead) { keys in
                 try await Self.activities(keys, on: reader)
             }
             : nil
         schemaReads =
             dialect == .postgres
-            ? CoalescedReads(concurrency: 1, maximumBatch: Self.activitiesPerRead) { keys in
+            ? CoalescedReads(concurrency: 1, maximumBatch: Self.keysPerRead) { keys in
                 try await Self.schemas(keys, on: reader)
             }
             : nil

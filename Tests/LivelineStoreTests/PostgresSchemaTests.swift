@@ -229,6 +229,21 @@ struct PostgresSchemaTests {
 
 /// `binds` written as SQL literals, separated by commas, for an `EXECUTE` of a statement prepared with their types:
 /// texts quoted, integers as they are, anything else `NULL`.
+/// Inserts iOS instances `d-<n>` for `n` in `range` on `activity` of `app_test`, each active and delivered sequence 1.
+private func addDeliveredInstances(to activity: String, _ range: ClosedRange<Int>, in store: SQLStore) async throws {
+    try await store.transaction { db in
+        try db.query(
+            """
+            INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
+                updated_at, priority10_tally)
+            SELECT 'app_test', '\(activity)', 'd-' || n, 'ios', 't-' || n, 'active', 1, 0, 0, 0
+            FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
+            """,
+            []
+        )
+    }
+}
+
 private func sqlLiterals(_ binds: [SQLiteData]) -> String {
     binds.map { value -> String in
         switch value {
@@ -356,19 +371,9 @@ struct PostgresPlanTests {
             try await run(
                 "INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at) VALUES ('app_test', 'a', 'active', 1, 0, 0)"
             )
-            func addInstances(_ range: ClosedRange<Int>) async throws {
-                try await run(
-                    """
-                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
-                        updated_at, priority10_tally)
-                    SELECT 'app_test', 'a', 'd-' || n, 'ios', 't-' || n, 'active', 1, 0, 0, 0
-                    FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
-                    """
-                )
-            }
-            try await addInstances(1...5)
+            try await addDeliveredInstances(to: "a", 1...5, in: store)
             try await run("ANALYZE instances")
-            try await addInstances(6...50_005)
+            try await addDeliveredInstances(to: "a", 6...50_005, in: store)
 
             // The plan PostgreSQL keeps for the settle (a generic one, made without the values), in a claim's settings.
             let settle = SQLStore.settleStatement([ActivityKey(appID: "app_test", activityID: "a")], platforms: [.ios, .android])
@@ -404,25 +409,15 @@ struct PostgresPlanTests {
                     """
                 )
             }
-            func addInstances(_ activity: String, _ range: ClosedRange<Int>) async throws {
-                try await run(
-                    """
-                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
-                        updated_at, priority10_tally)
-                    SELECT 'app_test', '\(activity)', 'd-' || n, 'ios', 't-' || n, 'active', 1, 0, 0, 0
-                    FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
-                    """
-                )
-            }
             // Every instance delivered: nothing behind, the release's search finds none.
-            try await addInstances("small", 1...3)
-            try await addInstances("large", 1...5)
+            try await addDeliveredInstances(to: "small", 1...3, in: store)
+            try await addDeliveredInstances(to: "large", 1...5, in: store)
             if statisticsKnowTheLargeActivity {
-                try await addInstances("large", 6...50_005)
+                try await addDeliveredInstances(to: "large", 6...50_005, in: store)
                 try await run("ANALYZE instances")
             } else {
                 try await run("ANALYZE instances")
-                try await addInstances("large", 6...50_005)
+                try await addDeliveredInstances(to: "large", 6...50_005, in: store)
             }
             for activity in ["small", "large"] {
                 // The plan PostgreSQL keeps for the release (a generic one, made without the values), in the claim's settings.

@@ -178,7 +178,7 @@ extension Bench {
                 }
                 // The engine's backlog: the updates were accepted faster than the engine sends (or, with nothing watching
                 // them, marks done) their activities. Each question is a scrape of /metrics, which counts every activity
-                // and instance (on PostgreSQL at 20,000 of each, 11 – 15 ms of its CPU a count, three counts a scrape):
+                // and instance (on PostgreSQL at 20,000 of each, 11 – 15 ms of its CPU a count, several counts a scrape):
                 // asked every 100 ms, those scrapes took half the statement time of a watched burst's catch-up. So, with
                 // every update watched, the sink's count (which costs the server nothing) is awaited first, since the
                 // engine cannot be done before every push has reached it; and the scrapes are spaced by their own cost.
