@@ -293,7 +293,7 @@ extension SQLStore {
         // The limit is written into the statement (here and in the Store's other reads): SQLite compiles a statement
         // whose LIMIT is a bound parameter a second time once the value is bound, and the engine reads every page so.
         sql += " ORDER BY device_id LIMIT \(limit)"
-        return try await reader.query(sql, binds).map(Self.instance(from:))
+        return try await readKeepingPlan(sql, binds).map(Self.instance(from:))
     }
 
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
@@ -532,7 +532,7 @@ extension SQLStore {
     }
 
     public func credentials(appID: String, provider: CredentialProvider) async throws -> StoredCredentials? {
-        guard let row = try await reader.query(
+        guard let row = try await readKeepingPlan(
             "SELECT * FROM app_credentials WHERE app_id = ? AND provider = ?", [.text(appID), .text(provider.rawValue)]
         ).first else { return nil }
         return StoredCredentials(

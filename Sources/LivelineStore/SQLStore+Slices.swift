@@ -27,7 +27,7 @@ extension SQLStore {
         // Most activities have no more instances to send than one slice holds, and no slices left by an engine before:
         // one read says so, and no transaction is taken (on PostgreSQL, four statements fewer for each pass). Only the
         // claim's holder plans slices, so none can appear between this read and the transaction.
-        let worthPlanning = try await reader.query(
+        let worthPlanning = try await readKeepingPlan(
             """
             SELECT 1 AS found FROM fanout_slices WHERE app_id = ? AND activity_id = ?
             UNION ALL

@@ -548,6 +548,57 @@ struct PostgresPlanTests {
         }
     }
 
+    @Test("the engine's reads of an activity's rows (pending instances, the look for slices, credentials) keep one plan, by primary key, on the readers' connection opened for them")
+    func engineReadsKeepTheirPlan() async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            try await store.transaction { db in
+                _ = try db.query(
+                    """
+                    INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at)
+                    VALUES ('app_test', 'small', 'active', 2, 0, 0), ('app_test', 'large', 'active', 2, 0, 0)
+                    """,
+                    []
+                )
+            }
+            // Made first while the table is empty, then asked again beside an activity of 50,000 instances (analyzed):
+            // the plan made first is the one kept.
+            for round in 0..<4 {
+                if round == 2 {
+                    try await addDeliveredInstances(to: "small", 1...3, in: store)
+                    try await addDeliveredInstances(to: "large", 1...50_000, in: store)
+                    try await store.transaction { db in _ = try db.query("ANALYZE instances", []) }
+                }
+                for activity in ["small", "large"] {
+                    let page = try await store.pendingInstances(
+                        appID: "app_test", activityID: activity, below: 2, platforms: [.ios], after: nil, through: nil, limit: 2
+                    )
+                    // By device id, as text: the large one's second is `d-10`.
+                    #expect(page.map(\.deviceID) == (round < 2 ? [] : activity == "small" ? ["d-1", "d-2"] : ["d-1", "d-10"]))
+                    // Slices are planned only for more pending instances than one slice holds: the large one has.
+                    let slices = try await store.planSlices(
+                        appID: "app_test", activityID: activity, owner: "nobody", below: 2, platforms: [.ios], size: 10, now: t0
+                    )
+                    #expect(slices == 0, "no claim held, so nothing is planned")
+                }
+                #expect(try await store.credentials(appID: "app_test", provider: .apns) == nil)
+            }
+            for (text, arguments, index) in [
+                ("SELECT * FROM instances WHERE app_id", "'app_test', 'large', 2, 'ios'", "instances_pkey"),
+                ("SELECT 1 AS found FROM fanout_slices", "'app_test', 'large', 'app_test', 'large', 2, 'ios'", "instances_pkey"),
+                ("SELECT * FROM app_credentials", "'app_test', 'apns'", "app_credentials_pkey"),
+            ] {
+                let (plans, plan) = try await preparedKeyedRead(on: store, join: text, arguments: arguments)
+                // Sent unprepared once, then prepared: every later call ran the one plan made first, on empty tables.
+                #expect(plans.count == 2 && plans[0] > 0 && plans[1] == 0, "\(text): generic, custom: \(plans)")
+                #expect(plan.contains(index), "\(plan)")
+                for slow in ["Seq Scan", "Hash Join", "Merge Join", "Sort", "Bitmap", "instances_by_age"] {
+                    #expect(!plan.contains(slow), "\(plan)")
+                }
+            }
+        }
+    }
+
     /// The generic and custom plans counted for the one read prepared on the readers' connection opened for the reads by
     /// key whose text holds `join`, and the plan it would now run with `arguments`.
     private func preparedKeyedRead(on store: SQLStore, join: String, arguments: String) async throws -> (plans: [Int], plan: String) {
