@@ -142,8 +142,8 @@ extension SQLStore {
         // the next statement, which reads afresh, sees it; or it waits for this claim's commit and then makes the
         // activity pending again. One statement could not do both: its reads would not see what committed after it
         // began. Serializable, claims failed one another by the thousand on the index pages they read.
-        let found: (settled: [ActivityKey], leased: StoreRow?, leftPending: Bool)? = try await transaction(
-            durability: engineDurability, isolation: .lockingRows
+        let found: (settled: [ActivityKey], leased: StoreRow?, leftPending: Bool)? = try await writer.write(
+            durability: engineDurability, isolation: .lockingRows, under: Self.engineSettings
         ) { db in
             // Every step here looks rows up by key, and PostgreSQL plans each from statistics that mislead it:
             // - they lag behind a burst of updates. Believing a few dozen activities pending when thousands were, the
@@ -157,7 +157,7 @@ extension SQLStore {
             // (`PostgresHandle.keptPlans`) rather than plan it at every claim: over 3,000 updates from 4 connections,
             // planning the settles took 1.9 s (1.2 ms each: up to 64 activities, four subqueries) and running them 0.4 s.
             // Left to choose (`cachedPlans`), it still planned them at most claims: 0.55 s over 10,000 updates.
-            try db.setLocal(Self.claimSettings)
+            // (``engineSettings``, set before the body.)
             let leaseBinds: [SQLiteData] = [.text(owner), .integer(nowMillis + Int(lease * 1000))]
             func pick(_ statement: String) throws -> [ActivityKey] {
                 try db.query(statement + db.rowLock("FOR UPDATE SKIP LOCKED"), [.integer(nowMillis), .integer(nowMillis)]).map {
@@ -199,9 +199,17 @@ extension SQLStore {
         return ClaimableTimes(next: row?.column("due")?.integer.map(Self.date), slice: row?.column("slice_due")?.integer.map(Self.date))
     }
 
-    /// The claim's planner settings on PostgreSQL (see ``claimPendingActivity(owner:now:lease:platforms:)``): no sorts,
-    /// no sequential scans, and the plans kept.
-    static let claimSettings: [(name: String, value: String)] = [("enable_sort", "off"), ("enable_seqscan", "off"), PostgresHandle.keptPlans]
+    /// The planner settings of the delivery engine's writes on PostgreSQL: its claims
+    /// (``claimPendingActivity(owner:now:lease:platforms:)``), the records of a send's start, its progress
+    /// (``progressStatements(_:at:)``) and its releases. Each of their statements reads and writes rows by key, and
+    /// with no sorts, sequential scans, hash joins or merge joins each has one plan, the walk of its keys, whatever its
+    /// values: so each keeps the plan it made first (``PostgresHandle/keptPlans``), where planning it at every call cost
+    /// more than running it (see each). One list for them all, so that the writers' pool keeps connections opened with
+    /// it for them (``PostgresPool``'s bookkeeping connections), where their transactions send no settings.
+    static let engineSettings: [(name: String, value: String)] = [
+        ("enable_sort", "off"), ("enable_seqscan", "off"), ("enable_hashjoin", "off"), ("enable_mergejoin", "off"),
+        PostgresHandle.keptPlans,
+    ]
 
     /// The planner settings ``dueStatement`` runs under on PostgreSQL. The readers' pool keeps a connection opened with
     /// them (with ``keyedReadSettings``, which hold them), where the read is its statement alone: the engine's
@@ -307,13 +315,14 @@ extension SQLStore {
         // On SQLite it may commit part by part (``progressParts(_:at:)``), so that an accepted write waits for one part of
         // it at most.
         try await transaction(
-            parts: Self.progressParts(progress, at: now), durability: .bookkeeping, isolation: .lockingRows, settings: Self.progressSettings
+            parts: Self.progressParts(progress, at: now), durability: .bookkeeping, isolation: .lockingRows, settings: Self.engineSettings
         )
     }
 
-    /// PostgreSQL's settings for a write of progress (``progressStatements(_:at:)``).
+    /// The statements that write `progress`, run back to back in one transaction: ``progressParts(_:at:)``'s, in order.
     ///
-    /// Each statement joins its list of instances to their rows by primary key, one lookup a row. PostgreSQL plans from
+    /// They run under ``engineSettings`` on PostgreSQL. Each statement joins its list of instances to their rows by
+    /// primary key, one lookup a row. PostgreSQL plans from
     /// statistics that may date from when the activity had a handful of instances: believing so, it hashed all of the
     /// activity's instances for each batch, or, told not to, read them all once and matched each row of the list against
     /// every one of them (100,000 of them: 100 – 200 ms a batch of 256, rounds of 20 – 50 s instead of 3.5) until the
@@ -322,11 +331,6 @@ extension SQLStore {
     /// So each statement keeps the plan it made first (``PostgresHandle/keptPlans``): planned for its values at every
     /// call, a fan-out of 200,000 pushes spent 399 ms planning its 800 writes of progress and 184 ms planning their
     /// timeline's inserts (`pg_stat_statements`), beside 3.2 s running them.
-    static let progressSettings: [(name: String, value: String)] = [
-        ("enable_hashjoin", "off"), ("enable_mergejoin", "off"), ("enable_seqscan", "off"), PostgresHandle.keptPlans,
-    ]
-
-    /// The statements that write `progress`, run back to back in one transaction: ``progressParts(_:at:)``'s, in order.
     static func progressStatements(_ progress: DeliveryProgress, at now: Date) -> [(sql: String, binds: [SQLiteData])] {
         progressParts(progress, at: now).flatMap { $0 }
     }
@@ -451,12 +455,11 @@ extension SQLStore {
         appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
     ) async throws -> Bool {
         let release = Self.releaseStatement(appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt)
-        // Under the claim's settings, so that PostgreSQL keeps one plan of it (by key, ``claimSettings``) rather than
+        // Under the engine's settings, so that PostgreSQL keeps one plan of it (by key, ``engineSettings``) rather than
         // plan it at every release: planned for its values, over 5,000 activities of one phone each
         // (`pg_stat_statements`), the releases took 1,318 ms of planning against 466 ms of running.
-        let done = try await writer.write(durability: engineDurability, isolation: .serializable) { db in
-            try db.setLocal(Self.claimSettings)
-            return try db.query(release.sql, release.binds)
+        let done = try await writer.write(durability: engineDurability, isolation: .serializable, under: Self.engineSettings) { db in
+            try db.query(release.sql, release.binds)
         }.first?.column("done")?.integer
         return done == 1
     }
@@ -575,12 +578,11 @@ extension Array {
 extension SQLStore {
     /// Bookkeeping, as the claims and releases are (``engineDurability``): lost to a power cut, the state is sent again
     /// and the next one's rate shaping counts from the send before. On PostgreSQL a full commit waited for a WAL flush of
-    /// its own before each activity's pushes. Under the claim's settings, one plan kept (a row by primary key): planned
+    /// its own before each activity's pushes. Under the engine's settings, one plan kept (a row by primary key): planned
     /// for its values, over 5,000 activities of one phone each, it took 487 ms of planning against 290 ms of running.
     public func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws {
-        _ = try await writer.write(durability: engineDurability, isolation: .serializable) { db in
-            try db.setLocal(Self.claimSettings)
-            return try db.query(
+        _ = try await writer.write(durability: engineDurability, isolation: .serializable, under: Self.engineSettings) { db in
+            try db.query(
                 Self.sendStartStatement, [.integer(Int(sequence)), .integer(Self.millis(now)), .text(appID), .text(activityID)]
             )
         }

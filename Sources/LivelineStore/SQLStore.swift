@@ -102,14 +102,15 @@ public final class SQLStore: Store, DispatchStore {
 
     /// Opens the PostgreSQL database at `url` and brings its schema up to date (nodes starting at once take turns).
     /// `writers` and `readers` are the sizes of its two connection pools; the writers' opens up to 3 more for registrations
-    /// and updates (``PostgresPool/groupConnectionCount(of:)``), the readers' one more for the reads of activities by key
-    /// and the engine's question of when the next activity is due (opened with their planner settings,
-    /// ``keyedReadSettings``).
+    /// and updates (``PostgresPool/groupConnectionCount(of:)``) and up to 4 more for the delivery engine's writes (opened
+    /// with their settings, ``engineSettings``: ``PostgresPool/bookkeepingConnectionCount(of:)``), the readers' one more
+    /// for the reads of activities and of the engine's rows by key and the engine's question of when the next activity
+    /// is due (opened with their planner settings, ``keyedReadSettings``).
     public static func open(
         postgres url: PostgresDatabaseURL, writers: Int = defaultPostgresWriters, readers: Int = defaultReaders,
         logger: Logger = Logger(label: "liveline.store")
     ) async throws -> SQLStore {
-        let writer = try await PostgresPool(url: url, count: writers, logger: logger)
+        let writer = try await PostgresPool(url: url, count: writers, bookkeepingUnder: engineSettings, logger: logger)
         let reader: PostgresPool
         do {
             reader = try await PostgresPool(url: url, count: readers, groupsWrites: false, readsUnder: keyedReadSettings, logger: logger)

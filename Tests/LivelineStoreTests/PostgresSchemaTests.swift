@@ -341,10 +341,10 @@ struct PostgresPlanTests {
             // The trap is set: left to choose, PostgreSQL reads every instance and matches each row of the list to them.
             let unguided = try await plan(settings: [])
             #expect(unguided.contains("Seq Scan on instances"), "\(unguided)")
-            let guided = try await plan(settings: SQLStore.progressSettings)
+            let guided = try await plan(settings: SQLStore.engineSettings)
             // The plan the write keeps, made once without the values (under those statistics too).
             let kept = try await store.transaction { db in
-                try db.setLocal(SQLStore.progressSettings)
+                try db.setLocal(SQLStore.engineSettings)
                 let types = write.binds.map(PostgresParameterType.init)
                 try db.query("PREPARE progress_probe AS " + PostgresDialect.translate(write.sql, parameterTypes: types), [])
                 return try db.query("EXPLAIN EXECUTE progress_probe(" + sqlLiterals(write.binds) + ")", [])
@@ -375,10 +375,10 @@ struct PostgresPlanTests {
             try await run("ANALYZE instances")
             try await addDeliveredInstances(to: "a", 6...50_005, in: store)
 
-            // The plan PostgreSQL keeps for the settle (a generic one, made without the values), in a claim's settings.
+            // The plan PostgreSQL keeps for the settle (a generic one, made without the values), in the engine's settings.
             let settle = SQLStore.settleStatement([ActivityKey(appID: "app_test", activityID: "a")], platforms: [.ios, .android])
             let plan = try await store.transaction { db in
-                try db.setLocal(SQLStore.claimSettings)
+                try db.setLocal(SQLStore.engineSettings)
                 try db.query("PREPARE settle_probe AS " + PostgresDialect.translate(settle.sql), [])
                 return try db.query("EXPLAIN EXECUTE settle_probe(" + sqlLiterals(settle.binds) + ")", [])
                     .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
@@ -420,10 +420,10 @@ struct PostgresPlanTests {
                 try await addDeliveredInstances(to: "large", 6...50_005, in: store)
             }
             for activity in ["small", "large"] {
-                // The plan PostgreSQL keeps for the release (a generic one, made without the values), in the claim's settings.
+                // The plan PostgreSQL keeps for the release (a generic one, made without the values), in the engine's settings.
                 let release = SQLStore.releaseStatement(appID: "app_test", activityID: activity, owner: "w", platforms: [.ios, .android], retryAt: nil)
                 let plan = try await store.transaction { db in
-                    try db.setLocal(SQLStore.claimSettings)
+                    try db.setLocal(SQLStore.engineSettings)
                     try db.query("PREPARE release_probe_\(activity) AS " + PostgresDialect.translate(release.sql), [])
                     return try db.query("EXPLAIN EXECUTE release_probe_\(activity)(" + sqlLiterals(release.binds) + ")", [])
                         .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
@@ -438,7 +438,7 @@ struct PostgresPlanTests {
             }
             // The record of a send's start, in the same settings: the activity by its key.
             let sendStart = try await store.transaction { db in
-                try db.setLocal(SQLStore.claimSettings)
+                try db.setLocal(SQLStore.engineSettings)
                 try db.query("PREPARE send_start_probe AS " + PostgresDialect.translate(SQLStore.sendStartStatement), [])
                 return try db.query("EXPLAIN EXECUTE send_start_probe(1, 0, 'app_test', 'small')", [])
                     .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")

@@ -25,6 +25,31 @@ struct SessionSettingsTests {
         #expect([1, 2, 3, 4, 8, 16].map(PostgresPool.groupConnectionCount(of:)) == [0, 1, 2, 3, 3, 3])
     }
 
+    @Test("a pool sets connections apart for the engine's bookkeeping: up to 4, half its others at most, none in a pool of one")
+    func bookkeepingConnectionCount() {
+        #expect([1, 2, 3, 4, 8, 16].map(PostgresPool.bookkeepingConnectionCount(of:)) == [0, 1, 1, 2, 4, 4])
+    }
+
+    @Test("a write runs on the bookkeeping connections when it is bookkeeping, not grouped, and asks for exactly their settings")
+    func runsAsBookkeeping() {
+        let engine = SQLStore.engineSettings
+        func runs(_ durability: Durability, _ isolation: WriteIsolation, _ settings: [(name: String, value: String)], _ theirs: [(name: String, value: String)] = engine) -> Bool {
+            PostgresPool.runsAsBookkeeping(durability: durability, isolation: isolation, settings: settings, theirs)
+        }
+        #expect(runs(.bookkeeping, .lockingRows, engine))
+        #expect(runs(.bookkeeping, .serializable, engine.reversed()))
+        #expect(runs(.bookkeeping, .exclusive(lock: 7), engine))
+        // A full write waits for the WAL's flush: those connections are opened not to.
+        #expect(!runs(.full, .lockingRows, engine))
+        #expect(!runs(.bookkeeping, .grouped(key: "k"), engine))
+        // Fewer settings than the connections hold: theirs would rule the write.
+        #expect(!runs(.bookkeeping, .lockingRows, Array(engine.dropFirst())))
+        #expect(!runs(.bookkeeping, .lockingRows, engine + [("enable_nestloop", "off")]))
+        #expect(!runs(.bookkeeping, .lockingRows, [("enable_sort", "on")] + engine.dropFirst()))
+        #expect(!runs(.bookkeeping, .lockingRows, [], []))
+        #expect(!runs(.bookkeeping, .lockingRows, engine, []))
+    }
+
     @Test("a second connection takes grouped writes only when more wait than the first takes in one group, or the first is held up")
     func drainersStartWhenOneGroupIsNotEnough() {
         let limit = PostgresPool.groupLimit
@@ -155,6 +180,38 @@ struct SessionSettingsOnServerTests {
                 let other = try await pool.read(under: [("enable_hashjoin", "off")]) { db in db.holds(settings) }
                 #expect(other == false)
                 let plain = try await pool.read { db in try setting("enable_seqscan", db) }
+                #expect(plain == "on")
+            } catch {
+                try? await pool.close()
+                throw error
+            }
+            try await pool.close()
+        }
+    }
+
+    @Test("the engine's bookkeeping writes run on connections opened with their settings and without waiting for the WAL's flush; the others set them")
+    func bookkeepingWritesHaveTheirConnections() async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let settings = SQLStore.engineSettings
+            let pool = try await PostgresPool(
+                url: try PostgresDatabaseURL(url), count: 4, bookkeepingUnder: settings, logger: PostgresTestServer.logger
+            )
+            do {
+                func ask(_ durability: Durability, _ settings: [(name: String, value: String)]) async throws -> [String] {
+                    try await pool.write(durability: durability, isolation: .lockingRows, under: settings) { db in
+                        [db.holds(settings) ? "held" : "set", try setting("enable_sort", db) ?? "", try setting("synchronous_commit", db) ?? ""]
+                    }
+                }
+                let bookkeeping = try await withThrowingTaskGroup(of: [String].self) { group in
+                    for _ in 0..<8 { group.addTask { try await ask(.bookkeeping, settings) } }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                #expect(bookkeeping == Array(repeating: ["held", "off", "off"], count: 8))
+                // Acknowledged: a connection of the others, the settings set in the transaction, the commit synced.
+                #expect(try await ask(.full, settings) == ["set", "off", "on"])
+                // Other settings: the others' connections too, and the engine's are not theirs.
+                #expect(try await ask(.bookkeeping, [("enable_hashjoin", "off")]) == ["set", "on", "off"])
+                let plain = try await pool.write(durability: .full) { db in try setting("enable_sort", db) }
                 #expect(plain == "on")
             } catch {
                 try? await pool.close()

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOPosix
+import SQLiteNIO
 import Synchronization
 
 /// Connections to PostgreSQL, each lent to one thread at a time: the Store's writes and reads run on them.
@@ -32,6 +33,11 @@ import Synchronization
 /// serialization failure, deadlock or concurrent insert runs the whole group again; a write whose body throws fails
 /// alone, and the others run again without it; any other failure of the database runs each write of the group in a
 /// transaction of its own, so that one write's fault is never another's.
+///
+/// Bookkeeping writes under one list of settings (the delivery engine's claims, progress and releases, several for
+/// every activity it sends) run on connections of their own opened with those settings and `synchronous_commit = off`
+/// (``write(durability:isolation:under:_:)``): their transactions send no settings, a statement and a round trip less
+/// each.
 final class PostgresPool: StoreWriter, StoreReader {
     private let connections: ConnectionLeases<PostgresHandle>
     /// The connections that run the grouped writes, opened with their settings (``PostgresHandle/groupedWriteSettings``)
@@ -43,6 +49,12 @@ final class PostgresPool: StoreWriter, StoreReader {
     /// the settings, the read, `COMMIT`), each a round trip.
     private let settledReads: ConnectionLeases<PostgresHandle>?
     private let settledReadSettings: [(name: String, value: String)]
+    /// Connections opened for the bookkeeping writes under ``bookkeepingSettings`` (the delivery engine's: its claims,
+    /// the records of a send's start, its progress, its releases), or nil. Opened with those settings and with
+    /// `synchronous_commit = off`, as each such write asks: its transaction sends no settings, a statement (and a
+    /// round trip) less for each.
+    private let bookkeepingConnections: ConnectionLeases<PostgresHandle>?
+    private let bookkeepingSettings: [(name: String, value: String)]
     private let metrics: StoreCommitMetrics
     /// Grouped writes waiting for a connection, and how many connections are (or are about to be) taking them.
     private let groups = Mutex(GroupQueue())
@@ -62,6 +74,13 @@ final class PostgresPool: StoreWriter, StoreReader {
     /// 4.83 s and accepted 10,000 updates in 4.81 – 5.11 s; 64 on 3, taken alternately, 3.53 – 3.55 s and 3.72 –
     /// 4.22 s.)
     static let groupDrainerLimit = 3
+
+    /// The connections a pool of `count` opens for its bookkeeping writes under their settings
+    /// (``bookkeepingConnections``), besides its `count`: as many as the delivery engine has workers on PostgreSQL by
+    /// default (each runs one such write at a time), and at most half of `count`. A pool of one runs them on its one.
+    static func bookkeepingConnectionCount(of count: Int) -> Int {
+        min(4, count / 2)
+    }
     /// How many times a write runs at most before its serialization failure is the caller's.
     static let attempts = 30
     /// The most writes one shared transaction takes (a bound on how long the first waits for the last, and on the
@@ -84,18 +103,23 @@ final class PostgresPool: StoreWriter, StoreReader {
 
     /// Opens `count` connections to `url`, and with `groupsWrites` ``groupConnectionCount(of:)`` more for the grouped
     /// writes (a pool for reads has none); with `readsUnder` settings, one more opened with them, for the reads under
-    /// them (``read(under:_:)``). When the connections at work on grouped writes take no more for `stalledAfter`,
-    /// another starts.
+    /// them (``read(under:_:)``); with `bookkeepingUnder` settings, ``bookkeepingConnectionCount(of:)`` more opened
+    /// with them, for the bookkeeping writes under them (``write(durability:isolation:under:_:)``). When the
+    /// connections at work on grouped writes take no more for `stalledAfter`, another starts.
     init(
         url: PostgresDatabaseURL, count: Int, groupsWrites: Bool = true, readsUnder: [(name: String, value: String)] = [],
-        stalledAfter: Duration = groupStalledAfter, logger: Logger, metrics: StoreCommitMetrics = StoreCommitMetrics()
+        bookkeepingUnder: [(name: String, value: String)] = [], stalledAfter: Duration = groupStalledAfter, logger: Logger,
+        metrics: StoreCommitMetrics = StoreCommitMetrics()
     ) async throws {
         self.metrics = metrics
         self.stalledAfter = stalledAfter
         settledReadSettings = readsUnder
+        bookkeepingSettings = bookkeepingUnder
         let count = max(count, 1)
         let grouping = groupsWrites ? Self.groupConnectionCount(of: count) : 0
         let settled = readsUnder.isEmpty ? 0 : 1
+        let bookkeeping = bookkeepingUnder.isEmpty ? 0 : Self.bookkeepingConnectionCount(of: count)
+        let bookkeepingSession = bookkeepingUnder + Self.bookkeepingDefaults
         let threads = NIOThreadPool(numberOfThreads: count)
         threads.start()
         // Connecting waits for the server: on a pool thread, not the caller's. When one connection fails, those
@@ -105,9 +129,11 @@ final class PostgresPool: StoreWriter, StoreReader {
             opened = try await threads.runIfActive {
                 var handles: [PostgresHandle] = []
                 do {
-                    for index in 0..<(grouping + count + settled) {
+                    for index in 0..<(grouping + count + settled + bookkeeping) {
                         let settings =
-                            index < grouping ? PostgresHandle.groupedWriteSettings : index < grouping + count ? [] : readsUnder
+                            index < grouping
+                            ? PostgresHandle.groupedWriteSettings
+                            : index < grouping + count ? [] : index < grouping + count + settled ? readsUnder : bookkeepingSession
                         handles.append(try PostgresHandle(url: url, logger: logger, settings: settings))
                     }
                 } catch {
@@ -121,6 +147,14 @@ final class PostgresPool: StoreWriter, StoreReader {
             throw error
         }
         var handles = opened.handles
+        if bookkeeping > 0 {
+            let bookkeepingThreads = NIOThreadPool(numberOfThreads: bookkeeping)
+            bookkeepingThreads.start()
+            bookkeepingConnections = ConnectionLeases(handles: Array(handles.suffix(bookkeeping)), threads: bookkeepingThreads)
+            handles.removeLast(bookkeeping)
+        } else {
+            bookkeepingConnections = nil
+        }
         if settled > 0 {
             let settledThreads = NIOThreadPool(numberOfThreads: settled)
             settledThreads.start()
@@ -153,6 +187,43 @@ final class PostgresPool: StoreWriter, StoreReader {
         return try await connections.run { db in
             try self.runAlone(durability: durability, isolation: isolation, body, on: db)
         }
+    }
+
+    /// What a bookkeeping connection is opened with besides its settings: what each of its writes asks
+    /// (``Durability/bookkeeping``: no wait for the WAL's flush).
+    static let bookkeepingDefaults: [(name: String, value: String)] = [("synchronous_commit", "off")]
+
+    /// On a bookkeeping connection (``bookkeepingConnections``) when `settings` are theirs and the write is
+    /// ``Durability/bookkeeping`` (not a grouped write), else as ``write(durability:isolation:_:)`` with the settings set.
+    func write<T: Sendable>(
+        durability: Durability, isolation: WriteIsolation, under settings: [(name: String, value: String)],
+        _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
+        let withSettings: @Sendable (any SQLConnection) throws -> T = { db in
+            try db.setLocal(settings)
+            return try body(db)
+        }
+        guard let bookkeepingConnections, Self.runsAsBookkeeping(durability: durability, isolation: isolation, settings: settings, bookkeepingSettings)
+        else { return try await write(durability: durability, isolation: isolation, withSettings) }
+        return try await bookkeepingConnections.run { db in
+            try self.runAlone(durability: durability, isolation: isolation, withSettings, on: db)
+        }
+    }
+
+    /// Whether a write of `durability` and `isolation` under `settings` runs on the connections opened with
+    /// `bookkeeping` settings: a ``Durability/bookkeeping`` write (those connections commit without waiting for the
+    /// WAL's flush) asking for exactly those settings (no fewer: the connections' own would rule the write), and not
+    /// a grouped write (which runs under settings of its own).
+    static func runsAsBookkeeping(
+        durability: Durability, isolation: WriteIsolation, settings: [(name: String, value: String)],
+        _ bookkeeping: [(name: String, value: String)]
+    ) -> Bool {
+        guard durability == .bookkeeping, !bookkeeping.isEmpty else { return false }
+        if case .grouped = isolation { return false }
+        func keyed(_ list: [(name: String, value: String)]) -> [String: String] {
+            Dictionary(list.map { ($0.name, $0.value) }, uniquingKeysWith: { _, last in last })
+        }
+        return keyed(settings) == keyed(bookkeeping)
     }
 
     /// A grouped, acknowledged write queues as ``write(durability:isolation:_:)``'s do, and may run as one of a set:
@@ -484,6 +555,7 @@ final class PostgresPool: StoreWriter, StoreReader {
     func close() async throws {
         try await groupConnections?.close { $0.close() }
         try await settledReads?.close { $0.close() }
+        try await bookkeepingConnections?.close { $0.close() }
         try await connections.close { $0.close() }
     }
 }

@@ -158,6 +158,14 @@ protocol StoreWriter: Sendable {
         durability: Durability, isolation: WriteIsolation, member: W, _ body: @escaping @Sendable (any SQLConnection) throws -> W.Outcome
     ) async throws -> W.Outcome
 
+    /// Runs `body` as ``write(durability:isolation:_:)`` does, with `settings` for its transaction
+    /// (``SQLConnection/setLocal(_:)``) before `body` runs. A writer may keep connections opened with some settings,
+    /// where such a transaction sends none (``PostgresPool``: the delivery engine's bookkeeping).
+    func write<T: Sendable>(
+        durability: Durability, isolation: WriteIsolation, under settings: [(name: String, value: String)],
+        _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T
+
     /// Runs the statements of `parts` in order, with `settings` for their transaction (``SQLConnection/setLocal(_:)``),
     /// as a write (``write(durability:isolation:_:)``). A writer may commit a ``Durability/bookkeeping`` write part by
     /// part, so that acknowledged writes need not wait for all of it (SQLite's one writer does): each part must be
@@ -185,9 +193,19 @@ extension StoreWriter {
         parts: [[(sql: String, binds: [SQLiteData])]], durability: Durability, isolation: WriteIsolation,
         settings: [(name: String, value: String)]
     ) async throws {
+        try await write(durability: durability, isolation: isolation, under: settings) { db in
+            try db.execute(parts: parts)
+        }
+    }
+
+    /// Any connection, the settings set in the transaction.
+    func write<T: Sendable>(
+        durability: Durability, isolation: WriteIsolation, under settings: [(name: String, value: String)],
+        _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
         try await write(durability: durability, isolation: isolation) { db in
             try db.setLocal(settings)
-            try db.execute(parts: parts)
+            return try body(db)
         }
     }
 
