@@ -315,18 +315,19 @@ extension SQLStore {
         // On SQLite it may commit part by part (``progressParts(_:at:)``), so that an accepted write waits for one part of
         // it at most.
         try await transaction(
-            parts: Self.progressParts(progress, at: now), durability: .bookkeeping, isolation: .lockingRows, settings: Self.engineSettings
+            parts: Self.progressParts(progress, at: now), durability: .bookkeeping, isolation: .lockingRows,
+            settings: Self.engineSettings
         )
     }
 
     /// The statements that write `progress`, run back to back in one transaction: ``progressParts(_:at:)``'s, in order.
     ///
     /// They run under ``engineSettings`` on PostgreSQL. Each statement joins its list of instances to their rows by
-    /// primary key, one lookup a row. PostgreSQL plans from
-    /// statistics that may date from when the activity had a handful of instances: believing so, it hashed all of the
-    /// activity's instances for each batch, or, told not to, read them all once and matched each row of the list against
-    /// every one of them (100,000 of them: 100 – 200 ms a batch of 256, rounds of 20 – 50 s instead of 3.5) until the
-    /// next automatic `ANALYZE`. Without hash joins, merge joins or sequential scans, the lookups are its only plan.
+    /// primary key, one lookup a row. PostgreSQL plans from statistics that may date from when the activity had a handful
+    /// of instances: believing so, it hashed all of the activity's instances for each batch, or, told not to, read them
+    /// all once and matched each row of the list against every one of them (100,000 of them: 100 – 200 ms a batch of
+    /// 256, rounds of 20 – 50 s instead of 3.5) until the next automatic `ANALYZE`. Without hash joins, merge joins or
+    /// sequential scans, the lookups are its only plan.
     ///
     /// So each statement keeps the plan it made first (``PostgresHandle/keptPlans``): planned for its values at every
     /// call, a fan-out of 200,000 pushes spent 399 ms planning its 800 writes of progress and 184 ms planning their
@@ -458,7 +459,9 @@ extension SQLStore {
         // Under the engine's settings, so that PostgreSQL keeps one plan of it (by key, ``engineSettings``) rather than
         // plan it at every release: planned for its values, over 5,000 activities of one phone each
         // (`pg_stat_statements`), the releases took 1,318 ms of planning against 466 ms of running.
-        let done = try await writer.write(durability: engineDurability, isolation: .serializable, under: Self.engineSettings) { db in
+        let done = try await writer.write(
+            durability: engineDurability, isolation: .serializable, under: Self.engineSettings
+        ) { db in
             try db.query(release.sql, release.binds)
         }.first?.column("done")?.integer
         return done == 1

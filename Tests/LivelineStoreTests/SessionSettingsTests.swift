@@ -33,7 +33,10 @@ struct SessionSettingsTests {
     @Test("a write runs on the bookkeeping connections when it is bookkeeping, not grouped, and asks for exactly their settings")
     func runsAsBookkeeping() {
         let engine = SQLStore.engineSettings
-        func runs(_ durability: Durability, _ isolation: WriteIsolation, _ settings: [(name: String, value: String)], _ theirs: [(name: String, value: String)] = engine) -> Bool {
+        func runs(
+            _ durability: Durability, _ isolation: WriteIsolation, _ settings: [(name: String, value: String)],
+            _ theirs: [(name: String, value: String)] = engine
+        ) -> Bool {
             PostgresPool.runsAsBookkeeping(durability: durability, isolation: isolation, settings: settings, theirs)
         }
         #expect(runs(.bookkeeping, .lockingRows, engine))
@@ -199,7 +202,10 @@ struct SessionSettingsOnServerTests {
             do {
                 func ask(_ durability: Durability, _ settings: [(name: String, value: String)]) async throws -> [String] {
                     try await pool.write(durability: durability, isolation: .lockingRows, under: settings) { db in
-                        [db.holds(settings) ? "held" : "set", try setting("enable_sort", db) ?? "", try setting("synchronous_commit", db) ?? ""]
+                        [
+                            db.holds(settings) ? "held" : "set", try setting("enable_sort", db) ?? "",
+                            try setting("synchronous_commit", db) ?? "",
+                        ]
                     }
                 }
                 let bookkeeping = try await withThrowingTaskGroup(of: [String].self) { group in

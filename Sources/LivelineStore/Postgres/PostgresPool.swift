@@ -203,7 +203,8 @@ final class PostgresPool: StoreWriter, StoreReader {
             try db.setLocal(settings)
             return try body(db)
         }
-        guard let bookkeepingConnections, Self.runsAsBookkeeping(durability: durability, isolation: isolation, settings: settings, bookkeepingSettings)
+        guard let bookkeepingConnections,
+            Self.runsAsBookkeeping(durability: durability, isolation: isolation, settings: settings, bookkeepingSettings)
         else { return try await write(durability: durability, isolation: isolation, withSettings) }
         return try await bookkeepingConnections.run { db in
             try self.runAlone(durability: durability, isolation: isolation, withSettings, on: db)
