@@ -147,22 +147,8 @@ final class PostgresPool: StoreWriter, StoreReader {
             throw error
         }
         var handles = opened.handles
-        if bookkeeping > 0 {
-            let bookkeepingThreads = NIOThreadPool(numberOfThreads: bookkeeping)
-            bookkeepingThreads.start()
-            bookkeepingConnections = ConnectionLeases(handles: Array(handles.suffix(bookkeeping)), threads: bookkeepingThreads)
-            handles.removeLast(bookkeeping)
-        } else {
-            bookkeepingConnections = nil
-        }
-        if settled > 0 {
-            let settledThreads = NIOThreadPool(numberOfThreads: settled)
-            settledThreads.start()
-            settledReads = ConnectionLeases(handles: Array(handles.suffix(settled)), threads: settledThreads)
-            handles.removeLast(settled)
-        } else {
-            settledReads = nil
-        }
+        bookkeepingConnections = Self.setApart(last: bookkeeping, of: &handles)
+        settledReads = Self.setApart(last: settled, of: &handles)
         if grouping > 0 {
             let groupThreads = NIOThreadPool(numberOfThreads: grouping)
             groupThreads.start()
@@ -187,6 +173,15 @@ final class PostgresPool: StoreWriter, StoreReader {
         return try await connections.run { db in
             try self.runAlone(durability: durability, isolation: isolation, body, on: db)
         }
+    }
+
+    /// The last `count` of `handles`, taken out of them, lent on threads of their own; nil when `count` is 0.
+    private static func setApart(last count: Int, of handles: inout [PostgresHandle]) -> ConnectionLeases<PostgresHandle>? {
+        guard count > 0 else { return nil }
+        let threads = NIOThreadPool(numberOfThreads: count)
+        threads.start()
+        defer { handles.removeLast(count) }
+        return ConnectionLeases(handles: Array(handles.suffix(count)), threads: threads)
     }
 
     /// What a bookkeeping connection is opened with besides its settings: what each of its writes asks
