@@ -746,8 +746,13 @@ public final class SQLStore: Store, DispatchStore {
     /// written for, whatever the activity holds: no sorts, sequential scans, hash or merge joins
     /// (`PostgresPlanTests.engineReadsKeepTheirPlan`).
     func readKeepingPlan(_ sql: String, _ binds: [SQLiteData]) async throws -> [StoreRow] {
-        try await reader.read(under: Self.keyedReadSettings) { db in
-            try db.query(sql, binds, settings: Self.keyedReadSettings)
+        try await Self.readKeepingPlan(sql, binds, on: reader)
+    }
+
+    /// The rows `sql` reads on `reader`, under ``keyedReadSettings`` (``readKeepingPlan(_:_:)``).
+    static func readKeepingPlan(_ sql: String, _ binds: [SQLiteData], on reader: any StoreReader) async throws -> [StoreRow] {
+        try await reader.read(under: keyedReadSettings) { db in
+            try db.query(sql, binds, settings: keyedReadSettings)
         }
     }
 
@@ -756,9 +761,7 @@ public final class SQLStore: Store, DispatchStore {
     static func readByKeys<Key: Hashable, Value>(
         _ sql: String, _ binds: [SQLiteData], on reader: any StoreReader, _ make: (StoreRow) throws -> (Key, Value)
     ) async throws -> [Key: Value] {
-        let rows = try await reader.read(under: keyedReadSettings) { db in
-            try db.query(sql, binds, settings: keyedReadSettings)
-        }
+        let rows = try await readKeepingPlan(sql, binds, on: reader)
         var found: [Key: Value] = [:]
         found.reserveCapacity(rows.count)
         for row in rows {

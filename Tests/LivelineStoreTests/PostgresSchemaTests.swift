@@ -227,23 +227,26 @@ struct PostgresSchemaTests {
     }
 }
 
-/// `binds` written as SQL literals, separated by commas, for an `EXECUTE` of a statement prepared with their types:
-/// texts quoted, integers as they are, anything else `NULL`.
-/// Inserts iOS instances `d-<n>` for `n` in `range` on `activity` of `app_test`, each active and delivered sequence 1.
-private func addDeliveredInstances(to activity: String, _ range: ClosedRange<Int>, in store: SQLStore) async throws {
-    try await store.transaction { db in
-        try db.query(
-            """
-            INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
-                updated_at, priority10_tally)
-            SELECT 'app_test', '\(activity)', 'd-' || n, 'ios', 't-' || n, 'active', 1, 0, 0, 0
-            FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
-            """,
-            []
-        )
-    }
+/// Runs `sql`, which binds nothing, as a write of its own on `store`.
+private func run(_ sql: String, in store: SQLStore) async throws {
+    try await store.transaction { db in try db.query(sql, []) }
 }
 
+/// Inserts iOS instances `d-<n>` for `n` in `range` on `activity` of `app_test`, each active and delivered sequence 1.
+private func addDeliveredInstances(to activity: String, _ range: ClosedRange<Int>, in store: SQLStore) async throws {
+    try await run(
+        """
+        INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
+            updated_at, priority10_tally)
+        SELECT 'app_test', '\(activity)', 'd-' || n, 'ios', 't-' || n, 'active', 1, 0, 0, 0
+        FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
+        """,
+        in: store
+    )
+}
+
+/// `binds` written as SQL literals, separated by commas, for an `EXECUTE` of a statement prepared with their types:
+/// texts quoted, integers as they are, anything else `NULL`.
 private func sqlLiterals(_ binds: [SQLiteData]) -> String {
     binds.map { value -> String in
         switch value {
@@ -299,16 +302,14 @@ struct PostgresPlanTests {
     func progressByKeyWithStaleStatistics() async throws {
         try await withTemporaryStore(.postgres) { store, _ in
             try await makeApp(store)
-            func run(_ sql: String) async throws {
-                try await store.transaction { db in try db.query(sql, []) }
-            }
             // The instances of an earlier activity, purged; statistics taken while activity `a` had five instances;
             // then 50,000 more, not analyzed, as when a burst of registrations comes between two automatic ANALYZEs.
             // The statistics then put a few rows in the whole table.
-            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)")
+            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)", in: store)
             for activity in ["old", "a"] {
                 try await run(
-                    "INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at) VALUES ('app_test', '\(activity)', 'active', 1, 0, 0)"
+                    "INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at) VALUES ('app_test', '\(activity)', 'active', 1, 0, 0)",
+                    in: store
                 )
             }
             func addInstances(to activity: String, _ range: ClosedRange<Int>) async throws {
@@ -317,13 +318,14 @@ struct PostgresPlanTests {
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, created_at, updated_at, priority10_tally)
                     SELECT 'app_test', '\(activity)', 'd-' || n, 'ios', 't-' || n, 'active', 0, 0, 0
                     FROM generate_series(\(range.lowerBound), \(range.upperBound)) AS n
-                    """
+                    """,
+                    in: store
                 )
             }
             try await addInstances(to: "old", 1...50_000)
-            try await run("DELETE FROM instances WHERE activity_id = 'old'")
+            try await run("DELETE FROM instances WHERE activity_id = 'old'", in: store)
             try await addInstances(to: "a", 1...5)
-            try await run("ANALYZE instances")
+            try await run("ANALYZE instances", in: store)
             try await addInstances(to: "a", 6...50_005)
 
             let progress = DeliveryProgress(
@@ -363,16 +365,14 @@ struct PostgresPlanTests {
     func settleGenericPlanByKey() async throws {
         try await withTemporaryStore(.postgres) { store, _ in
             try await makeApp(store)
-            func run(_ sql: String) async throws {
-                try await store.transaction { db in try db.query(sql, []) }
-            }
             // Statistics taken while the activity had five instances; then 50,000 more, all delivered, not analyzed.
-            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)")
+            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)", in: store)
             try await run(
-                "INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at) VALUES ('app_test', 'a', 'active', 1, 0, 0)"
+                "INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at) VALUES ('app_test', 'a', 'active', 1, 0, 0)",
+                in: store
             )
             try await addDeliveredInstances(to: "a", 1...5, in: store)
-            try await run("ANALYZE instances")
+            try await run("ANALYZE instances", in: store)
             try await addDeliveredInstances(to: "a", 6...50_005, in: store)
 
             // The plan PostgreSQL keeps for the settle (a generic one, made without the values), in the engine's settings.
@@ -397,16 +397,14 @@ struct PostgresPlanTests {
     func releaseGenericPlanByKey(statisticsKnowTheLargeActivity: Bool) async throws {
         try await withTemporaryStore(.postgres) { store, _ in
             try await makeApp(store)
-            func run(_ sql: String) async throws {
-                try await store.transaction { db in try db.query(sql, []) }
-            }
-            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)")
+            try await run("ALTER TABLE instances SET (autovacuum_enabled = false)", in: store)
             for activity in ["small", "large"] {
                 try await run(
                     """
                     INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at, claim_owner, claim_expires_at)
                     VALUES ('app_test', '\(activity)', 'active', 1, 0, 0, 'w', 5)
-                    """
+                    """,
+                    in: store
                 )
             }
             // Every instance delivered: nothing behind, the release's search finds none.
@@ -414,9 +412,9 @@ struct PostgresPlanTests {
             try await addDeliveredInstances(to: "large", 1...5, in: store)
             if statisticsKnowTheLargeActivity {
                 try await addDeliveredInstances(to: "large", 6...50_005, in: store)
-                try await run("ANALYZE instances")
+                try await run("ANALYZE instances", in: store)
             } else {
-                try await run("ANALYZE instances")
+                try await run("ANALYZE instances", in: store)
                 try await addDeliveredInstances(to: "large", 6...50_005, in: store)
             }
             for activity in ["small", "large"] {
@@ -552,22 +550,20 @@ struct PostgresPlanTests {
     func engineReadsKeepTheirPlan() async throws {
         try await withTemporaryStore(.postgres) { store, _ in
             try await makeApp(store)
-            try await store.transaction { db in
-                _ = try db.query(
-                    """
-                    INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at)
-                    VALUES ('app_test', 'small', 'active', 2, 0, 0), ('app_test', 'large', 'active', 2, 0, 0)
-                    """,
-                    []
-                )
-            }
+            try await run(
+                """
+                INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at)
+                VALUES ('app_test', 'small', 'active', 2, 0, 0), ('app_test', 'large', 'active', 2, 0, 0)
+                """,
+                in: store
+            )
             // Made first while the table is empty, then asked again beside an activity of 50,000 instances (analyzed):
             // the plan made first is the one kept.
             for round in 0..<4 {
                 if round == 2 {
                     try await addDeliveredInstances(to: "small", 1...3, in: store)
                     try await addDeliveredInstances(to: "large", 1...50_000, in: store)
-                    try await store.transaction { db in _ = try db.query("ANALYZE instances", []) }
+                    try await run("ANALYZE instances", in: store)
                 }
                 for activity in ["small", "large"] {
                     let page = try await store.pendingInstances(
