@@ -435,8 +435,12 @@ public final class Dispatcher: Service, Sendable {
 
         // Rate shaping: a new state goes out no sooner than the activity's minimum interval after the last one
         // (coalesced meanwhile: whatever is newest then goes); an end goes at once, and so does a catch-up of the
-        // state already sent (a new or rotated token).
+        // state already sent (a new or rotated token). When this pass sends a new state, its start is recorded with
+        // the claim's release: the next claim reads it, and none comes while this one holds the activity. (A pass
+        // whose claim is lost, or whose release fails, leaves it unrecorded: the activity is sent again by whoever
+        // claims it next, and spaced from the send before.)
         let activity = claim.activity
+        var sendStart: SendStart?
         if activity.lastSentSequence != activity.sequence {
             if let interval = activity.minUpdateInterval, interval > 0, activity.event != .end, let last = activity.lastSentAt {
                 let allowed = last.addingTimeInterval(interval)
@@ -445,7 +449,7 @@ public final class Dispatcher: Service, Sendable {
                     return
                 }
             }
-            try await store.recordSendStart(appID: appID, activityID: activityID, sequence: activity.sequence, at: now())
+            sendStart = SendStart(sequence: activity.sequence, at: now())
         }
 
         // From here on the claim's lease is renewed on a timer, whatever the pass waits for (a slow push service, a
@@ -469,7 +473,8 @@ public final class Dispatcher: Service, Sendable {
         // failing broadcast a few times a second for as long as the activity lived.
         let due = release == .now && broadcastDue != nil ? broadcastDue : [retryAt, broadcastDue].compactMap { $0 }.min()
         try await store.releaseClaim(
-            appID: appID, activityID: activityID, owner: claim.owner, platforms: configuration.platforms, retryAt: due
+            appID: appID, activityID: activityID, owner: claim.owner, platforms: configuration.platforms, retryAt: due,
+            sendStart: sendStart
         )
         // A pass that recorded as many attempts as the timeline keeps for an activity has pushed the older ones out:
         // they go now, a pass's worth at a time, rather than all at once at the next periodic prune (which, after

@@ -226,9 +226,13 @@ public protocol DispatchStore: Sendable {
     /// `platforms`, no start audience, no broadcast, no slices of a shared fan-out), the activity is done (returns true)
     /// until a newer sequence or a new token arrives; otherwise it stays pending and is not claimed again before
     /// `retryAt` (now when nil).
+    ///
+    /// `sendStart`, when the pass sent a new sequence, is recorded in the same write, for the activity's rate shaping
+    /// (``ActivityRecord/lastSentSequence`` and ``ActivityRecord/lastSentAt``, as the next claim reads them). Nobody reads
+    /// them while the claim is held, so they need no write of their own before the pass.
     @discardableResult
     func releaseClaim(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?
     ) async throws -> Bool
     /// At start-up, drops the claims (on activities and slices) a crashed process left: every claim on a store only this process uses (SQLite);
     /// none on a store several nodes share (PostgreSQL), where a dead node's claims run out with their lease.
@@ -236,8 +240,6 @@ public protocol DispatchStore: Sendable {
     /// Hands back a claim without sending: the activity is due again at `until` — unless a newer sequence than
     /// `sequence` arrived meanwhile, which is due at once (it may be an end).
     func deferClaim(appID: String, activityID: String, owner: String, sequence: Int64, until: Date) async throws
-    /// Records that the engine starts sending `sequence` of the activity now (for rate shaping).
-    func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws
     /// Admits the next page (at most `limit` devices) of the claimed activity's oldest start audience not yet admitted:
     /// each device with a usable token for the start's attributes type becomes a `starting` instance (devices already
     /// watching the activity are left as they are). Returns whether any audience remains to be admitted.
@@ -269,7 +271,29 @@ public protocol DispatchStore: Sendable {
     func dropSlices(appID: String, activityID: String, owner: String) async throws
 }
 
+/// When a pass began sending a sequence of its activity: what the activity's rate shaping spaces the next one from,
+/// recorded as the claim is released (``DispatchStore/releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:)``).
+public struct SendStart: Sendable, Hashable {
+    /// The activity's sequence the pass sent.
+    public var sequence: Int64
+    /// When it began sending it.
+    public var at: Date
+
+    /// Creates the record of a send's start.
+    public init(sequence: Int64, at: Date) {
+        self.sequence = sequence
+        self.at = at
+    }
+}
+
 extension DispatchStore {
+    /// Releases the claim after a pass that sent no new sequence
+    /// (``releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:)`` without a send's start).
+    @discardableResult
+    public func releaseClaim(appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?) async throws -> Bool {
+        try await releaseClaim(appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, sendStart: nil)
+    }
+
     /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`.
     public func pendingInstances(
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, limit: Int

@@ -200,8 +200,8 @@ extension SQLStore {
     }
 
     /// The planner settings of the delivery engine's writes on PostgreSQL: its claims
-    /// (``claimPendingActivity(owner:now:lease:platforms:)``), the records of a send's start, its progress
-    /// (``progressStatements(_:at:)``) and its releases. Each of their statements reads and writes rows by key, and
+    /// (``claimPendingActivity(owner:now:lease:platforms:)``), its progress (``progressStatements(_:at:)``) and its
+    /// releases. Each of their statements reads and writes rows by key, and
     /// with no sorts, sequential scans, hash joins or merge joins each has one plan, the walk of its keys, whatever its
     /// values: so each keeps the plan it made first (``PostgresHandle/keptPlans``), where planning it at every call cost
     /// more than running it (see each). One list for them all, so that the writers' pool keeps connections opened with
@@ -453,9 +453,11 @@ extension SQLStore {
 
     @discardableResult
     public func releaseClaim(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?
     ) async throws -> Bool {
-        let release = Self.releaseStatement(appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt)
+        let release = Self.releaseStatement(
+            appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, sendStart: sendStart
+        )
         // Under the engine's settings, so that PostgreSQL keeps one plan of it (by key, ``engineSettings``) rather than
         // plan it at every release: planned for its values, over 5,000 activities of one phone each
         // (`pg_stat_statements`), the releases took 1,318 ms of planning against 466 ms of running.
@@ -467,15 +469,19 @@ extension SQLStore {
         return done == 1
     }
 
-    /// The release of a claim (``releaseClaim(appID:activityID:owner:platforms:retryAt:)``): the activity done, or, with
-    /// something still behind for `platforms`, pending again from `retryAt` (nil: at once); the claim let go. It returns
-    /// one row, `done`, when `owner` held the claim.
+    /// The release of a claim (``releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:)``): the activity done,
+    /// or, with something still behind for `platforms`, pending again from `retryAt` (nil: at once); the claim let go;
+    /// the send's start recorded when there is one (one text either way). It returns one row, `done`, when `owner` held
+    /// the claim.
+    ///
+    /// The send's start used to be a write of its own before the pass: on PostgreSQL a transaction of three statements
+    /// (`BEGIN`, the `UPDATE`, `COMMIT`) of the eighteen or so an activity of one phone cost the engine.
     ///
     /// `LIMIT 1` keeps `pass` whole: PostgreSQL would otherwise pull the subquery up and copy `behind` into both CASEs,
     /// searching twice for an instance still behind (through all of an activity's instances when none is: 77 – 105 ms
     /// for 100,000, against 37 – 57 ms once).
     static func releaseStatement(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart? = nil
     ) -> (sql: String, binds: [SQLiteData]) {
         let behind = somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: [.text(appID), .text(activityID)])
         return (
@@ -483,14 +489,18 @@ extension SQLStore {
             UPDATE activities SET
                 dispatched_sequence = CASE WHEN pass.behind THEN activities.dispatched_sequence ELSE activities.sequence END,
                 next_dispatch_at = CASE WHEN pass.behind THEN CAST(? AS BIGINT) ELSE NULL END,
-                claim_owner = NULL, claim_expires_at = NULL
+                claim_owner = NULL, claim_expires_at = NULL,
+                last_sent_sequence = COALESCE(CAST(? AS BIGINT), activities.last_sent_sequence),
+                last_sent_at = COALESCE(CAST(? AS BIGINT), activities.last_sent_at)
             FROM (SELECT \(behind.sql) AS behind LIMIT 1) AS pass
             WHERE activities.app_id = ? AND activities.activity_id = ? AND activities.claim_owner = ?
             RETURNING dispatched_sequence = sequence AS done
             """,
-            // Typed in the statement: a NULL bind (no retry time) has no type of its own, and PostgreSQL would read the
-            // CASE as text.
-            [retryAt.map { .integer(millis($0)) } ?? .null] + behind.binds + [.text(appID), .text(activityID), .text(owner)]
+            // Typed in the statement: a NULL bind (no retry time, no send's start) has no type of its own, and PostgreSQL
+            // would read the CASE as text.
+            [retryAt.map { .integer(millis($0)) } ?? .null, sendStart.map { .integer(Int($0.sequence)) } ?? .null,
+             sendStart.map { .integer(millis($0.at)) } ?? .null]
+                + behind.binds + [.text(appID), .text(activityID), .text(owner)]
         )
     }
 
@@ -576,23 +586,6 @@ extension Array {
     func chunked(into size: Int) -> [ArraySlice<Element>] {
         stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
     }
-}
-
-extension SQLStore {
-    /// Bookkeeping, as the claims and releases are (``engineDurability``): lost to a power cut, the state is sent again
-    /// and the next one's rate shaping counts from the send before. On PostgreSQL a full commit waited for a WAL flush of
-    /// its own before each activity's pushes. Under the engine's settings, one plan kept (a row by primary key): planned
-    /// for its values, over 5,000 activities of one phone each, it took 487 ms of planning against 290 ms of running.
-    public func recordSendStart(appID: String, activityID: String, sequence: Int64, at now: Date) async throws {
-        _ = try await writer.write(durability: engineDurability, isolation: .serializable, under: Self.engineSettings) { db in
-            try db.query(
-                Self.sendStartStatement, [.integer(Int(sequence)), .integer(Self.millis(now)), .text(appID), .text(activityID)]
-            )
-        }
-    }
-
-    /// ``recordSendStart(appID:activityID:sequence:at:)``'s statement.
-    static let sendStartStatement = "UPDATE activities SET last_sent_sequence = ?, last_sent_at = ? WHERE app_id = ? AND activity_id = ?"
 }
 
 extension SQLStore {

@@ -257,6 +257,43 @@ struct ClaimOrderTests {
             #expect(again?.activity.activityID == "a")
         }
     }
+
+    @Test("a release records the send's start it is given, for the next claim's rate shaping, and keeps the one before without one", arguments: StoreKind.available)
+    func releaseRecordsTheSendStart(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            _ = try await store.registerInstance(
+                InstanceRegistration(
+                    appID: "app_test", activityID: "a", deviceID: "d1", platform: .ios, pushToken: String(repeating: "ab", count: 32),
+                    attributesType: nil, attributes: nil, userID: nil
+                ),
+                at: t0
+            )
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 1]), at: t0)
+            let first = try #require(try await store.claimToSend(owner: "w1", now: t0, lease: 30))
+            #expect(first.activity.lastSentSequence == nil && first.activity.lastSentAt == nil)
+            let started = t0.addingTimeInterval(2)
+            try await store.releaseClaim(
+                appID: "app_test", activityID: "a", owner: "w1", platforms: [.ios], retryAt: nil,
+                sendStart: SendStart(sequence: first.activity.sequence, at: started)
+            )
+            // The instance is still behind (nothing recorded its delivery): the next claim reads the send's start.
+            let second = try #require(try await store.claimToSend(owner: "w2", now: t0.addingTimeInterval(3), lease: 30))
+            #expect(second.activity.lastSentSequence == first.activity.sequence && second.activity.lastSentAt == started)
+            // A release without one (a catch-up of the state already sent) leaves it as it was.
+            try await store.releaseClaim(appID: "app_test", activityID: "a", owner: "w2", platforms: [.ios], retryAt: nil)
+            let third = try #require(try await store.claimToSend(owner: "w3", now: t0.addingTimeInterval(4), lease: 30))
+            #expect(third.activity.lastSentSequence == first.activity.sequence && third.activity.lastSentAt == started)
+            // A release by someone who no longer holds the claim records nothing.
+            try await store.releaseClaim(
+                appID: "app_test", activityID: "a", owner: "w1", platforms: [.ios], retryAt: nil,
+                sendStart: SendStart(sequence: 99, at: t0.addingTimeInterval(5))
+            )
+            let held = try await store.activityWithoutInstanceCounts(appID: "app_test", activityID: "a")
+            #expect(held?.lastSentSequence == first.activity.sequence && held?.lastSentAt == started)
+        }
+    }
 }
 
 extension DispatchStore {
