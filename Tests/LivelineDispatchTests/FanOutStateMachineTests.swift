@@ -76,6 +76,42 @@ struct FanOutStateMachineTests {
         #expect(Self.release(Self.drain(&machine)) == .now)
     }
 
+    @Test("a first page that says the later platforms have nothing behind ends the pass without reading theirs")
+    func laterPlatformsSkipped() {
+        // Nothing behind anywhere: one read for the whole pass.
+        var machine = Machine(platforms: [.ios, .android], limits: Self.limits())
+        #expect(Self.reads(Self.drain(&machine)).map(\.0) == [.ios])
+        machine.receive(.pageRead(instances: [], cursor: nil, rendition: nil, nothingBehind: [.android]))
+        var actions = Self.drain(&machine)
+        #expect(Self.reads(actions).isEmpty && Self.release(actions) == .now)
+
+        // One phone: its page is sent and recorded, and the pass ends without a read for Android.
+        machine = Machine(platforms: [.ios, .android], limits: Self.limits(pageSize: 4, progressBatchSize: 1))
+        _ = Self.drain(&machine)
+        machine.receive(.pageRead(instances: ["d00001"], cursor: "d00001", rendition: Rendition(sequence: 3), nothingBehind: [.android]))
+        actions = Self.drain(&machine)
+        #expect(Self.sent(actions) == [["d00001"]] && Self.reads(actions).isEmpty)
+        machine.receive(.resultsReceived(Self.done(["d00001"])))
+        actions = Self.drain(&machine)
+        #expect(Self.recorded(actions) == [Self.done(["d00001"])])
+        machine.receive(.progressRecorded)
+        actions = Self.drain(&machine)
+        #expect(Self.reads(actions).isEmpty && Self.release(actions) == .now)
+
+        // Only a later page's word is not taken: a read-ahead says nothing of other platforms.
+        machine = Machine(platforms: [.ios, .android], limits: Self.limits(pageSize: 1, progressBatchSize: 1))
+        _ = Self.drain(&machine)
+        machine.receive(.pageRead(instances: ["d00001"], cursor: "d00001", rendition: Rendition(sequence: 3)))
+        actions = Self.drain(&machine)
+        #expect(Self.reads(actions).map(\.0) == [.ios])
+        machine.receive(.resultsReceived(Self.done(["d00001"])))
+        machine.receive(.pageRead(instances: [], cursor: nil, rendition: nil, nothingBehind: [.android]))
+        actions = Self.drain(&machine)
+        machine.receive(.progressRecorded)
+        actions += Self.drain(&machine)
+        #expect(Self.reads(actions).map(\.0) == [.android], "\(actions)")
+    }
+
     @Test("a page goes out in chunks within the in-flight limit while the next page is read ahead")
     func chunksAndReadAhead() {
         var machine = Machine(platforms: [.ios], limits: Self.limits(pageSize: 4, pushesPerCall: 2, pushesInFlight: 3))

@@ -542,7 +542,7 @@ struct PostgresPlanTests {
         }
     }
 
-    @Test("the engine's reads of an activity's rows (pending instances, the look for slices, credentials) keep one plan, by primary key, on the readers' connection opened for them")
+    @Test("the engine's reads of an activity's rows (pending instances of one platform or two, the look for slices, credentials) keep one plan, by primary key, on the readers' connection opened for them")
     func engineReadsKeepTheirPlan() async throws {
         try await withTemporaryStore(.postgres) { store, _ in
             try await makeApp(store)
@@ -562,11 +562,14 @@ struct PostgresPlanTests {
                     try await run("ANALYZE instances", in: store)
                 }
                 for activity in ["small", "large"] {
-                    let page = try await store.pendingInstances(
-                        appID: "app_test", activityID: activity, below: 2, platforms: [.ios], after: nil, through: nil, limit: 2
-                    )
-                    // By device id, as text: the large one's second is `d-10`.
-                    #expect(page.map(\.deviceID) == (round < 2 ? [] : activity == "small" ? ["d-1", "d-2"] : ["d-1", "d-10"]))
+                    // One platform's page, and the first page of a pass read for both platforms at once.
+                    for platforms: [Platform] in [[.ios], [.ios, .android]] {
+                        let page = try await store.pendingInstances(
+                            appID: "app_test", activityID: activity, below: 2, platforms: platforms, after: nil, through: nil, limit: 2
+                        )
+                        // By device id, as text: the large one's second is `d-10`.
+                        #expect(page.map(\.deviceID) == (round < 2 ? [] : activity == "small" ? ["d-1", "d-2"] : ["d-1", "d-10"]))
+                    }
                     // Slices are planned only for more pending instances than one slice holds: the large one has.
                     let slices = try await store.planSlices(
                         appID: "app_test", activityID: activity, owner: "nobody", below: 2, platforms: [.ios], size: 10, now: t0
@@ -576,7 +579,8 @@ struct PostgresPlanTests {
                 #expect(try await store.credentials(appID: "app_test", provider: .apns) == nil)
             }
             for (text, arguments, index) in [
-                ("SELECT * FROM instances WHERE app_id", "'app_test', 'large', 2, 'ios'", "instances_pkey"),
+                ("platform IN ($4::text)", "'app_test', 'large', 2, 'ios'", "instances_pkey"),
+                ("platform IN ($4::text,$5::text)", "'app_test', 'large', 2, 'ios', 'android'", "instances_pkey"),
                 ("SELECT 1 AS found FROM fanout_slices", "'app_test', 'large', 'app_test', 'large', 2, 'ios'", "instances_pkey"),
                 ("SELECT * FROM app_credentials", "'app_test', 'apns'", "app_credentials_pkey"),
             ] {

@@ -52,7 +52,8 @@ public struct FanOutLimits: Sendable, Hashable {
 /// (`FanOutStateMachineTests`).
 ///
 /// A pass goes through the engine's platforms in order. For each one it reads the first page of instances that are
-/// behind the activity's sequence; an empty page means nothing to do there. Otherwise the engine finds the platform's
+/// behind the activity's sequence; an empty page means nothing to do there (and a first page may say that later
+/// platforms have nothing either: they are skipped). Otherwise the engine finds the platform's
 /// transport and renders the sequence (both arrive with that first page as its ``FanOutRendition``), and the machine
 ///
 /// - sends the page in chunks of ``FanOutLimits/pushesPerCall``, never more than ``FanOutLimits/pushesInFlight`` at
@@ -75,7 +76,11 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
         /// The page asked for by ``Action/readPage(platform:below:after:)`` was read: the instances behind (ordered by
         /// `cursor`), the cursor after the last one, and — for a platform's first page, or when a newer sequence was
         /// accepted since — the sequence to send from now on.
-        case pageRead(instances: [Instance], cursor: String?, rendition: Rendition?)
+        ///
+        /// A platform's first page may also say which of the platforms after it have nothing behind (`nothingBehind`:
+        /// the engine read them with it, all of them in one page): the pass skips them, without reading their first
+        /// pages. An activity of one phone is then one read, not one per platform.
+        case pageRead(instances: [Instance], cursor: String?, rendition: Rendition?, nothingBehind: [Platform] = [])
         /// The platform's first page has instances, but the engine has no way to send this app's pushes on it
         /// (no credentials and no emulator): its instances wait.
         case transportUnavailable
@@ -141,6 +146,8 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
 
     /// Index into `platforms` of the platform being worked on.
     private var platformIndex = 0
+    /// Platforms a first page said have nothing behind: their passes are skipped.
+    private var skipped: Set<Platform> = []
     /// The platform's first page is being read (no rendition yet).
     private var readingFirstPage = false
     /// What is sent now; nil until the platform's first page with instances (the pass has not started sending).
@@ -179,7 +186,8 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
     /// Takes in what happened.
     public mutating func receive(_ event: Event) {
         switch event {
-        case .pageRead(let instances, let cursor, let rendition):
+        case .pageRead(let instances, let cursor, let rendition, let nothingBehind):
+            if readingFirstPage { skipped.formUnion(nothingBehind) }
             pageArrived(.instances(instances, cursor: cursor, rendition: rendition))
         case .claimLost:
             pageArrived(.claimLost)
@@ -334,6 +342,7 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
 
     private mutating func nextPlatform() {
         platformIndex += 1
+        while platformIndex < platforms.count, skipped.contains(platforms[platformIndex]) { platformIndex += 1 }
         rendition = nil
         page = []
         pageIndex = 0
