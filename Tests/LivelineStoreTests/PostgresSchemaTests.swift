@@ -444,6 +444,55 @@ struct PostgresPlanTests {
         }
     }
 
+    @Test("a release that waits for a registration's lock on its activity reads afresh: the new instance keeps the activity pending")
+    func releaseSeesARegistrationCommittedWhileItWaited() async throws {
+        try await withTemporaryStore(.postgres) { store, url in
+            try await makeApp(store)
+            try await run(
+                """
+                INSERT INTO activities (app_id, activity_id, state, sequence, content_state, created_at, updated_at, claim_owner,
+                    claim_expires_at)
+                VALUES ('app_test', 'a', 'active', 1, '{}', 0, 0, 'w', 9999999999999)
+                """,
+                in: store
+            )
+            // The phone the pass sent to: delivered, nothing behind.
+            try await addDeliveredInstances(to: "a", 1...1, in: store)
+            // A registration of a second phone, as the Store writes one: the activity's row first (pending again), then
+            // the instance; left open while the release starts.
+            let configuration = try PostgresTestServer.configuration(url: url, database: nil)
+            let registration = try await PostgresConnection.connect(configuration: configuration, id: 7, logger: PostgresTestServer.logger)
+            try await registration.query("BEGIN", logger: PostgresTestServer.logger)
+            try await registration.query(
+                "UPDATE activities SET dispatched_sequence = 0, next_dispatch_at = NULL WHERE app_id = 'app_test' AND activity_id = 'a'",
+                logger: PostgresTestServer.logger
+            )
+            try await registration.query(
+                """
+                INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
+                    updated_at, priority10_tally)
+                VALUES ('app_test', 'a', 'd-2', 'ios', 't-2', 'active', 0, 0, 0, 0)
+                """,
+                logger: PostgresTestServer.logger
+            )
+            let release = Task {
+                try await store.releaseClaim(appID: "app_test", activityID: "a", owner: "w", platforms: [.ios], retryAt: nil)
+            }
+            // The release reaches the row and waits for the registration's lock (its snapshot taken before the commit).
+            try await Task.sleep(for: .milliseconds(300))
+            try await registration.query("COMMIT", logger: PostgresTestServer.logger)
+            try await registration.close()
+            // Read on its first snapshot, it would find nothing behind and mark the activity done: the new phone would
+            // never be sent the state. The row changed since that snapshot, so it runs again and finds the phone.
+            #expect(try await release.value == false)
+            let behind = try await store.pendingInstances(
+                appID: "app_test", activityID: "a", below: 1, platforms: [.ios], after: nil, limit: 10
+            )
+            #expect(behind.map(\.deviceID) == ["d-2"])
+            #expect(try await store.nextClaimable().next != nil, "the activity is pending")
+        }
+    }
+
     @Test("the engine's question of when its next activity is due keeps to its indexes in the plan it made on empty tables")
     func dueStatementKeepsItsIndexes() async throws {
         try await withTemporaryStore(.postgres) { store, _ in

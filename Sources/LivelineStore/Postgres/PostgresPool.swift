@@ -291,6 +291,8 @@ final class PostgresPool: StoreWriter, StoreReader {
                     try db.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", [])
                 case .lockingRows:
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
+                case .snapshot:
+                    try db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ", [])
                 case .grouped:
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                     try db.setLocal(PostgresHandle.groupedWriteSettings)

@@ -124,6 +124,13 @@ enum WriteIsolation: Sendable, Hashable {
     /// committed, and writes that touch other rows never fail each other, as serializable writes do when their index
     /// entries share a page. A unique key two such writes insert at once still fails one of them, which runs again.
     case lockingRows
+    /// `REPEATABLE READ`: the write reads one snapshot, and updating a row that another transaction changed since that
+    /// snapshot is a serialization failure (the write runs again, reading afresh). Unlike ``serializable`` it takes no
+    /// predicate locks, so it never fails because its reads and another write's rows share an index page. Only for a
+    /// write whose decision rests on rows that every write able to change that decision also changes: the release of
+    /// an engine's claim, which decides whether anything is behind on an activity, and every write that puts something
+    /// behind (an update, a registration, a start, a rotated token) writes the activity's row.
+    case snapshot
     /// As ``lockingRows``, for a short write acknowledged to a client (``Durability/full``) whose body locks only rows
     /// under `key` (its activity's row first, then that activity's instance of one device), and which may therefore
     /// share one transaction and one commit with other such writes (group commit). `key` orders the writes of a shared
