@@ -823,10 +823,10 @@ public final class Dispatcher: Service, Sendable {
         }
     }
 
-    /// A platform's first page of the pass, read with the engine's platforms after it: when all of their instances
-    /// behind fit in one page, that one read gives this platform's whole pass and says which of the later ones have
-    /// nothing behind (the pass skips them); otherwise this platform's first page is read alone. On PostgreSQL each read
-    /// is a round trip, and an activity of one phone used to cost one for each platform, most of them finding nothing.
+    /// A platform's first page of the pass, read with the engine's platforms after it, and taken apart by
+    /// ``FanOutStateMachine/firstPage(of:in:readWith:pageSize:platformOf:)``; read again alone when that read cannot
+    /// say. On PostgreSQL each read is a round trip, and an activity of one phone used to cost one for each platform,
+    /// most of them finding nothing.
     private func firstPage(
         _ claim: DispatchClaim, slice: FanOutSlice?, platform: Platform
     ) async throws -> (instances: [InstanceRecord], nothingBehind: [Platform]) {
@@ -839,9 +839,10 @@ public final class Dispatcher: Service, Sendable {
         }
         guard !later.isEmpty else { return (try await read([platform]), []) }
         let together = try await read([platform] + later)
-        guard together.count < configuration.pageSize else { return (try await read([platform]), []) }
-        let found = Set(together.map(\.platform))
-        return (together.filter { $0.platform == platform }, later.filter { !found.contains($0) })
+        if let first = FanOut.firstPage(of: platform, in: together, readWith: later, pageSize: configuration.pageSize, platformOf: \.platform) {
+            return first
+        }
+        return (try await read([platform]), [])
     }
 
     /// Runs `send` (pushes and their answers) until it returns or the shutdown grace is over: then it is cancelled, so

@@ -112,6 +112,26 @@ struct FanOutStateMachineTests {
         #expect(Self.reads(actions).map(\.0) == [.android], "\(actions)")
     }
 
+    @Test("one read of a first page with the later platforms' says what it can: all of them when it is short, this platform's page when it is full of it")
+    func firstPageReadTogether() {
+        // Instances as "platform:device".
+        func platform(_ instance: String) -> Platform { instance.hasPrefix("ios:") ? .ios : .android }
+        func look(_ read: [String], pageSize: Int = 3) -> ([String], [Platform])? {
+            Machine.firstPage(of: .ios, in: read, readWith: [.android], pageSize: pageSize, platformOf: platform)
+                .map { ($0.instances, $0.nothingBehind) }
+        }
+        // Short: everything behind is in it.
+        #expect(look([]).map { $0.0 == [] && $0.1 == [.android] } == true)
+        #expect(look(["ios:a", "ios:b"]).map { $0.0 == ["ios:a", "ios:b"] && $0.1 == [.android] } == true)
+        #expect(look(["ios:a", "android:b"]).map { $0.0 == ["ios:a"] && $0.1 == [] } == true)
+        #expect(look(["android:a"]).map { $0.0 == [] && $0.1 == [] } == true)
+        // Full, all iOS: iOS's first page, nothing said of Android.
+        #expect(look(["ios:a", "ios:b", "ios:c"]).map { $0.0 == ["ios:a", "ios:b", "ios:c"] && $0.1 == [] } == true)
+        // Full and mixed: iOS's part is short of a page, though more may follow: read alone.
+        #expect(look(["ios:a", "android:b", "ios:c"]) == nil)
+        #expect(look(["android:a", "android:b", "android:c"]) == nil)
+    }
+
     @Test("a page goes out in chunks within the in-flight limit while the next page is read ahead")
     func chunksAndReadAhead() {
         var machine = Machine(platforms: [.ios], limits: Self.limits(pageSize: 4, pushesPerCall: 2, pushesInFlight: 3))

@@ -183,6 +183,25 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
         self.limits = limits
     }
 
+    /// What one read of `platform`'s first page together with the `later` platforms' (`read`: their instances behind,
+    /// by device id, at most `pageSize`) says of `platform`'s first page: `nil` when it cannot say, and the page must be
+    /// read alone.
+    ///
+    /// - Fewer than `pageSize`: the read holds every instance behind on all of them, so `platform`'s are its whole
+    ///   first page, and the later platforms with none have nothing behind (the `nothingBehind` of
+    ///   ``Event/pageRead(instances:cursor:rendition:nothingBehind:)``).
+    /// - A full page, all of `platform`: its first page too (its instances come in the same order), and nothing is
+    ///   known of the later ones.
+    /// - A full page of several platforms: `platform`'s part of it may be short of a page, which would end its pass
+    ///   early: `nil`.
+    public static func firstPage(
+        of platform: Platform, in read: [Instance], readWith later: [Platform], pageSize: Int, platformOf: (Instance) -> Platform
+    ) -> (instances: [Instance], nothingBehind: [Platform])? {
+        guard read.count < pageSize else { return read.allSatisfy { platformOf($0) == platform } ? (read, []) : nil }
+        let found = Set(read.map(platformOf))
+        return (read.filter { platformOf($0) == platform }, later.filter { !found.contains($0) })
+    }
+
     /// Takes in what happened.
     public mutating func receive(_ event: Event) {
         switch event {
