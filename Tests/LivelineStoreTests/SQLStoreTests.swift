@@ -1,6 +1,6 @@
 import Foundation
 import LivelineCore
-import LivelineStore
+@testable import LivelineStore
 import LivelineTestSupport
 import Testing
 
@@ -275,6 +275,47 @@ struct DeliveryProgressTests {
             #expect(instance.state == .active)
             let pending = try await store.pendingInstances(appID: "app_test", activityID: "order-1", below: 1, platforms: [.ios], after: nil, limit: 10)
             #expect(pending.map(\.pushToken) == ["bbbb"])
+        }
+    }
+
+    @Test("a batch that only delivers is written whole, its timeline with it (one statement on PostgreSQL); one that changes states is not joined", arguments: StoreKind.available)
+    func deliveredBatchTogether(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            for device in ["d1", "d2", "d3"] {
+                _ = try await store.registerInstance(registration(device, token: "aa" + device.dropFirst()), at: t0)
+            }
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["n": 1]), at: t0)
+            func attempt(_ device: String) -> DeliveryRecord {
+                DeliveryRecord(
+                    appID: "app_test", activityID: "order-1", deviceID: device, platform: .ios, sequence: 1, event: .update, priority: 10,
+                    status: .delivered, providerID: "id-\(device)", reason: nil, latencyMilliseconds: 1.5, attempt: 1, attemptedAt: t0
+                )
+            }
+            let delivered = DeliveryProgress(
+                appID: "app_test", activityID: "order-1",
+                delivered: [PushedInstance(deviceID: "d1", token: "aa1", sequence: 1), PushedInstance(deviceID: "d2", token: "aa2", sequence: 1)],
+                attempts: [attempt("d1"), attempt("d2")]
+            )
+            #expect(SQLStore.progressGoesTogether(delivered))
+            try await store.recordProgress(delivered, at: t0)
+            var invalidated = DeliveryProgress(
+                appID: "app_test", activityID: "order-1", delivered: [], invalidated: [PushedInstance(deviceID: "d3", token: "aa3", sequence: 1)]
+            )
+            invalidated.attempts = [attempt("d3")]
+            #expect(!SQLStore.progressGoesTogether(invalidated))
+            try await store.recordProgress(invalidated, at: t0)
+            let pending = try await store.pendingInstances(appID: "app_test", activityID: "order-1", below: 1, platforms: [.ios], after: nil, limit: 10)
+            #expect(pending.isEmpty)
+            let instances = try await store.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items
+            #expect(instances.map(\.deliveredSequence) == [1, 1, 0] && instances.map(\.state) == [.active, .active, .invalidated])
+            // Newest first: the second batch's attempt, then the first's in their order.
+            let timeline = try await store.deliveries(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items
+            #expect(timeline.map(\.deviceID) == ["d3", "d2", "d1"])
+            // More attempts than a segment holds keep their segments' order: not joined.
+            var large = delivered
+            large.attempts = Array(repeating: attempt("d1"), count: SQLStore.attemptsPerSegment + 1)
+            #expect(!SQLStore.progressGoesTogether(large))
         }
     }
 
