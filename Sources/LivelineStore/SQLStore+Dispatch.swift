@@ -201,11 +201,11 @@ extension SQLStore {
 
     /// The planner settings of the delivery engine's writes on PostgreSQL: its claims
     /// (``claimPendingActivity(owner:now:lease:platforms:)``), its progress (``progressStatements(_:at:)``) and its
-    /// releases. Each of their statements reads and writes rows by key, and
-    /// with no sorts, sequential scans, hash joins or merge joins each has one plan, the walk of its keys, whatever its
-    /// values: so each keeps the plan it made first (``PostgresHandle/keptPlans``), where planning it at every call cost
-    /// more than running it (see each). One list for them all, so that the writers' pool keeps connections opened with
-    /// it for them (``PostgresPool``'s bookkeeping connections), where their transactions send no settings.
+    /// releases. Each of their statements reads and writes rows by key, and with no sorts, sequential scans, hash joins
+    /// or merge joins each has one plan, the walk of its keys, whatever its values: so each keeps the plan it made first
+    /// (``PostgresHandle/keptPlans``), where planning it at every call cost more than running it (see each). One list
+    /// for them all, so that the writers' pool keeps connections opened with it for them (``PostgresPool``'s
+    /// bookkeeping connections), where their transactions send no settings.
     static let engineSettings: [(name: String, value: String)] = [
         ("enable_sort", "off"), ("enable_seqscan", "off"), ("enable_hashjoin", "off"), ("enable_mergejoin", "off"),
         PostgresHandle.keptPlans,
@@ -486,7 +486,7 @@ extension SQLStore {
         // snapshot, and a write that put something behind since has written the activity's row, so the release's
         // update of that row fails and runs again. Serializable, releases failed one another on the pages of
         // `activities_pkey` their lookups shared: about 5 % of them (247 of 5,247 over 5,000 activities of one phone
-        // each, with 3,092 failed commits in the server's log over a dozen such runs), each run again after a pause.
+        // each; 223 – 237 serialization failures in PostgreSQL's log for each such run), each run again after a pause.
         let done = try await writer.write(
             durability: engineDurability, isolation: .snapshot, under: Self.engineSettings
         ) { db in

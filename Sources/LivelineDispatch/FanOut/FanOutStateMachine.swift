@@ -53,8 +53,8 @@ public struct FanOutLimits: Sendable, Hashable {
 ///
 /// A pass goes through the engine's platforms in order. For each one it reads the first page of instances that are
 /// behind the activity's sequence; an empty page means nothing to do there (and a first page may say that later
-/// platforms have nothing either: they are skipped). Otherwise the engine finds the platform's
-/// transport and renders the sequence (both arrive with that first page as its ``FanOutRendition``), and the machine
+/// platforms have nothing either: they are skipped). Otherwise the engine finds the platform's transport and renders
+/// the sequence (both arrive with that first page as its ``FanOutRendition``), and the machine
 ///
 /// - sends the page in chunks of ``FanOutLimits/pushesPerCall``, never more than ``FanOutLimits/pushesInFlight`` at
 ///   once, while the next page is read ahead;
