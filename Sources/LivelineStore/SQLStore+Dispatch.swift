@@ -487,8 +487,10 @@ extension SQLStore {
         // update of that row fails and runs again. Serializable, releases failed one another on the pages of
         // `activities_pkey` their lookups shared: about 5 % of them (247 of 5,247 over 5,000 activities of one phone
         // each; 223 – 237 serialization failures in PostgreSQL's log for each such run), each run again after a pause.
+        // One statement, sent alone on the connections kept for the engine (``WriteIsolation/snapshotStatement``): no
+        // `BEGIN` and `COMMIT` around it.
         let done = try await writer.write(
-            durability: engineDurability, isolation: .snapshot, under: Self.engineSettings
+            durability: engineDurability, isolation: .snapshotStatement, under: Self.engineSettings
         ) { db in
             try db.query(release.sql, release.binds)
         }.first?.column("done")?.integer

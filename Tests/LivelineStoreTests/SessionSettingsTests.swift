@@ -219,6 +219,18 @@ struct SessionSettingsOnServerTests {
                 #expect(try await ask(.bookkeeping, [("enable_hashjoin", "off")]) == ["set", "on", "off"])
                 let plain = try await pool.write(durability: .full) { db in try setting("enable_sort", db) }
                 #expect(plain == "on")
+                // Isolation there: what each write asks (its BEGIN says), and a write of one statement at REPEATABLE READ
+                // goes alone, without BEGIN or COMMIT; elsewhere it is a transaction of its own.
+                func isolation(_ durability: Durability, _ isolation: WriteIsolation) async throws -> [String] {
+                    try await pool.write(durability: durability, isolation: isolation, under: settings) { db in
+                        let level = try db.query("SELECT current_setting('transaction_isolation') AS level", []).first?.column("level")?.string
+                        return [level ?? "", "\((db as? PostgresHandle)?.statementsInTransaction ?? -1)"]
+                    }
+                }
+                #expect(try await isolation(.bookkeeping, .lockingRows) == ["read committed", "2"])
+                #expect(try await isolation(.bookkeeping, .snapshot) == ["repeatable read", "2"])
+                #expect(try await isolation(.bookkeeping, .snapshotStatement) == ["repeatable read", "1"])
+                #expect(try await isolation(.full, .snapshotStatement) == ["repeatable read", "3"])
             } catch {
                 try? await pool.close()
                 throw error

@@ -35,6 +35,8 @@ final class PostgresHandle: SQLConnection {
     private var unsettled: [EventLoopFuture<[PostgresRow]>] = []
     /// The first failure among them in the transaction under way.
     private var transactionFailure: (any Error)?
+    /// Statements sent since the last transaction ended (``endTransaction()``), its settings' statement among them.
+    private(set) var statementsInTransaction = 0
     /// Settings for the transaction under way (``setLocal(_:)``) still to be sent, with the next statement.
     private var pendingSettings: [(name: String, value: String)] = []
     /// The settings the connection was opened with (``sessionSettings``) and those the transaction under way has set
@@ -207,6 +209,7 @@ final class PostgresHandle: SQLConnection {
     /// prepared (in a transaction a failure has aborted, say) is sent unprepared, and fails there if it must.
     private func sendStatement(_ sql: String, _ binds: [SQLiteData]) throws -> EventLoopFuture<[PostgresRow]> {
         let (connection, answers) = try openConnection()
+        statementsInTransaction += 1
         guard !binds.isEmpty || Self.isPlanned(sql) else {
             return answers.guarding(connection.query(Self.query(sql, binds), logger: logger).map(\.rows))
         }
@@ -308,6 +311,7 @@ final class PostgresHandle: SQLConnection {
     /// or before a new one.
     func endTransaction() {
         _ = try? settle()
+        statementsInTransaction = 0
         transactionFailure = nil
         pendingSettings = []
         transactionSettings = [:]

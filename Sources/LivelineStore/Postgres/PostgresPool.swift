@@ -186,7 +186,15 @@ final class PostgresPool: StoreWriter, StoreReader {
 
     /// What a bookkeeping connection is opened with besides its settings: what each of its writes asks
     /// (``Durability/bookkeeping``: no wait for the WAL's flush).
-    static let bookkeepingDefaults: [(name: String, value: String)] = [("synchronous_commit", "off")]
+    /// Their transactions are `REPEATABLE READ` unless they say otherwise (every transaction of
+    /// ``runAlone(durability:isolation:_:on:)`` says), so that a ``WriteIsolation/snapshotStatement`` write goes as its
+    /// statement alone.
+    static let bookkeepingDefaults: [(name: String, value: String)] = [
+        ("synchronous_commit", "off"), snapshotByDefault,
+    ]
+
+    /// The session setting under which a statement sent alone is a `REPEATABLE READ` transaction.
+    static let snapshotByDefault = (name: "default_transaction_isolation", value: "repeatable read")
 
     /// On a bookkeeping connection (``bookkeepingConnections``) when `settings` are theirs and the write is
     /// ``Durability/bookkeeping`` (not a grouped write), else as ``write(durability:isolation:_:)`` with the settings set.
@@ -280,8 +288,12 @@ final class PostgresPool: StoreWriter, StoreReader {
             // A connection found closed is opened again here, between transactions; one that cannot be opened fails the
             // write at once.
             try db.reconnectIfNeeded()
-            // Once COMMIT is sent, a lost connection leaves the write's outcome unknown: it is not run again.
-            var commitSent = false
+            // A statement sent alone, on a connection whose transactions are REPEATABLE READ by default, is its own
+            // transaction: no BEGIN, no COMMIT (two statements of the three it was).
+            let alone = isolation == .snapshotStatement && db.holds([Self.snapshotByDefault])
+            // Once COMMIT is sent (or a statement sent alone, which commits itself), a lost connection leaves the
+            // write's outcome unknown: it is not run again.
+            var commitSent = alone
             do {
                 // BEGIN goes out with the body's first statement, without a round trip of its own, and the bookkeeping
                 // setting in one statement with the body's own settings (``SQLConnection/setLocal(_:)``); the body's
@@ -293,6 +305,8 @@ final class PostgresPool: StoreWriter, StoreReader {
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                 case .snapshot:
                     try db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ", [])
+                case .snapshotStatement:
+                    if !alone { try db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ", []) }
                 case .grouped:
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                     try db.setLocal(PostgresHandle.groupedWriteSettings)
@@ -301,6 +315,13 @@ final class PostgresPool: StoreWriter, StoreReader {
                     try db.execute("SELECT pg_advisory_xact_lock(\(lock))", [])
                 }
                 if durability == .bookkeeping { try db.setLocal([("synchronous_commit", "off")]) }
+                if alone {
+                    let result = try body(db)
+                    precondition(db.statementsInTransaction <= 1, "a write sent alone is one statement")
+                    try db.settle()
+                    db.endTransaction()
+                    return result
+                }
                 let result = try body(db)
                 let committing = ContinuousClock.now
                 // PostgreSQL answers COMMIT with success even for a transaction a failed statement aborted (it
@@ -313,7 +334,8 @@ final class PostgresPool: StoreWriter, StoreReader {
                 self.metrics.committed(durability, took: ContinuousClock.now - committing)
                 return result
             } catch let failure as PostgresFailure where failure.isRetryable && attempt < Self.attempts {
-                Self.rollBack(db)
+                // A statement sent alone rolled back by itself.
+                if alone { db.endTransaction() } else { Self.rollBack(db) }
                 self.metrics.retried(sqlState: failure.sqlState ?? "?")
                 Self.pauseBeforeRetry(attempt)
                 attempt += 1
