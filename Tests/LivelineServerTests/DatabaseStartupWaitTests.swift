@@ -166,12 +166,20 @@ private final class Relay: ChannelInboundHandler, @unchecked Sendable {
         context.fireChannelInactive()
     }
 
-    /// A port of loopback nothing listens on (one the system just gave and took back).
+    /// A port of loopback nothing listens on, below the range the system gives outgoing connections (32768 – 60999 on
+    /// Linux): the server's own attempts to connect to it meanwhile, and other tests' connections, take their local
+    /// ports from that range, and one of them taking this port (or connecting to itself on it) kept the relay from
+    /// listening there once in a full run of the suite, the server refused for its whole wait.
     static func freePort() async throws -> Int {
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
-        let port = try #require(channel.localAddress?.port)
-        try await channel.close()
-        return port
+        for _ in 0..<100 {
+            let port = Int.random(in: 20_000..<32_000)
+            guard let channel = try? await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: port).get()
+            else { continue }
+            try await channel.close()
+            return port
+        }
+        Issue.record("no free port below the ephemeral range")
+        throw CancellationError()
     }
 
     /// Listens on `port` and relays every connection to `host`:`targetPort`.
