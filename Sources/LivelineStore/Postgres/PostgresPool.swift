@@ -186,6 +186,7 @@ final class PostgresPool: StoreWriter, StoreReader {
 
     /// What a bookkeeping connection is opened with besides its settings: what each of its writes asks
     /// (``Durability/bookkeeping``: no wait for the WAL's flush).
+    ///
     /// Their transactions are `REPEATABLE READ` unless they say otherwise (every transaction of
     /// ``runAlone(durability:isolation:_:on:)`` says), so that a ``WriteIsolation/snapshotStatement`` write goes as its
     /// statement alone.
@@ -316,10 +317,13 @@ final class PostgresPool: StoreWriter, StoreReader {
                 }
                 if durability == .bookkeeping { try db.setLocal([("synchronous_commit", "off")]) }
                 if alone {
+                    // Its commit is the statement's own: timed with it.
+                    let started = ContinuousClock.now
                     let result = try body(db)
                     precondition(db.statementsInTransaction <= 1, "a write sent alone is one statement")
                     try db.settle()
                     db.endTransaction()
+                    self.metrics.committed(durability, took: ContinuousClock.now - started)
                     return result
                 }
                 let result = try body(db)
