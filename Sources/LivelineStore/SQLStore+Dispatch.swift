@@ -482,13 +482,12 @@ extension SQLStore {
         // Under the engine's settings, so that PostgreSQL keeps one plan of it (by key, ``engineSettings``) rather than
         // plan it at every release: planned for its values, over 5,000 activities of one phone each
         // (`pg_stat_statements`), the releases took 1,318 ms of planning against 466 ms of running.
-        // At REPEATABLE READ on PostgreSQL (``WriteIsolation/snapshot``): what is behind is read on the transaction's
+        // At REPEATABLE READ on PostgreSQL, one statement sent alone on the connections kept for the engine, without
+        // `BEGIN` and `COMMIT` (``WriteIsolation/snapshotStatement``): what is behind is read on the statement's
         // snapshot, and a write that put something behind since has written the activity's row, so the release's
         // update of that row fails and runs again. Serializable, releases failed one another on the pages of
         // `activities_pkey` their lookups shared: about 5 % of them (247 of 5,247 over 5,000 activities of one phone
         // each; 223 – 237 serialization failures in PostgreSQL's log for each such run), each run again after a pause.
-        // One statement, sent alone on the connections kept for the engine (``WriteIsolation/snapshotStatement``): no
-        // `BEGIN` and `COMMIT` around it.
         let done = try await writer.write(
             durability: engineDurability, isolation: .snapshotStatement, under: Self.engineSettings
         ) { db in

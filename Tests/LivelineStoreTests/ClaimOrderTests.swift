@@ -240,14 +240,7 @@ struct ClaimOrderTests {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
-            _ = try await store.registerInstance(
-                InstanceRegistration(
-                    appID: "app_test", activityID: "a", deviceID: "d1", platform: .ios, pushToken: String(repeating: "ab", count: 32),
-                    attributesType: nil, attributes: nil, userID: nil
-                ),
-                at: t0
-            )
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 1]), at: t0)
+            try await addActivityOfOnePhone(to: store, at: t0)
             let claim = try #require(try await store.claimToSend(owner: "w1", now: t0, lease: 30))
             // The instance is still behind: the release keeps the activity pending, due at once (no retry time).
             let done = try await store.releaseClaim(appID: "app_test", activityID: "a", owner: claim.owner, platforms: [.ios, .android], retryAt: nil)
@@ -263,14 +256,7 @@ struct ClaimOrderTests {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
             let t0 = Date(timeIntervalSince1970: 1_795_000_000)
-            _ = try await store.registerInstance(
-                InstanceRegistration(
-                    appID: "app_test", activityID: "a", deviceID: "d1", platform: .ios, pushToken: String(repeating: "ab", count: 32),
-                    attributesType: nil, attributes: nil, userID: nil
-                ),
-                at: t0
-            )
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 1]), at: t0)
+            try await addActivityOfOnePhone(to: store, at: t0)
             let first = try #require(try await store.claimToSend(owner: "w1", now: t0, lease: 30))
             #expect(first.activity.lastSentSequence == nil && first.activity.lastSentAt == nil)
             let started = t0.addingTimeInterval(2)
@@ -294,6 +280,18 @@ struct ClaimOrderTests {
             #expect(held?.lastSentSequence == first.activity.sequence && held?.lastSentAt == started)
         }
     }
+}
+
+/// Activity `a` with a state (sequence 1) and one iPhone (`d1`) behind it.
+private func addActivityOfOnePhone(to store: SQLStore, at t0: Date) async throws {
+    _ = try await store.registerInstance(
+        InstanceRegistration(
+            appID: "app_test", activityID: "a", deviceID: "d1", platform: .ios, pushToken: String(repeating: "ab", count: 32),
+            attributesType: nil, attributes: nil, userID: nil
+        ),
+        at: t0
+    )
+    _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 1]), at: t0)
 }
 
 extension DispatchStore {

@@ -228,7 +228,6 @@ struct SessionSettingsOnServerTests {
                     }
                 }
                 #expect(try await isolation(.bookkeeping, .lockingRows) == ["read committed", "2"])
-                #expect(try await isolation(.bookkeeping, .snapshot) == ["repeatable read", "2"])
                 #expect(try await isolation(.bookkeeping, .snapshotStatement) == ["repeatable read", "1"])
                 #expect(try await isolation(.full, .snapshotStatement) == ["repeatable read", "3"])
             } catch {

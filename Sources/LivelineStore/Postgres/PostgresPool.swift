@@ -304,8 +304,6 @@ final class PostgresPool: StoreWriter, StoreReader {
                     try db.execute("BEGIN ISOLATION LEVEL SERIALIZABLE", [])
                 case .lockingRows:
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
-                case .snapshot:
-                    try db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ", [])
                 case .snapshotStatement:
                     if !alone { try db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ", []) }
                 case .grouped:

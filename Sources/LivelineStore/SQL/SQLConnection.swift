@@ -130,11 +130,11 @@ enum WriteIsolation: Sendable, Hashable {
     /// write whose decision rests on rows that every write able to change that decision also changes: the release of
     /// an engine's claim, which decides whether anything is behind on an activity, and every write that puts something
     /// behind (an update, a registration, a start, a rotated token) writes the activity's row.
-    case snapshot
-    /// As ``snapshot``, for a write that is one statement: on a connection whose transactions are `REPEATABLE READ`
-    /// by default (``PostgresPool``'s bookkeeping connections), the statement is sent alone, in PostgreSQL's own
-    /// transaction, without `BEGIN` and `COMMIT`; elsewhere in a `REPEATABLE READ` transaction of its own. A body
-    /// that sends more than one statement there is a programming error (each would commit on its own).
+    ///
+    /// For a write that is one statement: on a connection whose transactions are `REPEATABLE READ` by default
+    /// (``PostgresPool``'s bookkeeping connections), the statement is sent alone, in PostgreSQL's own transaction,
+    /// without `BEGIN` and `COMMIT`; elsewhere in a `REPEATABLE READ` transaction of its own. A body that sends more
+    /// than one statement there is a programming error (each would commit on its own).
     case snapshotStatement
     /// As ``lockingRows``, for a short write acknowledged to a client (``Durability/full``) whose body locks only rows
     /// under `key` (its activity's row first, then that activity's instance of one device), and which may therefore
