@@ -278,6 +278,35 @@ struct DeliveryProgressTests {
         }
     }
 
+    @Test("delivered instances raise only the devices and tokens named, not the instances between them, and never lower a sequence", arguments: StoreKind.available)
+    func deliveredChunkRaisesWhatItNames(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            for device in ["d1", "d2", "d3", "d4", "d5"] {
+                _ = try await store.registerInstance(registration(device, token: "aa" + device.dropFirst()), at: t0)
+            }
+            for n in 1...2 {
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["n": .integer(Int64(n))]), at: t0)
+            }
+            _ = try await store.registerInstance(registration("d3", token: "bb3"), at: t0)  // rotated while aa3 was pushed to
+            // d2 lies between the devices of the chunk and was not sent to; d5 lies beyond them.
+            let chunk = ["d1": "aa1", "d3": "aa3", "d4": "aa4"].map { PushedInstance(deviceID: $0.key, token: $0.value, sequence: 2) }
+            try await store.recordProgress(DeliveryProgress(appID: "app_test", activityID: "order-1", delivered: chunk), at: t0)
+            func delivered() async throws -> [Int64] {
+                try await store.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items.map(\.deliveredSequence)
+            }
+            #expect(try await delivered() == [2, 0, 0, 2, 0])
+            // An answer to an older push comes in late.
+            try await store.recordProgress(
+                DeliveryProgress(appID: "app_test", activityID: "order-1", delivered: [PushedInstance(deviceID: "d1", token: "aa1", sequence: 1)]),
+                at: t0
+            )
+            #expect(try await delivered() == [2, 0, 0, 2, 0])
+            let pending = try await store.pendingInstances(appID: "app_test", activityID: "order-1", below: 2, platforms: [.ios], after: nil, limit: 10)
+            #expect(pending.map(\.deviceID) == ["d2", "d3", "d5"] && pending.map(\.pushToken) == ["aa2", "bb3", "aa5"])
+        }
+    }
+
     @Test("a batch that only delivers is written whole, its timeline with it (one statement on PostgreSQL); one that changes states is not joined", arguments: StoreKind.available)
     func deliveredBatchTogether(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
