@@ -295,6 +295,11 @@ final class PostgresPool: StoreWriter, StoreReader {
             // Once COMMIT is sent (or a statement sent alone, which commits itself), a lost connection leaves the
             // write's outcome unknown: it is not run again.
             var commitSent = alone
+            // After a failure: a transaction begun is rolled back; a statement sent alone rolled back by itself, and a
+            // ROLLBACK after it would be a round trip for PostgreSQL's warning that no transaction is in progress.
+            func abandon() {
+                if alone { db.endTransaction() } else { Self.rollBack(db) }
+            }
             do {
                 // BEGIN goes out with the body's first statement, without a round trip of its own, and the bookkeeping
                 // setting in one statement with the body's own settings (``SQLConnection/setLocal(_:)``); the body's
@@ -336,8 +341,7 @@ final class PostgresPool: StoreWriter, StoreReader {
                 self.metrics.committed(durability, took: ContinuousClock.now - committing)
                 return result
             } catch let failure as PostgresFailure where failure.isRetryable && attempt < Self.attempts {
-                // A statement sent alone rolled back by itself.
-                if alone { db.endTransaction() } else { Self.rollBack(db) }
+                abandon()
                 self.metrics.retried(sqlState: failure.sqlState ?? "?")
                 Self.pauseBeforeRetry(attempt)
                 attempt += 1
@@ -351,7 +355,7 @@ final class PostgresPool: StoreWriter, StoreReader {
                     attempt += 1
                 }
             } catch {
-                Self.rollBack(db)
+                abandon()
                 throw error
             }
         }
