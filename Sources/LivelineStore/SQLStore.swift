@@ -311,6 +311,11 @@ public final class SQLStore: Store, DispatchStore {
                 try Self.keepFeedAbove(highest, on: db)
             }
             try db.execute("DELETE FROM apps WHERE id = ?", binds)
+            // On PostgreSQL `events` has no foreign key to the app (its step 17); on SQLite the key's cascade has
+            // already removed them. A registration, update or end that commits while this (serializable) deletion
+            // runs holds or changes a row the cascade deletes, so the deletion fails to serialize and runs again,
+            // seeing that write's event.
+            try db.execute("DELETE FROM events WHERE app_id = ?", binds)
             try Self.tellNodes(.appDeleted(appID: id), dialect: dialect, on: db)
             return AppDeletion(app: app, activities: activities, devices: devices, channelsLeft: held)
         }

@@ -493,6 +493,46 @@ struct PostgresPlanTests {
         }
     }
 
+    @Test("an app's deletion removes the events of a registration that committed while the deletion waited for it (events have no key to the app)")
+    func deletionRemovesEventsCommittedWhileItWaited() async throws {
+        try await withTemporaryStore(.postgres) { store, url in
+            try await makeApp(store)
+            try await run(
+                "INSERT INTO activities (app_id, activity_id, state, sequence, created_at, updated_at) VALUES ('app_test', 'a', 'active', 0, 0, 0)",
+                in: store
+            )
+            // A registration as the Store writes one: the instance (its key locks the activity's row against deletion) and
+            // its event, left open while the deletion starts.
+            let configuration = try PostgresTestServer.configuration(url: url, database: nil)
+            let registration = try await PostgresConnection.connect(configuration: configuration, id: 8, logger: PostgresTestServer.logger)
+            try await registration.query("BEGIN", logger: PostgresTestServer.logger)
+            try await registration.query(
+                """
+                INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, delivered_sequence, created_at,
+                    updated_at, priority10_tally)
+                VALUES ('app_test', 'a', 'd-1', 'ios', 't-1', 'active', 0, 0, 0, 0)
+                """,
+                logger: PostgresTestServer.logger
+            )
+            try await registration.query(
+                """
+                INSERT INTO events (app_id, type, activity_id, device_id, data, created_at)
+                VALUES ('app_test', 'instance.registered', 'a', 'd-1', '{}', 0)
+                """,
+                logger: PostgresTestServer.logger
+            )
+            let deletion = Task { try await store.deleteApp(id: "app_test", leavingChannels: true) }
+            // The deletion's cascade reaches the activity's row and waits for the registration; the registration's
+            // commit fails the (serializable) deletion, which runs again and finds the event.
+            try await Task.sleep(for: .milliseconds(300))
+            try await registration.query("COMMIT", logger: PostgresTestServer.logger)
+            try await registration.close()
+            #expect(try await deletion.value?.activities == 1)
+            let left = try await store.reader.query("SELECT COUNT(*) AS n FROM events WHERE app_id = 'app_test'")
+            #expect(left.first?.column("n")?.integer == 0)
+        }
+    }
+
     @Test("the engine's question of when its next activity is due keeps to its indexes in the plan it made on empty tables")
     func dueStatementKeepsItsIndexes() async throws {
         try await withTemporaryStore(.postgres) { store, _ in
