@@ -86,8 +86,9 @@ extension SQLStore: EventStore {
     }
 
     /// The statement that writes an event of the delivery engine (a push refused, a token invalidated, a budget warning):
-    /// only while its app exists, since a pass may still be sending when the app is deleted, and an event refused by the
-    /// foreign key would fail the pass's whole progress write.
+    /// only while its app exists, since a pass may still be sending when the app is deleted. On SQLite an event refused
+    /// by the foreign key would fail the pass's whole progress write; on PostgreSQL, where `events` has no key to the
+    /// app (its step 17), it would be left under the gone app.
     static func engineEventStatement(_ event: NewEvent, at now: Date) -> (sql: String, binds: [SQLiteData]) {
         (
             "\(insertEvent) SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM apps WHERE id = ?)",
