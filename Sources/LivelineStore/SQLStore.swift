@@ -299,10 +299,6 @@ public final class SQLStore: Store, DispatchStore {
             if !held.isEmpty, !leavingChannels { throw StoreError.channelsHeld(count: held.count) }
             let activities = try db.query("SELECT COUNT(*) AS n FROM activities WHERE app_id = ?", binds).first?.column("n")?.integer ?? 0
             let devices = try db.query("SELECT COUNT(*) AS n FROM devices WHERE app_id = ?", binds).first?.column("n")?.integer ?? 0
-            // The tables without a foreign key to the app; the others go with its row (`ON DELETE CASCADE`).
-            for table in ["delivery_segments", "device_tags", "push_to_start_tokens"] {
-                try db.execute("DELETE FROM \(table) WHERE app_id = ?", binds)
-            }
             if dialect == .postgres,
                 let highest = try db.query("SELECT MAX(id) AS highest FROM events WHERE app_id = ?", binds).first?.column("highest")?.integer
             {
@@ -310,12 +306,14 @@ public final class SQLStore: Store, DispatchStore {
                 // already given out, under the positions the other apps' webhooks have scanned up to.
                 try Self.keepFeedAbove(highest, on: db)
             }
+            // The tables without a foreign key to the app (`events` on PostgreSQL since its step 17; on SQLite its key
+            // would have removed them); the others go with its row (`ON DELETE CASCADE`). A registration, update or end
+            // that commits while this (serializable) deletion runs holds or changes a row the cascade deletes, so the
+            // deletion fails to serialize and runs again, seeing that write's event.
+            for table in ["delivery_segments", "device_tags", "push_to_start_tokens", "events"] {
+                try db.execute("DELETE FROM \(table) WHERE app_id = ?", binds)
+            }
             try db.execute("DELETE FROM apps WHERE id = ?", binds)
-            // On PostgreSQL `events` has no foreign key to the app (its step 17); on SQLite the key's cascade has
-            // already removed them. A registration, update or end that commits while this (serializable) deletion
-            // runs holds or changes a row the cascade deletes, so the deletion fails to serialize and runs again,
-            // seeing that write's event.
-            try db.execute("DELETE FROM events WHERE app_id = ?", binds)
             try Self.tellNodes(.appDeleted(appID: id), dialect: dialect, on: db)
             return AppDeletion(app: app, activities: activities, devices: devices, channelsLeft: held)
         }
