@@ -160,6 +160,8 @@ final class ConnectionSlot: @unchecked Sendable {
                     try pipeline.addHandler(
                         NIOSSLClientHandler(context: shared.sslContext, serverHostname: shared.serverHostname)
                     )
+                    // The frames of one flush leave as one TLS write (``WriteCoalescer``).
+                    try pipeline.addHandler(WriteCoalescer())
                     var configuration = NIOHTTP2Handler.ConnectionConfiguration()
                     // Our header blocks are built from validated parts (hex token, printable topic and push type),
                     // and re-validating every character of every header costs about a tenth of the client's time.
