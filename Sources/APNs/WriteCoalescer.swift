@@ -10,7 +10,7 @@ import NIOCore
 /// cuts into records of up to 16 KB.
 ///
 /// A buffer of ``passThroughSize`` bytes or more is not copied: what is gathered before it goes first, then the buffer as
-/// it is. Anything else than a buffer (a file region) goes the same way. The promises of gathered writes complete with
+/// it is. Anything but a buffer (a file region) goes the same way. The promises of gathered writes complete with
 /// the write they went out in; writes not yet flushed when the channel closes fail as NIO fails unflushed writes.
 ///
 /// All state is confined to the channel's event loop.
@@ -25,8 +25,11 @@ final class WriteCoalescer: ChannelOutboundHandler {
     private var gathered: ByteBuffer?
     /// The promises of the writes in ``gathered``, oldest first.
     private var promises: [EventLoopPromise<Void>] = []
-    /// The size of the last gathered write: the next one's buffer starts with that much room.
+    /// The size of the last gathered write: the next one's buffer starts with that much room (at most
+    /// ``largestStartingCapacity``; it grows as needed).
     private var lastSize = 1_024
+    /// The most room a gathered write starts with: one large flush does not make every later one allocate as much.
+    static let largestStartingCapacity = 65_536
 
     init() {}
 
@@ -68,7 +71,7 @@ final class WriteCoalescer: ChannelOutboundHandler {
     private func passOnGathered(context: ChannelHandlerContext) {
         guard let buffer = gathered else { return }
         gathered = nil
-        lastSize = buffer.readableBytes
+        lastSize = min(buffer.readableBytes, Self.largestStartingCapacity)
         let promise: EventLoopPromise<Void>?
         switch promises.count {
         case 0:
