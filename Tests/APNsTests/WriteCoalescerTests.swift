@@ -50,7 +50,14 @@ struct WriteCoalescerTests {
         channel.write(large, promise: nil)
         channel.write(ByteBuffer(string: "c"), promise: nil)
         channel.flush()
-        #expect(try Self.outbound(channel) == [ByteBuffer(string: "ab"), large, ByteBuffer(string: "c")])
+        let written = try Self.outbound(channel)
+        #expect(written == [ByteBuffer(string: "ab"), large, ByteBuffer(string: "c")])
+        // The large buffer left as the very bytes written, not a copy of them.
+        if written.count == 3 {
+            let sent = written[1].withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
+            let original = large.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
+            #expect(sent == original)
+        }
         _ = try channel.finish()
     }
 
