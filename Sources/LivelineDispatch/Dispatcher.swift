@@ -286,13 +286,26 @@ public final class Dispatcher: Service, Sendable {
     // MARK: One pass over one activity
 
     /// What happened to one instance in this pass.
-    struct InstanceResult: FanOutResult {
-        var instance: InstanceRecord
-        var sequence: Int64
-        var event: LiveActivityEvent
-        var priority: Int
-        var final: Final
-        var attempts: [DeliveryRecord]
+    ///
+    /// A class, and immutable: a pass hands each result on several times (from the push to the chunk's results, into
+    /// the fan-out's batches, to the progress written), and a copy of a struct holding the instance's record retains
+    /// each of its strings, where a copy of a reference retains once.
+    final class InstanceResult: FanOutResult {
+        let instance: InstanceRecord
+        let sequence: Int64
+        let event: LiveActivityEvent
+        let priority: Int
+        let final: Final
+        let attempts: [DeliveryRecord]
+
+        init(instance: InstanceRecord, sequence: Int64, event: LiveActivityEvent, priority: Int, final: Final, attempts: [DeliveryRecord]) {
+            self.instance = instance
+            self.sequence = sequence
+            self.event = event
+            self.priority = priority
+            self.final = final
+            self.attempts = attempts
+        }
 
         enum Final: Sendable {
             case delivered, invalidated, rejected, exhausted, credentials
@@ -648,9 +661,12 @@ public final class Dispatcher: Service, Sendable {
                 case .send(let instances, let rendition):
                     var pushes: [OutgoingPush] = []
                     pushes.reserveCapacity(instances.count)
-                    var sent: [InstanceRecord] = []
+                    // The instances pushed to, in order: the chunk itself, without copying an instance, unless one is
+                    // left out (a start cancelled), when those after it move up.
+                    var sent = instances
+                    var kept = sent.startIndex
                     var cancelled: [InstanceResult] = []
-                    for instance in instances {
+                    for (index, instance) in zip(instances.indices, instances) {
                         let event: LiveActivityEvent
                         let pushPriority: Int
                         let payload: ByteBuffer
@@ -681,8 +697,10 @@ public final class Dispatcher: Service, Sendable {
                                 priority: pushPriority, expiration: rendition.expiration, payload: payload
                             )
                         )
-                        sent.append(instance)
+                        if kept != index { sent[kept] = instance }
+                        kept += 1
                     }
+                    if kept != sent.endIndex { sent.removeSubrange(kept...) }
                     group.addTask { [pushes, sent, cancelled] in
                         let results =
                             pushes.isEmpty
@@ -883,9 +901,11 @@ public final class Dispatcher: Service, Sendable {
 
     /// Sends a chunk of pushes in one transport call; those that may succeed later are retried one by one (with
     /// backoff and jitter) while the others are done. Each first attempt's latency is the chunk's.
-    private func push(_ pushes: [OutgoingPush], instances: [InstanceRecord], transport: any PushTransport) async -> [InstanceResult] {
+    private func push(_ pushes: [OutgoingPush], instances: ArraySlice<InstanceRecord>, transport: any PushTransport) async -> [InstanceResult] {
+        // One instance a push, in the same order: the push at `index` goes to `instances[start + index]`.
+        let start = instances.startIndex
         if pushes.count == 1 {
-            return [await push(pushes[0], instance: instances[0], transport: transport)]
+            return [await push(pushes[0], instance: instances[start], transport: transport)]
         }
         let started = ContinuousClock.now
         let outcomes = await transport.send(pushes)
@@ -895,12 +915,12 @@ public final class Dispatcher: Service, Sendable {
             for index in pushes.indices {
                 let first = (outcomes[index], latency)
                 if case .retryable = outcomes[index] {
-                    group.addTask { [push = pushes[index], instance = instances[index]] in
+                    group.addTask { [push = pushes[index], instance = instances[start + index]] in
                         (index, await self.push(push, instance: instance, transport: transport, first: first))
                     }
                 } else {
                     // Final at once: no wait inside.
-                    results[index] = await self.push(pushes[index], instance: instances[index], transport: transport, first: first)
+                    results[index] = await self.push(pushes[index], instance: instances[start + index], transport: transport, first: first)
                 }
             }
             for await (index, result) in group {

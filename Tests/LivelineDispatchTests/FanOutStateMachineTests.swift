@@ -46,7 +46,7 @@ struct FanOutStateMachineTests {
     // MARK: Shapes of actions
 
     static func sent(_ actions: [Machine.Action]) -> [[String]] {
-        actions.compactMap { if case .send(let instances, _) = $0 { instances } else { nil } }
+        actions.compactMap { if case .send(let instances, _) = $0 { Array(instances) } else { nil } }
     }
 
     static func reads(_ actions: [Machine.Action]) -> [(Platform, Int64?, String?)] {
@@ -163,7 +163,7 @@ struct FanOutStateMachineTests {
         // The next page was read after sequence 2 was accepted.
         machine.receive(.pageRead(instances: Self.devices(3...4), cursor: "d00004", rendition: Rendition(sequence: 2)))
         actions = Self.drain(&machine)
-        let sends = actions.compactMap { if case .send(let instances, let rendition) = $0 { (instances, rendition.sequence) } else { nil } }
+        let sends = actions.compactMap { if case .send(let instances, let rendition) = $0 { (Array(instances), rendition.sequence) } else { nil } }
         #expect(sends.count == 1)
         #expect(sends.first?.0 == ["d00003", "d00004"] && sends.first?.1 == 2)
         // The read after it asks for instances below the newer sequence.
@@ -432,7 +432,7 @@ struct FanOutStateMachineTests {
             case .readPage(_, _, let after): pendingPage = page(after: after)
             case .send(let instances, _):
                 sent += instances
-                pendingResults.append(Self.done(instances))
+                pendingResults.append(Self.done(Array(instances)))
             case .recordProgress(let batch):
                 #expect(!writing)
                 writing = true

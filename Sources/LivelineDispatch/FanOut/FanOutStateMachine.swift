@@ -112,7 +112,9 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
         /// later (429, 5xx, a transport failure) with backoff and jitter (``RetryPolicy``, honouring `Retry-After`),
         /// then answers with ``Event/resultsReceived(_:)``: one result per instance, with every attempt for the
         /// delivery timeline. Whatever still fails comes back as ``FanOutInstanceOutcome/retryLater``.
-        case send([Instance], rendition: Rendition)
+        ///
+        /// The instances are a slice of the page read (its indices are the page's): handed on without copying each one.
+        case send(ArraySlice<Instance>, rendition: Rendition)
         /// Record these results. Answer with ``Event/progressRecorded``. Only one is in flight at a time.
         case recordProgress([Result])
         /// Mark the platform's credentials unhealthy (the push service refused them). No answer.
@@ -319,7 +321,7 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
             let rendition
         else { return nil }
         let count = min(limits.pushesPerCall, page.count - pageIndex, limits.pushesInFlight - pushesInFlight)
-        let chunk = Array(page[pageIndex..<(pageIndex + count)])
+        let chunk = page[pageIndex..<(pageIndex + count)]
         pageIndex += count
         pushesInFlight += count
         return .send(chunk, rendition: rendition)
