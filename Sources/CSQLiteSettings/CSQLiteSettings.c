@@ -7,3 +7,7 @@ int liveline_sqlite_enable_query_planner_stability(void *db) {
     if (code != SQLITE_OK) return code;
     return enabled == 1 ? SQLITE_OK : SQLITE_ERROR;
 }
+
+int liveline_sqlite_set_statement_journal_spill(int bytes) {
+    return sqlite_nio_sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, bytes);
+}

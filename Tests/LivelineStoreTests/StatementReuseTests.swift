@@ -66,6 +66,45 @@ struct StatementReuseTests {
         #expect(rows.map { $0.column("v")?.string } == (0..<50).map { "value-\($0)" })
     }
 
+    /// A statement that changes many rows inside a larger transaction is journaled so that it can be undone alone. The
+    /// journal of a fan-out's progress part (a few dozen pages) stays in memory: SQLite used to write it to a temporary
+    /// file it opened and closed for each part.
+    @Test("a statement's journal of a few hundred KB stays in memory, with no temporary file opened for it")
+    func statementJournalInMemory() throws {
+        try withTemporaryHandle { handle in
+            #expect(SQLiteHandle.statementJournalSpill == 0, "SQLite refused the setting (SQLITE_OK is 0)")
+            try handle.query("CREATE TABLE rows (id TEXT NOT NULL PRIMARY KEY, n INTEGER NOT NULL, padding TEXT NOT NULL) WITHOUT ROWID", [])
+            try handle.query("BEGIN", [])
+            for index in 0..<2_000 {
+                try handle.query("INSERT INTO rows (id, n, padding) VALUES (?, 0, ?)", [.text("id-\(index)"), .text(String(repeating: "p", count: 200))])
+            }
+            try handle.query("COMMIT", [])
+            // A statement journal is needed inside a transaction of several statements, for a statement that may fail
+            // half-way (here: NOT NULL). Spilled, it is a file deleted at once and kept open until the transaction ends.
+            try handle.query("BEGIN", [])
+            try handle.query("UPDATE rows SET n = 1 WHERE id < 'id-3'", [])
+            let before = Self.openDeletedFiles()
+            // Every row, on about 100 pages: some 400 KB of journal.
+            try handle.query("UPDATE rows SET n = n + 1", [])
+            let after = Self.openDeletedFiles()
+            try handle.query("COMMIT", [])
+            #expect(after.subtracting(before).isEmpty, "SQLite opened \(after.subtracting(before)) for the statement's journal")
+            #expect(try handle.query("SELECT SUM(n) AS total FROM rows", []).first?.column("total")?.integer == 2_000 + (0..<2_000).filter { "id-\($0)" < "id-3" }.count)
+        }
+    }
+
+    /// The open file descriptors of this process that name deleted files (`/proc/self/fd`), as "descriptor → target".
+    private static func openDeletedFiles() -> Set<String> {
+        let directory = "/proc/self/fd"
+        guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
+        var found: Set<String> = []
+        for descriptor in descriptors {
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "\(directory)/\(descriptor)") else { continue }
+            if target.hasSuffix("(deleted)") { found.insert("\(descriptor) → \(target)") }
+        }
+        return found
+    }
+
     /// Runs `body` with a handle on a new database file in a directory of its own, removed afterwards.
     private func withTemporaryHandle(_ body: (SQLiteHandle) throws -> Void) throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-statements-\(UUID().uuidString)")
