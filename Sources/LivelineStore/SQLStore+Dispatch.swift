@@ -301,7 +301,7 @@ extension SQLStore {
         // The limit is written into the statement (here and in the Store's other reads): SQLite compiles a statement
         // whose LIMIT is a bound parameter a second time once the value is bound, and the engine reads every page so.
         sql += " ORDER BY device_id LIMIT \(limit)"
-        return try await readKeepingPlan(sql, binds).map(Self.instance(from:))
+        return try Self.instances(from: await readKeepingPlan(sql, binds))
     }
 
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {

@@ -271,6 +271,6 @@ extension SQLStore {
             """,
             binds
         )
-        return UnconfirmedStarts(count: count, instances: try rows.map(Self.instance(from:)))
+        return UnconfirmedStarts(count: count, instances: try Self.instances(from: rows))
     }
 }

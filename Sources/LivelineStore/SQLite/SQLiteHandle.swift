@@ -269,6 +269,9 @@ struct StoreRow: Sendable {
         }
 
         var count: Int { names.count }
+
+        /// The position of the column named `name` in the rows (the first, if two have that name).
+        func index(of name: String) -> Int? { indexes[name] }
     }
 
     let columns: Columns
@@ -277,5 +280,11 @@ struct StoreRow: Sendable {
     /// The value of the column named `name`, or `nil` when the row has no such column.
     func column(_ name: String) -> SQLiteData? {
         columns.indexes[name].map { values[$0] }
+    }
+
+    /// The value of the column at `index` (found once for all the rows of an answer with ``Columns/index(of:)``), or
+    /// `nil` when there is no such column.
+    func column(at index: Int?) -> SQLiteData? {
+        index.map { values[$0] }
     }
 }
