@@ -280,7 +280,7 @@ struct StoreRow: Sendable {
 
     /// The value of the column named `name`, or `nil` when the row has no such column.
     func column(_ name: String) -> SQLiteData? {
-        columns.indexes[name].map { values[$0] }
+        column(at: columns.index(of: name))
     }
 
     /// The value of the column at `index` (found once for all the rows of an answer with ``Columns/index(of:)``), or
