@@ -123,3 +123,38 @@ import Testing
         }
     }
 }
+
+@Suite struct MachineTimesTests {
+    @Test func readsTheAggregateLineOfProcStat() throws {
+        let stat = """
+            cpu  1000 20 300 5000 80 7 9 40 0 0
+            cpu0 500 10 150 2500 40 3 4 20 0 0
+            cpu1 500 10 150 2500 40 4 5 20 0 0
+            intr 123
+            """
+        let times = try #require(MachineTimes(stat: stat))
+        #expect(times == MachineTimes(busy: 1000 + 20 + 300 + 7 + 9, idle: 5000 + 80, stolen: 40))
+    }
+
+    @Test func theIdleShareIsIdleTicksOverAllTicksBetweenTwoReadings() throws {
+        let before = MachineTimes(busy: 1000, idle: 500, stolen: 10)
+        let after = MachineTimes(busy: 1170, idle: 520, stolen: 20)
+        #expect(abs(try #require(after.idleShare(since: before)) - 20.0 / 200.0) < 1e-12)
+        #expect(before.idleShare(since: before) == nil)
+        #expect(Bench.percent(0.124) == "12 %" && Bench.percent(0.126) == "13 %")
+        #expect(Bench.percent(0.5) == "50 %")
+    }
+
+    @Test func refusesWhatIsNotProcStat() {
+        #expect(MachineTimes(stat: "") == nil)
+        #expect(MachineTimes(stat: "cpu0 1 2 3 4 5 6 7 8") == nil)
+        #expect(MachineTimes(stat: "cpu  1 2 3 x 5 6 7 8") == nil)
+        #expect(MachineTimes(stat: "cpu  1 2 3 4 5") == nil)
+    }
+
+    @Test(.enabled(if: FileManager.default.fileExists(atPath: "/proc/stat"), "needs Linux's /proc"))
+    func thisMachineHasOne() throws {
+        let times = try #require(MachineTimes.read())
+        #expect(times.busy + times.idle > 0)
+    }
+}

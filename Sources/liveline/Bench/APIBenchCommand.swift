@@ -98,11 +98,17 @@ extension Bench {
                 var cpu = nodes.cpuSeconds()
                 var databaseCPU = nodes.databaseCPUSeconds()
                 var ownCPU = Bench.processCPUSeconds()
-                // The CPU each part spent since the last call; the counts then start afresh.
-                func spent() -> (server: [Double], database: Double?, own: Double) {
+                var machine = MachineTimes.read()
+                // The CPU each part spent since the last call, and the share of the machine's cores left idle meanwhile;
+                // the counts then start afresh.
+                func spent() -> CPUSpent {
                     let (server, database, own) = (nodes.cpuSeconds(), nodes.databaseCPUSeconds(), Bench.processCPUSeconds())
-                    defer { (cpu, databaseCPU, ownCPU) = (server, database, own) }
-                    return (zip(server, cpu).map { $0 - $1 }, database.flatMap { now in databaseCPU.map { now - $0 } }, own - ownCPU)
+                    let machineNow = MachineTimes.read()
+                    defer { (cpu, databaseCPU, ownCPU, machine) = (server, database, own, machineNow) }
+                    return CPUSpent(
+                        server: zip(server, cpu).map { $0 - $1 }, database: database.flatMap { now in databaseCPU.map { now - $0 } },
+                        own: own - ownCPU, coresIdle: machine.flatMap { before in machineNow?.idleShare(since: before) }
+                    )
                 }
                 if healthz > 0 {
                     let answered = try await load.run(count: healthz) { _ in
@@ -218,12 +224,24 @@ extension Bench {
             max(.milliseconds(100), lastTook * 9)
         }
 
-        /// `    CPU a registration: server 83.5 µs, load generator 20.4 µs`: CPU seconds spent over `requests` requests (the
-        /// servers' added up, then each node's when there are several), with PostgreSQL's cluster's beside the servers'
-        /// when it is measured (``PostgresClusterCPU``). Nothing for a part of no requests.
-        private func printCPU(_ what: String, requests: Int, _ spent: (server: [Double], database: Double?, own: Double)) {
+        /// What a part of the run spent: CPU seconds of the servers (each node's), of PostgreSQL's cluster when it is
+        /// measured (``PostgresClusterCPU``) and of the bench itself, and the share of the machine's cores left idle.
+        struct CPUSpent {
+            var server: [Double]
+            var database: Double?
+            var own: Double
+            var coresIdle: Double?
+        }
+
+        /// `    CPU a registration: server 83.5 µs, load generator 20.4 µs; cores idle 12 %`: CPU seconds spent over
+        /// `requests` requests (the servers' added up, then each node's when there are several), with PostgreSQL's
+        /// cluster's beside the servers' when it is measured, and the machine's idle share (``MachineTimes``). Nothing for
+        /// a part of no requests.
+        private func printCPU(_ what: String, requests: Int, _ spent: CPUSpent) {
             guard requests > 0 else { return }
-            Bench.say("    CPU \(what): " + Bench.cpuText(server: spent.server, database: spent.database, own: spent.own, per: requests, unit: "request"))
+            var line = "    CPU \(what): " + Bench.cpuText(server: spent.server, database: spent.database, own: spent.own, per: requests, unit: "request")
+            if let idle = spent.coresIdle { line += "; cores idle \(Bench.percent(idle))" }
+            Bench.say(line)
         }
     }
 }

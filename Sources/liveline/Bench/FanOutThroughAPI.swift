@@ -253,9 +253,12 @@ extension Bench.FanOut {
             var diskLatencies: [UInt64] = []
             // With --h2load-each-round: the plain reference before the first round, then after each one.
             var eachRound: [Double?] = [before]
+            // The share of the machine's cores left idle in each round (``MachineTimes``).
+            var idleShares: [Double] = []
             for round in 1...rounds {
                 let received = try await sink.received()
                 let cpuBefore = nodes.cpuSeconds()
+                let machineBefore = MachineTimes.read()
                 let databaseCPUBefore = nodes.databaseCPUSeconds()
                 let sentBefore = await nodes.pushesSent()
                 // The syncs of the pause before the round are not the round's.
@@ -294,6 +297,8 @@ extension Bench.FanOut {
                 }
                 let elapsed = ContinuousClock.now - started
                 let cpu = zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 }
+                let coresIdle = machineBefore.flatMap { before in MachineTimes.read()?.idleShare(since: before) }
+                if let coresIdle { idleShares.append(coresIdle) }
                 let databaseCPU = nodes.databaseCPUSeconds().flatMap { now in databaseCPUBefore.map { now - $0 } }
                 let sideResult = try await paced?.stop() ?? LoadResult()
                 sideLatencies.append(contentsOf: sideResult.latencies)
@@ -307,7 +312,7 @@ extension Bench.FanOut {
                             instances: instances, elapsed: elapsed, rate: rate, h2load: before, shapedH2load: shapedBefore,
                             accept: accepted.summary.p50,
                             side: sideResult, disk: roundSyncs.map { LatencySummary(sortedNanoseconds: $0) }, serverCPU: cpu.reduce(0, +),
-                            databaseCPU: databaseCPU
+                            databaseCPU: databaseCPU, coresIdle: coresIdle
                         )
                 )
                 if nodes.count > 1 {
@@ -366,6 +371,12 @@ extension Bench.FanOut {
                         + "requests/s over \(runs.count) runs, \(BenchRequests.slowestShare(runs))"
                 )
             }
+            if let least = idleShares.min(), let most = idleShares.max() {
+                Bench.say(
+                    "  cores idle in the rounds    \(Bench.percent(least)) – \(Bench.percent(most))   "
+                        + "(the machine's, from /proc/stat: what the server, nginx, the bench and the rest left unused)"
+                )
+            }
             if !sideLatencies.isEmpty {
                 Bench.say("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
             }
@@ -387,7 +398,7 @@ extension Bench {
     /// side accepts' latency and the disk's own syncs' (``DiskSyncProbe``) in the same round when there were any.
     static func roundLine(
         instances: Int, elapsed: Duration, rate: Double, h2load: Double?, shapedH2load: Double? = nil, accept: Duration, side: LoadResult,
-        disk: LatencySummary? = nil, serverCPU: Double, databaseCPU: Double? = nil
+        disk: LatencySummary? = nil, serverCPU: Double, databaseCPU: Double? = nil, coresIdle: Double? = nil
     ) -> String {
         var line = "\(BenchRequests.grouped(instances)) pushes in \(format(elapsed))   \(BenchRequests.grouped(Int(rate))) pushes/s"
         if h2load != nil { line += "   \(BenchRequests.ratio(rate, to: h2load))" }
@@ -400,6 +411,7 @@ extension Bench {
         if let disk, disk.count > 0 { line += "   disk syncs \(disk.count): p99 \(format(disk.p99)) max \(format(disk.max))" }
         line += String(format: "   server CPU %.1f µs/push", serverCPU / Double(instances) * 1e6)
         if let databaseCPU { line += String(format: ", PostgreSQL %.1f µs/push", databaseCPU / Double(instances) * 1e6) }
+        if let coresIdle { line += "   cores idle \(percent(coresIdle))" }
         return line
     }
 }
