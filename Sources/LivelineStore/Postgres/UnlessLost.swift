@@ -36,7 +36,7 @@ final class LostAnswers: Sendable {
     }
 
     /// `answer`, or a lost connection's failure if the connection closes (or has closed) without answering.
-    func guarding<Value>(_ answer: EventLoopFuture<Value>) -> EventLoopFuture<Value> {
+    func guarding<Value: Sendable>(_ answer: EventLoopFuture<Value>) -> EventLoopFuture<Value> {
         let promise = answer.eventLoop.makePromise(of: Value.self)
         let fail: @Sendable () -> Void = { promise.fail(ChannelError.ioOnClosedChannel) }
         let id: Int? = state.withLock { state in

@@ -3,7 +3,7 @@ import Synchronization
 
 /// Connections to the Store's database, each lent to one call at a time on a thread of the pool: as many threads as
 /// connections, so a call that runs always finds a connection free.
-final class ConnectionLeases<Handle: SQLConnection>: Sendable {
+final class ConnectionLeases<Handle: SQLConnection & SendableMetatype>: Sendable {
     private let threads: NIOThreadPool
     private let idle: Mutex<[Lease]>
 
