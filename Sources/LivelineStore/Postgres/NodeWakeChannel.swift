@@ -111,16 +111,19 @@ public final class NodeWakeChannel: Sendable {
         let nodeID = self.nodeID
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                for try await notification in try await connection.listen(Self.channel) {
-                    onWake(notification.payload == nodeID ? .thisNode : .anotherNode)
+                try await connection.listen(on: Self.channel) { notifications in
+                    for try await notification in notifications {
+                        onWake(notification.payload == nodeID ? .thisNode : .anotherNode)
+                    }
                 }
             }
             group.addTask {
-                let notices = try await connection.listen(AppNotice.channel)
-                // Listening from here on: whatever was sent while this node was not is read again from the Store.
-                if reconnected { onAppNotice(.mayHaveMissed) }
-                for try await notification in notices {
-                    if let notice = AppNotice(wire: notification.payload) { onAppNotice(notice) }
+                try await connection.listen(on: AppNotice.channel) { notices in
+                    // Listening from here on: whatever was sent while this node was not is read again from the Store.
+                    if reconnected { onAppNotice(.mayHaveMissed) }
+                    for try await notification in notices {
+                        if let notice = AppNotice(wire: notification.payload) { onAppNotice(notice) }
+                    }
                 }
             }
             group.addTask {

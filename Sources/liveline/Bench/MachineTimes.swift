@@ -2,7 +2,8 @@ import Foundation
 
 /// The machine's CPU time by kind, summed over its cores: the first line of `/proc/stat` (`cpu  user nice system idle
 /// iowait irq softirq steal …`, in clock ticks). Two readings tell what share of the cores' time between them went
-/// unused (``idleShare(since:)``): a fan-out round that leaves the cores idle waits on something other than CPU.
+/// unused (``idleShare(since:)``): a fan-out round that leaves cores idle is not bound by the CPU alone (on this machine,
+/// the engine's niceness left 13 – 16 % idle: see the README's benchmark section).
 struct MachineTimes: Equatable, Sendable {
     /// Ticks the cores ran anything (user, nice, system, irq, softirq).
     var busy: Int
