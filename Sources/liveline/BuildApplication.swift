@@ -109,6 +109,12 @@ func buildApplication(
                 }
             })]
         } ?? []
+        // On SQLite the engine's jobs run on event loops of their own; on PostgreSQL on the push clients' (see
+        // ``LowPriorityEngine``).
+        let engine = LowPriorityEngine(
+            dispatcher: dispatcher, niceness: configuration.engineNiceness,
+            placement: store.dialect == .sqlite ? .ownEventLoops : .pushClientsEventLoops
+        )
         return LivelineApplication.makeApplication(
             configuration: configuration, store: store, logger: logger, sealer: sealer, delivery: delivery, channels: apns,
             webhookDeliverer: webhooks,
@@ -116,7 +122,7 @@ func buildApplication(
             // clients before the emulators they are connected to (an emulator closed first waited for their
             // connections, and the clients logged its GOAWAY).
             services: (emulators?.services ?? []) + [closing]
-                + [LowPriorityEngine(dispatcher: dispatcher, niceness: configuration.engineNiceness), sweeper, webhooks] + listening,
+                + [engine, sweeper, webhooks] + listening,
             metrics: metrics,
             // Here at once; on the other nodes when they hear the Store's notice.
             appDeleted: { closeConnections($0) },

@@ -11,31 +11,44 @@ import Glibc
 
 /// The delivery engine, run at a lower scheduling priority than the HTTP API.
 ///
-/// A fan-out keeps every core busy; an accept must not wait for it. The engine's jobs run on event loops of their own
-/// (``engineEventLoops``) instead of Swift's cooperative pool, and those threads, with the push clients' event loops
-/// (NIO's shared group, where the APNs and FCM connections live), get a niceness (Linux: per thread, `setpriority`):
-/// the kernel then serves the API's event loops and the Store's writer first (SQLite's writer thread; PostgreSQL's
-/// connections, on event loops of their own). Niceness 0 leaves everything as it was: the engine on Swift's
-/// cooperative pool, at the API's priority.
+/// A fan-out keeps every core busy; an accept must not wait for it. The engine's jobs run on NIO event loops instead of
+/// Swift's cooperative pool, and those threads, with the push clients' event loops (NIO's shared group, where the APNs
+/// and FCM connections live), get a niceness (Linux: per thread, `setpriority`): the kernel then serves the API's event
+/// loops and the Store's writer first (SQLite's writer thread; PostgreSQL's connections, on event loops of their own).
+/// Niceness 0 leaves everything as it was: the engine on Swift's cooperative pool, at the API's priority.
 ///
-/// The engine's jobs once ran on the push clients' event loops themselves: the connections' reads and writes and the
-/// engine's own work (reading pages of instances, turning results into progress) then shared two threads on this
-/// 2-core machine, each of which waited on a run queue about a third of the time while the cores were 13 – 16 % idle.
-/// On threads of their own (`bench fanout --instances 100000`, three rounds, runs taken in turn): 4 – 6 % idle, about a
-/// sixth more pushes a second, and the side accepts' p99 no worse.
+/// Where the jobs run (``Placement``): on SQLite, on event loops of their own (``engineEventLoops``); on PostgreSQL, on
+/// the push clients' loops. With the jobs on the push clients' loops, the connections' reads and writes and the
+/// engine's own work (reading pages of instances, turning results into progress) shared two threads on this 2-core
+/// machine, each of which waited on a run queue about a third of the time while the cores were 13 – 16 % idle. On
+/// threads of their own, on SQLite (`bench fanout --instances 100000`, runs taken in turn): 3 – 6 % idle, about a fifth
+/// more pushes a second, the side accepts' p99 no worse. On PostgreSQL the rounds were no faster, and the side accepts
+/// waited longer (p99 159 and 175 ms against 49 and 85): the engine's extra work at once went to the same database
+/// processes as the accepts.
 struct LowPriorityEngine: Service {
     let dispatcher: Dispatcher
     let niceness: Int
+    let placement: Placement
 
-    /// The event loops the engine's jobs run on, apart from the push clients': created when the engine first runs at
-    /// a niceness, for the process's lifetime (as NIO's shared group is: a job of the engine's enqueued after a shutdown
-    /// would never run).
+    /// Where the engine's jobs run when it runs at a niceness.
+    enum Placement {
+        /// On ``engineEventLoops``, apart from the push clients' (SQLite).
+        case ownEventLoops
+        /// On the push clients' event loops, NIO's shared group (PostgreSQL).
+        case pushClientsEventLoops
+    }
+
+    /// The event loops the engine's jobs run on with ``Placement/ownEventLoops``: created when the engine first runs so,
+    /// for the process's lifetime (as NIO's shared group is: a job of the engine's enqueued after a shutdown would never
+    /// run).
     static let engineEventLoops = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
 
     func run() async throws {
         guard niceness > 0 else { return try await dispatcher.run() }
-        await Self.lowerPriority(of: MultiThreadedEventLoopGroup.singleton, to: niceness)
-        let executor = await Self.executor(on: Self.engineEventLoops, niceness: niceness)
+        let pushClients = MultiThreadedEventLoopGroup.singleton
+        await Self.lowerPriority(of: pushClients, to: niceness)
+        let group = placement == .ownEventLoops ? Self.engineEventLoops : pushClients
+        let executor = await Self.executor(on: group, niceness: niceness)
         try await withTaskExecutorPreference(executor) {
             try await dispatcher.run()
         }
