@@ -195,7 +195,7 @@ public struct LivelineConfiguration: Sendable {
         Key(name: "liveline.connections.maximum", environment: "LIVELINE_CONNECTIONS_MAXIMUM", flag: nil, defaultValue: "10000",
             summary: "Connections open at once; beyond it new ones wait in the listen backlog until one closes (keep it under the open-file limit)."),
         Key(name: "liveline.engine.niceness", environment: "LIVELINE_ENGINE_NICENESS", flag: nil, defaultValue: "10",
-            summary: "Scheduling niceness (0-19) of the delivery engine's threads (Linux): during a fan-out the API and the Store's writer are served first. 0 turns it off."),
+            summary: "Scheduling niceness (0-19) of the delivery engine's threads (Linux; its own event loops on SQLite, and the push connections' event loops): during a fan-out the API and the Store's writer are served first. 0 turns it off (the engine then runs on Swift's cooperative pool)."),
         Key(name: "liveline.engine.workers", environment: "LIVELINE_ENGINE_WORKERS", flag: nil,
             defaultValue: "\(DispatcherConfiguration.workersOnSQLite) on SQLite, \(DispatcherConfiguration.workersSharingADatabase) on PostgreSQL",
             summary: "Activities the delivery engine works on at once (1-256): with many activities of a few phones each, about how many it sends to at a time. On PostgreSQL each costs the database round trips and CPU."),
