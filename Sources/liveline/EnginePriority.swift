@@ -47,8 +47,11 @@ struct LowPriorityEngine: Service {
         guard niceness > 0 else { return try await dispatcher.run() }
         let pushClients = MultiThreadedEventLoopGroup.singleton
         await Self.lowerPriority(of: pushClients, to: niceness)
-        let group = placement == .ownEventLoops ? Self.engineEventLoops : pushClients
-        let executor = await Self.executor(on: group, niceness: niceness)
+        let executor =
+            switch placement {
+            case .ownEventLoops: await Self.executor(on: Self.engineEventLoops, niceness: niceness)
+            case .pushClientsEventLoops: EventLoopTaskExecutor(pushClients)
+            }
         try await withTaskExecutorPreference(executor) {
             try await dispatcher.run()
         }
