@@ -3,7 +3,7 @@ import Foundation
 /// The machine's CPU time by kind, summed over its cores: the first line of `/proc/stat` (`cpu  user nice system idle
 /// iowait irq softirq steal …`, in clock ticks). Two readings tell what share of the cores' time between them went
 /// unused (``idleShare(since:)``): a fan-out round that leaves cores idle is not bound by the CPU alone (on this machine,
-/// the engine's niceness left 13 – 16 % idle: see the README's benchmark section).
+/// 13 – 16 % were idle while the engine's jobs shared the push connections' two event loops: see ``LowPriorityEngine``).
 struct MachineTimes: Equatable, Sendable {
     /// Ticks the cores ran anything (user, nice, system, irq, softirq).
     var busy: Int
@@ -16,9 +16,8 @@ struct MachineTimes: Equatable, Sendable {
     /// are already counted in user and nice, and are left out.
     init?(stat: String) {
         guard let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) else { return nil }
-        let fields = line.split(separator: " ").dropFirst().map { Int($0) }
-        guard fields.count >= 8, fields.prefix(8).allSatisfy({ $0 != nil }) else { return nil }
-        let ticks = fields.prefix(8).map { $0 ?? 0 }
+        let ticks = line.split(separator: " ").dropFirst().prefix(8).compactMap { Int($0) }
+        guard ticks.count == 8 else { return nil }
         // user, nice, system, idle, iowait, irq, softirq, steal
         busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]
         idle = ticks[3] + ticks[4]
