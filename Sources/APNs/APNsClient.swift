@@ -281,9 +281,9 @@ public final class APNsClient: Sendable {
         let token = notification.deviceToken.utf8
         let tokenIsHex = !token.isEmpty && token.count <= 512
             && token.allSatisfy { byte in
-                (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-                    || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
-                    || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
+                // A digit, or a letter a – f in either case (`| 0x20` lowers an ASCII capital; the subtractions wrap
+                // below their range, so one comparison each checks both ends).
+                byte &- UInt8(ascii: "0") < 10 || (byte | 0x20) &- UInt8(ascii: "a") < 6
             }
         guard tokenIsHex else {
             throw APNsInvalidNotificationError("The device token must be 1 to 512 hexadecimal characters.")

@@ -727,7 +727,10 @@ struct ClientTests {
     @Test("notifications that cannot go on the wire are refused before sending")
     func invalidNotifications() async throws {
         try await withServerAndClient { server, client in
-            for token in ["", "xyz", "abc/../../x", "ab cd"] {
+            // The characters either side of each hex range ("/" and ":", "`" and "g", "@" and "G"), a control
+            // character and "!" (0x01 and 0x21: one bit from each other), and letters beyond ASCII ("Á", "á").
+            let besideHex = ["ab/", "ab:", "ab`", "abg", "ab@", "abG", "ab!", "ab\u{01}", "ab\u{C1}", "ab\u{E1}"]
+            for token in ["", "xyz", "abc/../../x", "ab cd"] + besideHex {
                 await #expect(throws: APNsInvalidNotificationError.self) {
                     _ = try await client.send(makeNotification(token: token))
                 }
