@@ -76,7 +76,7 @@ struct FCMTransportTests {
         let store = try await SQLStore.open(path: root.appendingPathComponent("liveline.sqlite").path)
         let sealer = try CredentialSealer(masterKey: Array(repeating: 7, count: 32))
         let credentials = FCMCredentials(
-            serviceAccountJSON: json, baseURL: try #require(emulator.baseURL), caCertificatePEM: emulator.caCertificatePEM
+            serviceAccountJSON: json, baseURL: emulator.baseURL, caCertificatePEM: emulator.caCertificatePEM
         )
         let directory = FCMTransportDirectory(
             store: store, sealer: sealer, clientConfiguration: Environment.clientConfiguration, now: { [clock] in clock.now }, logger: logger

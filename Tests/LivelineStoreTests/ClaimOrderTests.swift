@@ -213,7 +213,7 @@ struct ClaimOrderTests {
                 try await makePending(activity, in: store, at: t0)
             }
             func set(_ activity: String, _ assignments: String, _ binds: [SQLiteData]) async throws {
-                try await store.transaction { db in
+                _ = try await store.transaction { db in
                     try db.query(
                         "UPDATE activities SET \(assignments) WHERE app_id = 'app_test' AND activity_id = ?", binds + [.text(activity)]
                     )

@@ -22,7 +22,7 @@ struct GroupCommitTests {
     /// metrics.
     private func withPool(_ body: (PostgresPool, TestMetrics) async throws -> Void) async throws {
         try await withTemporaryPostgresPool(count: 1) { pool, metrics in
-            try await pool.write(durability: .full) { db in
+            _ = try await pool.write(durability: .full) { db in
                 try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
             }
             try await body(pool, metrics)
@@ -123,7 +123,7 @@ struct GroupCommitTests {
         _ pool: PostgresPool, keys: [String], after pause: Duration = .zero,
         whileHeld: (_ stillHeld: @escaping @Sendable () -> Bool) async throws -> Void
     ) async throws {
-        try await pool.write(durability: .full) { db in
+        _ = try await pool.write(durability: .full) { db in
             try db.query("CREATE TABLE log (seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE)")
         }
         try await withThrowingTaskGroup(of: Void.self) { group in

@@ -9,7 +9,7 @@ import Testing
 @Suite("Statements sent without waiting")
 struct PipelinedStatementTests {
     private func scratch(_ store: SQLStore) async throws {
-        try await store.transaction { db in
+        _ = try await store.transaction { db in
             try db.query("CREATE TABLE scratch (n INTEGER NOT NULL)", [])
         }
     }
@@ -77,7 +77,7 @@ struct PipelinedStatementTests {
     func settingsHoldForTheTransaction() async throws {
         // One connection: each write below runs on the one before's.
         try await withTemporaryPostgresPool(count: 1) { pool, _ in
-            try await pool.write(durability: .full) { db in try db.query("CREATE TABLE scratch (n INTEGER NOT NULL)") }
+            _ = try await pool.write(durability: .full) { db in try db.query("CREATE TABLE scratch (n INTEGER NOT NULL)") }
             let inside = try await pool.write(durability: .full) { db in
                 try db.setLocal([("enable_seqscan", "off"), ("enable_hashjoin", "off")])
                 try db.execute("INSERT INTO scratch (n) VALUES (1)", [])

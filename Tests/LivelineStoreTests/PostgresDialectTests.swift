@@ -202,7 +202,7 @@ struct PostgresConnectionTests {
             try await makeApp(store)
             // The server ends every connection of this database but the one asking (a restart, an operator's kill).
             let database = try PostgresDatabaseURL(url).database
-            try await PostgresTestServer.withConnection(url: url) { connection in
+            _ = try await PostgresTestServer.withConnection(url: url) { connection in
                 try await connection.query(
                     PostgresQuery(unsafeSQL: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(database)' AND pid <> pg_backend_pid()"),
                     logger: PostgresTestServer.logger

@@ -12,7 +12,7 @@ struct PostgresEventLoopTests {
     @Test("writes and reads are answered while every thread of NIO's shared event loops is busy")
     func notOnTheSharedEventLoops() async throws {
         try await withTemporaryPostgresPool(count: 1) { pool, _ in
-            try await pool.write(durability: .full) { db in try db.query("CREATE TABLE t (k BIGINT NOT NULL)") }
+            _ = try await pool.write(durability: .full) { db in try db.query("CREATE TABLE t (k BIGINT NOT NULL)") }
             // Each thread of the shared group held, as the engine's work holds them during a fan-out (here for good,
             // until the write and the read are answered or 10 s have passed).
             let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
@@ -21,7 +21,7 @@ struct PostgresEventLoopTests {
             let answered = await withTaskGroup(of: Bool.self) { group in
                 group.addTask {
                     do {
-                        try await pool.write(durability: .full) { db in try db.query("INSERT INTO t (k) VALUES (1)") }
+                        _ = try await pool.write(durability: .full) { db in try db.query("INSERT INTO t (k) VALUES (1)") }
                         return try await pool.read { db in try db.query("SELECT k FROM t") }.count == 1
                     } catch {
                         return false

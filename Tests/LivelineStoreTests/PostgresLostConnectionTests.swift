@@ -17,7 +17,7 @@ struct PostgresLostConnectionTests {
     @Test("a write whose connection is lost before its COMMIT runs again on a new connection, and is committed once")
     func writeBeforeCommit() async throws {
         try await withTemporaryPostgresPool(count: 1) { pool, metrics in
-            try await pool.write(durability: .full) { db in try db.query("CREATE TABLE t (attempt BIGINT NOT NULL)") }
+            _ = try await pool.write(durability: .full) { db in try db.query("CREATE TABLE t (attempt BIGINT NOT NULL)") }
             let attempts = Attempts()
             let result = try await pool.write(durability: .full) { db in
                 let attempt = attempts.next()
@@ -36,7 +36,7 @@ struct PostgresLostConnectionTests {
     @Test("grouped writes whose shared connection is lost before the COMMIT all run again; each is committed once")
     func groupBeforeCommit() async throws {
         try await withTemporaryPostgresPool(count: 2) { pool, _ in
-            try await pool.write(durability: .full) { db in try db.query("CREATE TABLE t (k BIGINT NOT NULL)") }
+            _ = try await pool.write(durability: .full) { db in try db.query("CREATE TABLE t (k BIGINT NOT NULL)") }
             let attempts = Attempts()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for k in 0..<24 {

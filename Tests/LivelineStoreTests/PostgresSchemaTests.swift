@@ -229,7 +229,7 @@ struct PostgresSchemaTests {
 
 /// Runs `sql`, which binds nothing, as a write of its own on `store`.
 private func run(_ sql: String, in store: SQLStore) async throws {
-    try await store.transaction { db in try db.query(sql, []) }
+    _ = try await store.transaction { db in try db.query(sql, []) }
 }
 
 /// Inserts iOS instances `d-<n>` for `n` in `range` on `activity` of `app_test`, each active and delivered sequence 1.

@@ -126,7 +126,7 @@ struct RegistrationSetTests {
             // "live" has accepted state and one instance, and its delivery is done; "over" has ended.
             _ = try await store.registerInstance(registration("old", activity: "live", token: "aa01"), at: t0)
             _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "live", contentState: ["n": 1]), at: t0)
-            try await store.writer.write(durability: .full) { db in
+            _ = try await store.writer.write(durability: .full) { db in
                 try db.query("UPDATE activities SET dispatched_sequence = sequence WHERE activity_id = 'live'")
             }
             _ = try await store.registerInstance(registration("x", activity: "over"), at: t0)

@@ -77,7 +77,7 @@ public func withTemporaryPostgresDatabase<T>(prefix: String, _ body: (_ url: Str
     defer { Task { await temporaryDatabases.release() } }
     let name = "\(prefix)_\(UInt64.random(in: 0...UInt64.max).hexPadded)"
     let databaseURL = try PostgresDatabaseURL(serverURL).with(database: name).urlString
-    try await PostgresTestServer.withConnection(url: serverURL) { connection in
+    _ = try await PostgresTestServer.withConnection(url: serverURL) { connection in
         try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: PostgresTestServer.logger)
     }
     let result: T
@@ -120,7 +120,7 @@ private actor AsyncGate {
 }
 
 private func dropDatabase(_ name: String, serverURL: String) async throws {
-    try await PostgresTestServer.withConnection(url: serverURL) { connection in
+    _ = try await PostgresTestServer.withConnection(url: serverURL) { connection in
         try await connection.query(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"), logger: PostgresTestServer.logger)
     }
 }
