@@ -16,7 +16,7 @@ struct EngineConfigurationTests {
         #expect(defaults.enginePushesPerCall == engine.pushesPerCall)
         #expect(defaults.enginePushesInFlight == engine.pushesInFlight)
         #expect(defaults.engineProgressBatch == engine.progressBatchSize)
-        #expect((defaults.enginePushesPerCall, defaults.enginePushesInFlight, defaults.engineProgressBatch) == (64, 2048, 250))
+        #expect((defaults.enginePushesPerCall, defaults.enginePushesInFlight, defaults.engineProgressBatch) == (64, 4000, 250))
 
         let configured = try await configuration([
             "LIVELINE_ENGINE_PUSHES_PER_CALL": "1000", "LIVELINE_ENGINE_PUSHES_IN_FLIGHT": "8000", "LIVELINE_ENGINE_PROGRESS_BATCH": "1000",
