@@ -121,9 +121,16 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
     private var channelManagers: [String: (version: Date?, manager: APNsChannelManager, bundleID: String)] = [:]
     private var warned: Set<String> = []
 
+    /// The push connections an app gets unless the directory is told otherwise.
+    public static let defaultConnectionsPerApp = 4
+    /// The concurrent streams APNs allows on one connection (its `SETTINGS_MAX_CONCURRENT_STREAMS`; each connection
+    /// still keeps to what its server announces).
+    public static let streamsPerConnection = 1_000
+
     /// Creates the directory.
     public init(
-        store: any CredentialStore & AppStore, sealer: CredentialSealer, connectionsPerApp: Int = 4, fallback: Fallback? = nil,
+        store: any CredentialStore & AppStore, sealer: CredentialSealer, connectionsPerApp: Int = defaultConnectionsPerApp,
+        fallback: Fallback? = nil,
         now: @escaping @Sendable () -> Date = { Date() }, logger: Logger = Logger(label: "liveline.apns")
     ) {
         self.store = store

@@ -26,13 +26,13 @@ public struct DispatcherConfiguration: Sendable {
     public static let workersSharingADatabase = 4
     /// Pushes in flight per activity. Other activities' pushes on the same app's connections queue behind them.
     ///
-    /// About as many as the streams of an app's push connections: four connections (`APNsTransportDirectory`'s
-    /// default) of up to 1,000 concurrent streams each, APNs' figure. Against a real APNs, tens of milliseconds away,
+    /// As many as the streams of an app's push connections: ``APNsTransportDirectory/defaultConnectionsPerApp`` (4) of
+    /// ``APNsTransportDirectory/streamsPerConnection`` (1,000) each. Against a real APNs, tens of milliseconds away,
     /// a connection needs that many requests on the wire to carry tens of thousands of pushes a second; more than
     /// that only waits in the client's queues, ahead of other activities' pushes. On the path users take (`bench
     /// fanout --instances 100000`, SQLite, this 2-core machine, 2026-12-04, runs taken in turn), 4,000 sent 6 – 17 %
     /// more pushes a second than 2,048 did, the side accepts' p99 no higher; 8,192 was slower than 4,096.
-    public var pushesInFlight: Int = 4000
+    public var pushesInFlight: Int = APNsTransportDirectory.defaultConnectionsPerApp * APNsTransportDirectory.streamsPerConnection
     /// Pushes handed to the transport in one call (one task, one hop to each connection for all of them); the call's
     /// results come back together, once its slowest push (retries included) is done.
     ///

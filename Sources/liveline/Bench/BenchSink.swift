@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import LivelineDispatch
 import LivelineEmulator
 import Logging
 import NIOConcurrencyHelpers
@@ -80,7 +81,7 @@ final class NginxSink: BenchSink {
                 uwsgi_temp_path \(directory.path)/uwsgi;
                 scgi_temp_path \(directory.path)/scgi;
                 # APNs allows 1,000 concurrent streams per connection.
-                http2_max_concurrent_streams 1000;
+                http2_max_concurrent_streams \(APNsTransportDirectory.streamsPerConnection);
                 keepalive_requests 100000000;
                 server {
                     listen 127.0.0.1:\(pushPort) ssl http2;
