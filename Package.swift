@@ -203,6 +203,7 @@ let package = Package(
             name: "LivelineBenchTests",
             dependencies: [
                 "liveline",
+                "APNs",
                 "LivelineCore",
                 "LivelineServer",
                 "LivelineTestSupport",

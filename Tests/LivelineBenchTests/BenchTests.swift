@@ -15,6 +15,58 @@ import Testing
         #expect(Set((0..<1000).map(BenchRequests.pushToken)).count == 1000)
     }
 
+    @Test("side phones' tokens are hexadecimal, apart from every bench token, and read back from a device path")
+    func sidePhoneTokens() {
+        #expect(BenchRequests.sideToken(0) == "feed" + String(repeating: "0", count: 59) + "1")
+        #expect(BenchRequests.sideToken(49).utf8.count == 64)
+        #expect(BenchRequests.sideToken(49).allSatisfy { $0.isHexDigit })
+        #expect(!BenchRequests.pushToken(999_999).hasPrefix(BenchRequests.sideTokenPrefix))
+        for index in [0, 1, 15, 16, 49] {
+            #expect(BenchRequests.sidePhone(path: Substring("/3/device/" + BenchRequests.sideToken(index))) == index)
+        }
+        #expect(BenchRequests.sidePhone(path: Substring(BenchRequests.sideToken(7))) == 7)
+        #expect(BenchRequests.sidePhone(path: Substring("/3/device/" + BenchRequests.pushToken(7))) == nil)
+        #expect(BenchRequests.sidePhone(path: "/3/device/feed") == nil)
+        #expect(BenchRequests.sidePhone(path: Substring("/3/device/feed" + String(repeating: "0", count: 60))) == nil)
+        #expect(BenchRequests.sidePhone(path: Substring("/3/device/feed" + String(repeating: "x", count: 60))) == nil)
+    }
+
+    @Test("each side update is met by its phone's first push no earlier than it, within the sink's tolerance")
+    func sideDeliveriesMatchPostsToPushes() throws {
+        let arrivals: [Int: [Double]] = [0: [10.000, 10.020, 10.600], 1: [10.300]]
+        let latencies = BenchRequests.sideDeliveries(
+            posts: [(0, 10.010), (0, 10.015), (0, 10.500), (1, 10.250), (1, 10.400), (2, 10.000), (0, 10.597), (0, 9.000)],
+            arrivals: arrivals
+        )
+        let expected: [Double?] = [0.010, 0.005, 0.100, 0.050, nil, nil, 0.003, 1.000]
+        #expect(latencies.count == expected.count)
+        for (latency, expected) in zip(latencies, expected) {
+            if let expected {
+                let latency = try #require(latency)
+                #expect(abs(latency - expected) < 1e-9)
+            } else {
+                #expect(latency == nil)
+            }
+        }
+        // Logged up to the tolerance before the post (the sink's clock is the time of its loop turn, in milliseconds):
+        // met, at 0.
+        #expect(BenchRequests.sideDeliveries(posts: [(0, 10.0235)], arrivals: arrivals, tolerance: 0.005) == [0])
+        let later = try #require(BenchRequests.sideDeliveries(posts: [(0, 10.0235)], arrivals: arrivals, tolerance: 0.001).first ?? nil)
+        #expect(abs(later - 0.5765) < 1e-9)
+    }
+
+    @Test("the sink's side log is read line by line, and any other line is refused")
+    func sideLogLines() {
+        var arrivals = SideArrivals()
+        let taken = [
+            "1733351234.567 /3/device/" + BenchRequests.sideToken(3), "1733351234.600 /3/device/" + BenchRequests.sideToken(3),
+            "1733351234.601 /3/device/" + BenchRequests.pushToken(3), "garbage",
+        ].map { arrivals.add(line: Substring($0)) }
+        #expect(taken == [true, true, false, false])
+        #expect(arrivals.count == 2)
+        #expect(arrivals.byPhone == [3: [1733351234.567, 1733351234.600]])
+    }
+
     @Test func deviceAndActivityIDs() {
         #expect(BenchRequests.deviceID(42) == "device-0000042")
         #expect(BenchRequests.deviceID(12_345_678) == "device-12345678")

@@ -112,6 +112,11 @@ struct Bench: AsyncParsableCommand {
         var progressBehind = DispatcherConfiguration().progressBatchesBehind
         @Option(name: .customLong("side-accepts"), help: "Updates to other activities accepted per second during the fan-out; their latency is the accept latency reported.")
         var sideAccepts = 100
+        @Flag(
+            name: .customLong("side-deliveries"),
+            help: "(api, nginx sink) Give each side activity one phone, and time each side update from its post until the sink has its push: fairness to other activities during the fan-out."
+        )
+        var sideDeliveries = false
         @Option(
             name: .customLong("disk-syncs"),
             help: "(api) Times of the disk's own syncs during the rounds, this many a second (a 4 KB block written in place beside the server's data, then fdatasync): the floor of a durable accept's latency, printed beside the side accepts; 0 for none."

@@ -17,6 +17,47 @@ enum BenchRequests {
         return String(repeating: "0", count: max(0, 64 - hex.utf8.count)) + hex
     }
 
+    /// The activities the side updates of `bench fanout` go to, in turn (`side-0` … `side-49`).
+    static let sideActivities = 50
+
+    /// The first digits of every side phone's token (``sideToken(_:)``): the sink tells the side pushes apart by them.
+    static let sideTokenPrefix = "feed"
+
+    /// The token of the phone on side activity `index`: ``sideTokenPrefix``, then index + 1 in hexadecimal, 64 digits in
+    /// all. No bench instance's token (``pushToken(_:)``, zeros first) begins so below 2^240 instances.
+    static func sideToken(_ index: Int) -> String {
+        let hex = String(UInt64(index) &+ 1, radix: 16)
+        return sideTokenPrefix + String(repeating: "0", count: max(0, 60 - hex.utf8.count)) + hex
+    }
+
+    /// The side phone a `/3/device/<token>` path (or a bare token) goes to (``sideToken(_:)``), or nil for any other.
+    static func sidePhone(path: Substring) -> Int? {
+        let token = path.split(separator: "/").last ?? path
+        guard token.utf8.count == 64, token.hasPrefix(sideTokenPrefix),
+            let value = UInt64(token.dropFirst(sideTokenPrefix.utf8.count), radix: 16), value > 0
+        else { return nil }
+        return Int(value - 1)
+    }
+
+    /// How long each side update took to reach its phone: from its post (`at`, seconds since 1970) to the first push
+    /// its phone received no earlier than it (`arrivals`: each phone's, ascending, as the sink logged them), nil for one
+    /// that nothing reached. The engine sends only an activity's newest state: two posts to one activity may be met by
+    /// one push, and each is then reached by it. A push is matched by its time alone, so a post is taken as reached by
+    /// a push logged up to `tolerance` before it (the sink logs the time of the loop turn that read the request, in
+    /// milliseconds), its latency then 0; the posts to one activity are half a second apart at 100 a second.
+    static func sideDeliveries(posts: [(phone: Int, at: Double)], arrivals: [Int: [Double]], tolerance: Double = 0.005) -> [Double?] {
+        posts.map { post in
+            guard let times = arrivals[post.phone] else { return nil }
+            // The first arrival at or after the post, less the tolerance: a binary search of the ascending times.
+            var low = 0, high = times.count
+            while low < high {
+                let middle = (low + high) / 2
+                if times[middle] < post.at - tolerance { low = middle + 1 } else { high = middle }
+            }
+            return low < times.count ? max(0, times[low] - post.at) : nil
+        }
+    }
+
     /// `PUT` here registers (or re-registers) the device's instance of the activity.
     static func registrationPath(activityID: String, deviceID: String) -> String {
         "/v1/activities/\(activityID)/instances/\(deviceID)"

@@ -19,6 +19,29 @@ protocol BenchSink: Sendable {
     func answers() async -> String
     /// Stops the sink.
     func shutdown() async throws
+    /// The pushes to side phones received so far (``BenchRequests/sideToken(_:)``), with the time each arrived; nil
+    /// for a sink that does not tell them apart.
+    func sideArrivals() async throws -> SideArrivals?
+}
+
+extension BenchSink {
+    func sideArrivals() async throws -> SideArrivals? { nil }
+}
+
+/// The pushes a sink received for side phones: each phone's arrival times (seconds since 1970, ascending) and their
+/// number.
+struct SideArrivals: Sendable {
+    var byPhone: [Int: [Double]] = [:]
+    var count = 0
+
+    /// Takes one line of the sink's side log, `<seconds since 1970> <path>`; false for a line that is not one.
+    mutating func add(line: Substring) -> Bool {
+        let fields = line.split(separator: " ")
+        guard fields.count == 2, let at = Double(fields[0]), let phone = BenchRequests.sidePhone(path: fields[1]) else { return false }
+        byPhone[phone, default: []].append(at)
+        count += 1
+        return true
+    }
 }
 
 /// The strict APNs emulator, in this process: every push is checked as Apple would and applied to a simulated phone.
@@ -47,6 +70,17 @@ final class NginxSink: BenchSink {
     private let process: Process
     private let http: HTTPClient
     private let statusPolls = NIOLockedValueBox(0)
+    /// nginx's log of the side phones' pushes, and what has been read of it.
+    private let sideLogPath: String
+    private let sideLog = NIOLockedValueBox(SideLogReading())
+
+    private struct SideLogReading {
+        /// How far the log has been read.
+        var offset: UInt64 = 0
+        /// The start of a line nginx had not finished writing.
+        var partial: [UInt8] = []
+        var arrivals = SideArrivals()
+    }
 
     struct Failure: Error, CustomStringConvertible {
         var description: String
@@ -65,6 +99,7 @@ final class NginxSink: BenchSink {
         guard FileManager.default.createFile(atPath: keyPath, contents: Data(identity.serverPrivateKeyPEM.utf8), attributes: [.posixPermissions: 0o600])
         else { throw Failure(description: "Could not write \(keyPath).") }
 
+        let sideLogPath = directory.appendingPathComponent("side.log").path
         let pushPort = try await Self.freePort()
         let statusPort = try await Self.freePort()
         let configuration = """
@@ -75,6 +110,7 @@ final class NginxSink: BenchSink {
             events { worker_connections 1024; }
             http {
                 access_log off;
+                log_format side '$msec $uri';
                 client_body_temp_path \(directory.path)/body;
                 proxy_temp_path \(directory.path)/proxy;
                 fastcgi_temp_path \(directory.path)/fastcgi;
@@ -89,6 +125,12 @@ final class NginxSink: BenchSink {
                     ssl_certificate_key \(keyPath);
                     client_body_buffer_size 8k;
                     location /3/device/ {
+                        add_header apns-id $http_apns_id always;
+                        return 200;
+                    }
+                    # The side phones' pushes, each logged with the time it was read (bench fanout --side-deliveries).
+                    location /3/device/\(BenchRequests.sideTokenPrefix) {
+                        access_log \(sideLogPath) side;
                         add_header apns-id $http_apns_id always;
                         return 200;
                     }
@@ -115,6 +157,7 @@ final class NginxSink: BenchSink {
         self.baseURL = "https://127.0.0.1:\(pushPort)"
         self.caCertificatePEM = identity.caCertificatePEM
         self.statusURL = "http://127.0.0.1:\(statusPort)/status"
+        self.sideLogPath = sideLogPath
         self.http = HTTPClient(eventLoopGroupProvider: .singleton)
 
         // Ready once the status listener answers.
@@ -141,6 +184,26 @@ final class NginxSink: BenchSink {
 
     func answers() async -> String { "200 to every push (nginx checks nothing)" }
 
+    /// What nginx has appended to its side log since the last call, added to what it had logged before: a read of the
+    /// new bytes alone, so that asking often during a round costs little.
+    func sideArrivals() async throws -> SideArrivals? {
+        try sideLog.withLockedValue { reading in
+            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: sideLogPath))
+            defer { try? handle.close() }
+            try handle.seek(toOffset: reading.offset)
+            let data = try handle.readToEnd() ?? Data()
+            reading.offset += UInt64(data.count)
+            reading.partial += data
+            guard let lastNewline = reading.partial.lastIndex(of: UInt8(ascii: "\n")) else { return reading.arrivals }
+            let complete = String(decoding: reading.partial[...lastNewline], as: UTF8.self)
+            reading.partial.removeSubrange(...lastNewline)
+            for line in complete.split(separator: "\n") where !reading.arrivals.add(line: line) {
+                throw Failure(description: "nginx's side log holds a line that is not `<seconds> <path>`: \(line)")
+            }
+            return reading.arrivals
+        }
+    }
+
     func shutdown() async throws {
         if process.isRunning {
             process.terminate()
@@ -162,7 +225,8 @@ final class NginxSink: BenchSink {
         return requests
     }
 
-    private static func findNginx() -> String? {
+    /// nginx's executable: in `PATH`, `/usr/sbin`, `/usr/local/sbin` or `/sbin`; nil when none is installed.
+    static func findNginx() -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
         let directories = path.split(separator: ":").map(String.init) + ["/usr/sbin", "/usr/local/sbin", "/sbin"]
         return directories.map { ($0 as NSString).appendingPathComponent("nginx") }.first { FileManager.default.isExecutableFile(atPath: $0) }

@@ -3,6 +3,7 @@ import ArgumentParser
 import Crypto
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 
@@ -236,17 +237,39 @@ extension Bench.FanOut {
                     authorization: publishable, body: BenchRequests.registrationBody(pushToken: BenchRequests.pushToken(index))
                 )
             }
-            await registering.close()
             Bench.say("  registrations               \(Bench.describe(registered, count: instances))")
             guard registered.succeeded == instances else {
                 throw ValidationError("Only \(registered.succeeded) of \(instances) registrations succeeded.")
             }
+            // With --side-deliveries, a phone on each side activity, whose pushes the sink logs apart with their times.
+            var timesSideDeliveries = false
+            if sideDeliveries, sideAccepts > 0 { timesSideDeliveries = try await sink.sideArrivals() != nil }
+            if sideDeliveries, !timesSideDeliveries {
+                Bench.say("  side deliveries not timed: they need side accepts and the nginx sink")
+            }
+            if timesSideDeliveries {
+                let sides = try await registering.run(count: BenchRequests.sideActivities) { index in
+                    LoadRequest(
+                        method: .PUT, uri: BenchRequests.registrationPath(activityID: "side-\(index)", deviceID: "side-phone-\(index)"),
+                        authorization: publishable, body: BenchRequests.registrationBody(pushToken: BenchRequests.sideToken(index))
+                    )
+                }
+                guard sides.succeeded == BenchRequests.sideActivities else {
+                    throw ValidationError("Only \(sides.succeeded) of \(BenchRequests.sideActivities) side phones registered: \(sides.errorText)")
+                }
+                Bench.say(
+                    "  side phones                 \(BenchRequests.sideActivities), one on each side activity: each side update is timed until the sink has its push"
+                )
+            }
+            await registering.close()
 
             let updating = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: 1, eventLoop: eventLoop)
             let side = try await HTTPLoad.connect(host: "127.0.0.1", port: server.port, connections: sideConnections, eventLoop: eventLoop)
             let secret = "Bearer \(app.secretKey)"
             var rates: [Double] = []
             var sideLatencies: [UInt64] = []
+            var sideDeliveryLatencies: [UInt64] = []
+            var sidePosts = 0
             // The disk's own syncs beside the side accepts: the floor of a durable accept's latency, round by round.
             let probe = try DiskSyncProbe.started(in: root, perSecond: diskSyncs)
             defer { probe?.stop() }
@@ -261,15 +284,21 @@ extension Bench.FanOut {
                 let machineBefore = MachineTimes.read()
                 let databaseCPUBefore = nodes.databaseCPUSeconds()
                 let sentBefore = await nodes.pushesSent()
+                // The side phones' pushes are the sink's too: they are not the fan-out's.
+                var sideBefore = 0
+                if timesSideDeliveries { sideBefore = try await sink.sideArrivals()?.count ?? 0 }
+                let posts = NIOLockedValueBox<[(phone: Int, at: Double)]>([])
                 // The syncs of the pause before the round are not the round's.
                 _ = try probe?.take()
                 let started = ContinuousClock.now
                 // Updates to other activities at a steady rate while the fan-out runs, as a busy backend sends them.
                 var paced: PacedRun?
                 if sideAccepts > 0 {
-                    paced = side.startPaced(perSecond: sideAccepts) { index in
-                        LoadRequest(
-                            method: .POST, uri: BenchRequests.updatePath(activityID: "side-\(index % 50)"), authorization: secret,
+                    paced = side.startPaced(perSecond: sideAccepts) { [timesSideDeliveries] index in
+                        let activity = index % BenchRequests.sideActivities
+                        if timesSideDeliveries { posts.withLockedValue { $0.append((activity, Date().timeIntervalSince1970)) } }
+                        return LoadRequest(
+                            method: .POST, uri: BenchRequests.updatePath(activityID: "side-\(activity)"), authorization: secret,
                             body: BenchRequests.updateBody(score: "\(round)-\(index)", minute: index % 90)
                         )
                     }
@@ -285,7 +314,11 @@ extension Bench.FanOut {
                     throw ValidationError("The fan-out's update was not accepted: \(accepted.errorText)")
                 }
                 while true {
-                    let counted = try await sink.received() - received
+                    var counted = try await sink.received() - received
+                    if timesSideDeliveries {
+                        let sideCount = try await sink.sideArrivals()?.count ?? sideBefore
+                        counted -= sideCount - sideBefore
+                    }
                     if counted >= instances { break }
                     try await Task.sleep(
                         for: BenchRequests.pollPause(counted: counted, expected: instances, elapsed: ContinuousClock.now - started)
@@ -326,6 +359,25 @@ extension Bench.FanOut {
                     sent = await Bench.sentDuring(nodes, since: sentBefore)
                 }
                 Bench.say("      pushes sent (/metrics)  \(Bench.perNodeText(sent))")
+                if timesSideDeliveries {
+                    // Each side update against the pushes its phone received, once every one has met its push (or 5 s).
+                    let roundPosts = posts.withLockedValue { $0 }
+                    var delivered: [Double?] = []
+                    let deadline = ContinuousClock.now + .seconds(5)
+                    while true {
+                        let arrivals = try await sink.sideArrivals() ?? SideArrivals()
+                        delivered = BenchRequests.sideDeliveries(posts: roundPosts, arrivals: arrivals.byPhone)
+                        if !delivered.contains(where: { $0 == nil }) || ContinuousClock.now > deadline { break }
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                    let latencies = delivered.compactMap { $0 }.map { UInt64(($0 * 1e9).rounded()) }.sorted()
+                    sideDeliveryLatencies += latencies
+                    sidePosts += roundPosts.count
+                    Bench.say(
+                        "      side deliveries  \(latencies.count) of \(roundPosts.count) updates reached their phones: "
+                            + LatencySummary(sortedNanoseconds: latencies).text
+                    )
+                }
                 // With --h2load-each-round the pause comes after the last round too: the engine may still be recording
                 // its progress when the reference runs.
                 if round < rounds || h2loadEachRound, pause > 0 { try await Task.sleep(for: .seconds(pause)) }
@@ -379,6 +431,13 @@ extension Bench.FanOut {
             }
             if !sideLatencies.isEmpty {
                 Bench.say("  side accepts, all rounds    \(sideLatencies.count) updates   \(LatencySummary(sortedNanoseconds: sideLatencies).text)")
+            }
+            if timesSideDeliveries {
+                sideDeliveryLatencies.sort()
+                Bench.say(
+                    "  side deliveries, all rounds \(sideDeliveryLatencies.count) of \(sidePosts) updates   "
+                        + "\(LatencySummary(sortedNanoseconds: sideDeliveryLatencies).text)   (from the post until the sink had the phone's push)"
+                )
             }
             if !diskLatencies.isEmpty {
                 diskLatencies.sort()
