@@ -223,9 +223,13 @@ public final class APNsClient: Sendable {
         let slotCount = slots.count
         var bySlot: [[(index: Int, request: PendingRequest)]] = Array(repeating: [], count: slotCount)
         var invalid: [(index: Int, error: any Error)] = []
+        // A fan-out's batch has one topic and one push type: each distinct one is checked once.
+        var checked: (topic: String, pushType: String)?
         for (index, notification) in notifications.enumerated() {
             do {
-                try Self.validate(notification)
+                let known = checked.map { $0.topic == notification.topic && $0.pushType == notification.pushType } ?? false
+                try Self.validate(notification, headersChecked: known)
+                checked = (notification.topic, notification.pushType)
             } catch {
                 invalid.append((index, error))
                 continue
@@ -277,7 +281,9 @@ public final class APNsClient: Sendable {
         }
     }
 
-    private static func validate(_ notification: APNsNotification) throws {
+    /// Throws ``APNsInvalidNotificationError`` for a token that is not hexadecimal, and (unless `headersChecked` says
+    /// they passed already) a topic or push type that cannot be sent as a header.
+    private static func validate(_ notification: APNsNotification, headersChecked: Bool = false) throws {
         let token = notification.deviceToken.utf8
         let tokenIsHex = !token.isEmpty && token.count <= 512
             && token.allSatisfy { byte in
@@ -288,6 +294,7 @@ public final class APNsClient: Sendable {
         guard tokenIsHex else {
             throw APNsInvalidNotificationError("The device token must be 1 to 512 hexadecimal characters.")
         }
+        if headersChecked { return }
         guard isHeaderSafe(notification.topic) else {
             throw APNsInvalidNotificationError("The topic \"\(notification.topic)\" must be non-empty printable ASCII.")
         }

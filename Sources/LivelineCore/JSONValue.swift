@@ -96,6 +96,11 @@ public enum JSONValue: Sendable, Hashable {
     }
 
     /// Appends `value` in decimal, without an intermediate `String`.
+    ///
+    /// Inlinable, so that callers in other modules get it specialized for their integer type: called generically,
+    /// each digit went through the protocol's witnesses (2.5 % of the delivery engine's samples during a fan-out, in
+    /// the timeline's JSON).
+    @inlinable
     public static func appendInteger(_ value: some BinaryInteger, to out: inout [UInt8]) {
         guard var magnitude = UInt64(exactly: value.magnitude) else {
             out.append(contentsOf: String(value).utf8)
