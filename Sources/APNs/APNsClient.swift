@@ -227,8 +227,9 @@ public final class APNsClient: Sendable {
         var checked: (topic: String, pushType: String)?
         for (index, notification) in notifications.enumerated() {
             do {
-                let known = checked.map { $0.topic == notification.topic && $0.pushType == notification.pushType } ?? false
-                try Self.validate(notification, headersChecked: known)
+                try Self.validate(
+                    notification, headersChecked: checked?.topic == notification.topic && checked?.pushType == notification.pushType
+                )
                 checked = (notification.topic, notification.pushType)
             } catch {
                 invalid.append((index, error))

@@ -75,8 +75,8 @@ final class NginxSink: BenchSink {
     private let sideLog = NIOLockedValueBox(SideLogReading())
 
     private struct SideLogReading {
-        /// How far the log has been read.
-        var offset: UInt64 = 0
+        /// The log, opened at the first read and kept open: each read takes what nginx appended since the last one.
+        var handle: FileHandle?
         /// The start of a line nginx had not finished writing.
         var partial: [UInt8] = []
         var arrivals = SideArrivals()
@@ -188,12 +188,9 @@ final class NginxSink: BenchSink {
     /// new bytes alone, so that asking often during a round costs little.
     func sideArrivals() async throws -> SideArrivals? {
         try sideLog.withLockedValue { reading in
-            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: sideLogPath))
-            defer { try? handle.close() }
-            try handle.seek(toOffset: reading.offset)
-            let data = try handle.readToEnd() ?? Data()
-            reading.offset += UInt64(data.count)
-            reading.partial += data
+            let handle = try reading.handle ?? FileHandle(forReadingFrom: URL(fileURLWithPath: sideLogPath))
+            reading.handle = handle
+            reading.partial += try handle.readToEnd() ?? Data()
             guard let lastNewline = reading.partial.lastIndex(of: UInt8(ascii: "\n")) else { return reading.arrivals }
             let complete = String(decoding: reading.partial[...lastNewline], as: UTF8.self)
             reading.partial.removeSubrange(...lastNewline)
@@ -205,6 +202,7 @@ final class NginxSink: BenchSink {
     }
 
     func shutdown() async throws {
+        try? sideLog.withLockedValue { try $0.handle?.close() }
         if process.isRunning {
             process.terminate()
             process.waitUntilExit()
