@@ -448,6 +448,13 @@ public final class Dispatcher: Service, Sendable {
 
     private typealias FanOut = FanOutStateMachine<InstanceRecord, Rendition, InstanceResult>
 
+    /// What a pass's child tasks come back with: an event of its fan-out, or the count of its pending instances
+    /// (``TimelineThinning/counted(pending:)``; nil when the read failed).
+    private enum PassEvent: Sendable {
+        case fanOut(FanOut.Event)
+        case counted(Int?)
+    }
+
     /// Works on a claimed activity: rate shaping, then one pass over it while its lease is kept, then the claim is
     /// handed back saying when the activity is due again.
     private func deliver(_ claim: DispatchClaim) async throws {
@@ -648,11 +655,15 @@ public final class Dispatcher: Service, Sendable {
                 progressBatchSize: configuration.progressBatchSize, progressBatchesBehind: configuration.progressBatchesBehind
             )
         )
-        return await withTaskGroup(of: FanOut.Event.self) { group in
+        // The pass's attempts for the timeline: a pass over many more instances than it keeps holds back those it
+        // would prune at its end (``TimelineThinning``), once it has counted its instances.
+        var timeline = TimelineThinning<[InstanceResult]>(keep: configuration.deliveriesPerActivity)
+        return await withTaskGroup(of: PassEvent.self) { group in
             // Only one page read runs at a time.
             var stopping = false
             var leaseLost = false
             var attempts = 0
+            var counting = false
             while true {
                 if !stopping, Task.isShuttingDownGracefully || Task.isCancelled {
                     stopping = true
@@ -665,7 +676,7 @@ public final class Dispatcher: Service, Sendable {
                 switch machine.nextAction() {
                 case .readPage(let platform, let below, let cursor):
                     group.addTask {
-                        await self.readPage(claim, slice: slice, platform: platform, below: below, after: cursor)
+                        .fanOut(await self.readPage(claim, slice: slice, platform: platform, below: below, after: cursor))
                     }
                 case .send(let instances, let rendition):
                     var pushes: [OutgoingPush] = []
@@ -719,24 +730,58 @@ public final class Dispatcher: Service, Sendable {
                         if let platform = pushes.first?.platform, results.contains(where: { $0.final == .delivered }) {
                             await self.transports.credentialsHealth(appID: appID, platform: platform, healthy: true, reason: nil)
                         }
-                        return .resultsReceived(cancelled + results)
+                        return .fanOut(.resultsReceived(cancelled + results))
                     }
                 case .recordProgress(let batch):
-                    for result in batch { attempts += result.attempts.count }
+                    let own = batch.reduce(0) { $0 + $1.attempts.count }
+                    let written: [[InstanceResult]]
+                    switch timeline.record(batch, instances: batch.count, attempts: own) {
+                    case .hold: written = []
+                    case .write(let earlier): written = earlier + [batch]
+                    }
+                    for results in written { for result in results { attempts += result.attempts.count } }
                     group.addTask {
-                        await self.recordProgress(appID: appID, activityID: activityID, batch, budget: budget)
-                        return .progressRecorded
+                        await self.recordProgress(appID: appID, activityID: activityID, batch, timeline: written, budget: budget)
+                        return .fanOut(.progressRecorded)
                     }
                 case .reportCredentialsRefused(let platform):
                     await transports.credentialsHealth(
                         appID: appID, platform: platform, healthy: false, reason: "The push service refused the app's credentials"
                     )
                 case .wait:
-                    guard let event = await group.next() else {
+                    switch await group.next() {
+                    case .fanOut(let event):
+                        // A full page with the sequence to send (a platform's first page): the pass may reach many more
+                        // instances than the timeline keeps. They are counted beside the sends, once.
+                        if !counting, case .pageRead(let instances, _, .some, _) = event, instances.count >= configuration.pageSize {
+                            counting = true
+                            group.addTask {
+                                // Without the count (the read failed), every attempt is written, as for a small pass.
+                                .counted(
+                                    try? await self.store.pendingInstanceCount(
+                                        appID: appID, activityID: activityID, below: claim.activity.sequence,
+                                        platforms: self.configuration.platforms, after: slice?.after, through: slice?.through
+                                    )
+                                )
+                            }
+                        }
+                        machine.receive(event)
+                    case .counted(let pending):
+                        if let pending { timeline.counted(pending: pending) }
+                    case nil:
                         preconditionFailure("the fan-out waits with nothing in flight")
                     }
-                    machine.receive(event)
                 case .release(let timing):
+                    let held = timeline.passEnded()
+                    if !held.isEmpty {
+                        let progress = DeliveryProgress(appID: appID, activityID: activityID, attempts: held.flatMap { $0.flatMap(\.attempts) })
+                        attempts += progress.attempts.count
+                        do {
+                            try await store.recordProgress(progress, at: now())
+                        } catch {
+                            logger.error("Recording the delivery timeline failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
+                        }
+                    }
                     return (timing, attempts)
                 }
             }
@@ -891,10 +936,14 @@ public final class Dispatcher: Service, Sendable {
         }
     }
 
-    /// Writes one batch's progress and attempts; a failure only means those instances are sent again later.
-    private func recordProgress(appID: String, activityID: String, _ batch: [InstanceResult], budget: PriorityBudget) async {
+    /// Writes one batch's progress, and the attempts of the batches in `timeline` (``TimelineThinning``: batches held
+    /// back before it, then usually the batch itself); a failure only means those instances are sent again later.
+    private func recordProgress(
+        appID: String, activityID: String, _ batch: [InstanceResult], timeline: [[InstanceResult]], budget: PriorityBudget
+    ) async {
         do {
-            let batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget)
+            var batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget)
+            for results in timeline { for result in results { batchProgress.attempts += result.attempts } }
             if batchProgress.budgetWarnings > 0 {
                 logger.notice(
                     "budget.warning: instances reached the warning share of their hourly priority-10 budget",
@@ -1037,11 +1086,11 @@ public final class Dispatcher: Service, Sendable {
         )
     }
 
+    /// One batch's progress, without its attempts (the timeline's: ``recordProgress(appID:activityID:_:timeline:budget:)``).
     private func progress(appID: String, activityID: String, _ results: [InstanceResult], budget: PriorityBudget) -> DeliveryProgress {
         var progress = DeliveryProgress(appID: appID, activityID: activityID)
         let nowSeconds = Int64(now().timeIntervalSince1970)
         for result in results {
-            progress.attempts += result.attempts
             let pushed = PushedInstance(deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence)
             if result.final == .delivered, result.priority == 10, result.instance.platform == .ios, result.event != .start {
                 let tally = result.instance.priority10.recording(at: nowSeconds)

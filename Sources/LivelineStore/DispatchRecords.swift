@@ -219,6 +219,11 @@ public protocol DispatchStore: Sendable {
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?,
         limit: Int
     ) async throws -> [InstanceRecord]
+    /// How many instances ``pendingInstances(appID:activityID:below:platforms:after:through:limit:)`` would read, without
+    /// a limit: the engine's count of a large pass, read once (a read, on the Store's reader).
+    func pendingInstanceCount(
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?
+    ) async throws -> Int
     /// Records a batch's progress and attempts: in one transaction, or (on SQLite, when an acknowledged write arrives
     /// while it runs) in parts each whole on its own, so that the acknowledged write need not wait for all of it.
     func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws

@@ -285,8 +285,34 @@ extension SQLStore {
         limit: Int
     ) async throws -> [InstanceRecord] {
         guard !platforms.isEmpty else { return [] }
+        var (sql, binds) = Self.pendingInstancesWhere(
+            "SELECT *", appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: last
+        )
+        // The limit is written into the statement (here and in the Store's other reads): SQLite compiles a statement
+        // whose LIMIT is a bound parameter a second time once the value is bound, and the engine reads every page so.
+        sql += " ORDER BY device_id LIMIT \(limit)"
+        return try Self.instances(from: await readKeepingPlan(sql, binds))
+    }
+
+    public func pendingInstanceCount(
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?
+    ) async throws -> Int {
+        guard !platforms.isEmpty else { return 0 }
+        let (sql, binds) = Self.pendingInstancesWhere(
+            "SELECT COUNT(*) AS pending", appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor,
+            through: last
+        )
+        return try await readKeepingPlan(sql, binds).first?.column("pending")?.integer ?? 0
+    }
+
+    /// `select` from the instances ``pendingInstances(appID:activityID:below:platforms:after:through:limit:)`` reads,
+    /// with its binds.
+    private static func pendingInstancesWhere(
+        _ select: String, appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?,
+        through last: String?
+    ) -> (sql: String, binds: [SQLiteData]) {
         var sql = """
-            SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND \(Self.deliverableInstance) AND delivered_sequence < ?
+            \(select) FROM instances WHERE app_id = ? AND activity_id = ? AND \(deliverableInstance) AND delivered_sequence < ?
               AND platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
             """
         var binds: [SQLiteData] = [.text(appID), .text(activityID), .integer(Int(sequence))] + platforms.map { .text($0.rawValue) }
@@ -298,10 +324,7 @@ extension SQLStore {
             sql += " AND device_id <= ?"
             binds.append(.text(last))
         }
-        // The limit is written into the statement (here and in the Store's other reads): SQLite compiles a statement
-        // whose LIMIT is a bound parameter a second time once the value is bound, and the engine reads every page so.
-        sql += " ORDER BY device_id LIMIT \(limit)"
-        return try Self.instances(from: await readKeepingPlan(sql, binds))
+        return (sql, binds)
     }
 
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {

@@ -192,6 +192,44 @@ struct DispatcherTests {
         }
     }
 
+    @Test(
+        "a pass over many more instances than the timeline keeps writes few more than it keeps, and keeps the newest",
+        arguments: StoreKind.available
+    )
+    func passHoldsBackWhatItWouldPrune(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "crowd", devices: 0..<600)
+            var configuration = fastConfiguration()
+            configuration.deliveriesPerActivity = 50
+            configuration.pageSize = 40
+            configuration.progressBatchSize = 10
+            let transport = ScriptedTransport()
+            func timeline() async throws -> [DeliveryRecord] {
+                try await store.deliveries(appID: appID, activityID: "crowd", cursor: nil, limit: 1000).items
+            }
+            try await whileDispatching(store, transport, configuration: configuration) { dispatcher in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "crowd", contentState: ["n": 1]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { try await allCaughtUp(store, "crowd") })
+                #expect(try await eventually(timeout: .seconds(20)) { try await timeline().count == 50 })
+            }
+            #expect(transport.pushes.count == 600)
+            let kept = try await timeline()
+            // The newest 50 attempts, one a device: devices pushed to last. Progress is recorded in the order the
+            // engine takes the answers, which may differ from the transport's by the pushes in flight (64).
+            #expect(Set(kept.map(\.deviceID)).count == 50)
+            #expect(kept.allSatisfy { $0.sequence == 1 && $0.status == .delivered })
+            let pushedLast = Set(transport.pushes.suffix(50 + configuration.pushesInFlight).map(\.deviceID))
+            #expect(Set(kept.map(\.deviceID)).isSubset(of: pushedLast))
+            // An attempt's id is its segment's times 4,096 plus its place: the segments the pass wrote. Each batch of
+            // ten written is one; written as they came, the 600 attempts would have taken 60.
+            let segments = Set(kept.map { $0.id / 4096 })
+            let newestSegment = try #require(segments.max())
+            #expect(newestSegment <= 10, "segments written: \(newestSegment)")
+        }
+    }
+
     @Test("latest state wins: intermediate states may be skipped, the final one always arrives, end ends instances", arguments: StoreKind.available)
     func coalescing(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in

@@ -304,6 +304,19 @@ struct DeliveryProgressTests {
             #expect(try await delivered() == [2, 0, 0, 2, 0])
             let pending = try await store.pendingInstances(appID: "app_test", activityID: "order-1", below: 2, platforms: [.ios], after: nil, limit: 10)
             #expect(pending.map(\.deviceID) == ["d2", "d3", "d5"] && pending.map(\.pushToken) == ["aa2", "bb3", "aa5"])
+            // The count of a pass's instances is that of the pages it reads, whatever their limit.
+            func count(below: Int64, platforms: [Platform] = [.ios], after: String? = nil, through: String? = nil) async throws -> Int {
+                try await store.pendingInstanceCount(
+                    appID: "app_test", activityID: "order-1", below: below, platforms: platforms, after: after, through: through
+                )
+            }
+            #expect(try await count(below: 2) == 3)
+            #expect(try await count(below: 2, platforms: [.ios, .android]) == 3)
+            #expect(try await count(below: 2, platforms: [.android]) == 0)
+            #expect(try await count(below: 2, platforms: []) == 0)
+            #expect(try await count(below: 3) == 5)
+            #expect(try await count(below: 2, after: "d2") == 2)
+            #expect(try await count(below: 2, after: "d2", through: "d4") == 1)
         }
     }
 
