@@ -17,7 +17,7 @@
 /// Until a count is given, every batch is written, as before: a pass is counted (beside its sends) only when a first
 /// page is full, so a small activity's pass costs no count and holds nothing.
 ///
-/// `Batch` is whatever the engine records at once (its results); the machine only counts their instances and
+/// `Batch` is what the engine holds of a batch (its attempts); the machine only counts their instances and
 /// attempts, and hands batches back in the order they came.
 struct TimelineThinning<Batch> {
     /// The attempts the timeline keeps per activity.
