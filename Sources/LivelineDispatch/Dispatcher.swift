@@ -656,9 +656,8 @@ public final class Dispatcher: Service, Sendable {
             )
         )
         // The pass's attempts for the timeline: a pass over many more instances than it keeps holds back those it
-        // would prune at its end (``TimelineThinning``), once it has counted its instances.
-        // It holds a batch's attempts alone, not its results (their instances' records): 10,000 of them held took
-        // 15 MB more of the server's memory.
+        // would prune at its end (``TimelineThinning``), once it has counted its instances. It holds a batch's
+        // attempts alone, not its results, which would keep their instances' records alive too.
         var timeline = TimelineThinning<[DeliveryRecord]>(keep: configuration.deliveriesPerActivity)
         return await withTaskGroup(of: PassEvent.self) { group in
             // Only one page read runs at a time.
