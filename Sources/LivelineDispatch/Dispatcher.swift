@@ -773,15 +773,10 @@ public final class Dispatcher: Service, Sendable {
                         preconditionFailure("the fan-out waits with nothing in flight")
                     }
                 case .release(let timing):
-                    let held = timeline.passEnded()
+                    let held = timeline.passEnded().flatMap { $0 }
                     if !held.isEmpty {
-                        let progress = DeliveryProgress(appID: appID, activityID: activityID, attempts: held.flatMap { $0 })
-                        attempts += progress.attempts.count
-                        do {
-                            try await store.recordProgress(progress, at: now())
-                        } catch {
-                            logger.error("Recording the delivery timeline failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
-                        }
+                        attempts += held.count
+                        await recordProgress(appID: appID, activityID: activityID, [], timeline: held, budget: budget)
                     }
                     return (timing, attempts)
                 }
@@ -938,7 +933,8 @@ public final class Dispatcher: Service, Sendable {
     }
 
     /// Writes one batch's progress, and `timeline`'s attempts (``TimelineThinning``: those of batches held back before
-    /// it, then usually the batch's own); a failure only means those instances are sent again later.
+    /// it, then usually the batch's own; at the end of a pass, an empty batch with what was still held); a failure only
+    /// means those instances are sent again later.
     private func recordProgress(
         appID: String, activityID: String, _ batch: [InstanceResult], timeline: [DeliveryRecord], budget: PriorityBudget
     ) async {
@@ -954,7 +950,10 @@ public final class Dispatcher: Service, Sendable {
             warnOfEnvironmentMismatch(appID: appID, batch)
             try await store.recordProgress(batchProgress, at: now())
         } catch {
-            logger.error("Recording delivery progress failed; those instances will be sent again", metadata: ["error": "\(error)"])
+            logger.error(
+                "Recording delivery progress failed; those instances will be sent again, and its attempts are missing from the timeline",
+                metadata: ["error": "\(error)"]
+            )
         }
     }
 

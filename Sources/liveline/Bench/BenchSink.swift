@@ -28,18 +28,18 @@ extension BenchSink {
     func sideArrivals() async throws -> SideArrivals? { nil }
 }
 
-/// The pushes a sink received for side phones: each phone's arrival times (seconds since 1970, ascending) and their
-/// number.
+/// The pushes a sink received for side phones: each phone's arrival times (seconds since 1970, ascending).
 struct SideArrivals: Sendable {
     var byPhone: [Int: [Double]] = [:]
-    var count = 0
+
+    /// How many pushes reached side phones.
+    var count: Int { byPhone.values.reduce(0) { $0 + $1.count } }
 
     /// Takes one line of the sink's side log, `<seconds since 1970> <path>`; false for a line that is not one.
     mutating func add(line: Substring) -> Bool {
         let fields = line.split(separator: " ")
         guard fields.count == 2, let at = Double(fields[0]), let phone = BenchRequests.sidePhone(path: fields[1]) else { return false }
         byPhone[phone, default: []].append(at)
-        count += 1
         return true
     }
 }
