@@ -460,7 +460,8 @@ extension SQLStore {
                 + rows[keyed...].chunked(into: progressRowsPerPart).map { updateByKey($0, matchingToken: matchingToken) }
         }
         // By row number, then checked against the key and the token pushed to: a row number may be another instance's
-        // by now (SQLite gives a deleted instance's number to a new row), which is then left alone.
+        // by now (SQLite gives a deleted instance's number to a new row; a VACUUM may number the rows afresh), which is
+        // then left alone, and the instance pushed to is sent again.
         func updateByNumber(_ chunk: ArraySlice<Row>, matchingToken: Bool) -> (sql: String, binds: [SQLiteData]) {
             var binds: [SQLiteData] = []
             binds.reserveCapacity(chunk.count * 5 + 2)
