@@ -1091,9 +1091,7 @@ public final class Dispatcher: Service, Sendable {
         var progress = DeliveryProgress(appID: appID, activityID: activityID)
         let nowSeconds = Int64(now().timeIntervalSince1970)
         for result in results {
-            let pushed = PushedInstance(
-                deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence, storeRow: result.instance.storeRow
-            )
+            let pushed = PushedInstance(deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence)
             if result.final == .delivered, result.priority == 10, result.instance.platform == .ios, result.event != .start {
                 let tally = result.instance.priority10.recording(at: nowSeconds)
                 progress.priority10Tallies.append((pushed, tally))

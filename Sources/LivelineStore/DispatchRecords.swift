@@ -118,15 +118,11 @@ public struct PushedInstance: Sendable, Hashable {
     public var deviceID: String
     public var token: String
     public var sequence: Int64
-    /// Where the Store keeps the instance's row (``InstanceRecord/storeRow``), if the instance was read with it: its
-    /// progress is then written by it, still only to the instance of this device and token.
-    public var storeRow: Int64?
 
-    public init(deviceID: String, token: String, sequence: Int64, storeRow: Int64? = nil) {
+    public init(deviceID: String, token: String, sequence: Int64) {
         self.deviceID = deviceID
         self.token = token
         self.sequence = sequence
-        self.storeRow = storeRow
     }
 }
 

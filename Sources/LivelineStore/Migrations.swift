@@ -511,54 +511,6 @@ enum SQLiteMigrations {
                 "ALTER TABLE apps ADD COLUMN audience_from TEXT NOT NULL DEFAULT 'app'",
             ]
         ),
-        Migration(
-            version: 26,
-            name: "instances with row numbers",
-            statements: [
-                // Instances move from a table clustered on their key (WITHOUT ROWID) to one with SQLite's row numbers
-                // and the same key as its primary key (an index). A fan-out writes each instance's progress: by key, a
-                // descent of the table's tree comparing app, activity and device ids at every step; by row number (the
-                // fan-out reads it with the instance, `InstanceRecord.storeRow`), a descent comparing integers, about
-                // half the cost of the write (100,000 rows in Python's SQLite 3.40: 0.41 s by key, 0.19 s by number),
-                // for a read of the activity's pending instances a tenth slower (through the key's index, then the row).
-                //
-                // Columns in the order the steps before added them; indexes as they made them.
-                """
-                CREATE TABLE instances_numbered (
-                    app_id TEXT NOT NULL,
-                    activity_id TEXT NOT NULL,
-                    device_id TEXT NOT NULL,
-                    platform TEXT NOT NULL,
-                    push_token TEXT NOT NULL,
-                    user_id TEXT,
-                    state TEXT NOT NULL,
-                    frequent_pushes INTEGER,
-                    delivered_sequence INTEGER NOT NULL DEFAULT 0,
-                    created_at INTEGER NOT NULL,
-                    updated_at INTEGER NOT NULL,
-                    priority10_sent TEXT,
-                    channel_id TEXT,
-                    unconfirmed_reported_at INTEGER,
-                    priority10_tally INTEGER,
-                    PRIMARY KEY (app_id, activity_id, device_id),
-                    FOREIGN KEY (app_id, activity_id) REFERENCES activities(app_id, activity_id) ON DELETE CASCADE
-                )
-                """,
-                """
-                INSERT INTO instances_numbered (app_id, activity_id, device_id, platform, push_token, user_id, state,
-                    frequent_pushes, delivered_sequence, created_at, updated_at, priority10_sent, channel_id,
-                    unconfirmed_reported_at, priority10_tally)
-                SELECT app_id, activity_id, device_id, platform, push_token, user_id, state, frequent_pushes,
-                    delivered_sequence, created_at, updated_at, priority10_sent, channel_id, unconfirmed_reported_at,
-                    priority10_tally
-                FROM instances ORDER BY app_id, activity_id, device_id
-                """,
-                "DROP TABLE instances",
-                "ALTER TABLE instances_numbered RENAME TO instances",
-                "CREATE INDEX instances_by_age ON instances(state, created_at)",
-                "CREATE INDEX instances_starting ON instances(app_id, activity_id, updated_at) WHERE state = 'starting'",
-            ]
-        ),
     ]
 }
 

@@ -552,17 +552,12 @@ public struct InstanceRecord: Sendable, Hashable {
     /// broadcasts, not pushes to a token of its own (``pushToken`` is empty, or its push-to-start token until its start
     /// went out).
     public var channelID: String?
-    /// Where the Store keeps the instance's row, when it read it with it (SQLite's row number, on the fan-out's reads of
-    /// pending instances); nil otherwise. A fan-out writes the instance's progress by it (``PushedInstance/storeRow``).
-    /// Not part of the instance's value: records equal but for it are equal.
-    public var storeRow: Int64?
 
     public init(
         appID: String, activityID: String, deviceID: String, platform: Platform, pushToken: String, userID: String?,
         state: InstanceState, frequentPushesEnabled: Bool?, deliveredSequence: Int64, createdAt: Date, updatedAt: Date,
-        priority10: Priority10Tally = Priority10Tally(packed: 0), channelID: String? = nil, storeRow: Int64? = nil
+        priority10: Priority10Tally = Priority10Tally(packed: 0), channelID: String? = nil
     ) {
-        self.storeRow = storeRow
         self.channelID = channelID
         self.priority10 = priority10
         self.appID = appID
@@ -576,32 +571,6 @@ public struct InstanceRecord: Sendable, Hashable {
         self.deliveredSequence = deliveredSequence
         self.createdAt = createdAt
         self.updatedAt = updatedAt
-    }
-
-    /// Every field but ``storeRow``.
-    public static func == (lhs: InstanceRecord, rhs: InstanceRecord) -> Bool {
-        lhs.appID == rhs.appID && lhs.activityID == rhs.activityID && lhs.deviceID == rhs.deviceID && lhs.platform == rhs.platform
-            && lhs.pushToken == rhs.pushToken && lhs.userID == rhs.userID && lhs.state == rhs.state
-            && lhs.frequentPushesEnabled == rhs.frequentPushesEnabled && lhs.deliveredSequence == rhs.deliveredSequence
-            && lhs.createdAt == rhs.createdAt && lhs.updatedAt == rhs.updatedAt && lhs.priority10 == rhs.priority10
-            && lhs.channelID == rhs.channelID
-    }
-
-    /// Every field but ``storeRow``.
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(appID)
-        hasher.combine(activityID)
-        hasher.combine(deviceID)
-        hasher.combine(platform)
-        hasher.combine(pushToken)
-        hasher.combine(userID)
-        hasher.combine(state)
-        hasher.combine(frequentPushesEnabled)
-        hasher.combine(deliveredSequence)
-        hasher.combine(createdAt)
-        hasher.combine(updatedAt)
-        hasher.combine(priority10)
-        hasher.combine(channelID)
     }
 }
 

@@ -285,10 +285,8 @@ extension SQLStore {
         limit: Int
     ) async throws -> [InstanceRecord] {
         guard !platforms.isEmpty else { return [] }
-        // With SQLite's row number, which the fan-out writes the instances' progress by (``PushedInstance/storeRow``).
         var (sql, binds) = Self.pendingInstancesWhere(
-            dialect == .sqlite ? "SELECT rowid AS store_row, *" : "SELECT *", appID: appID, activityID: activityID, below: sequence,
-            platforms: platforms, after: cursor, through: last
+            "SELECT *", appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: last
         )
         // The limit is written into the statement (here and in the Store's other reads): SQLite compiles a statement
         // whose LIMIT is a bound parameter a second time once the value is bound, and the engine reads every page so.
@@ -397,9 +395,8 @@ extension SQLStore {
     static func progressParts(_ progress: DeliveryProgress, at now: Date) -> [[(sql: String, binds: [SQLiteData])]] {
         var statements: [(sql: String, binds: [SQLiteData])] = []
         let nowMillis = Self.millis(now)
-        // Each statement joins a VALUES list on the instances' rows: by SQLite's row number where the instance was read
-        // with it (``PushedInstance/storeRow``), otherwise by the primary key (app, activity, device); one lookup per
-        // instance, whatever the number of instances on the activity, and only for the token that was pushed to.
+        // Each statement joins a VALUES list on the primary key (app, activity, device): one lookup per instance,
+        // whatever the number of instances on the activity, and only for the token that was pushed to.
         //
         // Delivered sequences (they only ever rise) and priority-10 tallies, one row write per instance.
         struct PushedToken: Hashable {
@@ -412,82 +409,31 @@ extension SQLStore {
                 hasher.combine(deviceID)
             }
         }
-        typealias Written = (sequence: Int64?, tally: Priority10Tally?, storeRow: Int64?)
-        typealias Row = (key: PushedToken, value: Written)
-        // One row per instance, in the order the batch lists them (its pages' order).
-        var rows: [Row] = []
-        var rowOf: [PushedToken: Int] = [:]
+        var rows: [PushedToken: (sequence: Int64?, tally: Priority10Tally?)] = [:]
         rows.reserveCapacity(progress.delivered.count)
-        rowOf.reserveCapacity(progress.delivered.count)
-        func row(_ pushed: PushedInstance) -> Int {
-            let key = PushedToken(deviceID: pushed.deviceID, token: pushed.token)
-            if let index = rowOf[key] {
-                if rows[index].value.storeRow == nil { rows[index].value.storeRow = pushed.storeRow }
-                return index
-            }
-            rowOf[key] = rows.count
-            rows.append((key, (nil, nil, pushed.storeRow)))
-            return rows.count - 1
-        }
         for pushed in progress.delivered {
-            let index = row(pushed)
-            rows[index].value.sequence = max(rows[index].value.sequence ?? pushed.sequence, pushed.sequence)
+            let key = PushedToken(deviceID: pushed.deviceID, token: pushed.token)
+            rows[key, default: (nil, nil)].sequence = max(rows[key]?.sequence ?? pushed.sequence, pushed.sequence)
         }
         for (pushed, tally) in progress.priority10Tallies {
-            rows[row(pushed)].value.tally = tally
+            rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].tally = tally
         }
         // The instances an event or a change of state in the last part is about.
         var tied: Set<String> = []
         for pushed in progress.endDelivered { tied.insert(pushed.deviceID) }
         for event in progress.events { if let deviceID = event.deviceID { tied.insert(deviceID) } }
+        typealias Row = (key: PushedToken, value: (sequence: Int64?, tally: Priority10Tally?))
         var free: [Row] = []
         var last: [Row] = []
-        if tied.isEmpty {
-            free = rows
-        } else {
-            free.reserveCapacity(rows.count)
-            for row in rows {
-                if tied.contains(row.key.deviceID) { last.append(row) } else { free.append(row) }
-            }
+        free.reserveCapacity(rows.count)
+        for row in rows {
+            if tied.contains(row.key.deviceID) { last.append(row) } else { free.append(row) }
         }
         // Up to ``progressRowsPerPart`` instances a statement (1,500 bound values, well under SQLite's limit).
-        func updates(_ rows: [Row], matchingToken: Bool = true) -> [(sql: String, binds: [SQLiteData])] {
-            // Those with a row number first, in its order (each lookup near the one before it), then the others.
-            var rows = rows
-            rows.sort { ($0.value.storeRow ?? .max) < ($1.value.storeRow ?? .max) }
-            let keyed = rows.firstIndex { $0.value.storeRow == nil } ?? rows.endIndex
-            return rows[..<keyed].chunked(into: progressRowsPerPart).map { updateByNumber($0, matchingToken: matchingToken) }
-                + rows[keyed...].chunked(into: progressRowsPerPart).map { updateByKey($0, matchingToken: matchingToken) }
-        }
-        // By row number, then checked against the key and the token pushed to: a row number may be another instance's
-        // by now (SQLite gives a deleted instance's number to a new row; a VACUUM may number the rows afresh), which is
-        // then left alone, and the instance pushed to is sent again.
-        func updateByNumber(_ chunk: ArraySlice<Row>, matchingToken: Bool) -> (sql: String, binds: [SQLiteData]) {
-            var binds: [SQLiteData] = []
-            binds.reserveCapacity(chunk.count * 5 + 2)
-            for (instance, row) in chunk {
-                binds += [
-                    .integer(Int(row.storeRow!)), .text(instance.deviceID), .text(instance.token),
-                    row.sequence.map { .integer(Int($0)) } ?? .null, row.tally.map { .integer(Int($0.packed)) } ?? .null,
-                ]
-            }
-            binds += [.text(progress.appID), .text(progress.activityID)]
-            return (
-                """
-                UPDATE instances SET
-                    delivered_sequence = MAX(instances.delivered_sequence, COALESCE(v.column4, instances.delivered_sequence)),
-                    priority10_tally = COALESCE(CAST(v.column5 AS BIGINT), instances.priority10_tally)
-                FROM (VALUES \(Array(repeating: "(?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
-                WHERE instances.rowid = v.column1 AND instances.app_id = ? AND instances.activity_id = ?
-                  AND instances.device_id = v.column2\(matchingToken ? " AND instances.push_token = v.column3" : "")
-                """,
-                binds
-            )
-        }
         // Each row of the list carries the whole key, app and activity too, so that the only way to the instances is
         // the primary key, one lookup a row: given the app and activity once, PostgreSQL could also read all of the
         // activity's instances and match them, and did whenever its statistics said the activity had a handful.
-        func updateByKey(_ chunk: ArraySlice<Row>, matchingToken: Bool) -> (sql: String, binds: [SQLiteData]) {
+        func update(_ chunk: ArraySlice<Row>, matchingToken: Bool = true) -> (sql: String, binds: [SQLiteData]) {
             var binds: [SQLiteData] = []
             binds.reserveCapacity(chunk.count * 6)
             for (instance, row) in chunk {
@@ -508,13 +454,13 @@ extension SQLStore {
                 binds
             )
         }
-        var parts = updates(free).map { [$0] }
-        statements += updates(last)
+        var parts = free.chunked(into: progressRowsPerPart).map { [update($0)] }
+        statements += last.chunked(into: progressRowsPerPart).map { update($0) }
         // Delivered starts, whatever token the instance holds by now (``DeliveryProgress/startsDelivered``).
         let starts: [Row] = progress.startsDelivered.map {
-            (key: PushedToken(deviceID: $0.deviceID, token: $0.token), value: (sequence: $0.sequence, tally: nil, storeRow: $0.storeRow))
+            (key: PushedToken(deviceID: $0.deviceID, token: $0.token), value: (sequence: $0.sequence, tally: nil))
         }
-        statements += updates(starts, matchingToken: false)
+        statements += starts.chunked(into: progressRowsPerPart).map { update($0, matchingToken: false) }
         for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
             for chunk in instances.chunked(into: 400) {
                 // The state machine's rules, per current state (dismissed stays dismissed, and so on).
@@ -692,9 +638,9 @@ extension SQLStore {
     }
 }
 
-extension RandomAccessCollection where Index == Int {
-    func chunked(into size: Int) -> [SubSequence] {
-        stride(from: startIndex, to: endIndex, by: size).map { self[$0..<Swift.min($0 + size, endIndex)] }
+extension Array {
+    func chunked(into size: Int) -> [ArraySlice<Element>] {
+        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
     }
 }
 

@@ -1070,8 +1070,7 @@ public final class SQLStore: Store, DispatchStore {
             createdAt: try date(column.createdAt, "created_at"),
             updatedAt: try date(column.updatedAt, "updated_at"),
             priority10: priority10Tally(packed: row.column(at: column.priority10Tally), times: row.column(at: column.priority10Sent)),
-            channelID: row.column(at: column.channelID)?.string,
-            storeRow: row.column(at: column.storeRow)?.integer.map(Int64.init)
+            channelID: row.column(at: column.channelID)?.string
         )
     }
 }
@@ -1080,7 +1079,7 @@ public final class SQLStore: Store, DispatchStore {
 struct InstanceColumns {
     let columns: StoreRow.Columns
     let appID, activityID, deviceID, platform, pushToken, userID, state, frequentPushes, deliveredSequence: Int?
-    let createdAt, updatedAt, priority10Tally, priority10Sent, channelID, storeRow: Int?
+    let createdAt, updatedAt, priority10Tally, priority10Sent, channelID: Int?
 
     init(_ columns: StoreRow.Columns) {
         self.columns = columns
@@ -1098,7 +1097,6 @@ struct InstanceColumns {
         priority10Tally = columns.index(of: "priority10_tally")
         priority10Sent = columns.index(of: "priority10_sent")
         channelID = columns.index(of: "channel_id")
-        storeRow = columns.index(of: "store_row")
     }
 }
 

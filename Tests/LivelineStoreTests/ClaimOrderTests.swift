@@ -22,8 +22,7 @@ struct ClaimOrderTests {
             let plan = try await store.reader.query("EXPLAIN QUERY PLAN \(settle.sql)", settle.binds).compactMap { $0.column("detail")?.string }
             // Only the list of keys is scanned; every table is searched by key.
             #expect(plan.filter { $0.hasPrefix("SCAN") }.allSatisfy { $0.hasSuffix("VALUES CLAUSE") }, "\(plan)")
-            // The instances' primary key is an index since they have row numbers (schema step 26).
-            #expect(plan.contains("SEARCH i USING INDEX sqlite_autoindex_instances_1 (app_id=? AND activity_id=?)"), "\(plan)")
+            #expect(plan.contains("SEARCH i USING PRIMARY KEY (app_id=? AND activity_id=?)"), "\(plan)")
             // When the next activity is due: the first unleased one in the index's order, and the leased ones by theirs.
             let due = try await store.reader.query("EXPLAIN QUERY PLAN \(SQLStore.dueStatement)", []).compactMap { $0.column("detail")?.string }
             #expect(due.contains { $0.contains("USING INDEX activities_due") }, "\(due)")

@@ -33,70 +33,6 @@ struct SQLStoreTests {
         }
     }
 
-    @Test("step 26 moves instances from a table clustered on their key to one with row numbers, every column kept")
-    func instancesNumbered() async throws {
-        try await withTemporaryStore { store, path in
-            try await makeApp(store)
-            for device in ["d1", "d2", "d3"] {
-                _ = try await store.registerInstance(registration(device, token: "aa" + device.dropFirst()), at: t0)
-            }
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["n": 1]), at: t0)
-            var progress = DeliveryProgress(
-                appID: "app_test", activityID: "order-1", delivered: [PushedInstance(deviceID: "d2", token: "aa2", sequence: 1)]
-            )
-            progress.priority10Tallies = [(PushedInstance(deviceID: "d2", token: "aa2", sequence: 1), Priority10Tally(times: [1_795_255_100]))]
-            try await store.recordProgress(progress, at: t0)
-            let before = try await store.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items
-            // The table as step 25 left it.
-            let columns = """
-                app_id, activity_id, device_id, platform, push_token, user_id, state, frequent_pushes, delivered_sequence, created_at,
-                updated_at, priority10_sent, channel_id, unconfirmed_reported_at, priority10_tally
-                """
-            for sql in [
-                """
-                CREATE TABLE instances_clustered (
-                    app_id TEXT NOT NULL, activity_id TEXT NOT NULL, device_id TEXT NOT NULL, platform TEXT NOT NULL,
-                    push_token TEXT NOT NULL, user_id TEXT, state TEXT NOT NULL, frequent_pushes INTEGER,
-                    delivered_sequence INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
-                    priority10_sent TEXT, channel_id TEXT, unconfirmed_reported_at INTEGER, priority10_tally INTEGER,
-                    PRIMARY KEY (app_id, activity_id, device_id),
-                    FOREIGN KEY (app_id, activity_id) REFERENCES activities(app_id, activity_id) ON DELETE CASCADE
-                ) WITHOUT ROWID
-                """,
-                "INSERT INTO instances_clustered (\(columns)) SELECT \(columns) FROM instances",
-                "DROP TABLE instances",
-                "ALTER TABLE instances_clustered RENAME TO instances",
-                "CREATE INDEX instances_by_age ON instances(state, created_at)",
-                "CREATE INDEX instances_starting ON instances(app_id, activity_id, updated_at) WHERE state = 'starting'",
-                "DELETE FROM schema_migrations WHERE version >= 26",
-            ] {
-                _ = try await store.write(sql, [])
-            }
-            func definition(_ store: SQLStore) async throws -> String {
-                try await store.reader.query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'instances'").first?
-                    .column("sql")?.string ?? ""
-            }
-            #expect(try await definition(store).contains("WITHOUT ROWID"))
-            try await store.close()
-
-            let reopened = try await SQLStore.open(path: path)
-            let definitionAfter = try await definition(reopened)
-            let after = try await reopened.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items
-            let pending = try await reopened.pendingInstances(
-                appID: "app_test", activityID: "order-1", below: 2, platforms: [.ios], after: nil, limit: 10
-            )
-            // Registrations still find the instance by its key.
-            _ = try await reopened.registerInstance(registration("d3", token: "bb3"), at: t0)
-            let rotated = try await reopened.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items
-            try await reopened.close()
-            #expect(!definitionAfter.contains("WITHOUT ROWID"))
-            #expect(after == before)
-            #expect(after.map(\.deliveredSequence) == [0, 1, 0] && after[1].priority10.used(at: 1_795_255_100) == 1)
-            #expect(pending.map(\.deviceID) == ["d1", "d2", "d3"] && pending.allSatisfy { $0.storeRow != nil })
-            #expect(rotated.map(\.pushToken) == ["aa1", "aa2", "bb3"])
-        }
-    }
-
     @Test("apps and keys: create, look up, rotate revokes old keys", arguments: StoreKind.available)
     func appsAndKeys(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
@@ -458,48 +394,6 @@ struct DeliveryProgressTests {
             #expect(byDevice["d3"]?.state == .invalidated)
             #expect(byDevice["d4"]?.deliveredSequence == 0)
             #expect(byDevice["d4"]?.state == .active)
-        }
-    }
-
-    @Test("progress written by the rows a pass read its instances with reaches those instances only: not a token rotated since, not a new instance given a deleted one's row", arguments: StoreKind.available)
-    func progressByStoreRow(on kind: StoreKind) async throws {
-        try await withTemporaryStore(kind) { store, _ in
-            try await makeApp(store)
-            for device in ["d1", "d2", "d3", "d4"] {
-                _ = try await store.registerInstance(registration(device, token: "aa" + device.dropFirst()), at: t0)
-            }
-            for n in 1...2 {
-                _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "order-1", contentState: ["n": .integer(Int64(n))]), at: t0)
-            }
-            let read = try await store.pendingInstances(appID: "app_test", activityID: "order-1", below: 2, platforms: [.ios], after: nil, limit: 10)
-            #expect(read.map(\.deviceID) == ["d1", "d2", "d3", "d4"])
-            switch kind {
-            case .sqlite:
-                let rows = read.compactMap(\.storeRow)
-                #expect(rows.count == 4 && Set(rows).count == 4)
-            case .postgres:
-                #expect(read.allSatisfy { $0.storeRow == nil })
-            }
-            // While the pushes are out: d2's token rotates, d4 goes and d5 comes, on SQLite in d4's row (the highest
-            // number, given again).
-            _ = try await store.registerInstance(registration("d2", token: "bb2"), at: t0)
-            _ = try await store.write("DELETE FROM instances WHERE app_id = 'app_test' AND activity_id = 'order-1' AND device_id = 'd4'", [])
-            _ = try await store.registerInstance(registration("d5", token: "aa5"), at: t0)
-            if kind == .sqlite {
-                let d5 = try await store.reader.query("SELECT rowid AS n FROM instances WHERE device_id = 'd5'").first?.column("n")?.integer
-                #expect(d5.map(Int64.init) == read[3].storeRow)
-            }
-            let tally = Priority10Tally(times: [1_795_255_100])
-            var progress = DeliveryProgress(
-                appID: "app_test", activityID: "order-1",
-                delivered: read.map { PushedInstance(deviceID: $0.deviceID, token: $0.pushToken, sequence: 2, storeRow: $0.storeRow) }
-            )
-            progress.priority10Tallies = read.map { (PushedInstance(deviceID: $0.deviceID, token: $0.pushToken, sequence: 2, storeRow: $0.storeRow), tally) }
-            try await store.recordProgress(progress, at: t0)
-            let instances = try await store.instances(appID: "app_test", activityID: "order-1", cursor: nil, limit: 10).items
-            #expect(instances.map(\.deviceID) == ["d1", "d2", "d3", "d5"])
-            #expect(instances.map(\.deliveredSequence) == [2, 0, 2, 0])
-            #expect(instances.map { $0.priority10 == tally } == [true, false, true, false])
         }
     }
 
