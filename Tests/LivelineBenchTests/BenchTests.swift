@@ -67,6 +67,19 @@ import Testing
         #expect(arrivals.byPhone == [3: [1733351234.567, 1733351234.600]])
     }
 
+    @Test("instances register once each, in a shuffle that is the same in every run, or in order of device id when asked")
+    func registrationOrder() {
+        let order = BenchRequests.registrationOrder(count: 10_000)
+        #expect(order.sorted() == Array(0..<10_000))
+        #expect(order == BenchRequests.registrationOrder(count: 10_000))
+        // Unrelated to the ids' order: hardly an instance in its own place, hardly two in a row next to each other.
+        #expect(order.indices.filter { order[$0] == $0 }.count < 10)
+        #expect(zip(order, order.dropFirst()).filter { abs($0 - $1) == 1 }.count < 10)
+        #expect(BenchRequests.registrationOrder(count: 5, inIDOrder: true) == [0, 1, 2, 3, 4])
+        #expect(BenchRequests.registrationOrder(count: 1) == [0])
+        #expect(BenchRequests.registrationOrder(count: 0).isEmpty)
+    }
+
     @Test func deviceAndActivityIDs() {
         #expect(BenchRequests.deviceID(42) == "device-0000042")
         #expect(BenchRequests.deviceID(12_345_678) == "device-12345678")

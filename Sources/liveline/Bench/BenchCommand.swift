@@ -103,6 +103,11 @@ struct Bench: AsyncParsableCommand {
             help: "(api, nginx sink) Also run the plain h2load reference after every round, and read each round against the runs either side of it: the machine's own swing, round by round."
         )
         var h2loadEachRound = false
+        @Flag(
+            name: .customLong("registrations-in-id-order"),
+            help: "(api) Register the instances in the order of their device ids (device-0000000 first), as this bench did before 2026-12-05; by default they register in a shuffled order, the same in every run, as phones do."
+        )
+        var registrationsInIDOrder = false
         @Option(help: "(api) Seconds to wait between rounds, to let the server finish recording the last one (the API does not say when it has).")
         var pause = 1
         @OptionGroup(title: "Direct path (the server's own settings apply with --path api)") var sending: Bench.Sending

@@ -11,6 +11,32 @@ enum BenchRequests {
         "device-" + zeroPadded(index, width: 7)
     }
 
+    /// The order in which `count` instances register: instance `order[n]` (its ``deviceID(_:)`` and ``pushToken(_:)``)
+    /// is the `n`th registration. By default a shuffle, the same in every run (a fixed seed), so that the order of
+    /// registration has nothing to do with that of device ids, as with real phones, which register when they start
+    /// an activity and whose ids are their own; in order of device ids (`device-0000000` first) with `inIDOrder`, as
+    /// `bench fanout` registered before 2026-12-05. The Store keeps an activity's instances in order of device id: in
+    /// that order they fill its pages one after another, in any other they land between each other.
+    static func registrationOrder(count: Int, inIDOrder: Bool = false) -> [Int] {
+        var order = Array(0..<max(0, count))
+        guard !inIDOrder else { return order }
+        // Fisher–Yates with SplitMix64 (Steele, Lea and Flood, 2014), seeded with a constant.
+        var state: UInt64 = 0x5EED_0F_11FE_11AE
+        func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        var index = order.count - 1
+        while index > 0 {
+            order.swapAt(index, Int(next() % UInt64(index + 1)))
+            index -= 1
+        }
+        return order
+    }
+
     /// A 64-digit hexadecimal (32-byte) APNs token, unique per index and never all zeros: index + 1 in hexadecimal.
     static func pushToken(_ index: Int) -> String {
         let hex = String(UInt64(index) &+ 1, radix: 16)

@@ -228,11 +228,14 @@ extension Bench.FanOut {
                 Bench.say("  h2load → nginx, before      \(BenchRequests.grouped(Int(shapedBefore))) requests/s shaped as pushes (device paths, APNs' headers)")
             }
 
-            // Registration: every instance through the API, from keep-alive connections.
+            // Registration: every instance through the API, from keep-alive connections, in an order unrelated to their
+            // device ids unless asked (``BenchRequests/registrationOrder(count:inIDOrder:)``).
             let registering = try await HTTPLoad.connect(host: "127.0.0.1", ports: nodes.ports, connections: httpConnections, eventLoop: eventLoop)
             let publishable = "Bearer \(app.publishableKey)"
-            let registered = try await registering.run(count: instances) { index in
-                LoadRequest(
+            let order = BenchRequests.registrationOrder(count: instances, inIDOrder: registrationsInIDOrder)
+            let registered = try await registering.run(count: instances) { registration in
+                let index = order[registration]
+                return LoadRequest(
                     method: .PUT, uri: BenchRequests.registrationPath(activityID: "bench", deviceID: BenchRequests.deviceID(index)),
                     authorization: publishable, body: BenchRequests.registrationBody(pushToken: BenchRequests.pushToken(index))
                 )
