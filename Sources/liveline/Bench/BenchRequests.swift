@@ -20,7 +20,8 @@ enum BenchRequests {
     static func registrationOrder(count: Int, inIDOrder: Bool = false) -> [Int] {
         var order = Array(0..<max(0, count))
         guard !inIDOrder else { return order }
-        // Fisher–Yates with SplitMix64 (Steele, Lea and Flood, 2014), seeded with a constant.
+        // Fisher–Yates with SplitMix64 (Steele, Lea and Flood, 2014), seeded with a constant: written out, so that the
+        // permutation stays the same whatever the Swift version (the standard library's shuffle may draw differently).
         var state: UInt64 = 0x5EED_0F_11FE_11AE
         func next() -> UInt64 {
             state &+= 0x9E37_79B9_7F4A_7C15
