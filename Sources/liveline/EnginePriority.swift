@@ -44,9 +44,9 @@ struct LowPriorityEngine: Service {
     ///
     /// Half as many as the cores: the engine's jobs take about a fifth of the server's CPU during a fan-out, and a pass's
     /// jobs (its page reads, sends and progress) on fewer threads hand each other less work across them (the likely
-    /// reason; not measured apart). On one loop instead of two on this 2-core machine (`bench fanout --instances 100000 --rounds 5`, six pairs of
-    /// runs taken in turn): 56,002 pushes/s against 54,340, more in each pair, 26.4 µs of CPU a push against 27.4; side
-    /// accepts' p99 8.3 – 9.8 ms against 8.1 – 9.4.
+    /// reason; not measured apart). On one loop instead of two on this 2-core machine (`bench fanout --instances 100000
+    /// --rounds 5`, six pairs of runs taken in turn): 56,002 pushes/s against 54,340, more in each pair, 26.4 µs of CPU
+    /// a push against 27.4; side accepts' p99 8.3 – 9.8 ms against 8.1 – 9.4.
     static let engineEventLoops = MultiThreadedEventLoopGroup(numberOfThreads: max(1, System.coreCount / 2))
 
     func run() async throws {
