@@ -26,8 +26,8 @@ import Synchronization
 /// management has its own host and connections (``APNsChannelManager``).
 ///
 /// Each request carries `authorization: bearer <jwt>` from ``tokens``, `apns-push-type`, `apns-topic`,
-/// `apns-priority`, `apns-expiration` (if set), `apns-id` (lowercase) and `content-type: application/json`, on
-/// `POST /3/device/<token>`. After a 403 `ExpiredProviderToken` or `InvalidProviderToken` the client forces a new
+/// `apns-priority`, `apns-expiration` (if set) and `apns-id` (lowercase, if set: APNs makes one up otherwise), on
+/// `POST /3/device/<token>`, the headers Apple documents and no others. After a 403 `ExpiredProviderToken` or `InvalidProviderToken` the client forces a new
 /// provider token (once for any number of concurrent refusals); after `UnrelatedKeyIdInToken` it retires that
 /// connection. The response is returned as it is either way: the client never retries behind the caller's back
 /// once APNs has answered.
@@ -400,7 +400,7 @@ final class PendingRequest: @unchecked Sendable {
         self.other = nil
         self.completion = completion
         self.path = "/3/device/" + notification.deviceToken
-        self.apnsIDString = notification.apnsID.lowercasedString
+        self.apnsIDString = notification.apnsID?.lowercasedString ?? ""
         self.priorityString = String(notification.priority)
         self.deadline = deadline
     }

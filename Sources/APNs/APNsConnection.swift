@@ -293,8 +293,10 @@ final class APNsConnection: ChannelInboundHandler {
     /// small HPACK dynamic table): `:path` and `authorization` as literals without indexing; `apns-id` and
     /// `apns-expiration`, whose values change from request to request, with incremental indexing the first time on the
     /// connection and as literals without indexing after that (``ChangingHeaders``); every other field (method, scheme,
-    /// authority, push type, topic, priority, content type) with incremental indexing, so that it costs a byte from the
-    /// second request on.
+    /// authority, push type, topic, priority) with incremental indexing, so that it costs a byte from the second request
+    /// on. A notification without an `apns-id` sends none (APNs makes one up), and no request carries a header Apple
+    /// does not document for it (a `content-type` was sent before: each header is looked up in both HPACK tables on
+    /// every request).
     static func deviceRequestHeaders(
         _ request: PendingRequest, authority: String, authorization: String, changing: inout ChangingHeaders
     ) -> HPACKHeaders {
@@ -312,8 +314,9 @@ final class APNsConnection: ChannelInboundHandler {
         if let expiration = notification.expiration {
             headers.add(name: "apns-expiration", value: String(expiration), indexing: changing.indexing(.expiration))
         }
-        headers.add(name: "apns-id", value: request.apnsIDString, indexing: changing.indexing(.apnsID))
-        headers.add(name: "content-type", value: "application/json")
+        if !request.apnsIDString.isEmpty {
+            headers.add(name: "apns-id", value: request.apnsIDString, indexing: changing.indexing(.apnsID))
+        }
         return headers
     }
 

@@ -1,5 +1,4 @@
 import Foundation
-import LivelineCore
 import NIOCore
 
 /// One push to one device token.
@@ -18,8 +17,11 @@ public struct APNsNotification: Sendable {
     public var priority: Int
     /// The `apns-expiration` header in epoch seconds (0 = deliver now or never); `nil` omits the header.
     public var expiration: Int64?
-    /// The `apns-id` header, sent in lowercase; APNs echoes it back. A fresh random (version 4) UUID by default.
-    public var apnsID: UUID
+    /// The `apns-id` header, sent in lowercase, which APNs echoes back; `nil` (the default) omits the header, and APNs
+    /// makes an id up and returns it in its response (``APNsResponse/apnsID``) all the same (Apple, "Sending
+    /// notification requests to APNs"). Left out, a push costs a header less to encode (a 36-character literal) on every
+    /// request, and a random UUID less to make.
+    public var apnsID: UUID?
     /// The JSON body.
     public var payload: ByteBuffer
 
@@ -38,7 +40,7 @@ public struct APNsNotification: Sendable {
         self.pushType = pushType
         self.priority = priority
         self.expiration = expiration
-        self.apnsID = apnsID ?? RandomUUID.next()
+        self.apnsID = apnsID
         self.payload = payload
     }
 }
@@ -47,7 +49,7 @@ public struct APNsNotification: Sendable {
 public struct APNsResponse: Sendable, Hashable {
     /// The HTTP status: 200 on success.
     public var status: Int
-    /// The `apns-id` header APNs echoed back.
+    /// The `apns-id` header APNs answered with: the request's own, or the one APNs made up for a request without.
     public var apnsID: String?
     /// The `apns-unique-id` header, if present (development environment only).
     public var apnsUniqueID: String?

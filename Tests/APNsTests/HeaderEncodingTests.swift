@@ -20,7 +20,7 @@ struct HeaderEncodingTests {
     func devicePush() {
         let notification = APNsNotification(
             deviceToken: "00fc13adff785122b4ad28809a3420982341241421348097878e577c991de8f0", topic: "com.example.app.push-type.liveactivity",
-            priority: 10, expiration: 1_800_000_000, payload: ByteBuffer(string: "{}")
+            priority: 10, expiration: 1_800_000_000, apnsID: UUID(), payload: ByteBuffer(string: "{}")
         )
         let request = PendingRequest(notification: notification, deadline: .now() + .seconds(30))
         var changing = ChangingHeaders()
@@ -32,21 +32,35 @@ struct HeaderEncodingTests {
             #expect(headers["authorization"] == .nonIndexable)
             #expect(headers["apns-id"] == (first ? .indexable : .nonIndexable))
             #expect(headers["apns-expiration"] == (first ? .indexable : .nonIndexable))
-            for name in [":method", ":scheme", ":authority", "apns-push-type", "apns-topic", "apns-priority", "content-type"] {
+            for name in [":method", ":scheme", ":authority", "apns-push-type", "apns-topic", "apns-priority"] {
                 #expect(headers[name] == .indexable, "\(name)")
             }
-            #expect(headers.count == 11)
+            #expect(headers.count == 10)
         }
+    }
+
+    @Test("a device push without an apns-id sends none, and no header Apple does not document")
+    func withoutAPNsID() {
+        var changing = ChangingHeaders()
+        let request = PendingRequest(
+            notification: APNsNotification(deviceToken: "00", topic: "t", priority: 10, payload: ByteBuffer(string: "{}")), deadline: .now() + .seconds(30)
+        )
+        let headers = APNsConnection.deviceRequestHeaders(request, authority: "a", authorization: "b", changing: &changing)
+        #expect(
+            Set(headers.map(\.name)) == [":method", ":scheme", ":path", ":authority", "authorization", "apns-push-type", "apns-topic", "apns-priority"]
+        )
+        #expect(headers.count == 8)
     }
 
     @Test("a push without an expiration leaves apns-expiration's first time for the first push that has one")
     func expirationLater() {
         var changing = ChangingHeaders()
         let without = PendingRequest(
-            notification: APNsNotification(deviceToken: "00", topic: "t", priority: 5, payload: ByteBuffer(string: "{}")), deadline: .now() + .seconds(30)
+            notification: APNsNotification(deviceToken: "00", topic: "t", priority: 5, apnsID: UUID(), payload: ByteBuffer(string: "{}")),
+            deadline: .now() + .seconds(30)
         )
         let with = PendingRequest(
-            notification: APNsNotification(deviceToken: "00", topic: "t", priority: 5, expiration: 1, payload: ByteBuffer(string: "{}")),
+            notification: APNsNotification(deviceToken: "00", topic: "t", priority: 5, expiration: 1, apnsID: UUID(), payload: ByteBuffer(string: "{}")),
             deadline: .now() + .seconds(30)
         )
         _ = APNsConnection.deviceRequestHeaders(without, authority: "a", authorization: "b", changing: &changing)

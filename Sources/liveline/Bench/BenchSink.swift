@@ -60,8 +60,9 @@ struct EmulatorSink: BenchSink {
     func shutdown() async throws { try await emulator.shutdown() }
 }
 
-/// nginx (Debian's `nginx-light` or `nginx`) as a separate process: HTTP/2 over TLS on loopback, answering 200 with the
-/// request's `apns-id` to every `POST /3/device/…`, as h2load's reference figure does. It checks nothing, so it costs
+/// nginx (Debian's `nginx-light` or `nginx`) as a separate process: HTTP/2 over TLS on loopback, answering 200 with an
+/// `apns-id` to every `POST /3/device/…` (the request's, or, as APNs does for a request without one, one made up), as
+/// h2load's reference figure does. It checks nothing, so it costs
 /// the machine little and the figure is mostly Liveline's own work. Pushes are counted by nginx's `stub_status`.
 final class NginxSink: BenchSink {
     let baseURL: String
@@ -111,6 +112,15 @@ final class NginxSink: BenchSink {
             http {
                 access_log off;
                 log_format side '$msec $uri';
+                # APNs answers every request with an apns-id: the request's own, or a UUID it makes up when the request
+                # has none (here from nginx's random request id, in a UUID's form).
+                map $request_id $made_up_apns_id {
+                    "~^(?<a>.{8})(?<b>.{4})(?<c>.{4})(?<d>.{4})(?<e>.{12})$" "$a-$b-$c-$d-$e";
+                }
+                map $http_apns_id $apns_id {
+                    "" $made_up_apns_id;
+                    default $http_apns_id;
+                }
                 client_body_temp_path \(directory.path)/body;
                 proxy_temp_path \(directory.path)/proxy;
                 fastcgi_temp_path \(directory.path)/fastcgi;
@@ -125,13 +135,13 @@ final class NginxSink: BenchSink {
                     ssl_certificate_key \(keyPath);
                     client_body_buffer_size 8k;
                     location /3/device/ {
-                        add_header apns-id $http_apns_id always;
+                        add_header apns-id $apns_id always;
                         return 200;
                     }
                     # The side phones' pushes, each logged with the time it was read (bench fanout --side-deliveries).
                     location /3/device/\(BenchRequests.sideTokenPrefix) {
                         access_log \(sideLogPath) side;
-                        add_header apns-id $http_apns_id always;
+                        add_header apns-id $apns_id always;
                         return 200;
                     }
                     location / { return 404; }

@@ -100,14 +100,13 @@ extension Bench {
         case plain
         /// Requests shaped as Liveline's pushes: each to the device path of one of the first `devices` bench tokens
         /// (``BenchRequests/pushToken(_:)``) in turn, with `headers` (``pushHeaders(bundleID:signingKey:now:)``: what
-        /// Liveline's APNs client sends). Unlike Liveline's, h2load's `apns-id` is the same on every request, so HPACK
-        /// indexes it after the first one.
+        /// Liveline's APNs client sends).
         case pushes(devices: Int, headers: [(name: String, value: String)])
     }
 
     /// The headers of a Live Activity update as Liveline's APNs client sends them (`APNsConnection`), for the h2load
     /// reference shaped as pushes: a provider token signed with `signingKey` (``teamID``, ``keyID``), the push
-    /// type, topic, priority 10, an expiration eight hours on, an `apns-id` and the content type.
+    /// type, topic, priority 10 and an expiration eight hours on (no `apns-id`: APNs makes one up).
     static func pushHeaders(bundleID: String, signingKey: P256.Signing.PrivateKey, now: Date = Date()) -> [(name: String, value: String)] {
         let tokens = APNsProviderTokens(signingKey: APNsSigningKey(teamID: Bench.teamID, keyID: Bench.keyID, privateKey: signingKey))
         return [
@@ -116,8 +115,6 @@ extension Bench {
             ("apns-topic", "\(bundleID).push-type.liveactivity"),
             ("apns-priority", "10"),
             ("apns-expiration", String(Int(now.timeIntervalSince1970) + 8 * 3600)),
-            ("apns-id", UUID().uuidString.lowercased()),
-            ("content-type", "application/json"),
         ]
     }
 
