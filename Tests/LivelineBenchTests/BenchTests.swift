@@ -277,7 +277,7 @@ import Testing
         let headers = Bench.pushHeaders(bundleID: "com.example.bench", signingKey: key, now: now)
         let byName = Dictionary(headers.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first })
         // The headers Liveline's APNs client sends with a Live Activity update.
-        #expect(Set(byName.keys) == ["authorization", "apns-push-type", "apns-topic", "apns-priority", "apns-expiration", "apns-id", "content-type"])
+        #expect(Set(byName.keys) == ["authorization", "apns-push-type", "apns-topic", "apns-priority", "apns-expiration"])
         #expect(byName["apns-topic"] == "com.example.bench.push-type.liveactivity")
         #expect(byName["apns-push-type"] == "liveactivity")
         #expect(byName["apns-expiration"] == "1764028800")
