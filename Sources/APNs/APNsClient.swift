@@ -27,10 +27,10 @@ import Synchronization
 ///
 /// Each request carries `authorization: bearer <jwt>` from ``tokens``, `apns-push-type`, `apns-topic`,
 /// `apns-priority`, `apns-expiration` (if set) and `apns-id` (lowercase, if set: APNs makes one up otherwise), on
-/// `POST /3/device/<token>`, the headers Apple documents and no others. After a 403 `ExpiredProviderToken` or `InvalidProviderToken` the client forces a new
-/// provider token (once for any number of concurrent refusals); after `UnrelatedKeyIdInToken` it retires that
-/// connection. The response is returned as it is either way: the client never retries behind the caller's back
-/// once APNs has answered.
+/// `POST /3/device/<token>`: the headers Apple documents, and no others. After a 403 `ExpiredProviderToken` or
+/// `InvalidProviderToken` the client forces a new provider token (once for any number of concurrent refusals); after
+/// `UnrelatedKeyIdInToken` it retires that connection. The response is returned as it is either way: the client never
+/// retries behind the caller's back once APNs has answered.
 public final class APNsClient: Sendable {
     /// Tuning for an ``APNsClient``; the defaults suit Apple's servers.
     public struct Configuration: Sendable, Hashable {

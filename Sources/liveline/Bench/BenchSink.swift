@@ -113,9 +113,9 @@ final class NginxSink: BenchSink {
                 access_log off;
                 log_format side '$msec $uri';
                 # APNs answers every request with an apns-id: the request's own, or a UUID it makes up when the request
-                # has none. Here one made-up UUID for all of those: as long as a fresh one, answered as a literal all
-                # the same, and it costs nginx nothing (making each from nginx's request id with a regular expression
-                # made nginx, the bench client's limit, 6 % slower).
+                # has none. Here one made-up UUID for all of those: answered as a literal each time, as a fresh one
+                # would be, at no cost to nginx (one made per request from nginx's request id with a regular expression
+                # slowed nginx, the limit of `bench client`: docs/benchmarks.md, 2026-12-05 23:23).
                 map $http_apns_id $apns_id {
                     "" "5f3c2a1e-7b4d-4c8e-9a6f-0d2e1b3c4a5f";
                     default $http_apns_id;
