@@ -368,7 +368,8 @@ final class PendingRequest: @unchecked Sendable {
     /// whose request is built from ``notification`` alone.
     let other: APNsRequestHead?
     let path: String
-    let apnsIDString: String
+    /// The `apns-id` header's value; nil sends none.
+    let apnsIDString: String?
     let priorityString: String
     let deadline: NIODeadline
 
@@ -400,7 +401,7 @@ final class PendingRequest: @unchecked Sendable {
         self.other = nil
         self.completion = completion
         self.path = "/3/device/" + notification.deviceToken
-        self.apnsIDString = notification.apnsID?.lowercasedString ?? ""
+        self.apnsIDString = notification.apnsID?.lowercasedString
         self.priorityString = String(notification.priority)
         self.deadline = deadline
     }
@@ -411,7 +412,7 @@ final class PendingRequest: @unchecked Sendable {
         self.other = head
         self.completion = .none
         self.path = head.path
-        self.apnsIDString = ""
+        self.apnsIDString = nil
         self.priorityString = ""
         self.deadline = deadline
     }

@@ -314,8 +314,8 @@ final class APNsConnection: ChannelInboundHandler {
         if let expiration = notification.expiration {
             headers.add(name: "apns-expiration", value: String(expiration), indexing: changing.indexing(.expiration))
         }
-        if !request.apnsIDString.isEmpty {
-            headers.add(name: "apns-id", value: request.apnsIDString, indexing: changing.indexing(.apnsID))
+        if let apnsID = request.apnsIDString {
+            headers.add(name: "apns-id", value: apnsID, indexing: changing.indexing(.apnsID))
         }
         return headers
     }
