@@ -150,6 +150,33 @@ import Testing
     }
 }
 
+@Suite struct AllocatorTests {
+    @Test("the server's malloc is read from its memory map: a mapped jemalloc (linked or preloaded), or glibc's")
+    func allocatorFromTheMemoryMap() {
+        let glibc = """
+            55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 1234                       /work/main/.build/release/liveline
+            7f3a2c000000-7f3a2c021000 rw-p 00000000 00:00 0
+            7f3a2d000000-7f3a2d028000 r--p 00000000 08:01 5678                       /usr/lib/x86_64-linux-gnu/libc.so.6
+            7ffd1a000000-7ffd1a021000 rw-p 00000000 00:00 0                          [stack]
+            """
+        #expect(Bench.allocator(inMaps: glibc) == "glibc malloc")
+        let jemalloc = glibc + "\n7f3a2e000000-7f3a2e00a000 r--p 00000000 08:01 9012   /usr/lib/x86_64-linux-gnu/libjemalloc.so.2\n"
+        #expect(Bench.allocator(inMaps: jemalloc) == "jemalloc")
+        #expect(Bench.allocator(inMaps: "7f3a2e000000-7f3a2e00a000 r-xp 00000000 08:01 9 /usr/lib/libmimalloc.so.2.0") == "mimalloc")
+        // A directory or file of another name that merely contains the word is not the library.
+        #expect(Bench.allocator(inMaps: "7f3a2e000000-7f3a2e00a000 r--p 00000000 08:01 9 /srv/jemalloc-notes/liveline.sqlite") == "glibc malloc")
+        #expect(Bench.allocator(inMaps: "") == "glibc malloc")
+    }
+
+    @Test("this process's own map is readable on Linux")
+    func allocatorOfThisProcess() throws {
+        #if os(Linux)
+        let allocator = try #require(Bench.allocator(process: getpid()))
+        #expect(["glibc malloc", "jemalloc", "mimalloc", "tcmalloc"].contains(allocator))
+        #endif
+    }
+}
+
 @Suite struct BacklogScrapeTests {
     @Test("bench api's scrapes for the engine's backlog are spaced by nine times their cost, and at least 100 ms apart")
     func pauseBetweenScrapes() {

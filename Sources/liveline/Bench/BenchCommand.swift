@@ -266,7 +266,7 @@ struct Bench: AsyncParsableCommand {
             let seconds = elapsed.seconds
             Bench.say("""
 
-                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(sinkKind.rawValue), direct\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
+                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(sinkKind.rawValue), direct, \(Bench.allocator(process: getpid()) ?? "malloc unknown")\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
                   all pushes received in  \(Bench.format(elapsed))
                   all progress recorded   \(Bench.format(recorded))
                   pushes per second       \(Int(Double(instances) / seconds))
@@ -299,6 +299,25 @@ extension Bench {
         getrusage(RUSAGE_SELF.rawValue, &usage)
         return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
             + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+    }
+
+    /// The malloc a process runs on, as its memory map (`/proc/PID/maps`) shows it: `jemalloc`, `mimalloc` or
+    /// `tcmalloc` when that library is mapped (linked, or put in front with `LD_PRELOAD`), otherwise `glibc malloc`.
+    /// The server's figures depend on it (see "Building for production" in the README), so the benchmarks print it.
+    static func allocator(inMaps maps: String) -> String {
+        for line in maps.split(separator: "\n") {
+            guard let path = line.split(separator: " ", omittingEmptySubsequences: true).last, path.hasPrefix("/") else { continue }
+            let file = path.split(separator: "/").last ?? ""
+            for name in ["jemalloc", "mimalloc", "tcmalloc"] where file.hasPrefix("lib\(name)") {
+                return name
+            }
+        }
+        return "glibc malloc"
+    }
+
+    /// The malloc process `process` (a pid) runs on (``allocator(inMaps:)``); nil when /proc cannot tell.
+    static func allocator(process: Int32) -> String? {
+        (try? String(contentsOfFile: "/proc/\(process)/maps", encoding: .utf8)).map(allocator(inMaps:))
     }
 
     /// VmHWM from /proc: the most resident memory this process ever had.

@@ -115,7 +115,7 @@ extension Bench {
                 await load.close()
                 Bench.say(
                     "liveline bench broadcast: \(BenchRequests.grouped(subscribers)) channel subscribers (iOS 18), "
-                        + "\(BenchRequests.grouped(tokens)) token instances (iOS 17) on one activity; server pid \(server.pid)"
+                        + "\(BenchRequests.grouped(tokens)) token instances (iOS 17) on one activity; server pid \(server.pid) (\(Bench.allocator(process: server.pid) ?? "malloc unknown"))"
                 )
                 Bench.say("  token registrations   \(Bench.describe(registered, count: tokens))")
                 // The creating update's pushes settle first (the token phones were registered after it and are caught up).

@@ -49,9 +49,13 @@ final class ServerNodes: Sendable {
         return ServerNodes(servers: servers, database: database)
     }
 
-    /// `server pid 123` or `server pids 123, 456 (nodes 1, 2)`.
+    /// `server pid 123 (jemalloc)` or `server pids 123, 456 (nodes 1–2; glibc malloc)`: the processes, and the malloc
+    /// node 1 runs on (``Bench/allocator(process:)``; every node is the same executable).
     var pidText: String {
-        servers.count == 1 ? "server pid \(first.pid)" : "server pids \(servers.map { String($0.pid) }.joined(separator: ", ")) (nodes 1–\(servers.count))"
+        let allocator = Bench.allocator(process: first.pid) ?? "malloc unknown"
+        return servers.count == 1
+            ? "server pid \(first.pid) (\(allocator))"
+            : "server pids \(servers.map { String($0.pid) }.joined(separator: ", ")) (nodes 1–\(servers.count); \(allocator))"
     }
 
     /// Each node's CPU seconds so far, node 1 first.
