@@ -113,9 +113,10 @@ extension Bench {
                     )
                 }
                 await load.close()
+                let allocator = Bench.allocator(process: server.pid) ?? "malloc unknown"
                 Bench.say(
                     "liveline bench broadcast: \(BenchRequests.grouped(subscribers)) channel subscribers (iOS 18), "
-                        + "\(BenchRequests.grouped(tokens)) token instances (iOS 17) on one activity; server pid \(server.pid) (\(Bench.allocator(process: server.pid) ?? "malloc unknown"))"
+                        + "\(BenchRequests.grouped(tokens)) token instances (iOS 17) on one activity; server pid \(server.pid) (\(allocator))"
                 )
                 Bench.say("  token registrations   \(Bench.describe(registered, count: tokens))")
                 // The creating update's pushes settle first (the token phones were registered after it and are caught up).
