@@ -317,7 +317,16 @@ extension Bench {
 
     /// The malloc process `process` (a pid) runs on (``allocator(inMaps:)``); nil when /proc cannot tell.
     static func allocator(process: Int32) -> String? {
-        (try? String(contentsOfFile: "/proc/\(process)/maps", encoding: .utf8)).map(allocator(inMaps:))
+        procFile("/proc/\(process)/maps").map(allocator(inMaps:))
+    }
+
+    /// A file of /proc read to its end. /proc says its files are empty, and `String(contentsOfFile:)` then reads one
+    /// block of 4 KB: a server's memory map is several times longer (a server on PostgreSQL, whose jemalloc was mapped
+    /// past the first 4 KB, was reported as running on glibc's malloc).
+    static func procFile(_ path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        return (try? handle.readToEnd()).map { String(decoding: $0 ?? Data(), as: UTF8.self) }
     }
 
     /// VmHWM from /proc: the most resident memory this process ever had.
