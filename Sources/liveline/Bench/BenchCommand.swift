@@ -320,9 +320,10 @@ extension Bench {
         procFile("/proc/\(process)/maps").map(allocator(inMaps:))
     }
 
-    /// A file of /proc read to its end. /proc says its files are empty, and `String(contentsOfFile:)` then reads one
-    /// block of 4 KB: a server's memory map is several times longer (a server on PostgreSQL, whose jemalloc was mapped
-    /// past the first 4 KB, was reported as running on glibc's malloc).
+    /// A file of /proc read to its end; nil when it cannot be opened. /proc says its files are empty, and
+    /// `String(contentsOfFile:)` then reads one block of 4 KB: a server's memory map is several times longer (a server
+    /// on PostgreSQL, whose jemalloc was mapped past the first 4 KB, was reported as running on glibc's malloc), and
+    /// `/proc/stat` grows with the machine's cores. Every read of /proc in the benchmarks goes through here.
     static func procFile(_ path: String) -> String? {
         guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
         defer { try? handle.close() }
@@ -337,7 +338,7 @@ extension Bench {
     /// The most resident memory (VmHWM) process `process` (a pid, or `self`) ever had, in bytes; nil when /proc cannot
     /// tell.
     static func peakResidentBytes(process: String) -> Int? {
-        guard let status = try? String(contentsOfFile: "/proc/\(process)/status", encoding: .utf8),
+        guard let status = procFile("/proc/\(process)/status"),
             let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
             let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
         else { return nil }

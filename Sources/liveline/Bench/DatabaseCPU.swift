@@ -142,7 +142,7 @@ struct ProcessTimes: Equatable, Sendable {
 
     /// The line of process `pid`, or nil when /proc has no such process.
     static func read(_ pid: Int32) -> ProcessTimes? {
-        (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)).flatMap(ProcessTimes.init(stat:))
+        Bench.procFile("/proc/\(pid)/stat").flatMap(ProcessTimes.init(stat:))
     }
 
     /// The times of every process /proc shows.

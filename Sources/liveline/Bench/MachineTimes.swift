@@ -32,7 +32,7 @@ struct MachineTimes: Equatable, Sendable {
 
     /// This machine's times now; nil where `/proc/stat` cannot be read (not Linux).
     static func read() -> MachineTimes? {
-        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8) else { return nil }
+        guard let text = Bench.procFile("/proc/stat") else { return nil }
         return MachineTimes(stat: text)
     }
 
