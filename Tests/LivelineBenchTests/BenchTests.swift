@@ -176,8 +176,8 @@ import Testing
         // dozens of libraries, several 4 KB of lines before it.
         #expect(maps.utf8.count > 4096)
         #expect(maps.contains("[stack]"))
-        let allocator = try #require(Bench.allocator(process: getpid()))
-        #expect(["glibc malloc", "jemalloc", "mimalloc", "tcmalloc"].contains(allocator))
+        // An unreadable map would say "malloc unknown", which is none of these.
+        #expect(["glibc malloc", "jemalloc", "mimalloc", "tcmalloc"].contains(Bench.allocator(process: getpid())))
         #endif
     }
 }

@@ -112,7 +112,7 @@ extension Bench {
             }
             Bench.say("""
 
-                liveline bench client: \(pushes) pushes, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue), \(Bench.allocator(process: getpid()) ?? "malloc unknown")
+                liveline bench client: \(pushes) pushes, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(self.sink.rawValue), \(Bench.allocator(process: getpid()))
                   all answers in          \(Bench.format(elapsed))
                   pushes per second       \(Int(rate))\(references)
                   not answered 200        \(failures)

@@ -266,7 +266,7 @@ struct Bench: AsyncParsableCommand {
             let seconds = elapsed.seconds
             Bench.say("""
 
-                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(sinkKind.rawValue), direct, \(Bench.allocator(process: getpid()) ?? "malloc unknown")\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
+                liveline bench fanout: \(instances) instances, \(sending.connections) HTTP/2 connections, \(sending.inFlight) in flight, sink \(sinkKind.rawValue), direct, \(Bench.allocator(process: getpid()))\(rounds > 1 ? ", round \(round) of \(rounds)" : "")
                   all pushes received in  \(Bench.format(elapsed))
                   all progress recorded   \(Bench.format(recorded))
                   pushes per second       \(Int(Double(instances) / seconds))
@@ -315,9 +315,9 @@ extension Bench {
         return "glibc malloc"
     }
 
-    /// The malloc process `process` (a pid) runs on (``allocator(inMaps:)``); nil when /proc cannot tell.
-    static func allocator(process: Int32) -> String? {
-        procFile("/proc/\(process)/maps").map(allocator(inMaps:))
+    /// The malloc process `process` (a pid) runs on (``allocator(inMaps:)``); `malloc unknown` when /proc cannot tell.
+    static func allocator(process: Int32) -> String {
+        procFile("/proc/\(process)/maps").map(allocator(inMaps:)) ?? "malloc unknown"
     }
 
     /// A file of /proc read to its end; nil when it cannot be opened. /proc says its files are empty, and

@@ -113,7 +113,7 @@ extension Bench {
                     )
                 }
                 await load.close()
-                let allocator = Bench.allocator(process: server.pid) ?? "malloc unknown"
+                let allocator = Bench.allocator(process: server.pid)
                 Bench.say(
                     "liveline bench broadcast: \(BenchRequests.grouped(subscribers)) channel subscribers (iOS 18), "
                         + "\(BenchRequests.grouped(tokens)) token instances (iOS 17) on one activity; server pid \(server.pid) (\(allocator))"

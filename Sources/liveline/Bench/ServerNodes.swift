@@ -52,7 +52,7 @@ final class ServerNodes: Sendable {
     /// `server pid 123 (jemalloc)` or `server pids 123, 456 (nodes 1–2; glibc malloc)`: the processes, and the malloc
     /// node 1 runs on (``Bench/allocator(process:)``; every node is the same executable).
     var pidText: String {
-        let allocator = Bench.allocator(process: first.pid) ?? "malloc unknown"
+        let allocator = Bench.allocator(process: first.pid)
         return servers.count == 1
             ? "server pid \(first.pid) (\(allocator))"
             : "server pids \(servers.map { String($0.pid) }.joined(separator: ", ")) (nodes 1–\(servers.count); \(allocator))"
