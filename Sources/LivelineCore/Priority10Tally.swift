@@ -97,6 +97,19 @@ public struct Priority10Tally: Sendable, Hashable {
         return Priority10Tally(newestQuarter: newest, counts: counts)
     }
 
+    /// The tally with one more push, sent at `time` and counted in its own quarter (a push recorded by a mark, told
+    /// after pushes sent later): one older than the quarters kept counts no more; one in or after the newest quarter is
+    /// recorded as ``recording(at:)`` records it.
+    public func counting(pushAt time: Int64) -> Priority10Tally {
+        let quarter = Self.quarter(of: time)
+        if counts == 0 || quarter >= newestQuarter { return recording(at: time) }
+        let age = newestQuarter - quarter
+        guard age < Int64(Self.quarters) else { return self }
+        let shift = 8 * UInt64(age)
+        guard (counts >> shift) & 0xFF < UInt64(Self.countLimit) else { return self }
+        return Priority10Tally(newestQuarter: newestQuarter, counts: counts + (1 << shift))
+    }
+
     /// Tallies are equal when they count the same pushes in the same quarters; all tallies with no push are equal,
     /// whichever quarter they name as the newest.
     public static func == (lhs: Priority10Tally, rhs: Priority10Tally) -> Bool {

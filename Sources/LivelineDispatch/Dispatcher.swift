@@ -275,6 +275,9 @@ public final class Dispatcher: Service, Sendable {
                     olderThan: now().addingTimeInterval(-configuration.deliveryRetention),
                     keepPerActivity: configuration.deliveriesPerActivity
                 )
+                try await store.pruneDeliveryMarks(
+                    sentBefore: now().addingTimeInterval(-Double(Priority10Tally.quarterSeconds) * Double(Priority10Tally.quarters))
+                )
             } catch {
                 logger.warning("Pruning the delivery timeline failed", metadata: ["error": "\(error)"])
             }
@@ -448,11 +451,26 @@ public final class Dispatcher: Service, Sendable {
 
     private typealias FanOut = FanOutStateMachine<InstanceRecord, Rendition, InstanceResult>
 
+    /// What a pass's marks leave to its release (``DeliveryRun``).
+    enum PassMarks: Sendable, Hashable {
+        /// Neither it nor a pass before it marked the sequence: nothing to settle.
+        case none
+        /// It read every platform's pending instances to their end, sent them all one `sequence`, and every push is
+        /// done with (nothing to retry): every instance that joined before its claim has that sequence, marked, written
+        /// in its row, or refused for good.
+        case complete(Int64)
+        /// It wrote marks, but another sequence overtook part of it, an engine sending to some platforms only wrote
+        /// them, or slices shared with other engines did: a read says whether anything still waits.
+        case unknown
+    }
+
     /// What a pass's child tasks come back with: an event of its fan-out, or the count of its pending instances
     /// (``TimelineThinning/counted(pending:)``; nil when the read failed).
     private enum PassEvent: Sendable {
         case fanOut(FanOut.Event)
         case counted(Int?)
+        /// A chunk's results, with the runs of them its marks record (``DeliveryRuns``).
+        case sent([InstanceResult], runs: [DeliveryRun])
     }
 
     /// Works on a claimed activity: rate shaping, then one pass over it while its lease is kept, then the claim is
@@ -488,7 +506,7 @@ public final class Dispatcher: Service, Sendable {
         }
         // A lost claim is its new holder's to release.
         guard let passRelease else { return }
-        let (release, broadcastDue, attempts) = passRelease
+        let (release, broadcastDue, attempts, marked) = passRelease
         let retryAt: Date?
         switch release {
         case .now: retryAt = now()
@@ -501,9 +519,18 @@ public final class Dispatcher: Service, Sendable {
         // forward: the broadcast is what is behind, and looking at once published it again at once, a refused or
         // failing broadcast a few times a second for as long as the activity lived.
         let due = release == .now && broadcastDue != nil ? broadcastDue : [retryAt, broadcastDue].compactMap { $0 }.min()
+        // A pass that marked runs and has nothing to retry settles the activity at the sequence it sent, so that no
+        // later search seeks each instance's marks: at once when the pass itself read and sent everything, after a
+        // read of what still waits otherwise (on the Store's reader; a read that fails only leaves it unsettled).
+        var verified: SettledPass?
+        switch marked {
+        case .complete(let sequence) where release == .now: verified = SettledPass(sequence: sequence, pass: claim.pass, at: now())
+        case .unknown where release == .now: verified = await verifiedPass(claim)
+        default: verified = nil
+        }
         try await store.releaseClaim(
             appID: appID, activityID: activityID, owner: claim.owner, platforms: configuration.platforms, retryAt: due,
-            sendStart: sendStart
+            sendStart: sendStart, verified: verified
         )
         // A pass that recorded as many attempts as the timeline keeps for an activity has pushed the older ones out:
         // they go now, a pass's worth at a time, rather than all at once at the next periodic prune (which, after
@@ -517,6 +544,27 @@ public final class Dispatcher: Service, Sendable {
         }
     }
 
+    /// The claimed activity's sequence as it is now, when no instance of any platform waits for it
+    /// (``SettledPass``); `nil` when some do, the claim was lost, or a read failed.
+    private func verifiedPass(_ claim: DispatchClaim) async -> SettledPass? {
+        let at = now()
+        do {
+            guard
+                let held = try await store.heldClaim(
+                    appID: claim.activity.appID, activityID: claim.activity.activityID, owner: claim.owner, now: at
+                )
+            else { return nil }
+            let waiting = try await store.pendingInstanceCount(
+                appID: claim.activity.appID, activityID: claim.activity.activityID, below: held.activity.sequence,
+                platforms: Platform.allCases, after: nil, through: nil
+            )
+            return waiting == 0 ? SettledPass(sequence: held.activity.sequence, pass: claim.pass, at: at) : nil
+        } catch {
+            logger.warning("Reading what a pass left waiting failed", metadata: ["activity": "\(claim.activity.activityID)", "error": "\(error)"])
+            return nil
+        }
+    }
+
     /// The claimed activity's pass, under ``keepingClaim(_:_:)``: admits a remote start's audience,
     /// publishes on the broadcast channel, and fans the state out — alone (``fanOut(_:budget:claimWatch:slice:)``), or,
     /// when ``DispatcherConfiguration/sliceSize`` is set and the activity has more instances to send, in slices shared
@@ -525,7 +573,7 @@ public final class Dispatcher: Service, Sendable {
     /// or `nil` when the claim was lost (its new holder releases it).
     private func pass(
         _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch
-    ) async throws -> (FanOut.ReleaseTiming, broadcastDue: Date?, attempts: Int)? {
+    ) async throws -> (FanOut.ReleaseTiming, broadcastDue: Date?, attempts: Int, marked: PassMarks)? {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
         let activity = claim.activity
@@ -533,7 +581,7 @@ public final class Dispatcher: Service, Sendable {
         // A remote start's audience becomes `starting` instances first, a page per write.
         while claim.audienceWaiting, try await store.admitStartAudience(appID: appID, activityID: activityID, limit: configuration.admissionPageSize, at: now()) {
             if claimWatch.isLost { return nil }
-            if Task.isShuttingDownGracefully || Task.isCancelled { return (.unscheduled, nil, 0) }
+            if Task.isShuttingDownGracefully || Task.isCancelled { return (.unscheduled, nil, 0, .none) }
         }
         if claimWatch.isLost { return nil }
 
@@ -555,18 +603,19 @@ public final class Dispatcher: Service, Sendable {
                 )
             } catch {
                 logger.error("Planning a shared fan-out failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
-                return claimWatch.isLost ? nil : (.afterStoreRetryDelay, broadcastDue, 0)
+                return claimWatch.isLost ? nil : (.afterStoreRetryDelay, broadcastDue, 0, .none)
             }
             if slices > 0 {
                 wakeSignal.wake()
                 peers?.wake()
                 guard let shared = await sendSlices(of: claim, claimWatch: claimWatch) else { return nil }
-                return (shared, broadcastDue, 0)
+                // The slices' engines marked what they sent; only a read can say whether they sent everything.
+                return (shared, broadcastDue, 0, .unknown)
             }
         }
-        let (release, attempts) = await fanOut(claim, budget: budget, claimWatch: claimWatch, slice: nil)
+        let (release, attempts, marked) = await fanOut(claim, budget: budget, claimWatch: claimWatch, slice: nil)
         if claimWatch.isLost { return nil }
-        return (release, broadcastDue, attempts)
+        return (release, broadcastDue, attempts, marked)
     }
 
     /// Sends the claimed activity's slices with the other engines, as the holder of its claim: claims the ones nobody
@@ -645,9 +694,23 @@ public final class Dispatcher: Service, Sendable {
     /// the timeline.
     private func fanOut(
         _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch, slice: FanOutSlice?
-    ) async -> (release: FanOut.ReleaseTiming, attempts: Int) {
+    ) async -> (release: FanOut.ReleaseTiming, attempts: Int, marked: PassMarks) {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
+        // The marks of priority-10 pushes that count against the instances' budgets besides their rows' tallies (read
+        // once a pass: the pass's own pushes go to instances it does not read again).
+        let priority10Marks: Priority10MarkIndex
+        if !claim.priority10Marked {
+            priority10Marks = Priority10MarkIndex([])
+        } else {
+            do {
+                let since = Int64(now().timeIntervalSince1970) - Priority10Tally.quarterSeconds * Int64(Priority10Tally.quarters)
+                priority10Marks = Priority10MarkIndex(try await store.priority10Marks(appID: appID, activityID: activityID, since: since))
+            } catch {
+                logger.error("Reading the marks of priority-10 pushes failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
+                return (.afterStoreRetryDelay, 0, .none)
+            }
+        }
         var machine = FanOut(
             platforms: configuration.platforms,
             limits: FanOutLimits(
@@ -660,6 +723,13 @@ public final class Dispatcher: Service, Sendable {
         // attempts alone, not its results, which would keep their instances' records alive too.
         var timeline = TimelineThinning<[DeliveryRecord]>(keep: configuration.deliveriesPerActivity)
         return await withTaskGroup(of: PassEvent.self) { group in
+            // Where the next chunk of each platform starts in the pass's reading (``DeliveryRun``), the runs sent and not
+            // written yet, the results they record whose batch is not written yet, and whether any mark was written.
+            var positions: [Platform: Int] = [:]
+            var unwrittenRuns: [DeliveryRun] = []
+            var covered: Set<ObjectIdentifier> = []
+            var wroteMarks = false
+            var sequencesSent: Set<Int64> = []
             // Only one page read runs at a time.
             var stopping = false
             var leaseLost = false
@@ -677,9 +747,18 @@ public final class Dispatcher: Service, Sendable {
                 switch machine.nextAction() {
                 case .readPage(let platform, let below, let cursor):
                     group.addTask {
-                        .fanOut(await self.readPage(claim, slice: slice, platform: platform, below: below, after: cursor))
+                        .fanOut(
+                            await self.readPage(
+                                claim, slice: slice, platform: platform, below: below, after: cursor, priority10Marks: priority10Marks
+                            )
+                        )
                     }
                 case .send(let instances, let rendition):
+                    // Where the chunk is in its platform's reading, for its runs to join those of the chunks beside it.
+                    let platform = instances.first?.platform ?? .ios
+                    sequencesSent.insert(rendition.sequence)
+                    let firstPosition = positions[platform, default: 0]
+                    positions[platform] = firstPosition + instances.count
                     var pushes: [OutgoingPush] = []
                     pushes.reserveCapacity(instances.count)
                     // The instances pushed to, in order: the chunk itself, without copying an instance, unless one is
@@ -731,9 +810,24 @@ public final class Dispatcher: Service, Sendable {
                         if let platform = pushes.first?.platform, results.contains(where: { $0.final == .delivered }) {
                             await self.transports.credentialsHealth(appID: appID, platform: platform, healthy: true, reason: nil)
                         }
-                        return .fanOut(.resultsReceived(cancelled + results))
+                        let runs = Self.runs(
+                            of: instances, results: results, firstPosition: firstPosition, sequence: rendition.sequence, pass: claim.pass,
+                            sentAt: Int64(self.now().timeIntervalSince1970)
+                        )
+                        return .sent(cancelled + results, runs: runs)
                     }
                 case .recordProgress(let batch):
+                    // The runs sent so far (those of this batch's results among them), joined, and this batch's
+                    // results they record.
+                    let marks = DeliveryRuns.joined(unwrittenRuns).map(\.mark)
+                    unwrittenRuns.removeAll(keepingCapacity: true)
+                    var marked: Set<ObjectIdentifier> = []
+                    if !covered.isEmpty {
+                        for result in batch where covered.remove(ObjectIdentifier(result)) != nil {
+                            marked.insert(ObjectIdentifier(result))
+                        }
+                    }
+                    if !marks.isEmpty { wroteMarks = true }
                     let own = batch.flatMap(\.attempts)
                     let written: [DeliveryRecord]
                     switch timeline.record(own, instances: batch.count, attempts: own.count) {
@@ -741,8 +835,10 @@ public final class Dispatcher: Service, Sendable {
                     case .write(let earlier): written = earlier.isEmpty ? own : earlier.flatMap { $0 } + own
                     }
                     attempts += written.count
-                    group.addTask {
-                        await self.recordProgress(appID: appID, activityID: activityID, batch, timeline: written, budget: budget)
+                    group.addTask { [marked] in
+                        await self.recordProgress(
+                            appID: appID, activityID: activityID, batch, timeline: written, budget: budget, marks: marks, marked: marked
+                        )
                         return .fanOut(.progressRecorded)
                     }
                 case .reportCredentialsRefused(let platform):
@@ -761,7 +857,8 @@ public final class Dispatcher: Service, Sendable {
                                 .counted(
                                     try? await self.store.pendingInstanceCount(
                                         appID: appID, activityID: activityID, below: claim.activity.sequence,
-                                        platforms: self.configuration.platforms, after: slice?.after, through: slice?.through
+                                        platforms: self.configuration.platforms, after: slice?.after, through: slice?.through,
+                                        consultingMarks: claim.sequenceMarked
                                     )
                                 )
                             }
@@ -769,16 +866,39 @@ public final class Dispatcher: Service, Sendable {
                         machine.receive(event)
                     case .counted(let pending):
                         if let pending { timeline.counted(pending: pending) }
+                    case .sent(let results, let runs):
+                        if !runs.isEmpty {
+                            unwrittenRuns += runs
+                            // The results the runs record: their progress writes no row for them.
+                            for result in results
+                            where result.final == .delivered && result.event == .update && runs.contains(where: { $0.mark.covers(result.instance) }) {
+                                covered.insert(ObjectIdentifier(result))
+                            }
+                        }
+                        machine.receive(.resultsReceived(results))
                     case nil:
                         preconditionFailure("the fan-out waits with nothing in flight")
                     }
                 case .release(let timing):
                     let held = timeline.passEnded().flatMap { $0 }
-                    if !held.isEmpty {
+                    let marks = DeliveryRuns.joined(unwrittenRuns).map(\.mark)
+                    if !marks.isEmpty { wroteMarks = true }
+                    if !held.isEmpty || !marks.isEmpty {
                         attempts += held.count
-                        await recordProgress(appID: appID, activityID: activityID, [], timeline: held, budget: budget)
+                        await recordProgress(appID: appID, activityID: activityID, [], timeline: held, budget: budget, marks: marks, marked: [])
                     }
-                    return (timing, attempts)
+                    // Marks of the sequence left by a pass before it (a retry's, a stopped pass's) are settled alike.
+                    let marked: PassMarks =
+                        if !wroteMarks && !claim.sequenceMarked {
+                            .none
+                        } else if timing == .now, sequencesSent.count == 1, let sequence = sequencesSent.first,
+                            Set(configuration.platforms) == Set(Platform.allCases)
+                        {
+                            .complete(sequence)
+                        } else {
+                            .unknown
+                        }
+                    return (timing, attempts, marked)
                 }
             }
         }
@@ -853,13 +973,25 @@ public final class Dispatcher: Service, Sendable {
     ///
     /// A `slice`'s pages are its range's, and its claim is the slice's.
     private func readPage(
-        _ claim: DispatchClaim, slice: FanOutSlice?, platform: Platform, below: Int64?, after cursor: String?
+        _ claim: DispatchClaim, slice: FanOutSlice?, platform: Platform, below: Int64?, after cursor: String?,
+        priority10Marks: Priority10MarkIndex
     ) async -> FanOut.Event {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
+        // Each instance's priority-10 pushes: its row's tally with the marks that speak for it.
+        func counted(_ instances: [InstanceRecord]) -> [InstanceRecord] {
+            guard !priority10Marks.isEmpty else { return instances }
+            return instances.map { instance in
+                guard instance.platform == .ios else { return instance }
+                var counted = instance
+                counted.priority10 = priority10Marks.counting(instance.priority10, for: instance)
+                return counted
+            }
+        }
         do {
             guard let below else {
-                let (instances, nothingBehind) = try await firstPage(claim, slice: slice, platform: platform)
+                var (instances, nothingBehind) = try await firstPage(claim, slice: slice, platform: platform)
+                instances = counted(instances)
                 if instances.isEmpty { return .pageRead(instances: [], cursor: nil, rendition: nil, nothingBehind: nothingBehind) }
                 guard let transport = try await transports.transport(appID: appID, platform: platform) else {
                     logger.warning("No way to send this app's pushes; its instances wait", metadata: ["app": "\(appID)", "platform": "\(platform)"])
@@ -880,9 +1012,11 @@ public final class Dispatcher: Service, Sendable {
             if held.activity.sequence != below, let transport = try await transports.transport(appID: appID, platform: platform) {
                 newer = render(held, for: platform, transport: transport)
             }
-            let instances = try await store.pendingInstances(
-                appID: appID, activityID: activityID, below: newer?.sequence ?? below, platforms: [platform], after: cursor ?? slice?.after,
-                through: slice?.through, limit: configuration.pageSize
+            let instances = counted(
+                try await store.pendingInstances(
+                    appID: appID, activityID: activityID, below: newer?.sequence ?? below, platforms: [platform], after: cursor ?? slice?.after,
+                    through: slice?.through, limit: configuration.pageSize, consultingMarks: claim.sequenceMarked
+                )
             )
             return .pageRead(instances: instances, cursor: instances.last?.deviceID, rendition: newer)
         } catch {
@@ -902,7 +1036,7 @@ public final class Dispatcher: Service, Sendable {
         func read(_ platforms: [Platform]) async throws -> [InstanceRecord] {
             try await store.pendingInstances(
                 appID: claim.activity.appID, activityID: claim.activity.activityID, below: claim.activity.sequence, platforms: platforms,
-                after: slice?.after, through: slice?.through, limit: configuration.pageSize
+                after: slice?.after, through: slice?.through, limit: configuration.pageSize, consultingMarks: claim.sequenceMarked
             )
         }
         guard !later.isEmpty else { return (try await read([platform]), []) }
@@ -935,12 +1069,17 @@ public final class Dispatcher: Service, Sendable {
     /// Writes one batch's progress, and `timeline`'s attempts (``TimelineThinning``: those of batches held back before
     /// it, then usually the batch's own; at the end of a pass, an empty batch with what was still held); a failure only
     /// means those instances are sent again later.
+    ///
+    /// `marks` are runs of pushes the batch's results among them (``DeliveryRuns``): the results they record
+    /// (`marked`) write no row.
     private func recordProgress(
-        appID: String, activityID: String, _ batch: [InstanceResult], timeline: [DeliveryRecord], budget: PriorityBudget
+        appID: String, activityID: String, _ batch: [InstanceResult], timeline: [DeliveryRecord], budget: PriorityBudget,
+        marks: [DeliveryMark] = [], marked: Set<ObjectIdentifier> = []
     ) async {
         do {
-            var batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget)
+            var batchProgress = progress(appID: appID, activityID: activityID, batch, budget: budget, marked: marked)
             batchProgress.attempts = timeline
+            batchProgress.marks = marks
             if batchProgress.budgetWarnings > 0 {
                 logger.notice(
                     "budget.warning: instances reached the warning share of their hourly priority-10 budget",
@@ -1061,6 +1200,31 @@ public final class Dispatcher: Service, Sendable {
         )
     }
 
+    /// The runs of one chunk's pushes (``DeliveryRuns``): `instances` as the pass read them, `results` in any order.
+    static func runs(
+        of instances: ArraySlice<InstanceRecord>, results: [InstanceResult], firstPosition: Int, sequence: Int64, pass: Int64, sentAt: Int64
+    ) -> [DeliveryRun] {
+        guard results.count >= DeliveryRuns.minimumLength, let platform = instances.first?.platform else { return [] }
+        var byDevice: [String: InstanceResult] = [:]
+        byDevice.reserveCapacity(results.count)
+        for result in results { byDevice[result.instance.deviceID] = result }
+        let entries = instances.map { instance in
+            let result = byDevice[instance.deviceID]
+            return DeliveryRuns.Entry(
+                deviceID: instance.deviceID,
+                markable: result.map {
+                    $0.sequence == sequence
+                        && DeliveryRuns.markable(
+                            state: instance.state, channelID: instance.channelID, joinedPass: instance.joinedPass, pass: pass, event: $0.event,
+                            delivered: $0.final == .delivered
+                        )
+                } ?? false,
+                priority: result?.priority ?? 0
+            )
+        }
+        return DeliveryRuns.runs(of: entries, firstPosition: firstPosition, platform: platform, sequence: sequence, pass: pass, sentAt: sentAt)
+    }
+
     /// Logs a warning when a batch's iOS pushes were all refused with `BadDeviceToken` (``EnvironmentMismatchWatch``).
     private func warnOfEnvironmentMismatch(appID: String, _ batch: [InstanceResult]) {
         // Counted in one pass, without copying the batch: it runs for every batch a fan-out records.
@@ -1087,14 +1251,18 @@ public final class Dispatcher: Service, Sendable {
     }
 
     /// One batch's progress, without its attempts (the timeline's: ``recordProgress(appID:activityID:_:timeline:budget:)``).
-    private func progress(appID: String, activityID: String, _ results: [InstanceResult], budget: PriorityBudget) -> DeliveryProgress {
+    private func progress(
+        appID: String, activityID: String, _ results: [InstanceResult], budget: PriorityBudget, marked: Set<ObjectIdentifier> = []
+    ) -> DeliveryProgress {
         var progress = DeliveryProgress(appID: appID, activityID: activityID)
         let nowSeconds = Int64(now().timeIntervalSince1970)
         for result in results {
+            // A push a mark records: nothing of it goes into the instance's row (its budget warning is still counted).
+            let isMarked = !marked.isEmpty && marked.contains(ObjectIdentifier(result))
             let pushed = PushedInstance(deviceID: result.instance.deviceID, token: result.instance.pushToken, sequence: result.sequence)
             if result.final == .delivered, result.priority == 10, result.instance.platform == .ios, result.event != .start {
                 let tally = result.instance.priority10.recording(at: nowSeconds)
-                progress.priority10Tallies.append((pushed, tally))
+                if !isMarked { progress.priority10Tallies.append((pushed, tally)) }
                 let used = tally.used(at: nowSeconds)
                 if budget.warns(used: used, frequentPushes: result.instance.frequentPushesEnabled),
                     !budget.warns(used: used - 1, frequentPushes: result.instance.frequentPushesEnabled)
@@ -1118,6 +1286,7 @@ public final class Dispatcher: Service, Sendable {
             }
             switch result.final {
             case .delivered:
+                if isMarked { continue }
                 if result.event == .start { progress.startsDelivered.append(pushed) } else { progress.delivered.append(pushed) }
                 if result.event == .end { progress.endDelivered.append(pushed) }
             case .rejected:

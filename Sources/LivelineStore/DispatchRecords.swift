@@ -13,6 +13,83 @@ public struct DispatchClaim: Sendable, Hashable {
     public var budget: BudgetOverride = BudgetOverride()
     /// A remote start's audience waits to be admitted (``DispatchStore/admitStartAudience(appID:activityID:limit:at:)``).
     public var audienceWaiting = false
+    /// The activity's pass counter as of the claim (raised by the claim of the activity, read by a slice's): the pass
+    /// the marks of this claim's sends carry (``DeliveryMark``).
+    public var pass: Int64 = 0
+    /// The activity has marks of priority-10 pushes (``DispatchStore/priority10Marks(appID:activityID:since:)``), which
+    /// count against its instances' budgets.
+    public var priority10Marked = false
+    /// The activity had marks of its sequence as of the claim (left by a pass that stopped, or by another slice): the
+    /// pass's reads must consult them. Without, a pass reads its pages without them, and writes marks only behind
+    /// its pages.
+    public var sequenceMarked = true
+}
+
+/// What an engine read after a pass that sent `sequence` under the claim of pass `pass`: no instance of the activity, of
+/// any platform, waited for it (``DispatchStore/pendingInstanceCount(appID:activityID:below:platforms:after:through:)``).
+/// The release then settles the activity at it: every instance that joined before the pass has it, whatever its row and
+/// its marks say, and the marks of it may go.
+public struct SettledPass: Sendable, Hashable {
+    public var sequence: Int64
+    public var pass: Int64
+    /// When the engine read it.
+    public var at: Date
+
+    public init(sequence: Int64, pass: Int64, at: Date) {
+        self.sequence = sequence
+        self.pass = pass
+        self.at = at
+    }
+}
+
+extension DispatchStore {
+    /// Releases the claim without a verified pass (``releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:verified:)``).
+    @discardableResult
+    public func releaseClaim(
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?
+    ) async throws -> Bool {
+        try await releaseClaim(
+            appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, sendStart: sendStart, verified: nil
+        )
+    }
+}
+
+/// A run of instances one pass sent one sequence to, written in place of a row write an instance: every instance of
+/// `platform` with a device id in `fromDevice ... throughDevice` whose ``InstanceRecord/joinedPass`` is below `pass`,
+/// and that was deliverable when the pass read it, was sent `sequence` at `priority` at `sentAt` (seconds since 1970),
+/// and the push service took it. Instances of the range the pass did not read (ended ones, ones sent the sequence
+/// before, another platform's) are named by the range but not by the mark: the Store reads a mark only for an instance
+/// it would send to.
+public struct DeliveryMark: Sendable, Hashable {
+    public var platform: Platform
+    public var sequence: Int64
+    public var pass: Int64
+    public var fromDevice: String
+    public var throughDevice: String
+    public var priority: Int
+    public var sentAt: Int64
+
+    public init(platform: Platform, sequence: Int64, pass: Int64, fromDevice: String, throughDevice: String, priority: Int, sentAt: Int64) {
+        self.platform = platform
+        self.sequence = sequence
+        self.pass = pass
+        self.fromDevice = fromDevice
+        self.throughDevice = throughDevice
+        self.priority = priority
+        self.sentAt = sentAt
+    }
+
+    /// Whether the mark speaks for `instance` (its platform and range, and a pass after the one it joined in). Device ids
+    /// are compared by their bytes, as both stores compare them.
+    public func covers(_ instance: InstanceRecord) -> Bool {
+        covers(device: instance.deviceID, platform: instance.platform, joinedPass: instance.joinedPass)
+    }
+
+    /// ``covers(_:)`` for the instance of `device` on `platform` that joined in pass `joinedPass`.
+    public func covers(device: String, platform: Platform, joinedPass: Int64) -> Bool {
+        platform == self.platform && joinedPass < pass && !device.utf8.lexicographicallyPrecedes(fromDevice.utf8)
+            && !throughDevice.utf8.lexicographicallyPrecedes(device.utf8)
+    }
 }
 
 /// When pending work may next be claimed (``DispatchStore/nextClaimable()``).
@@ -154,6 +231,9 @@ public struct DeliveryProgress: Sendable {
     /// Lifecycle events the batch causes (`instance.invalidated`, `delivery.failed`, `budget.warning`), recorded in
     /// its transaction.
     public var events: [NewEvent] = []
+    /// Runs of instances sent and taken, in place of their rows (``DeliveryMark``): the instances they cover are in
+    /// neither ``delivered`` nor ``priority10Tallies``.
+    public var marks: [DeliveryMark] = []
 
     public init(
         appID: String, activityID: String, delivered: [PushedInstance] = [], invalidated: [PushedInstance] = [],
@@ -215,14 +295,18 @@ public protocol DispatchStore: Sendable {
     func heldClaim(appID: String, activityID: String, owner: String, now: Date) async throws -> DispatchClaim?
     /// Active instances on `platforms` whose delivered sequence is below `sequence`, ordered by device id, after `cursor`
     /// and up to `last` (to the end when `nil`: a slice's end).
+    ///
+    /// `consultingMarks` false leaves the marks out (``DeliveryMark``): for a pass whose claim found no mark of its
+    /// sequence (``DispatchClaim/sequenceMarked``), which writes marks only behind the pages it has read.
     func pendingInstances(
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?,
-        limit: Int
+        limit: Int, consultingMarks: Bool
     ) async throws -> [InstanceRecord]
     /// How many instances ``pendingInstances(appID:activityID:below:platforms:after:through:limit:)`` would read, without
     /// a limit: the engine's count of a large pass, read once (a read, on the Store's reader).
     func pendingInstanceCount(
-        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?,
+        consultingMarks: Bool
     ) async throws -> Int
     /// Records a batch's progress and attempts: in one transaction, or (on SQLite, when an acknowledged write arrives
     /// while it runs) in parts each whole on its own, so that the acknowledged write need not wait for all of it.
@@ -235,10 +319,18 @@ public protocol DispatchStore: Sendable {
     /// `sendStart`, when the pass sent a new sequence, is recorded in the same write, for the activity's rate shaping
     /// (``ActivityRecord/lastSentSequence`` and ``ActivityRecord/lastSentAt``, as the next claim reads them). Nobody reads
     /// them while the claim is held, so they need no write of their own before the pass.
+    ///
+    /// `verified`, when the engine read after its pass that no instance waited for the sequence it sent: the activity
+    /// settles at it, unless something came since (``SettledPass``).
     @discardableResult
     func releaseClaim(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?,
+        verified: SettledPass?
     ) async throws -> Bool
+    /// The marks of priority-10 pushes sent to the activity's instances since `since` (seconds since 1970), oldest
+    /// first: with an instance's own tally, its priority-10 pushes of the last hour (``Priority10Tally/counting(_:for:)``).
+    /// A read.
+    func priority10Marks(appID: String, activityID: String, since: Int64) async throws -> [DeliveryMark]
     /// At start-up, drops the claims (on activities and slices) a crashed process left: every claim on a store only this process uses (SQLite);
     /// none on a store several nodes share (PostgreSQL), where a dead node's claims run out with their lease.
     func releaseAllClaims() async throws
@@ -305,6 +397,26 @@ extension DispatchStore {
     ) async throws -> [InstanceRecord] {
         try await pendingInstances(appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: nil, limit: limit)
     }
+
+    /// The pending instances, the marks consulted (``pendingInstances(appID:activityID:below:platforms:after:through:limit:consultingMarks:)``).
+    public func pendingInstances(
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?,
+        limit: Int
+    ) async throws -> [InstanceRecord] {
+        try await pendingInstances(
+            appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: last, limit: limit,
+            consultingMarks: true
+        )
+    }
+
+    /// How many instances wait, the marks consulted (``pendingInstanceCount(appID:activityID:below:platforms:after:through:consultingMarks:)``).
+    public func pendingInstanceCount(
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?
+    ) async throws -> Int {
+        try await pendingInstanceCount(
+            appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: last, consultingMarks: true
+        )
+    }
 }
 
 /// One slice of a shared fan-out: the pending instances of one activity whose device ids come after `after` (from the
@@ -369,6 +481,9 @@ public protocol TimelineStore: HousekeepingStore {
     func deliveries(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<DeliveryRecord>
     /// Keeps the timeline bounded: drops attempts older than `olderThan` and all but the newest `keepPerActivity` per activity.
     func pruneDeliveries(olderThan: Date, keepPerActivity: Int) async throws
+    /// Forgets the marks sent before `cutoff` whose activity has settled at their sequence or a later one: the
+    /// settled sequence speaks for them, and their priority-10 pushes count no longer.
+    func pruneDeliveryMarks(sentBefore cutoff: Date) async throws
     /// Drops all but the newest `keepNewest` attempts of one activity: after a pass that recorded that many or more,
     /// so that a large fan-out's timeline is trimmed as it grows rather than all at once by the next periodic prune.
     func pruneDeliveries(appID: String, activityID: String, keepNewest: Int) async throws

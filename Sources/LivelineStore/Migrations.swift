@@ -511,7 +511,49 @@ enum SQLiteMigrations {
                 "ALTER TABLE apps ADD COLUMN audience_from TEXT NOT NULL DEFAULT 'app'",
             ]
         ),
+        Migration(
+            version: 26,
+            name: "a fan-out's progress as marks of runs",
+            statements: DeliveryMarkSchema.sqlite
+        ),
     ]
+}
+
+/// A fan-out's progress without a row write a push (docs/progress-marks.md): the activity's pass counter, raised by
+/// every claim, and the pass an instance joined in (set by every write that creates it or gives it a new token or
+/// makes it deliverable again); the sequence a pass that sent everything settled, with its pass; and the marks of the
+/// runs of instances a pass sent, `[from_device, through_device]` of one platform: every instance of that platform in
+/// the range whose `joined_pass` is below the mark's `pass`, and that was deliverable when its page was read, was sent
+/// `sequence` at `priority` at `sent_at` (seconds). The same in both dialects.
+enum DeliveryMarkSchema {
+    static let sqlite = statements(text: "TEXT", integer: "INTEGER", withoutRowID: " WITHOUT ROWID")
+    static let postgres = statements(text: #"TEXT COLLATE "C""#, integer: "BIGINT", withoutRowID: "")
+
+    private static func statements(text: String, integer: String, withoutRowID: String) -> [String] {
+        [
+            "ALTER TABLE activities ADD COLUMN pass_counter \(integer) NOT NULL DEFAULT 0",
+            "ALTER TABLE activities ADD COLUMN settled_sequence \(integer) NOT NULL DEFAULT 0",
+            "ALTER TABLE activities ADD COLUMN settled_pass \(integer) NOT NULL DEFAULT 0",
+            "ALTER TABLE instances ADD COLUMN joined_pass \(integer) NOT NULL DEFAULT 0",
+            """
+            CREATE TABLE delivery_marks (
+                app_id \(text) NOT NULL,
+                activity_id \(text) NOT NULL,
+                platform \(text) NOT NULL,
+                sequence \(integer) NOT NULL,
+                through_device \(text) NOT NULL,
+                pass \(integer) NOT NULL,
+                from_device \(text) NOT NULL,
+                priority \(integer) NOT NULL,
+                sent_at \(integer) NOT NULL,
+                PRIMARY KEY (app_id, activity_id, platform, sequence, through_device, pass),
+                FOREIGN KEY (app_id, activity_id) REFERENCES activities(app_id, activity_id) ON DELETE CASCADE
+            )\(withoutRowID)
+            """,
+            // The last mark of a sequence starting at or before a device (``SQLStore/markedFor(_:sequence:)``).
+            "CREATE INDEX delivery_marks_by_start ON delivery_marks(app_id, activity_id, platform, sequence, from_device)",
+        ]
+    }
 }
 
 /// The slices of a shared fan-out (``DispatchStore/planSlices(appID:activityID:owner:below:platforms:size:now:)``):

@@ -552,12 +552,16 @@ public struct InstanceRecord: Sendable, Hashable {
     /// broadcasts, not pushes to a token of its own (``pushToken`` is empty, or its push-to-start token until its start
     /// went out).
     public var channelID: String?
+    /// The activity's pass counter when the instance joined it, took its token or became deliverable again: the marks
+    /// of later passes speak for it (``DeliveryMark``).
+    public var joinedPass: Int64
 
     public init(
         appID: String, activityID: String, deviceID: String, platform: Platform, pushToken: String, userID: String?,
         state: InstanceState, frequentPushesEnabled: Bool?, deliveredSequence: Int64, createdAt: Date, updatedAt: Date,
-        priority10: Priority10Tally = Priority10Tally(packed: 0), channelID: String? = nil
+        priority10: Priority10Tally = Priority10Tally(packed: 0), channelID: String? = nil, joinedPass: Int64 = 0
     ) {
+        self.joinedPass = joinedPass
         self.channelID = channelID
         self.priority10 = priority10
         self.appID = appID

@@ -124,7 +124,7 @@ extension SQLStore: BroadcastStore {
             // delivered.
             statements.append((
                 """
-                UPDATE instances SET state = 'ended', updated_at = ?
+                UPDATE instances SET state = 'ended', updated_at = ?, delivered_sequence = \(Self.effectiveDelivered("instances."))
                 WHERE app_id = ? AND activity_id = ? AND channel_id = ? AND state = 'active'
                 """,
                 [.integer(Self.millis(now)), .text(attempt.appID), .text(attempt.activityID), .text(channelID)]

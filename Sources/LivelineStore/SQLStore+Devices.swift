@@ -148,7 +148,7 @@ extension SQLStore: DeviceStore {
             // state is a literal, so that the partial index of starting instances serves the search.)
             let withdrawn = try db.query(
                 """
-                UPDATE instances SET state = 'ended', updated_at = ?
+                UPDATE instances SET state = 'ended', updated_at = ?, delivered_sequence = \(Self.effectiveDelivered("instances."))
                 WHERE app_id = ? AND state = 'starting' AND device_id = ? AND delivered_sequence = 0
                 RETURNING activity_id, platform
                 """,

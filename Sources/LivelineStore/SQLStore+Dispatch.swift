@@ -12,7 +12,17 @@ extension SQLStore {
         (SELECT budget_hourly_frequent FROM apps WHERE apps.id = activities.app_id) AS app_budget_hourly_frequent,
         EXISTS (
             SELECT 1 FROM start_audiences s WHERE s.app_id = activities.app_id AND s.activity_id = activities.activity_id AND s.admitted = 0
-        ) AS audience_waiting
+        ) AS audience_waiting,
+        EXISTS (
+            SELECT 1 FROM delivery_marks m WHERE m.app_id = activities.app_id AND m.activity_id = activities.activity_id AND m.priority = 10
+        ) AS priority10_marked,
+        (EXISTS (
+            SELECT 1 FROM delivery_marks m WHERE m.app_id = activities.app_id AND m.activity_id = activities.activity_id
+              AND m.platform = 'ios' AND m.sequence = activities.sequence
+        ) OR EXISTS (
+            SELECT 1 FROM delivery_marks m WHERE m.app_id = activities.app_id AND m.activity_id = activities.activity_id
+              AND m.platform = 'android' AND m.sequence = activities.sequence
+        )) AS sequence_marked
         """
 
     // The engine's claims, renewals and releases are single statements (``write(_:_:)``), each its own transaction:
@@ -71,7 +81,7 @@ extension SQLStore {
     /// The claim's last step: the first activity picked that was not marked done, leased to its owner. Binds: the owner,
     /// the lease's end, the activity's app and id.
     static let leaseStatement = """
-        UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ?
+        UPDATE activities SET claim_owner = ?, claim_expires_at = ?, pass_counter = pass_counter + 1 WHERE app_id = ? AND activity_id = ?
         RETURNING \(claimColumns)
         """
 
@@ -82,7 +92,8 @@ extension SQLStore {
         let behind = somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: [.text(key.appID), .text(key.activityID)])
         return (
             """
-            UPDATE activities SET claim_owner = ?, claim_expires_at = ? WHERE app_id = ? AND activity_id = ? AND \(behind.sql)
+            UPDATE activities SET claim_owner = ?, claim_expires_at = ?, pass_counter = pass_counter + 1
+            WHERE app_id = ? AND activity_id = ? AND \(behind.sql)
             RETURNING \(claimColumns)
             """,
             [.text(key.appID), .text(key.activityID)] + behind.binds
@@ -100,7 +111,8 @@ extension SQLStore {
         let sql = """
             (EXISTS (
                 SELECT 1 FROM instances i JOIN activities a ON a.app_id = i.app_id AND a.activity_id = i.activity_id
-                WHERE i.app_id = \(app) AND i.activity_id = \(activity) AND \(deliverable("i.")) AND i.delivered_sequence < a.sequence
+                WHERE i.app_id = \(app) AND i.activity_id = \(activity) AND \(deliverable("i."))
+                  AND \(waitsFor("i.", sequence: "a.sequence", settledSequence: "a.settled_sequence", settledPass: "a.settled_pass"))
                   AND i.platform IN (\(placeholders))
             ) OR EXISTS (
                 SELECT 1 FROM start_audiences s WHERE s.app_id = \(app) AND s.activity_id = \(activity) AND s.admitted = 0
@@ -126,6 +138,72 @@ extension SQLStore {
     }
 
     static let deliverableInstance = deliverable("")
+
+    /// Whether the instance row of `prefix` still waits for `sequence` (an SQL expression), as SQL: its row's delivered
+    /// sequence is below it, the activity's settled sequence does not speak for it (`settledSequence` and `settledPass`
+    /// are SQL expressions for the activity's), and no mark of `sequence` does (``markedFor(_:sequence:)``).
+    /// How many times ``waitsFor(_:sequence:settledSequence:settledPass:)`` names its sequence: as many binds of it when
+    /// it is `?`.
+    static let waitsForSequenceBinds = waitsFor("i.", sequence: "?", settledSequence: "0", settledPass: "0").count { $0 == "?" }
+
+    static func waitsFor(
+        _ prefix: String, sequence: String, settledSequence: String, settledPass: String, consultingMarks: Bool = true
+    ) -> String {
+        """
+        \(prefix)delivered_sequence < \(sequence) AND NOT (\(prefix)joined_pass < \(settledPass) AND \(settledSequence) >= \(sequence))
+        """ + (consultingMarks ? " AND NOT \(markedFor(prefix, sequence: sequence))" : "")
+    }
+
+    /// Whether a mark of `sequence` (an SQL expression) speaks for the instance row of `prefix`, as SQL: seeks of the
+    /// marks' key for the first mark of that sequence and platform whose range ends at or after the device, and of
+    /// `delivery_marks_by_start` for the last whose range starts at or before it. The marks of one pass never overlap,
+    /// so either finds the one that covers the device; after an interrupted pass, a later pass's mark may overlap
+    /// or hold an earlier one, which one of the two then finds. Only a device under several overlapping marks may be
+    /// read as waiting when one of them covers it: sent again, never left out.
+    ///
+    /// The first search compares the start of its mark through `COALESCE` so that SQLite finds that mark by the key's
+    /// end, never walks `delivery_marks_by_start` over every mark before the device (it did, each page reading every
+    /// mark the pass had written: rounds four times slower, and slower each round).
+    static func markedFor(_ prefix: String, sequence: String) -> String {
+        let scope = """
+            WHERE m.app_id = \(prefix)app_id AND m.activity_id = \(prefix)activity_id AND m.platform = \(prefix)platform AND m.sequence = \(sequence)
+            """
+        let inner = scope.replacingOccurrences(of: "m.", with: "n.")
+        return """
+            (EXISTS (
+                SELECT 1 FROM delivery_marks m \(scope)
+                  AND m.through_device = (SELECT MIN(n.through_device) FROM delivery_marks n \(inner) AND n.through_device >= \(prefix)device_id)
+                  AND COALESCE(m.from_device, '') <= \(prefix)device_id AND m.pass > \(prefix)joined_pass
+            ) OR EXISTS (
+                SELECT 1 FROM delivery_marks m \(scope)
+                  AND m.from_device = (SELECT MAX(n.from_device) FROM delivery_marks n \(inner) AND n.from_device <= \(prefix)device_id)
+                  AND m.through_device >= \(prefix)device_id AND m.pass > \(prefix)joined_pass
+            ))
+            """
+    }
+
+    /// The delivered sequence of the instance row of `prefix` as the API shows it, as SQL: for an instance the engine
+    /// sends to (``deliverable(_:)``), the highest of its row's, the activity's settled sequence when it speaks for the
+    /// instance, and the marks that do; for any other (ended, refused, a channel's subscriber), its row's: a change of
+    /// state writes what it had into the row (``materializedDelivered(_:)``), and neither the marks nor the settled
+    /// sequence speak for an instance the engine did not send to.
+    static func effectiveDelivered(_ prefix: String) -> String {
+        "CASE WHEN \(deliverable(prefix)) THEN \(materializedDelivered(prefix)) ELSE \(prefix)delivered_sequence END"
+    }
+
+    /// The highest of the row's delivered sequence, the activity's settled one when it speaks for the instance, and the
+    /// marks that do, as SQL: what a write that changes the instance's state, or the pass it joined in, stores in its
+    /// `delivered_sequence` first.
+    static func materializedDelivered(_ prefix: String) -> String {
+        """
+        MAX(\(prefix)delivered_sequence,
+            COALESCE((SELECT s.settled_sequence FROM activities s WHERE s.app_id = \(prefix)app_id AND s.activity_id = \(prefix)activity_id
+                AND \(prefix)joined_pass < s.settled_pass), 0),
+            COALESCE((SELECT MAX(m.sequence) FROM delivery_marks m WHERE m.app_id = \(prefix)app_id AND m.activity_id = \(prefix)activity_id
+                AND m.platform = \(prefix)platform AND m.from_device <= \(prefix)device_id AND m.through_device >= \(prefix)device_id
+                AND m.pass > \(prefix)joined_pass), 0))
+        """
+    }
 
     /// How the engine's claims and releases commit. They are bookkeeping: one lost to a power cut is done again (an
     /// activity marked done is pending again and is marked done again; a lease that is lost is taken again). On
@@ -276,31 +354,36 @@ extension SQLStore {
     static func claim(from row: StoreRow, owner: String) throws -> DispatchClaim {
         DispatchClaim(
             activity: try Self.activity(from: row), bundleID: try row.string("app_bundle_id"), owner: owner,
-            budget: Self.claimBudget(row), audienceWaiting: (row.column("audience_waiting")?.integer ?? 0) != 0
+            budget: Self.claimBudget(row), audienceWaiting: (row.column("audience_waiting")?.integer ?? 0) != 0,
+            pass: Int64(row.column("pass_counter")?.integer ?? 0),
+            priority10Marked: (row.column("priority10_marked")?.integer ?? 0) != 0,
+            sequenceMarked: (row.column("sequence_marked")?.integer ?? 1) != 0
         )
     }
 
     public func pendingInstances(
         appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?,
-        limit: Int
+        limit: Int, consultingMarks: Bool
     ) async throws -> [InstanceRecord] {
         guard !platforms.isEmpty else { return [] }
         var (sql, binds) = Self.pendingInstancesWhere(
-            "SELECT *", appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: last
+            "SELECT i.*", appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: last,
+            consultingMarks: consultingMarks
         )
         // The limit is written into the statement (here and in the Store's other reads): SQLite compiles a statement
         // whose LIMIT is a bound parameter a second time once the value is bound, and the engine reads every page so.
-        sql += " ORDER BY device_id LIMIT \(limit)"
+        sql += " ORDER BY i.device_id LIMIT \(limit)"
         return try Self.instances(from: await readKeepingPlan(sql, binds))
     }
 
     public func pendingInstanceCount(
-        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?
+        appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?, through last: String?,
+        consultingMarks: Bool
     ) async throws -> Int {
         guard !platforms.isEmpty else { return 0 }
         let (sql, binds) = Self.pendingInstancesWhere(
             "SELECT COUNT(*) AS pending", appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor,
-            through: last
+            through: last, consultingMarks: consultingMarks
         )
         return try await readKeepingPlan(sql, binds).first?.column("pending")?.integer ?? 0
     }
@@ -309,19 +392,26 @@ extension SQLStore {
     /// with its binds.
     private static func pendingInstancesWhere(
         _ select: String, appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?,
-        through last: String?
+        through last: String?, consultingMarks: Bool
     ) -> (sql: String, binds: [SQLiteData]) {
+        let waits = waitsFor("i.", sequence: "?", settledSequence: "a.settled_sequence", settledPass: "a.settled_pass", consultingMarks: consultingMarks)
+        // The activity's settled sequence is the claim's to change (``releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:verified:)``):
+        // read once, with the instances.
         var sql = """
-            \(select) FROM instances WHERE app_id = ? AND activity_id = ? AND \(deliverableInstance) AND delivered_sequence < ?
-              AND platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
+            \(select) FROM (SELECT settled_sequence, settled_pass FROM activities WHERE app_id = ? AND activity_id = ?) AS a
+            CROSS JOIN instances i ON i.app_id = ? AND i.activity_id = ?
+            WHERE \(deliverable("i."))
+              AND \(waits)
+              AND i.platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
             """
-        var binds: [SQLiteData] = [.text(appID), .text(activityID), .integer(Int(sequence))] + platforms.map { .text($0.rawValue) }
+        var binds: [SQLiteData] = [.text(appID), .text(activityID), .text(appID), .text(activityID)]
+            + Array(repeating: .integer(Int(sequence)), count: waits.count { $0 == "?" }) + platforms.map { .text($0.rawValue) }
         if let cursor {
-            sql += " AND device_id > ?"
+            sql += " AND i.device_id > ?"
             binds.append(.text(cursor))
         }
         if let last {
-            sql += " AND device_id <= ?"
+            sql += " AND i.device_id <= ?"
             binds.append(.text(last))
         }
         return (sql, binds)
@@ -455,6 +545,11 @@ extension SQLStore {
             )
         }
         var parts = free.chunked(into: progressRowsPerPart).map { [update($0)] }
+        // The marks of runs sent: facts of their own, like the delivered sequences (a mark lost only means its
+        // instances are sent again).
+        for chunk in progress.marks.chunked(into: marksPerStatement) {
+            parts.append([markStatement(appID: progress.appID, activityID: progress.activityID, chunk)])
+        }
         statements += last.chunked(into: progressRowsPerPart).map { update($0) }
         // Delivered starts, whatever token the instance holds by now (``DeliveryProgress/startsDelivered``).
         let starts: [Row] = progress.startsDelivered.map {
@@ -469,7 +564,7 @@ extension SQLStore {
                     guard next != state else { continue }
                     statements.append((
                         """
-                        UPDATE instances SET state = ?, updated_at = ?
+                        UPDATE instances SET state = ?, updated_at = ?, delivered_sequence = \(Self.effectiveDelivered("instances."))
                         FROM (VALUES \(Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
                         WHERE instances.app_id = v.column1 AND instances.activity_id = v.column2
                           AND instances.device_id = v.column3 AND instances.push_token = v.column4 AND instances.state = ?
@@ -501,12 +596,37 @@ extension SQLStore {
         return parts
     }
 
+    /// Marks a statement inserts at most (``markStatement(appID:activityID:_:)``).
+    static let marksPerStatement = 100
+
+    /// The insert of one activity's marks (``DeliveryMark``). A mark already there (the same run written twice) stays.
+    static func markStatement(appID: String, activityID: String, _ marks: ArraySlice<DeliveryMark>) -> (sql: String, binds: [SQLiteData]) {
+        var binds: [SQLiteData] = []
+        binds.reserveCapacity(marks.count * 9)
+        for mark in marks {
+            binds += [
+                .text(appID), .text(activityID), .text(mark.platform.rawValue), .integer(Int(mark.sequence)), .text(mark.throughDevice),
+                .integer(Int(mark.pass)), .text(mark.fromDevice), .integer(mark.priority), .integer(Int(mark.sentAt)),
+            ]
+        }
+        return (
+            """
+            INSERT INTO delivery_marks (app_id, activity_id, platform, sequence, through_device, pass, from_device, priority, sent_at)
+            VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?)", count: marks.count).joined(separator: ","))
+            ON CONFLICT (app_id, activity_id, platform, sequence, through_device, pass) DO NOTHING
+            """,
+            binds
+        )
+    }
+
     @discardableResult
     public func releaseClaim(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?,
+        verified: SettledPass?
     ) async throws -> Bool {
         let release = Self.releaseStatement(
-            appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, sendStart: sendStart
+            appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, sendStart: sendStart,
+            verified: verified
         )
         // Under the engine's settings, so that PostgreSQL keeps one plan of it (by key, ``engineSettings``) rather than
         // plan it at every release: planned for its values, over 5,000 activities of one phone each
@@ -522,6 +642,20 @@ extension SQLStore {
         ) { db in
             try db.query(release.sql, release.binds)
         }.first?.column("done")?.integer
+        if done == 1, let verified {
+            // The settled sequence speaks for the marks of it and of those before it: they go, but for the marks of
+            // priority-10 pushes, which the instances' budgets count for an hour or so (``priority10Marks(appID:activityID:since:)``).
+            // Bookkeeping: marks left by a lost deletion go with the periodic pruning.
+            let since = Int(verified.at.timeIntervalSince1970) - Int(Self.priority10MarkLifetime)
+            try await writer.write(durability: .bookkeeping, isolation: .lockingRows, under: Self.engineSettings) { db in
+                try db.execute(
+                    """
+                    DELETE FROM delivery_marks WHERE app_id = ? AND activity_id = ? AND sequence <= ? AND (priority <> 10 OR sent_at < ?)
+                    """,
+                    [.text(appID), .text(activityID), .integer(Int(verified.sequence)), .integer(since)]
+                )
+            }
+        }
         return done == 1
     }
 
@@ -536,15 +670,39 @@ extension SQLStore {
     /// `LIMIT 1` keeps `pass` whole: PostgreSQL would otherwise pull the subquery up and copy `behind` into both CASEs,
     /// searching twice for an instance still behind (through all of an activity's instances when none is: 77 – 105 ms
     /// for 100,000, against 37 – 57 ms once).
+    ///
+    /// With `verified`, the engine read after its pass that nothing waited for the sequence it sent: then only what may
+    /// have come since is looked for (a newer sequence, an instance that joined since the pass's claim, a start
+    /// audience, a broadcast, slices), and the activity settles at that sequence (``SettledPass``) when nothing has, so
+    /// that neither this search nor a later one seeks a mark for each of its instances.
     static func releaseStatement(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart? = nil
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart? = nil,
+        verified: SettledPass? = nil
     ) -> (sql: String, binds: [SQLiteData]) {
-        let behind = somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: [.text(appID), .text(activityID)])
+        let key: [SQLiteData] = [.text(appID), .text(activityID)]
+        let behind =
+            if let verified {
+                sinceVerified(verified, platforms: platforms, keyBinds: key)
+            } else {
+                somethingBehind(app: "?", activity: "?", platforms: platforms, keyBinds: key)
+            }
+        let settle =
+            if let verified {
+                (
+                    sql: """
+                        settled_sequence = CASE WHEN pass.behind THEN activities.settled_sequence ELSE CAST(? AS BIGINT) END,
+                            settled_pass = CASE WHEN pass.behind THEN activities.settled_pass ELSE CAST(? AS BIGINT) END,
+                        """,
+                    binds: [SQLiteData.integer(Int(verified.sequence)), .integer(Int(verified.pass))]
+                )
+            } else {
+                (sql: "", binds: [SQLiteData]())
+            }
         return (
             """
             UPDATE activities SET
                 dispatched_sequence = CASE WHEN pass.behind THEN activities.dispatched_sequence ELSE activities.sequence END,
-                next_dispatch_at = CASE WHEN pass.behind THEN CAST(? AS BIGINT) ELSE NULL END,
+                next_dispatch_at = CASE WHEN pass.behind THEN CAST(? AS BIGINT) ELSE NULL END, \(settle.sql)
                 claim_owner = NULL, claim_expires_at = NULL,
                 last_sent_sequence = COALESCE(CAST(? AS BIGINT), activities.last_sent_sequence),
                 last_sent_at = COALESCE(CAST(? AS BIGINT), activities.last_sent_at)
@@ -554,9 +712,41 @@ extension SQLStore {
             """,
             // Typed in the statement: a NULL bind (no retry time, no send's start) has no type of its own, and PostgreSQL
             // would read the CASE as text.
-            [retryAt.map { .integer(millis($0)) } ?? .null, sendStart.map { .integer(Int($0.sequence)) } ?? .null,
-             sendStart.map { .integer(millis($0.at)) } ?? .null]
-                + behind.binds + [.text(appID), .text(activityID), .text(owner)]
+            [retryAt.map { .integer(millis($0)) } ?? .null] + settle.binds
+                + [sendStart.map { .integer(Int($0.sequence)) } ?? .null, sendStart.map { .integer(millis($0.at)) } ?? .null]
+                + behind.binds + key + [.text(owner)]
+        )
+    }
+
+    /// What may have put something behind on one activity since the engine found nothing waiting for `verified`'s
+    /// sequence, as an SQL boolean: a newer sequence; an instance on `platforms` behind by its row that joined at or
+    /// after the pass (an instance that joins, takes a token or becomes deliverable again takes the activity's pass
+    /// counter); a start audience, a broadcast or slices (as ``somethingBehind(app:activity:platforms:keyBinds:)``).
+    /// Binds: `keyBinds` (the app's value, then the activity's) go where the activity is named.
+    static func sinceVerified(_ verified: SettledPass, platforms: [Platform], keyBinds: [SQLiteData]) -> (sql: String, binds: [SQLiteData]) {
+        let placeholders = Array(repeating: "?", count: max(platforms.count, 1)).joined(separator: ",")
+        let platformBinds: [SQLiteData] = platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) }
+        let sql = """
+            (EXISTS (
+                SELECT 1 FROM activities v WHERE v.app_id = ? AND v.activity_id = ? AND v.sequence <> ?
+            ) OR EXISTS (
+                SELECT 1 FROM instances i JOIN activities a ON a.app_id = i.app_id AND a.activity_id = i.activity_id
+                WHERE i.app_id = ? AND i.activity_id = ? AND \(deliverable("i.")) AND i.delivered_sequence < a.sequence
+                  AND i.joined_pass >= ? AND i.platform IN (\(placeholders))
+            ) OR EXISTS (
+                SELECT 1 FROM start_audiences s WHERE s.app_id = ? AND s.activity_id = ? AND s.admitted = 0
+            ) OR EXISTS (
+                SELECT 1 FROM activities b WHERE b.app_id = ? AND b.activity_id = ? AND b.channel_status = 'active'
+                  AND b.broadcast_sequence < b.sequence AND 'ios' IN (\(placeholders))
+            ) OR EXISTS (
+                SELECT 1 FROM fanout_slices f WHERE f.app_id = ? AND f.activity_id = ?
+            ))
+            """
+        let sequence = SQLiteData.integer(Int(verified.sequence))
+        let pass = SQLiteData.integer(Int(verified.pass))
+        return (
+            sql,
+            keyBinds + [sequence] + keyBinds + [pass] + platformBinds + keyBinds + keyBinds + platformBinds + keyBinds
         )
     }
 

@@ -43,7 +43,8 @@ extension SQLStore {
         try await transaction { db in
             let rows = try db.query(
                 """
-                UPDATE instances SET state = 'ended', updated_at = ? WHERE state IN ('active', 'starting') AND created_at <= ?
+                UPDATE instances SET state = 'ended', updated_at = ?, delivered_sequence = \(Self.effectiveDelivered("instances."))
+                WHERE state IN ('active', 'starting') AND created_at <= ?
                 RETURNING device_id
                 """,
                 [.integer(Self.millis(now)), .integer(Self.millis(cutoff))]

@@ -102,8 +102,9 @@ struct RegistrationWrite: SetWrite {
             statements.append((
                 """
                 INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
-                    priority10_tally, channel_id)
-                SELECT r.app_id, r.activity_id, r.device_id, r.platform, r.push_token, r.user_id, ?, r.now, r.now, r.tally, r.channel_id
+                    priority10_tally, channel_id, joined_pass)
+                SELECT r.app_id, r.activity_id, r.device_id, r.platform, r.push_token, r.user_id, ?, r.now, r.now, r.tally, r.channel_id,
+                    COALESCE((SELECT a.pass_counter FROM activities a WHERE a.app_id = r.app_id AND a.activity_id = r.activity_id), 0)
                 FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[]),
                     CAST(? AS text[]), CAST(? AS bigint[]), CAST(? AS bigint[]), CAST(? AS text[]))
                     AS r(app_id, activity_id, device_id, platform, push_token, user_id, now, tally, channel_id)

@@ -17,12 +17,17 @@ extension SQLStore {
     ) async throws -> Int {
         guard !platforms.isEmpty, size > 0 else { return 0 }
         // The instances still to send, as both the read below and the planning's walk select them.
+        func settled(_ column: String) -> String {
+            "(SELECT a.\(column) FROM activities a WHERE a.app_id = i.app_id AND a.activity_id = i.activity_id)"
+        }
         let pending = (
             sql: """
-                WHERE app_id = ? AND activity_id = ? AND \(Self.deliverableInstance) AND delivered_sequence < ?
-                  AND platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
+                WHERE i.app_id = ? AND i.activity_id = ? AND \(Self.deliverable("i."))
+                  AND \(Self.waitsFor("i.", sequence: "?", settledSequence: settled("settled_sequence"), settledPass: settled("settled_pass")))
+                  AND i.platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
                 """,
-            binds: [.text(appID), .text(activityID), .integer(Int(sequence))] + platforms.map { SQLiteData.text($0.rawValue) }
+            binds: [.text(appID), .text(activityID)] + Array(repeating: SQLiteData.integer(Int(sequence)), count: Self.waitsForSequenceBinds)
+                + platforms.map { SQLiteData.text($0.rawValue) }
         )
         // Most activities have no more instances to send than one slice holds, and no slices left by an engine before:
         // one read says so, and no transaction is taken (on PostgreSQL, four statements fewer for each pass). Only the
@@ -31,7 +36,7 @@ extension SQLStore {
             """
             SELECT 1 AS found FROM fanout_slices WHERE app_id = ? AND activity_id = ?
             UNION ALL
-            SELECT 1 AS found FROM (SELECT device_id FROM instances \(pending.sql) LIMIT 1 OFFSET \(size)) AS beyond_one_slice
+            SELECT 1 AS found FROM (SELECT i.device_id FROM instances i \(pending.sql) LIMIT 1 OFFSET \(size)) AS beyond_one_slice
             LIMIT 1
             """,
             [.text(appID), .text(activityID)] + pending.binds
@@ -54,7 +59,7 @@ extension SQLStore {
             let bounds = try db.query(
                 """
                 SELECT device_id FROM (
-                    SELECT device_id, ROW_NUMBER() OVER (ORDER BY device_id) AS n, COUNT(*) OVER () AS total FROM instances
+                    SELECT i.device_id, ROW_NUMBER() OVER (ORDER BY i.device_id) AS n, COUNT(*) OVER () AS total FROM instances i
                     \(pending.sql)
                 ) AS pending
                 WHERE n % \(size) = 0 AND n < total ORDER BY device_id

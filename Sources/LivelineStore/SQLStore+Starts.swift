@@ -173,9 +173,12 @@ extension SQLStore {
         try await transaction(durability: .bookkeeping) { db in
             // Admission is bookkeeping: lost in a crash, the same page is admitted again (an instance already there stays).
             let activity = try db.query(
-                "SELECT state, channel_id, channel_status FROM activities WHERE app_id = ? AND activity_id = ?",
+                "SELECT state, channel_id, channel_status, pass_counter FROM activities WHERE app_id = ? AND activity_id = ?",
                 [.text(appID), .text(activityID)]
             ).first
+            // Admitted by the holder of the activity's claim, after the claim raised the counter: the instances join
+            // the pass that sends them, whose marks do not speak for them (their starts are written in their rows).
+            let joinedPass = activity?.column("pass_counter")?.integer ?? 0
             if activity?.column("state")?.string == ActivityState.ended.rawValue {
                 // An ended activity starts nowhere.
                 _ = try db.query(
@@ -221,23 +224,23 @@ extension SQLStore {
             }
             for chunk in admitted.chunked(into: Self.admissionChunk) {
                 var binds: [SQLiteData] = []
-                binds.reserveCapacity(chunk.count * 11)
+                binds.reserveCapacity(chunk.count * 12)
                 for device in chunk {
                     binds += [
                         .text(appID), .text(activityID), .text(device.deviceID), .text(device.platform), .text(device.token),
                         Self.text(device.userID), .text(InstanceState.starting.rawValue), .integer(nowMillis), .integer(nowMillis),
                         Self.emptyPriority10Tally(for: Platform(rawValue: device.platform), at: nowMillis),
-                        Self.text(device.channelID),
+                        Self.text(device.channelID), .integer(joinedPass),
                     ]
                 }
                 _ = try db.query(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
-                        priority10_tally, channel_id)
-                    VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ","))
+                        priority10_tally, channel_id, joined_pass)
+                    VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ","))
                     ON CONFLICT (app_id, activity_id, device_id) DO UPDATE SET
                         state = excluded.state, push_token = excluded.push_token, delivered_sequence = 0, updated_at = excluded.updated_at,
-                        channel_id = excluded.channel_id
+                        channel_id = excluded.channel_id, joined_pass = excluded.joined_pass
                     WHERE instances.state = 'invalidated'
                     """,
                     binds
@@ -266,7 +269,8 @@ extension SQLStore {
         guard count > 0 else { return UnconfirmedStarts(count: 0, instances: []) }
         let rows = try await reader.query(
             """
-            SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND state = 'starting' AND updated_at <= ?
+            SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances
+            WHERE app_id = ? AND activity_id = ? AND state = 'starting' AND updated_at <= ?
             ORDER BY updated_at, device_id LIMIT \(limit)
             """,
             binds

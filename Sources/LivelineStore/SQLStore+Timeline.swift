@@ -163,6 +163,20 @@ extension SQLStore {
         }
     }
 
+    public func pruneDeliveryMarks(sentBefore cutoff: Date) async throws {
+        try await writer.write(durability: .bookkeeping, isolation: .lockingRows, under: Self.engineSettings) { db in
+            try db.execute(
+                """
+                DELETE FROM delivery_marks WHERE sent_at < ? AND sequence <= (
+                    SELECT a.settled_sequence FROM activities a
+                    WHERE a.app_id = delivery_marks.app_id AND a.activity_id = delivery_marks.activity_id
+                )
+                """,
+                [.integer(Int(cutoff.timeIntervalSince1970))]
+            )
+        }
+    }
+
     public func pruneDeliveries(appID: String, activityID: String, keepNewest keepPerActivity: Int) async throws {
         let activity = ActivityKey(appID: appID, activityID: activityID)
         // Newest first: keep whole segments while they fit, trim the one that crosses the limit; the older ones go.

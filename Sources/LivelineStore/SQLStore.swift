@@ -368,9 +368,10 @@ public final class SQLStore: Store, DispatchStore {
             // one device (a new token and a retry of the old one) take turns, the second deciding on what the first
             // wrote. Both reads go out together (one round trip on PostgreSQL), the activity's lock first.
             let found = try db.queries([
-                ("SELECT state, attributes_type, sequence, channel_id FROM activities WHERE app_id = ? AND activity_id = ?"
+                ("SELECT state, attributes_type, sequence, channel_id, pass_counter FROM activities WHERE app_id = ? AND activity_id = ?"
                     + db.rowLock("FOR NO KEY UPDATE"), key),
-                ("SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?" + db.rowLock("FOR UPDATE"),
+                ("SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances"
+                    + " WHERE app_id = ? AND activity_id = ? AND device_id = ?" + db.rowLock("FOR UPDATE"),
                  key + [.text(r.deviceID)]),
             ])
             let activity = found[0].first
@@ -403,16 +404,20 @@ public final class SQLStore: Store, DispatchStore {
             }
             // Whether the activity has an accepted state for a new instance or token to be caught up on.
             let hasState = (activity?.column("sequence")?.integer ?? 0) > 0
+            // The pass the instance joins in (``DeliveryMark``): under the activity's lock, which a claim raising the
+            // counter waits for on PostgreSQL (and SQLite's one writer orders them), so that a pass either reads this
+            // instance or is later than this value.
+            let joinedPass = activity?.column("pass_counter")?.integer ?? 0
             guard var instance = existing else {
                 var statements: [(sql: String, binds: [SQLiteData])] = [(
                     """
                     INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, user_id, state, created_at, updated_at,
-                        priority10_tally, channel_id)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        priority10_tally, channel_id, joined_pass)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     [.text(r.appID), .text(r.activityID), .text(r.deviceID), .text(r.platform.rawValue), .text(r.pushToken),
                      Self.text(r.userID), .text(InstanceState.active.rawValue), .integer(nowMillis), .integer(nowMillis),
-                     Self.emptyPriority10Tally(for: r.platform, at: nowMillis), Self.text(r.channelID)]
+                     Self.emptyPriority10Tally(for: r.platform, at: nowMillis), Self.text(r.channelID), .integer(joinedPass)]
                 )]
                 // A newcomer to an activity with accepted state is caught up (a channel subscriber by the channel); a new
                 // activity has none yet.
@@ -453,14 +458,27 @@ public final class SQLStore: Store, DispatchStore {
                 // new token belongs to the activity its start created, which shows what the start carried.)
                 instance.deliveredSequence = 0
             }
+            // A registration that makes the instance deliverable again, or gives it a token, joins it to the activity's
+            // current pass: marks of passes before speak for it no longer (it was not, or not at this token, sent
+            // them). What they counted goes into its row first: its delivered sequence (read with them above) and its
+            // priority-10 pushes (the budget is the Live Activity's, whatever its token).
+            if registered {
+                if instance.platform == .ios, instance.joinedPass < Int64(joinedPass) {
+                    let since = Int64(nowMillis / 1000) - Self.priority10MarkLifetime
+                    let marks = try db.query(Self.priority10MarksQuery, key + [.integer(Int(since))]).map(Self.mark(from:))
+                    instance.priority10 = instance.priority10.counting(marks, for: instance)
+                }
+                instance.joinedPass = Int64(joinedPass)
+            }
             try db.execute(
                 """
                 UPDATE instances SET platform = ?, push_token = ?, user_id = ?, state = ?, delivered_sequence = ?, updated_at = ?,
-                    channel_id = ?
+                    channel_id = ?, joined_pass = ?, priority10_tally = ?
                 WHERE app_id = ? AND activity_id = ? AND device_id = ?
                 """,
                 [.text(r.platform.rawValue), .text(r.pushToken), Self.text(newUserID), .text(newState.rawValue),
                  .integer(Int(instance.deliveredSequence)), .integer(nowMillis), Self.text(r.channelID),
+                 .integer(Int(instance.joinedPass)), instance.platform == .ios ? .integer(Int(instance.priority10.packed)) : .null,
                  .text(r.appID), .text(r.activityID), .text(r.deviceID)]
             )
             let behind = instance.deliveredSequence < Int64(activity?.column("sequence")?.integer ?? 0)
@@ -826,7 +844,7 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     public func instances(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<InstanceRecord> {
-        var sql = "SELECT * FROM instances WHERE app_id = ? AND activity_id = ?"
+        var sql = "SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances WHERE app_id = ? AND activity_id = ?"
         var binds: [SQLiteData] = [.text(appID), .text(activityID)]
         if let cursor {
             sql += " AND device_id > ?"
@@ -863,16 +881,18 @@ public final class SQLStore: Store, DispatchStore {
         appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date, on db: any SQLConnection
     ) throws -> InstanceRecord {
         guard var instance = try db.query(
-            "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+            "SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
             [.text(appID), .text(activityID), .text(deviceID)]
         ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
         let newState = instance.state.applying(event)
         guard newState != instance.state else { return instance }
         instance.state = newState
         instance.updatedAt = Self.date(Self.millis(now))
+        // What it was sent goes into its row: the marks and the settled sequence speak only for instances sent to.
         _ = try db.query(
-            "UPDATE instances SET state = ?, updated_at = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
-            [.text(newState.rawValue), .integer(Self.millis(now)), .text(appID), .text(activityID), .text(deviceID)]
+            "UPDATE instances SET state = ?, updated_at = ?, delivered_sequence = ? WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+            [.text(newState.rawValue), .integer(Self.millis(now)), .integer(Int(instance.deliveredSequence)), .text(appID),
+             .text(activityID), .text(deviceID)]
         )
         switch event {
         case .dismissedOnDevice, .endedOnDevice:
@@ -913,7 +933,7 @@ public final class SQLStore: Store, DispatchStore {
         appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date, on db: any SQLConnection
     ) throws -> InstanceRecord {
         guard var instance = try db.query(
-            "SELECT * FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
+            "SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
             [.text(appID), .text(activityID), .text(deviceID)]
         ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
         guard instance.frequentPushesEnabled != enabled else { return instance }
@@ -1066,11 +1086,12 @@ public final class SQLStore: Store, DispatchStore {
             userID: row.column(at: column.userID)?.string,
             state: InstanceState(rawValue: try string(column.state, "state")) ?? .invalidated,
             frequentPushesEnabled: row.column(at: column.frequentPushes)?.integer.map { $0 != 0 },
-            deliveredSequence: Int64(row.column(at: column.deliveredSequence)?.integer ?? 0),
+            deliveredSequence: Int64(row.column(at: column.effectiveDelivered ?? column.deliveredSequence)?.integer ?? 0),
             createdAt: try date(column.createdAt, "created_at"),
             updatedAt: try date(column.updatedAt, "updated_at"),
             priority10: priority10Tally(packed: row.column(at: column.priority10Tally), times: row.column(at: column.priority10Sent)),
-            channelID: row.column(at: column.channelID)?.string
+            channelID: row.column(at: column.channelID)?.string,
+            joinedPass: Int64(row.column(at: column.joinedPass)?.integer ?? 0)
         )
     }
 }
@@ -1079,7 +1100,10 @@ public final class SQLStore: Store, DispatchStore {
 struct InstanceColumns {
     let columns: StoreRow.Columns
     let appID, activityID, deviceID, platform, pushToken, userID, state, frequentPushes, deliveredSequence: Int?
-    let createdAt, updatedAt, priority10Tally, priority10Sent, channelID: Int?
+    let createdAt, updatedAt, priority10Tally, priority10Sent, channelID, joinedPass: Int?
+    /// The delivered sequence with the activity's settled sequence and its marks (``SQLStore/effectiveDelivered(_:)``),
+    /// when a read selects it: in place of the row's own.
+    let effectiveDelivered: Int?
 
     init(_ columns: StoreRow.Columns) {
         self.columns = columns
@@ -1097,6 +1121,8 @@ struct InstanceColumns {
         priority10Tally = columns.index(of: "priority10_tally")
         priority10Sent = columns.index(of: "priority10_sent")
         channelID = columns.index(of: "channel_id")
+        joinedPass = columns.index(of: "joined_pass")
+        effectiveDelivered = columns.index(of: "effective_delivered")
     }
 }
 

@@ -89,4 +89,17 @@ struct Priority10TallyTests {
         #expect(Priority10Tally(packed: one.packed) == one)
         #expect(one != empty)
     }
+
+    @Test("a push told late counts in its own quarter while that quarter is kept, and not at all once it is not")
+    func pushToldLate() {
+        let later = Priority10Tally.empty(at: quarter).recording(at: quarter + 1_800)
+        // Told after a push half an hour later: it counts for its own 60 – 75 minutes, not the later one's.
+        let both = later.counting(pushAt: quarter + 10)
+        #expect(both.used(at: quarter + 1_800) == 2)
+        #expect(both.used(at: quarter + 3_600 + 899) == 2)
+        #expect(both.used(at: quarter + 4_500) == 1, "five quarters on, the earlier push is out; the later one is not")
+        #expect(later.counting(pushAt: quarter + 1_800 + 60) == later.recording(at: quarter + 1_800 + 60))
+        #expect(later.counting(pushAt: quarter - 3_600) == later, "older than the quarters kept: it counts no more")
+        #expect(Priority10Tally(packed: 0).counting(pushAt: quarter).used(at: quarter) == 1)
+    }
 }

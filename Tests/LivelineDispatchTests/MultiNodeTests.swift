@@ -591,14 +591,22 @@ private struct Cluster: Sendable {
         }
     }
 
-    /// Every one of `activities` was sent to the end and is no longer claimed.
+    /// Every one of `activities` was sent to the end and is no longer claimed. An instance is behind when neither its
+    /// row, nor its activity's settled sequence, nor a mark of a pass's run says it has the activity's sequence
+    /// (docs/progress-marks.md).
     func expectDispatched(_ activities: [String], sourceLocation: SourceLocation = #_sourceLocation) async throws {
         let rows = try await postgresRows(
             databaseURL,
             """
             SELECT activity_id, (dispatched_sequence = sequence)::text AS done, claim_owner,
                 (SELECT count(*) FROM instances i WHERE i.app_id = a.app_id AND i.activity_id = a.activity_id
-                   AND i.delivered_sequence < a.sequence)::text AS behind
+                   AND i.delivered_sequence < a.sequence
+                   AND NOT (i.joined_pass < a.settled_pass AND a.settled_sequence >= a.sequence)
+                   AND NOT EXISTS (
+                       SELECT 1 FROM delivery_marks m WHERE m.app_id = i.app_id AND m.activity_id = i.activity_id
+                         AND m.platform = i.platform AND m.sequence >= a.sequence AND m.from_device <= i.device_id
+                         AND m.through_device >= i.device_id AND m.pass > i.joined_pass
+                   ))::text AS behind
             FROM activities a WHERE app_id = '\(Self.appID)'
             """
         )

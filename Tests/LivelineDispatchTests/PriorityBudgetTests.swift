@@ -7,16 +7,26 @@ import Testing
 
 @Suite("Priority budget across a simulated hour (injected clock)")
 struct PriorityBudgetDispatchTests {
-    @Test("updates go at 10 within the budget and at 5 beyond it; alerts and ends at 10, counted; the hour slides", arguments: StoreKind.available)
-    func budgetAcrossAnHour(on kind: StoreKind) async throws {
+    /// With one phone, each push is written in the instance's row; with twelve, the pushes of a pass go as one run, a
+    /// mark in place of the rows (``DeliveryRuns``), and the budget counts them alike.
+    @Test(
+        "updates go at 10 within the budget and at 5 beyond it; alerts and ends at 10, counted; the hour slides",
+        arguments: StoreKind.available, [1, 12]
+    )
+    func budgetAcrossAnHour(on kind: StoreKind, phones: Int) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await seedApp(store)
-            try await register(store, activity: "match", devices: 0..<1)
+            try await register(store, activity: "match", devices: 0..<phones)
             let start = Date(timeIntervalSince1970: 1_795_255_200)
             let clock = ManualClock(start)
             let transport = ScriptedTransport()
             var configuration = fastConfiguration()
             configuration.budget = PriorityBudget(hourly: 3, hourlyWithFrequentPushes: 6)
+            // The clock jumps up to 15 minutes between updates: a worker that read it before a jump claims with a lease
+            // that has run out by the clock's new time, and another worker claimed the same activity beside it, each
+            // pass counting its pushes (twice as many as went out, when they go as marks). A lease longer than the
+            // simulated hour keeps one pass an update, as on a real clock.
+            configuration.claimLease = 3 * 3_600
             let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration, now: { clock.now })
             let task = Task { try await dispatcher.run() }
             defer { task.cancel() }
@@ -37,7 +47,9 @@ struct PriorityBudgetDispatchTests {
                 _ = try await eventually {
                     try await store.activity(appID: appID, activityID: "match")?.dispatchedSequence == expected
                 }
-                return transport.pushes(to: token(0)).last { $0.sequence == expected }?.priority
+                let priorities = Set((0..<phones).map { transport.pushes(to: token($0)).last { $0.sequence == expected }?.priority })
+                #expect(priorities.count == 1, "every phone's push went at the same priority: \(priorities)")
+                return priorities.first ?? nil
             }
 
             #expect(try await update(at: 0) == 10)
@@ -57,15 +69,22 @@ struct PriorityBudgetDispatchTests {
             let warnings = try await store.events(appID: appID, after: nil, types: [.budgetWarning], limit: 10)
             #expect(!warnings.isEmpty)
             #expect(warnings.first?.activityID == "match")
-            #expect(warnings.first?.data.objectValue?["instances"] == 1)
+            #expect(warnings.first?.data.objectValue?["instances"] == .integer(Int64(phones)))
+            let marks = try await store.priority10Marks(appID: appID, activityID: "match", since: 0)
+            #expect(phones == 1 ? marks.isEmpty : !marks.isEmpty, "the twelve phones' priority-10 pushes went as runs: \(marks.count)")
 
             // The app reports frequent updates enabled: a larger budget.
-            _ = try await store.setFrequentPushes(appID: appID, activityID: "match", deviceID: "device-00000", enabled: true, at: clock.now)
+            for phone in 0..<phones {
+                _ = try await store.setFrequentPushes(
+                    appID: appID, activityID: "match", deviceID: String(format: "device-%05d", phone), enabled: true, at: clock.now
+                )
+            }
             #expect(try await update(at: 4501) == 10)
             let usage = try await store.priority10Usage(appID: appID, activityID: "match")
-            #expect(usage.count == 1)
-            #expect(usage[0].tally.used(at: Int64(clock.now.timeIntervalSince1970)) == 2)
-            #expect(usage[0].frequentPushes == true)
+            #expect(usage.count == phones)
+            let used = usage.map { $0.tally.used(at: Int64(clock.now.timeIntervalSince1970)) }
+            #expect(used.allSatisfy { $0 == 2 }, "\(used)")
+            #expect(usage.allSatisfy { $0.frequentPushes == true })
             task.cancel()
             _ = await task.result
         }

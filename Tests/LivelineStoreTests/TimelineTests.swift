@@ -146,6 +146,11 @@ struct TimelineTests {
                 "DROP TABLE store_secrets",
                 "ALTER TABLE activities DROP COLUMN broadcast_priority10_tally",
                 "ALTER TABLE apps DROP COLUMN audience_from",
+                "DROP TABLE delivery_marks",
+                "ALTER TABLE activities DROP COLUMN pass_counter",
+                "ALTER TABLE activities DROP COLUMN settled_sequence",
+                "ALTER TABLE activities DROP COLUMN settled_pass",
+                "ALTER TABLE instances DROP COLUMN joined_pass",
                 "DELETE FROM schema_migrations WHERE version >= 9",
             ] {
                 _ = try await store.write(sql, [])

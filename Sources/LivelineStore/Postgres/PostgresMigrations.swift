@@ -462,5 +462,10 @@ enum PostgresMigrations {
                 "ALTER TABLE events DROP CONSTRAINT events_app_id_fkey",
             ]
         ),
+        Migration(
+            version: 18,
+            name: "a fan-out's progress as marks of runs (SQLite step 26)",
+            statements: DeliveryMarkSchema.postgres
+        ),
     ]
 }
