@@ -68,6 +68,9 @@ public struct DispatcherConfiguration: Sendable {
     public var slicePollInterval: Duration = .milliseconds(100)
     /// How long a claim on an activity (or a slice of its fan-out) lasts without renewal.
     public var claimLease: TimeInterval = 30
+    /// Whether a fan-out records runs of pushes as marks instead of a row write each (``DeliveryRuns``,
+    /// docs/progress-marks.md). `liveline serve` marks on SQLite; on PostgreSQL each push still writes its row.
+    public var marksRuns = true
     /// How long graceful shutdown waits for the pushes in flight (a slow push service answers within its 30-second
     /// request timeout) before it gives them up. The answers already in are still recorded and the claims handed back
     /// (so that nothing answered is sent twice, and another node takes the work at once); what a push given up did is
@@ -810,10 +813,12 @@ public final class Dispatcher: Service, Sendable {
                         if let platform = pushes.first?.platform, results.contains(where: { $0.final == .delivered }) {
                             await self.transports.credentialsHealth(appID: appID, platform: platform, healthy: true, reason: nil)
                         }
-                        let runs = Self.runs(
-                            of: instances, results: results, firstPosition: firstPosition, sequence: rendition.sequence, pass: claim.pass,
-                            sentAt: Int64(self.now().timeIntervalSince1970)
-                        )
+                        let runs =
+                            self.configuration.marksRuns
+                            ? Self.runs(
+                                of: instances, results: results, firstPosition: firstPosition, sequence: rendition.sequence,
+                                pass: claim.pass, sentAt: Int64(self.now().timeIntervalSince1970)
+                            ) : []
                         return .sent(cancelled + results, runs: runs)
                     }
                 case .recordProgress(let batch):

@@ -108,13 +108,28 @@ extension SQLStore {
     static func somethingBehind(app: String, activity: String, platforms: [Platform], keyBinds: [SQLiteData]) -> (sql: String, binds: [SQLiteData]) {
         let placeholders = Array(repeating: "?", count: max(platforms.count, 1)).joined(separator: ",")
         let platformBinds: [SQLiteData] = platforms.isEmpty ? [.text("")] : platforms.map { .text($0.rawValue) }
-        let sql = """
-            (EXISTS (
+        // The instances' search seeks marks for each instance only when the activity has marks of its sequence (looked up
+        // once): without, it is the search by rows alone it was before marks (on PostgreSQL, seeking an empty table's
+        // index four times an instance cost a release about half a second of PostgreSQL's time for 100,000 instances).
+        let marked = """
+            EXISTS (
+                SELECT 1 FROM delivery_marks mk JOIN activities ma ON ma.app_id = mk.app_id AND ma.activity_id = mk.activity_id
+                WHERE ma.app_id = \(app) AND ma.activity_id = \(activity) AND mk.platform IN ('ios', 'android') AND mk.sequence = ma.sequence
+            )
+            """
+        func instancesBehind(consultingMarks: Bool) -> String {
+            """
+            EXISTS (
                 SELECT 1 FROM instances i JOIN activities a ON a.app_id = i.app_id AND a.activity_id = i.activity_id
                 WHERE i.app_id = \(app) AND i.activity_id = \(activity) AND \(deliverable("i."))
-                  AND \(waitsFor("i.", sequence: "a.sequence", settledSequence: "a.settled_sequence", settledPass: "a.settled_pass"))
+                  AND \(waitsFor("i.", sequence: "a.sequence", settledSequence: "a.settled_sequence", settledPass: "a.settled_pass", consultingMarks: consultingMarks))
                   AND i.platform IN (\(placeholders))
-            ) OR EXISTS (
+            )
+            """
+        }
+        let sql = """
+            (((\(marked)) AND \(instancesBehind(consultingMarks: true))) OR (NOT (\(marked)) AND \(instancesBehind(consultingMarks: false)))
+            OR EXISTS (
                 SELECT 1 FROM start_audiences s WHERE s.app_id = \(app) AND s.activity_id = \(activity) AND s.admitted = 0
             ) OR EXISTS (
                 SELECT 1 FROM activities b WHERE b.app_id = \(app) AND b.activity_id = \(activity) AND b.channel_status = 'active'
@@ -123,7 +138,10 @@ extension SQLStore {
                 SELECT 1 FROM fanout_slices f WHERE f.app_id = \(app) AND f.activity_id = \(activity)
             ))
             """
-        return (sql, keyBinds + platformBinds + keyBinds + keyBinds + platformBinds + keyBinds)
+        return (
+            sql,
+            keyBinds + keyBinds + platformBinds + keyBinds + keyBinds + platformBinds + keyBinds + keyBinds + platformBinds + keyBinds
+        )
     }
 
     /// The instances the engine sends to, as SQL on a row of `instances` (columns prefixed with `prefix`): active ones,

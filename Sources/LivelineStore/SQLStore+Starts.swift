@@ -269,7 +269,7 @@ extension SQLStore {
         guard count > 0 else { return UnconfirmedStarts(count: 0, instances: []) }
         let rows = try await reader.query(
             """
-            SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances
+            SELECT \(Self.instanceColumns) FROM instances
             WHERE app_id = ? AND activity_id = ? AND state = 'starting' AND updated_at <= ?
             ORDER BY updated_at, device_id LIMIT \(limit)
             """,

@@ -370,9 +370,7 @@ public final class SQLStore: Store, DispatchStore {
             let found = try db.queries([
                 ("SELECT state, attributes_type, sequence, channel_id, pass_counter FROM activities WHERE app_id = ? AND activity_id = ?"
                     + db.rowLock("FOR NO KEY UPDATE"), key),
-                ("SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances"
-                    + " WHERE app_id = ? AND activity_id = ? AND device_id = ?" + db.rowLock("FOR UPDATE"),
-                 key + [.text(r.deviceID)]),
+                (db.dialect == .postgres ? Self.instanceReadLocking : Self.instanceRead, key + [.text(r.deviceID)]),
             ])
             let activity = found[0].first
             let existing = try found[1].first.map(Self.instance(from:))
@@ -844,7 +842,7 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     public func instances(appID: String, activityID: String, cursor: String?, limit: Int) async throws -> Page<InstanceRecord> {
-        var sql = "SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances WHERE app_id = ? AND activity_id = ?"
+        var sql = "SELECT \(Self.instanceColumns) FROM instances WHERE app_id = ? AND activity_id = ?"
         var binds: [SQLiteData] = [.text(appID), .text(activityID)]
         if let cursor {
             sql += " AND device_id > ?"
@@ -881,8 +879,7 @@ public final class SQLStore: Store, DispatchStore {
         appID: String, activityID: String, deviceID: String, event: InstanceEvent, at now: Date, on db: any SQLConnection
     ) throws -> InstanceRecord {
         guard var instance = try db.query(
-            "SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
-            [.text(appID), .text(activityID), .text(deviceID)]
+            Self.instanceRead, [.text(appID), .text(activityID), .text(deviceID)]
         ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
         let newState = instance.state.applying(event)
         guard newState != instance.state else { return instance }
@@ -933,8 +930,7 @@ public final class SQLStore: Store, DispatchStore {
         appID: String, activityID: String, deviceID: String, enabled: Bool, at now: Date, on db: any SQLConnection
     ) throws -> InstanceRecord {
         guard var instance = try db.query(
-            "SELECT *, \(Self.effectiveDelivered("instances.")) AS effective_delivered FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?",
-            [.text(appID), .text(activityID), .text(deviceID)]
+            Self.instanceRead, [.text(appID), .text(activityID), .text(deviceID)]
         ).first.map(Self.instance(from:)) else { throw StoreError.instanceNotFound }
         guard instance.frequentPushesEnabled != enabled else { return instance }
         instance.frequentPushesEnabled = enabled
@@ -947,6 +943,17 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     /// Makes an activity with accepted state pending again, so a newly registered token is caught up.
+    /// An instance's columns as the API shows them: its row's, with the delivered sequence its marks and its activity's
+    /// settled sequence say (``effectiveDelivered(_:)``).
+    static let instanceColumns = "*, \(effectiveDelivered("instances.")) AS effective_delivered"
+
+    /// One instance by key (``instanceColumns``); its text made once, as the registrations read it for every request.
+    /// Binds: the app, the activity, the device.
+    static let instanceRead = "SELECT \(instanceColumns) FROM instances WHERE app_id = ? AND activity_id = ? AND device_id = ?"
+
+    /// ``instanceRead`` under an exclusive lock on the row (PostgreSQL).
+    static let instanceReadLocking = instanceRead + " FOR UPDATE"
+
     static func markPending(appID: String, activityID: String, in db: any SQLConnection) throws {
         let statement = markPendingStatement(appID: appID, activityID: activityID)
         try db.execute(statement.sql, statement.binds)
