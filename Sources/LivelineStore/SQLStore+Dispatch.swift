@@ -412,18 +412,23 @@ extension SQLStore {
         _ select: String, appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?,
         through last: String?, consultingMarks: Bool
     ) -> (sql: String, binds: [SQLiteData]) {
-        let waits = waitsFor("i.", sequence: "?", settledSequence: "a.settled_sequence", settledPass: "a.settled_pass", consultingMarks: consultingMarks)
-        // The activity's settled sequence is the claim's to change (``releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:verified:)``):
-        // read once, with the instances.
+        // The activity's settled sequence and pass by subqueries that name no column of the instance: each database reads
+        // them once a statement (a join of the activity's row let PostgreSQL look it up again for every instance).
+        let settled = { (column: String) in "(SELECT \(column) FROM activities WHERE app_id = ? AND activity_id = ?)" }
         var sql = """
-            \(select) FROM (SELECT settled_sequence, settled_pass FROM activities WHERE app_id = ? AND activity_id = ?) AS a
-            CROSS JOIN instances i ON i.app_id = ? AND i.activity_id = ?
-            WHERE \(deliverable("i."))
-              AND \(waits)
-              AND i.platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))
+            \(select) FROM instances i WHERE i.app_id = ? AND i.activity_id = ? AND \(deliverable("i."))
+              AND i.delivered_sequence < ? AND NOT (i.joined_pass < \(settled("settled_pass")) AND \(settled("settled_sequence")) >= ?)
             """
-        var binds: [SQLiteData] = [.text(appID), .text(activityID), .text(appID), .text(activityID)]
-            + Array(repeating: .integer(Int(sequence)), count: waits.count { $0 == "?" }) + platforms.map { .text($0.rawValue) }
+        let key: [SQLiteData] = [.text(appID), .text(activityID)]
+        let s = SQLiteData.integer(Int(sequence))
+        var binds: [SQLiteData] = key + [s] + key + key + [s]
+        if consultingMarks {
+            let marked = markedFor("i.", sequence: "?")
+            sql += " AND NOT \(marked)"
+            binds += Array(repeating: s, count: marked.count { $0 == "?" })
+        }
+        sql += " AND i.platform IN (\(Array(repeating: "?", count: platforms.count).joined(separator: ",")))"
+        binds += platforms.map { .text($0.rawValue) }
         if let cursor {
             sql += " AND i.device_id > ?"
             binds.append(.text(cursor))
