@@ -160,10 +160,6 @@ extension SQLStore {
     /// Whether the instance row of `prefix` still waits for `sequence` (an SQL expression), as SQL: its row's delivered
     /// sequence is below it, the activity's settled sequence does not speak for it (`settledSequence` and `settledPass`
     /// are SQL expressions for the activity's), and no mark of `sequence` does (``markedFor(_:sequence:)``).
-    /// How many times ``waitsFor(_:sequence:settledSequence:settledPass:)`` names its sequence: as many binds of it when
-    /// it is `?`.
-    static let waitsForSequenceBinds = waitsFor("i.", sequence: "?", settledSequence: "0", settledPass: "0").count { $0 == "?" }
-
     static func waitsFor(
         _ prefix: String, sequence: String, settledSequence: String, settledPass: String, consultingMarks: Bool = true
     ) -> String {
@@ -408,7 +404,7 @@ extension SQLStore {
 
     /// `select` from the instances ``pendingInstances(appID:activityID:below:platforms:after:through:limit:)`` reads,
     /// with its binds.
-    private static func pendingInstancesWhere(
+    static func pendingInstancesWhere(
         _ select: String, appID: String, activityID: String, below sequence: Int64, platforms: [Platform], after cursor: String?,
         through last: String?, consultingMarks: Bool
     ) -> (sql: String, binds: [SQLiteData]) {

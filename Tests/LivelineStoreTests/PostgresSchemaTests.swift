@@ -670,7 +670,7 @@ struct PostgresPlanTests {
             for (text, arguments, index) in [
                 ("platform IN ($13::text) ORDER BY", "'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 2, 2, 2, 2, 'ios'", "instances_pkey"),
                 ("platform IN ($13::text,$14::text)", "'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 2, 2, 2, 2, 'ios', 'android'", "instances_pkey"),
-                ("SELECT 1 AS found FROM fanout_slices", "'app_test', 'large', 'app_test', 'large', 2, 2, 2, 2, 2, 2, 'ios'", "instances_pkey"),
+                ("SELECT 1 AS found FROM fanout_slices", "'app_test', 'large', 'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 'ios'", "instances_pkey"),
                 ("SELECT * FROM app_credentials", "'app_test', 'apns'", "app_credentials_pkey"),
             ] {
                 let (plans, plan) = try await preparedKeyedRead(on: store, join: text, arguments: arguments)
