@@ -18,6 +18,13 @@ struct DeliveryMarkTests {
         for device in devices { _ = try await store.registerInstance(registration(device, token: token(device)), at: t0) }
     }
 
+    /// `devices` registered, the activity's first update accepted, and the activity claimed by the engine "w".
+    private static func claimedUpdate(to devices: [String], in store: SQLStore) async throws -> DispatchClaim {
+        try await register(devices, in: store)
+        _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0)
+        return try #require(try await store.claimToSend(owner: "w", now: t0, lease: 30))
+    }
+
     private static func mark(
         _ from: String, _ through: String, sequence: Int64 = 1, pass: Int64, priority: Int = 10, platform: Platform = .ios
     ) -> DeliveryMark {
@@ -55,9 +62,7 @@ struct DeliveryMarkTests {
     func markCoversWhatItsPassRead(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
-            try await Self.register(Self.devices(1...6), in: store)
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: Self.activity, contentState: ["n": 1]), at: t0)
-            let claim = try #require(try await store.claimToSend(owner: "w", now: t0, lease: 30))
+            let claim = try await Self.claimedUpdate(to: Self.devices(1...6), in: store)
             #expect(claim.pass == 1, "the claim raises the activity's pass counter")
             // After the claim: a new phone, and a new token for d3. The pass read neither.
             try await Self.register(["d7"], in: store)
@@ -87,9 +92,7 @@ struct DeliveryMarkTests {
     func verifiedReleaseSettles(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
-            try await Self.register(Self.devices(1...8), in: store)
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: Self.activity, contentState: ["n": 1]), at: t0)
-            let claim = try #require(try await store.claimToSend(owner: "w", now: t0, lease: 30))
+            let claim = try await Self.claimedUpdate(to: Self.devices(1...8), in: store)
             try await Self.record([Self.mark("d1", "d4", pass: claim.pass, priority: 5), Self.mark("d5", "d8", pass: claim.pass)], in: store)
             #expect(try await Self.pending(store).isEmpty)
             let done = try await store.releaseClaim(
@@ -121,9 +124,7 @@ struct DeliveryMarkTests {
     func unverifiedReleaseDoesNotSettle(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
-            try await Self.register(Self.devices(1...6), in: store)
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: Self.activity, contentState: ["n": 1]), at: t0)
-            let claim = try #require(try await store.claimToSend(owner: "w", now: t0, lease: 30))
+            let claim = try await Self.claimedUpdate(to: Self.devices(1...6), in: store)
             // d5 failed and is left for a retry: the marks end before it and start after it.
             try await Self.record([Self.mark("d1", "d4", pass: claim.pass)], in: store)
             let done = try await store.releaseClaim(
@@ -147,9 +148,7 @@ struct DeliveryMarkTests {
     func changesKeepWhatMarksSaid(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
             try await makeApp(store)
-            try await Self.register(Self.devices(1...5), in: store)
-            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: Self.activity, contentState: ["n": 1]), at: t0)
-            let claim = try #require(try await store.claimToSend(owner: "w", now: t0, lease: 30))
+            let claim = try await Self.claimedUpdate(to: Self.devices(1...5), in: store)
             try await Self.record([Self.mark("d1", "d5", pass: claim.pass)], in: store)
             // d2 is dismissed on the phone: no longer sent to, its row keeps sequence 1 whatever the marks become.
             _ = try await store.recordInstanceEvent(
