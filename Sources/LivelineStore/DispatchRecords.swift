@@ -328,7 +328,7 @@ public protocol DispatchStore: Sendable {
         verified: SettledPass?
     ) async throws -> Bool
     /// The marks of priority-10 pushes sent to the activity's instances since `since` (seconds since 1970), oldest
-    /// first: with an instance's own tally, its priority-10 pushes of the last hour (``Priority10Tally/counting(_:for:)``).
+    /// first: with an instance's own tally, its priority-10 pushes of the last hour (``Priority10MarkIndex``).
     /// A read.
     func priority10Marks(appID: String, activityID: String, since: Int64) async throws -> [DeliveryMark]
     /// At start-up, drops the claims (on activities and slices) a crashed process left: every claim on a store only this process uses (SQLite);

@@ -50,19 +50,6 @@ extension SQLStore {
     }
 }
 
-extension Priority10Tally {
-    /// The tally with the pushes of `marks` that speak for an instance counted in, each in its own quarter
-    /// (``DeliveryMark/covers(_:)``, ``counting(pushAt:)``): the instance's priority-10 pushes, those written in its row
-    /// and those sent in runs. For many instances, ``Priority10MarkIndex`` finds their marks faster.
-    public func counting(_ marks: [DeliveryMark], for instance: InstanceRecord) -> Priority10Tally {
-        var tally = self
-        for mark in marks where mark.priority == 10 && mark.covers(instance) {
-            tally = tally.counting(pushAt: mark.sentAt)
-        }
-        return tally
-    }
-}
-
 /// An activity's marks of priority-10 pushes, arranged to find those that speak for an instance in a few steps: by
 /// platform, pass and sequence (one pass's marks of one sequence never overlap: one push an instance), each group in
 /// order of where its marks end and of where they start, searched by halves for the first ending at or after the
@@ -102,7 +89,9 @@ public struct Priority10MarkIndex: Sendable {
     /// Whether it holds no mark.
     public var isEmpty: Bool { groups.isEmpty }
 
-    /// `tally` with the pushes of the marks that speak for `instance` counted in (as ``Priority10Tally/counting(_:for:)``).
+    /// `tally` with the pushes of the marks that speak for `instance` (``DeliveryMark/covers(_:)``) counted in, each in
+    /// its own quarter (``Priority10Tally/counting(pushAt:)``): the instance's priority-10 pushes, those written in its
+    /// row and those sent in runs.
     public func counting(_ tally: Priority10Tally, for instance: InstanceRecord) -> Priority10Tally {
         counting(tally, forDevice: instance.deviceID, platform: instance.platform, joinedPass: instance.joinedPass)
     }

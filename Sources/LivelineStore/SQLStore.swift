@@ -464,7 +464,7 @@ public final class SQLStore: Store, DispatchStore {
                 if instance.platform == .ios, instance.joinedPass < Int64(joinedPass) {
                     let since = Int64(nowMillis / 1000) - Self.priority10MarkLifetime
                     let marks = try db.query(Self.priority10MarksQuery, key + [.integer(Int(since))]).map(Self.mark(from:))
-                    instance.priority10 = instance.priority10.counting(marks, for: instance)
+                    instance.priority10 = Priority10MarkIndex(marks).counting(instance.priority10, for: instance)
                 }
                 instance.joinedPass = Int64(joinedPass)
             }

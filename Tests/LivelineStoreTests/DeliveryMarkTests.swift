@@ -175,6 +175,18 @@ struct DeliveryMarkTests {
     }
 }
 
+extension Priority10Tally {
+    /// The walk of every mark the index is checked against: the tally with each priority-10 mark that speaks for
+    /// `instance` counted in its own quarter.
+    fileprivate func counting(_ marks: [DeliveryMark], for instance: InstanceRecord) -> Priority10Tally {
+        var tally = self
+        for mark in marks where mark.priority == 10 && mark.covers(instance) {
+            tally = tally.counting(pushAt: mark.sentAt)
+        }
+        return tally
+    }
+}
+
 /// The index of priority-10 marks finds what a walk of every mark finds.
 @Suite("Priority-10 mark index")
 struct Priority10MarkIndexTests {
