@@ -120,6 +120,31 @@ struct DeliveryMarkTests {
         }
     }
 
+    @Test(
+        "a mark of a pass before an instance joined neither speaks for it nor hides a later pass's mark that does",
+        arguments: StoreKind.available
+    )
+    func olderPassMarkDoesNotHideLaterOne(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let claim = try await Self.claimedUpdate(to: Self.devices(1...6), in: store)
+            // d3 takes a new token after the claim: it joins at the claim's pass, and only a later pass's marks speak for it.
+            _ = try await store.registerInstance(registration("d3", token: "bb3"), at: t0)
+            // The older pass's mark is the nearest to d3 from either side (it starts and ends at d3); the later pass's
+            // covers d1 – d6 around it.
+            try await Self.record([Self.mark("d3", "d3", pass: claim.pass)], in: store)
+            #expect(try await Self.pending(store) == Self.devices(1...6))
+            try await Self.record([Self.mark("d1", "d6", pass: claim.pass + 1)], in: store)
+            #expect(try await Self.pending(store).isEmpty)
+            #expect(
+                try await store.pendingInstanceCount(
+                    appID: "app_test", activityID: Self.activity, below: 1, platforms: [.ios, .android], after: nil, through: nil
+                ) == 0
+            )
+            #expect(try await Self.delivered(store).values.allSatisfy { $0 == 1 })
+        }
+    }
+
     @Test("a release whose pass was not verified leaves the activity unsettled, pending while anything waits", arguments: StoreKind.available)
     func unverifiedReleaseDoesNotSettle(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in

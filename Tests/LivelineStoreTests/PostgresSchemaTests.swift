@@ -668,8 +668,8 @@ struct PostgresPlanTests {
                 #expect(try await store.credentials(appID: "app_test", provider: .apns) == nil)
             }
             for (text, arguments, index) in [
-                ("platform IN ($13::text) ORDER BY", "'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 2, 2, 2, 2, 'ios'", "instances_pkey"),
-                ("platform IN ($13::text,$14::text)", "'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 2, 2, 2, 2, 'ios', 'android'", "instances_pkey"),
+                ("platform IN ($11::text) ORDER BY", "'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 2, 2, 'ios'", "instances_pkey"),
+                ("platform IN ($11::text,$12::text)", "'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 2, 2, 'ios', 'android'", "instances_pkey"),
                 ("SELECT 1 AS found FROM fanout_slices", "'app_test', 'large', 'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 'ios'", "instances_pkey"),
                 ("SELECT * FROM app_credentials", "'app_test', 'apns'", "app_credentials_pkey"),
             ] {
