@@ -110,13 +110,44 @@ extension SQLStore {
             ).first
         }) else { return nil }
         let slice = try Self.slice(from: row)
+        let marked = Self.sliceMarked(slice)
         guard let activityRow = try await reader.query(
-            "SELECT \(Self.claimColumns) FROM activities WHERE app_id = ? AND activity_id = ?", [.text(slice.appID), .text(slice.activityID)]
+            "SELECT \(Self.claimColumns), \(marked.sql) AS slice_marked FROM activities WHERE app_id = ? AND activity_id = ?",
+            marked.binds + [.text(slice.appID), .text(slice.activityID)]
         ).first else {
             // The activity is gone (and its slices with it).
             return nil
         }
-        return SliceClaim(slice: slice, claim: try Self.claim(from: activityRow, owner: owner))
+        var claim = try Self.claim(from: activityRow, owner: owner)
+        // The slice's pages and counts seek marks only when a mark of the sequence reaches into its range: the slices
+        // sent before it marked ranges of their own, and reading without the marks skips two seeks an instance.
+        claim.sequenceMarked = (activityRow.column("slice_marked")?.integer ?? 1) != 0
+        return SliceClaim(slice: slice, claim: claim)
+    }
+
+    /// Whether a mark of the activity's sequence reaches into `slice`'s range of device ids, as SQL over a row of
+    /// `activities`, with its binds: a mark reaches in when its range ends after the slice's `after` (any, for the
+    /// first slice) and starts at or before its `through` (any, for the last).
+    static func sliceMarked(_ slice: FanOutSlice) -> (sql: String, binds: [SQLiteData]) {
+        var range = ""
+        var binds: [SQLiteData] = []
+        if let after = slice.after {
+            range += " AND m.through_device > ?"
+            binds.append(.text(after))
+        }
+        if let through = slice.through {
+            range += " AND m.from_device <= ?"
+            binds.append(.text(through))
+        }
+        return (
+            """
+            EXISTS (
+                SELECT 1 FROM delivery_marks m WHERE m.app_id = activities.app_id AND m.activity_id = activities.activity_id
+                  AND m.platform IN ('ios', 'android') AND m.sequence = activities.sequence\(range)
+            )
+            """,
+            binds
+        )
     }
 
     public func renewSlice(_ slice: FanOutSlice, owner: String, now: Date, lease: TimeInterval) async throws -> Bool {

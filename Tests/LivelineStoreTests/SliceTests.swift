@@ -73,6 +73,39 @@ struct SliceTests {
         }
     }
 
+    @Test(
+        "a slice's claim seeks marks only when a mark of the sequence reaches into its range, and its pages then skip what it covers",
+        arguments: StoreKind.available
+    )
+    func sliceConsultsMarksInItsRange(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 30)
+            let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
+            // A pass before marked d012 – d014: inside the middle slice (d009, d019] only.
+            var progress = DeliveryProgress(appID: "app_test", activityID: "a")
+            progress.marks = [
+                DeliveryMark(
+                    platform: .ios, sequence: 1, pass: claim.pass, fromDevice: "d012", throughDevice: "d014", priority: 10,
+                    sentAt: Int64(t0.timeIntervalSince1970)
+                )
+            ]
+            try await store.recordProgress(progress, at: t0)
+            var consulting: [Int: Bool] = [:]
+            var read: [Int: [String]] = [:]
+            while let taken = try await store.claimSlice(owner: "w", now: t0, lease: 30, of: nil) {
+                consulting[taken.slice.index] = taken.claim.sequenceMarked
+                read[taken.slice.index] = try await store.pendingInstances(
+                    appID: "app_test", activityID: "a", below: 1, platforms: [.ios], after: taken.slice.after, through: taken.slice.through,
+                    limit: 100, consultingMarks: taken.claim.sequenceMarked
+                ).map(\.deviceID)
+            }
+            #expect(consulting == [0: false, 1: true, 2: false])
+            #expect(read[1] == ["d010", "d011", "d015", "d016", "d017", "d018", "d019"])
+            #expect(read[0]?.count == 10 && read[2]?.count == 10)
+        }
+    }
+
     @Test("a fan-out that fits in one slice, or an exact multiple's last slice, is not cut needlessly", arguments: StoreKind.available)
     func smallFanOutsAreNotCut(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
