@@ -69,7 +69,7 @@ public struct DispatcherConfiguration: Sendable {
     /// How long a claim on an activity (or a slice of its fan-out) lasts without renewal.
     public var claimLease: TimeInterval = 30
     /// Whether a fan-out records runs of pushes as marks instead of a row write each (``DeliveryRuns``,
-    /// docs/progress-marks.md). `liveline serve` marks on SQLite; on PostgreSQL each push still writes its row.
+    /// docs/progress-marks.md), on either store; `false`: every push writes its instance's row, as before marks.
     public var marksRuns = true
     /// How long graceful shutdown waits for the pushes in flight (a slow push service answers within its 30-second
     /// request timeout) before it gives them up. The answers already in are still recorded and the claims handed back

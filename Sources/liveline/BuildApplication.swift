@@ -54,9 +54,6 @@ func buildApplication(
         dispatch.pushesPerCall = configuration.enginePushesPerCall
         dispatch.pushesInFlight = configuration.enginePushesInFlight
         dispatch.progressBatchSize = configuration.engineProgressBatch
-        // Runs of pushes are marks on SQLite (docs/progress-marks.md); on PostgreSQL, where writing them measured far
-        // slower (2026-12-06), each push still writes its row.
-        dispatch.marksRuns = store.dialect == .sqlite
         // Fan-outs are shared between nodes only where nodes share the database.
         if store.nodeWakeChannel != nil, configuration.sliceSize > 0 { dispatch.sliceSize = configuration.sliceSize }
         let dispatcher = Dispatcher(
