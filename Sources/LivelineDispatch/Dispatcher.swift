@@ -611,9 +611,10 @@ public final class Dispatcher: Service, Sendable {
             if slices > 0 {
                 wakeSignal.wake()
                 peers?.wake()
-                guard let shared = await sendSlices(of: claim, claimWatch: claimWatch) else { return nil }
-                // The slices' engines marked what they sent; only a read can say whether they sent everything.
-                return (shared, broadcastDue, 0, .unknown)
+                guard let (shared, completed) = await sendSlices(of: claim, claimWatch: claimWatch) else { return nil }
+                // The slices' engines marked what they sent: when each says its pass sent its whole range one sequence,
+                // the pass is complete at the lowest of them; otherwise only a read can say whether they sent everything.
+                return (shared, broadcastDue, 0, completed.map { .complete($0) } ?? .unknown)
             }
         }
         let (release, attempts, marked) = await fanOut(claim, budget: budget, claimWatch: claimWatch, slice: nil)
@@ -623,13 +624,14 @@ public final class Dispatcher: Service, Sendable {
 
     /// Sends the claimed activity's slices with the other engines, as the holder of its claim: claims the ones nobody
     /// has taken (or whose lease ran out) and sends them, then waits until every slice is sent, drops them and says when
-    /// to look at the activity again, from their outcomes. `nil` when the activity's claim was lost meanwhile.
-    private func sendSlices(of claim: DispatchClaim, claimWatch: ClaimWatch) async -> FanOut.ReleaseTiming? {
+    /// to look at the activity again, from their outcomes, and the sequence they were all completed with, if they were
+    /// (``DispatchStore/slicesCompleted(appID:activityID:)``). `nil` when the activity's claim was lost meanwhile.
+    private func sendSlices(of claim: DispatchClaim, claimWatch: ClaimWatch) async -> (FanOut.ReleaseTiming, completed: Int64?)? {
         let key = ActivityKey(appID: claim.activity.appID, activityID: claim.activity.activityID)
         while true {
             if claimWatch.isLost { return nil }
             // The slices stay for whoever claims the activity next.
-            if Task.isShuttingDownGracefully || Task.isCancelled { return .unscheduled }
+            if Task.isShuttingDownGracefully || Task.isCancelled { return (.unscheduled, nil) }
             var wait = configuration.slicePollInterval
             do {
                 if let taken = try await store.claimSlice(owner: claim.owner, now: now(), lease: configuration.claimLease, of: key) {
@@ -638,11 +640,12 @@ public final class Dispatcher: Service, Sendable {
                 }
                 let outcomes = try await store.sliceOutcomes(appID: key.appID, activityID: key.activityID)
                 if outcomes.allSatisfy({ $0 != nil }) {
+                    let completed = try await store.slicesCompleted(appID: key.appID, activityID: key.activityID)
                     try await store.dropSlices(appID: key.appID, activityID: key.activityID, owner: claim.owner)
-                    return Self.releaseTiming(after: outcomes.compactMap { $0 })
+                    return (Self.releaseTiming(after: outcomes.compactMap { $0 }), completed)
                 }
             } catch {
-                if Task.isCancelled { return .unscheduled }
+                if Task.isCancelled { return (.unscheduled, nil) }
                 logger.error("Following a shared fan-out failed", metadata: ["activity": "\(key.activityID)", "error": "\(error)"])
                 // The Store's retry delay, as elsewhere after a failed Store call (while the database is away, looking
                 // every 100 ms logged this ten times a second).
@@ -671,10 +674,14 @@ public final class Dispatcher: Service, Sendable {
             of: "slice \(slice.index) of activity \(slice.activityID)",
             renew: { try await self.store.renewSlice(slice, owner: owner, now: self.now(), lease: self.configuration.claimLease) }
         ) { watch in
-            (await fanOut(taken.claim, budget: budget, claimWatch: watch, slice: slice).release, watch.isLost)
+            let (release, _, marked) = await fanOut(taken.claim, budget: budget, claimWatch: watch, slice: slice)
+            return (release, marked, watch.isLost)
         }
         // Lost: another engine has it now.
-        guard let (timing, lost) = passed, !lost else { return }
+        guard let (timing, marked, lost) = passed, !lost else { return }
+        // A pass that read its whole range and sent every instance one sequence completed the slice at it.
+        let completed: Int64? =
+            if timing == .now, case .complete(let sequence) = marked { sequence } else { nil }
         let outcome: SliceOutcome? =
             switch timing {
             case .now: .done
@@ -684,7 +691,7 @@ public final class Dispatcher: Service, Sendable {
             }
         do {
             // Recorded even when this engine's task is being cancelled: a slice left held waits out its lease.
-            try await Task { try await self.store.finishSlice(slice, owner: owner, outcome: outcome) }.value
+            try await Task { try await self.store.finishSlice(slice, owner: owner, outcome: outcome, completed: completed) }.value
         } catch {
             // Its lease runs out, and another engine sends it again.
             logger.error("Recording a slice's outcome failed", metadata: ["activity": "\(slice.activityID)", "error": "\(error)"])

@@ -360,10 +360,15 @@ public protocol DispatchStore: Sendable {
     /// The slice's activity as it is now, while `owner` holds the slice (a read; nil when the slice was lost).
     func heldSlice(_ slice: FanOutSlice, owner: String, now: Date) async throws -> DispatchClaim?
     /// Ends `owner`'s claim on a slice: with its outcome once it was sent, or — `nil` — handed back unsent (the engine
-    /// stopped), for another engine to claim.
-    func finishSlice(_ slice: FanOutSlice, owner: String, outcome: SliceOutcome?) async throws
+    /// stopped), for another engine to claim. `completed`: the sequence its pass sent to every instance of its range that
+    /// waited, for every platform, with nothing left to retry (the slice's share of a complete pass, ``SettledPass``);
+    /// `nil` when it cannot say so.
+    func finishSlice(_ slice: FanOutSlice, owner: String, outcome: SliceOutcome?, completed: Int64?) async throws
     /// The outcome of each of the activity's slices, `nil` for one not sent yet.
     func sliceOutcomes(appID: String, activityID: String) async throws -> [SliceOutcome?]
+    /// The lowest sequence the activity's slices were each completed with (``finishSlice(_:owner:outcome:completed:)``),
+    /// when every one of them was; `nil` when one was not, or there are none.
+    func slicesCompleted(appID: String, activityID: String) async throws -> Int64?
     /// Drops the activity's slices once they are all sent: only the holder of the activity's claim (`owner`) does.
     func dropSlices(appID: String, activityID: String, owner: String) async throws
 }
@@ -440,6 +445,13 @@ public struct FanOutSlice: Sendable, Hashable {
         self.index = index
         self.after = after
         self.through = through
+    }
+}
+
+extension DispatchStore {
+    /// Ends `owner`'s claim on a slice, without saying that its pass completed it.
+    public func finishSlice(_ slice: FanOutSlice, owner: String, outcome: SliceOutcome?) async throws {
+        try await finishSlice(slice, owner: owner, outcome: outcome, completed: nil)
     }
 }
 

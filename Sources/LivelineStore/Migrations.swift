@@ -516,6 +516,11 @@ enum SQLiteMigrations {
             name: "a fan-out's progress as marks of runs",
             statements: DeliveryMarkSchema.sqlite
         ),
+        Migration(
+            version: 27,
+            name: "the sequence a slice's pass sent its whole range",
+            statements: [FanOutSliceSchema.completedSequence(integer: "INTEGER")]
+        ),
     ]
 }
 
@@ -579,5 +584,13 @@ enum FanOutSliceSchema {
             FOREIGN KEY (app_id, activity_id) REFERENCES activities(app_id, activity_id) ON DELETE CASCADE
         )
         """
+    }
+
+    /// A later column (SQLite step 27, PostgreSQL 19): the sequence the slice's pass sent to every instance of its range
+    /// that waited, for every platform, with nothing left to retry (``DispatchStore/finishSlice(_:owner:outcome:completed:)``);
+    /// `NULL` when it did not, or when a node from before the column sent the slice. When every slice has one, the
+    /// activity's holder settles without reading what waits.
+    static func completedSequence(integer: String) -> String {
+        "ALTER TABLE fanout_slices ADD COLUMN completed_sequence \(integer)"
     }
 }

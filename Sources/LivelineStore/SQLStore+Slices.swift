@@ -176,15 +176,35 @@ extension SQLStore {
         return try Self.claim(from: row, owner: owner)
     }
 
-    public func finishSlice(_ slice: FanOutSlice, owner: String, outcome: SliceOutcome?) async throws {
+    public func finishSlice(_ slice: FanOutSlice, owner: String, outcome: SliceOutcome?, completed: Int64?) async throws {
+        // Only a sent slice says it was completed: one handed back is sent again, whatever its pass did.
+        let completed = outcome == nil ? nil : completed
         _ = try await write(
             """
-            UPDATE fanout_slices SET outcome = ?, claim_owner = NULL, claim_expires_at = NULL
+            UPDATE fanout_slices SET outcome = ?, completed_sequence = ?, claim_owner = NULL, claim_expires_at = NULL
             WHERE app_id = ? AND activity_id = ? AND slice = ? AND claim_owner = ? AND outcome IS NULL
             """,
-            [outcome.map { .text($0.rawValue) } ?? .null, .text(slice.appID), .text(slice.activityID), .integer(slice.index), .text(owner)],
+            [
+                outcome.map { .text($0.rawValue) } ?? .null, completed.map { .integer(Int($0)) } ?? .null, .text(slice.appID),
+                .text(slice.activityID), .integer(slice.index), .text(owner),
+            ],
             isolation: .lockingRows
         )
+    }
+
+    public func slicesCompleted(appID: String, activityID: String) async throws -> Int64? {
+        guard
+            let row = try await reader.query(
+                """
+                SELECT COUNT(*) AS slices, COUNT(completed_sequence) AS completed, MIN(completed_sequence) AS sequence
+                FROM fanout_slices WHERE app_id = ? AND activity_id = ?
+                """,
+                [.text(appID), .text(activityID)]
+            ).first,
+            let slices = row.column("slices")?.integer, slices > 0, row.column("completed")?.integer == slices,
+            let sequence = row.column("sequence")?.integer
+        else { return nil }
+        return Int64(sequence)
     }
 
     public func sliceOutcomes(appID: String, activityID: String) async throws -> [SliceOutcome?] {

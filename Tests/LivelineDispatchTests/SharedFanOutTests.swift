@@ -5,6 +5,7 @@ import LivelineTestSupport
 import Testing
 
 @testable import LivelineDispatch
+@testable import LivelineStore
 
 /// Engines sharing one activity's fan-out in slices (``DispatcherConfiguration/sliceSize``), as the nodes on one
 /// PostgreSQL database do: here two engines on one Store, each with its own push service so that each one's share shows.
@@ -45,6 +46,11 @@ struct SharedFanOutTests {
                     )
                 }
             }
+            // Each slice's pass sent its whole range the one sequence: the holder settled the activity at it.
+            let settled = try await store.reader.query(
+                "SELECT settled_sequence FROM activities WHERE app_id = ? AND activity_id = 'match'", [.text(appID)]
+            ).first?.column("settled_sequence")?.integer
+            #expect(settled == 1)
             let pushes = first.pushes + second.pushes
             #expect(pushes.count == 1_000, "no instance was sent the update twice")
             #expect(Set(pushes.map(\.token)) == Set((0..<1_000).map(token)))

@@ -152,6 +152,40 @@ struct SliceTests {
         }
     }
 
+    @Test(
+        "the slices say they were completed only when every one was sent completed: at the lowest sequence, never by one handed back",
+        arguments: StoreKind.available
+    )
+    func slicesCompleted(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 30)
+            #expect(try await store.slicesCompleted(appID: "app_test", activityID: "a") == nil, "no slices")
+            let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 60))
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
+            var slices: [FanOutSlice] = []
+            for _ in 0..<3 { slices.append(try #require(try await store.claimSlice(owner: "w", now: t0, lease: 30, of: nil)).slice) }
+            try await store.finishSlice(slices[0], owner: "w", outcome: .done, completed: 2)
+            // Handed back: whatever it says, it is sent again.
+            try await store.finishSlice(slices[1], owner: "w", outcome: nil, completed: 1)
+            try await store.finishSlice(slices[2], owner: "w", outcome: .done, completed: 1)
+            #expect(try await store.slicesCompleted(appID: "app_test", activityID: "a") == nil, "one slice is not sent yet")
+            let again = try #require(try await store.claimSlice(owner: "w", now: t0, lease: 30, of: nil))
+            #expect(again.slice == slices[1])
+            try await store.finishSlice(again.slice, owner: "w", outcome: .retryLater, completed: nil)
+            #expect(try await store.slicesCompleted(appID: "app_test", activityID: "a") == nil, "one slice was sent without completing")
+        }
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 30)
+            let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 60))
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
+            for completed: Int64 in [2, 1, 3] {
+                let taken = try #require(try await store.claimSlice(owner: "w", now: t0, lease: 30, of: nil))
+                try await store.finishSlice(taken.slice, owner: "w", outcome: .done, completed: completed)
+            }
+            #expect(try await store.slicesCompleted(appID: "app_test", activityID: "a") == 1)
+        }
+    }
+
     @Test("slices are leased: held ones are not claimed twice, a lapsed one is taken over, one handed back is claimed again", arguments: StoreKind.available)
     func leases(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in

@@ -467,5 +467,10 @@ enum PostgresMigrations {
             name: "a fan-out's progress as marks of runs (SQLite step 26)",
             statements: DeliveryMarkSchema.postgres
         ),
+        Migration(
+            version: 19,
+            name: "the sequence a slice's pass sent its whole range (SQLite step 27)",
+            statements: [FanOutSliceSchema.completedSequence(integer: "BIGINT")]
+        ),
     ]
 }
