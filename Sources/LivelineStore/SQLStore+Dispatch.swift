@@ -212,15 +212,25 @@ extension SQLStore {
     /// The highest of the row's delivered sequence, the activity's settled one when it speaks for the instance, and the
     /// marks that do, as SQL: what a write that changes the instance's state, or the pass it joined in, stores in its
     /// `delivered_sequence` first.
+    ///
+    /// Only the marks of sequences above the higher of the other two are read: the marks of priority-10 pushes stay for
+    /// the budgets' hour after their activity settled past them, and the search for the highest covering mark read the
+    /// newest sequence's marks from its end until one covered the device. Over the database `bench fanout --instances
+    /// 100000 --rounds 3` left (170 marks a sequence), computing it for every instance took 0.88 s in `sqlite3`, and 0.13 s
+    /// now; with 900 marks a sequence (shorter runs), 36 µs an instance against 1.8. The end of an activity writes it
+    /// into each instance's row.
     static func materializedDelivered(_ prefix: String) -> String {
-        """
-        MAX(\(prefix)delivered_sequence,
+        let settled = """
             COALESCE((SELECT s.settled_sequence FROM activities s WHERE s.app_id = \(prefix)app_id AND s.activity_id = \(prefix)activity_id
-                AND \(prefix)joined_pass < s.settled_pass), 0),
-            COALESCE((SELECT MAX(m.sequence) FROM delivery_marks m WHERE m.app_id = \(prefix)app_id AND m.activity_id = \(prefix)activity_id
-                AND m.platform = \(prefix)platform AND m.from_device <= \(prefix)device_id AND m.through_device >= \(prefix)device_id
-                AND m.pass > \(prefix)joined_pass), 0))
-        """
+                AND \(prefix)joined_pass < s.settled_pass), 0)
+            """
+        return """
+            MAX(\(prefix)delivered_sequence, \(settled),
+                COALESCE((SELECT MAX(m.sequence) FROM delivery_marks m WHERE m.app_id = \(prefix)app_id AND m.activity_id = \(prefix)activity_id
+                    AND m.platform = \(prefix)platform AND m.sequence > MAX(\(prefix)delivered_sequence, \(settled))
+                    AND m.from_device <= \(prefix)device_id AND m.through_device >= \(prefix)device_id
+                    AND m.pass > \(prefix)joined_pass), 0))
+            """
     }
 
     /// How the engine's claims and releases commit. They are bookkeeping: one lost to a power cut is done again (an

@@ -169,6 +169,37 @@ struct DeliveryMarkTests {
         }
     }
 
+    @Test(
+        "past a settled sequence, what the API shows and a change of state writes come from it and the newer marks, the older priority-10 ones kept aside",
+        arguments: StoreKind.available
+    )
+    func settledSequenceBoundsTheMarksRead(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let first = try await Self.claimedUpdate(to: Self.devices(1...6), in: store)
+            try await Self.record([Self.mark("d1", "d6", pass: first.pass)], in: store)
+            let settled = try await store.releaseClaim(
+                appID: "app_test", activityID: Self.activity, owner: "w", platforms: [.ios, .android], retryAt: nil, sendStart: nil,
+                verified: SettledPass(sequence: 1, pass: first.pass, at: t0)
+            )
+            #expect(settled)
+            #expect(try await Self.markCount(store) == 1, "the priority-10 mark of sequence 1 stays for the budgets")
+            // A second update, half sent: its marks speak for d1 – d3.
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: Self.activity, contentState: ["n": 2]), at: t0)
+            let second = try #require(try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(1), lease: 30))
+            try await Self.record([Self.mark("d1", "d3", sequence: 2, pass: second.pass)], in: store)
+            #expect(try await Self.delivered(store) == ["d1": 2, "d2": 2, "d3": 2, "d4": 1, "d5": 1, "d6": 1])
+            // Dismissed on the phone: each row keeps what it had, from the newer mark or from the settled sequence.
+            for device in ["d2", "d5"] {
+                _ = try await store.recordInstanceEvent(
+                    appID: "app_test", activityID: Self.activity, deviceID: device, event: .dismissedOnDevice, at: t0
+                )
+            }
+            try await store.write("DELETE FROM delivery_marks", [])
+            #expect(try await Self.delivered(store) == ["d1": 1, "d2": 2, "d3": 1, "d4": 1, "d5": 1, "d6": 1])
+        }
+    }
+
     @Test("a change of state, or a new token, writes what the marks said into the instance's row first", arguments: StoreKind.available)
     func changesKeepWhatMarksSaid(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
