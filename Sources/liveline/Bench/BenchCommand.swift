@@ -110,6 +110,11 @@ struct Bench: AsyncParsableCommand {
         var registrationsInIDOrder = false
         @Option(help: "(api) Seconds to wait between rounds, to let the server finish recording the last one (the API does not say when it has).")
         var pause = 1
+        @Flag(
+            name: .customLong("end"),
+            help: "(api) The last round ends the activity (POST /v1/activities/bench/end) instead of updating it: timed as the others until the sink has every end push, then until the API counts every instance ended."
+        )
+        var endsActivity = false
         @OptionGroup(title: "Direct path (the server's own settings apply with --path api)") var sending: Bench.Sending
         @Option(name: .customLong("progress-batch"), help: "(direct) Results recorded per progress transaction.")
         var progressBatch = DispatcherConfiguration().progressBatchSize

@@ -303,15 +303,17 @@ extension Bench.FanOut {
                         )
                     }
                 }
+                // With --end, the last round ends the activity.
+                let ending = endsActivity && round == rounds
                 let accepted = try await updating.run(count: 1) { _ in
                     LoadRequest(
-                        method: .POST, uri: BenchRequests.updatePath(activityID: "bench"), authorization: secret,
-                        body: BenchRequests.updateBody(score: "\(round)-0", minute: 42)
+                        method: .POST, uri: ending ? "/v1/activities/bench/end" : BenchRequests.updatePath(activityID: "bench"),
+                        authorization: secret, body: BenchRequests.updateBody(score: ending ? "final" : "\(round)-0", minute: ending ? 90 : 42)
                     )
                 }
                 guard accepted.succeeded == 1 else {
                     _ = try await paced?.stop()
-                    throw ValidationError("The fan-out's update was not accepted: \(accepted.errorText)")
+                    throw ValidationError("The fan-out's \(ending ? "end" : "update") was not accepted: \(accepted.errorText)")
                 }
                 while true {
                     var counted = try await sink.received() - received
@@ -350,6 +352,23 @@ extension Bench.FanOut {
                 )
                 if nodes.count > 1 {
                     Bench.say("      server CPU per node  \(Bench.perNodeCPU(cpu, per: instances, unit: "push"))")
+                }
+                if ending {
+                    // The end pushes are out; the Store records each instance as ended with its progress.
+                    while true {
+                        let counts = try await server.instanceCounts(activityID: "bench", secretKey: app.secretKey)
+                        if counts["ended", default: 0] >= instances {
+                            Bench.say(
+                                "      every instance ended  \(String(format: "%.2f", (ContinuousClock.now - started).seconds)) s after the POST "
+                                    + "(GET /v1/activities/bench)"
+                            )
+                            break
+                        }
+                        if ContinuousClock.now - started > .seconds(600) {
+                            throw ValidationError("The API did not count every instance ended within 10 minutes: \(counts)")
+                        }
+                        try await Task.sleep(for: .milliseconds(50))
+                    }
                 }
                 // Each node's share, from its /metrics push counter: the counters may trail the sink by a moment.
                 var sent = await Bench.sentDuring(nodes, since: sentBefore)

@@ -141,6 +141,20 @@ final class ServerUnderTest: Sendable {
         await metric(MetricNames.activitiesPendingDelivery)
     }
 
+    /// The activity's instances counted by state (`instances` of `GET /v1/activities/{activityId}`, asked with the app's
+    /// secret key): `ended`, `active`, … and `total`.
+    func instanceCounts(activityID: String, secretKey: String) async throws -> [String: Int] {
+        var request = HTTPClientRequest(url: "\(baseURL)/v1/activities/\(activityID)")
+        request.headers.add(name: "authorization", value: "Bearer \(secretKey)")
+        let response = try await http.execute(request, timeout: .seconds(30))
+        let bytes = try await response.body.collect(upTo: 1 << 20)
+        guard response.status == .ok, let counts = try JSONValue(parsing: bytes.readableBytesView).objectValue?["instances"]?.objectValue
+        else { throw Failure(description: "GET /v1/activities/\(activityID) answered \(response.status.code): \(String(buffer: bytes))") }
+        return counts.compactMapValues { value in
+            if case .integer(let count) = value { Int(count) } else { nil }
+        }
+    }
+
     /// The sum of the samples of `name` on this server's `GET /metrics`; nil when it cannot be read.
     private func metric(_ name: String) async -> Int? {
         guard let response = try? await http.execute(HTTPClientRequest(url: "\(baseURL)/metrics"), timeout: .seconds(10)),
