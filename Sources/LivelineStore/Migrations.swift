@@ -521,7 +521,33 @@ enum SQLiteMigrations {
             name: "the sequence a slice's pass sent its whole range",
             statements: [FanOutSliceSchema.completedSequence(integer: "INTEGER")]
         ),
+        Migration(
+            version: 28,
+            name: "the sweeper's index of instances by state and hour of registration",
+            statements: InstanceAgeIndex.statements(hourExpression: InstanceAgeIndex.hour)
+        ),
     ]
+}
+
+/// The lifetime sweeper's index of instances (``SQLStore/endInstances(registeredBefore:at:)``): by state, then by the
+/// hour they registered in (`created_at / 3600000`), then, within an hour, in the order of the primary key (SQLite's
+/// `WITHOUT ROWID` table) or of the rows (PostgreSQL). It was `(state, created_at)`: the end of an activity, which moves
+/// every instance's entry from `active` to `ended`, in the order of device ids, found each entry at a random place of
+/// the index by its registration time, and so wrote a page of it for nearly every instance: over a bench's 100,000
+/// instances, 812 MB of SQLite's WAL and 4.2 s of its writer against 52 MB and 0.83 s (133 MB and 1.1 s with the
+/// registrations spread over eight hours), the same statements replayed in `sqlite3`. Within an hour the entries now
+/// follow the device ids, as the end's batches do. The sweeper reads whole hours and keeps the instances registered
+/// before its cutoff; the counts by state still read the index alone.
+enum InstanceAgeIndex {
+    /// The hour an instance registered in, as SQL on its row (the index's expression, which the sweeper's query repeats).
+    static let hour = "created_at / 3600000"
+
+    static func statements(hourExpression: String) -> [String] {
+        [
+            "DROP INDEX instances_by_age",
+            "CREATE INDEX instances_by_age ON instances(state, \(hourExpression))",
+        ]
+    }
 }
 
 /// A fan-out's progress without a row write a push (docs/progress-marks.md): the activity's pass counter, raised by

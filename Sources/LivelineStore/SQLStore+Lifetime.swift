@@ -41,13 +41,15 @@ extension SQLStore {
 
     public func endInstances(registeredBefore cutoff: Date, at now: Date) async throws -> Int {
         try await transaction { db in
+            // Through `instances_by_age` (``InstanceAgeIndex``): the hours up to the cutoff's, then the instant.
+            let cutoffMillis = Self.millis(cutoff)
             let rows = try db.query(
                 """
                 UPDATE instances SET state = 'ended', updated_at = ?, delivered_sequence = \(Self.effectiveDelivered("instances."))
-                WHERE state IN ('active', 'starting') AND created_at <= ?
+                WHERE state IN ('active', 'starting') AND \(InstanceAgeIndex.hour) <= ? AND created_at <= ?
                 RETURNING device_id
                 """,
-                [.integer(Self.millis(now)), .integer(Self.millis(cutoff))]
+                [.integer(Self.millis(now)), .integer(cutoffMillis / 3_600_000), .integer(cutoffMillis)]
             )
             return rows.count
         }

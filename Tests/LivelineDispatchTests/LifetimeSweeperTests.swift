@@ -119,6 +119,28 @@ struct LifetimeSweeperTests {
         }
     }
 
+    @Test(
+        "instances registered in the cutoff's own hour end only when they registered before the cutoff itself",
+        arguments: StoreKind.available
+    )
+    func cutoffWithinItsHour(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            // t0 is on the hour; the cutoff falls at 30 minutes past it, 12 hours later.
+            let registered: [(device: String, at: TimeInterval)] = [("hour-before", -60), ("same-hour-before", 1_799), ("at-cutoff", 1_800), ("same-hour-after", 1_801)]
+            for (index, phone) in registered.enumerated() {
+                _ = try await store.registerInstance(instance("match", phone.device, token: token(index + 1)), at: t0.addingTimeInterval(phone.at))
+            }
+            let ended = try await store.endInstances(registeredBefore: t0.addingTimeInterval(1_800), at: t0.addingTimeInterval(12 * 3600 + 1_800))
+            #expect(ended == 3)
+            let states = try await store.instances(appID: appID, activityID: "match", cursor: nil, limit: 10).items.map { ($0.deviceID, $0.state) }
+            #expect(
+                Dictionary(uniqueKeysWithValues: states)
+                    == ["hour-before": .ended, "same-hour-before": .ended, "at-cutoff": .ended, "same-hour-after": .active]
+            )
+        }
+    }
+
     @Test("the caller's end is recorded as such; ended activities are purged after the retention period", arguments: StoreKind.available)
     func callerEndAndPurge(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in

@@ -472,5 +472,10 @@ enum PostgresMigrations {
             name: "the sequence a slice's pass sent its whole range (SQLite step 27)",
             statements: [FanOutSliceSchema.completedSequence(integer: "BIGINT")]
         ),
+        Migration(
+            version: 20,
+            name: "the sweeper's index of instances by state and hour of registration (SQLite step 28)",
+            statements: InstanceAgeIndex.statements(hourExpression: "(\(InstanceAgeIndex.hour))")
+        ),
     ]
 }
