@@ -539,8 +539,11 @@ enum SQLiteMigrations {
 /// follow the device ids, as the end's batches do. The sweeper reads whole hours and keeps the instances registered
 /// before its cutoff; the counts by state still read the index alone.
 enum InstanceAgeIndex {
+    /// The index's unit of registration time: an hour, in the milliseconds of `created_at`.
+    static let millisecondsPerHour = 3_600_000
+
     /// The hour an instance registered in, as SQL on its row (the index's expression, which the sweeper's query repeats).
-    static let hour = "created_at / 3600000"
+    static let hour = "created_at / \(millisecondsPerHour)"
 
     static func statements(hourExpression: String) -> [String] {
         [

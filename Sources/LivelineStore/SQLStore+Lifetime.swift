@@ -49,7 +49,7 @@ extension SQLStore {
                 WHERE state IN ('active', 'starting') AND \(InstanceAgeIndex.hour) <= ? AND created_at <= ?
                 RETURNING device_id
                 """,
-                [.integer(Self.millis(now)), .integer(cutoffMillis / 3_600_000), .integer(cutoffMillis)]
+                [.integer(Self.millis(now)), .integer(cutoffMillis / InstanceAgeIndex.millisecondsPerHour), .integer(cutoffMillis)]
             )
             return rows.count
         }
