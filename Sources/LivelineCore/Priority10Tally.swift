@@ -20,6 +20,8 @@ public struct Priority10Tally: Sendable, Hashable {
     public static let quarterSeconds: Int64 = 900
     /// How many quarters are counted: the current one and the four before it.
     public static let quarters = 5
+    /// The longest a push counts, in seconds: the five quarters. Marks of priority-10 pushes are kept that long.
+    public static let windowSeconds = quarterSeconds * Int64(quarters)
     /// The most one quarter's count holds.
     public static let countLimit = 255
 

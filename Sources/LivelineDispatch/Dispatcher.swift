@@ -279,7 +279,7 @@ public final class Dispatcher: Service, Sendable {
                     keepPerActivity: configuration.deliveriesPerActivity
                 )
                 try await store.pruneDeliveryMarks(
-                    sentBefore: now().addingTimeInterval(-Double(Priority10Tally.quarterSeconds) * Double(Priority10Tally.quarters))
+                    sentBefore: now().addingTimeInterval(-Double(Priority10Tally.windowSeconds))
                 )
             } catch {
                 logger.warning("Pruning the delivery timeline failed", metadata: ["error": "\(error)"])
@@ -714,7 +714,7 @@ public final class Dispatcher: Service, Sendable {
             priority10Marks = Priority10MarkIndex([])
         } else {
             do {
-                let since = Int64(now().timeIntervalSince1970) - Priority10Tally.quarterSeconds * Int64(Priority10Tally.quarters)
+                let since = Int64(now().timeIntervalSince1970) - Priority10Tally.windowSeconds
                 priority10Marks = Priority10MarkIndex(try await store.priority10Marks(appID: appID, activityID: activityID, since: since))
             } catch {
                 logger.error("Reading the marks of priority-10 pushes failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])

@@ -3,10 +3,6 @@ import LivelineCore
 import SQLiteNIO
 
 extension SQLStore {
-    /// How long a priority-10 push counts against an instance's budget at most, in seconds: the tally's five quarters of
-    /// an hour (``Priority10Tally``). Marks of priority-10 pushes are kept that long.
-    static let priority10MarkLifetime = Priority10Tally.quarterSeconds * Int64(Priority10Tally.quarters)
-
     public func priority10Usage(appID: String, activityID: String) async throws -> [Priority10Usage] {
         // Every mark kept: each counts in its own quarter, and a quarter too old counts no more when the tally is read.
         let marks = Priority10MarkIndex(try await priority10Marks(appID: appID, activityID: activityID, since: 0))

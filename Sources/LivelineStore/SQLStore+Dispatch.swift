@@ -679,7 +679,7 @@ extension SQLStore {
             // The settled sequence speaks for the marks of it and of those before it: they go, but for the marks of
             // priority-10 pushes, which the instances' budgets count for an hour or so (``priority10Marks(appID:activityID:since:)``).
             // Bookkeeping: marks left by a lost deletion go with the periodic pruning.
-            let since = Int(verified.at.timeIntervalSince1970) - Int(Self.priority10MarkLifetime)
+            let since = Int(verified.at.timeIntervalSince1970) - Int(Priority10Tally.windowSeconds)
             try await writer.write(durability: .bookkeeping, isolation: .lockingRows, under: Self.engineSettings) { db in
                 try db.execute(
                     """

@@ -462,7 +462,7 @@ public final class SQLStore: Store, DispatchStore {
             // priority-10 pushes (the budget is the Live Activity's, whatever its token).
             if registered {
                 if instance.platform == .ios, instance.joinedPass < Int64(joinedPass) {
-                    let since = Int64(nowMillis / 1000) - Self.priority10MarkLifetime
+                    let since = Int64(nowMillis / 1000) - Priority10Tally.windowSeconds
                     let marks = try db.query(Self.priority10MarksQuery, key + [.integer(Int(since))]).map(Self.mark(from:))
                     instance.priority10 = Priority10MarkIndex(marks).counting(instance.priority10, for: instance)
                 }
