@@ -250,28 +250,32 @@ struct Priority10MarkIndexTests {
     func indexAgreesWithTheWalk() {
         var generator = SystemRandomNumberGenerator()
         let now: Int64 = 1_795_255_200
-        // Three passes of two sequences, each cutting the devices into runs of its own, some at priority 5.
+        // Twelve passes over 88 minutes (some older than the tally's window when the newest is counted), of two
+        // sequences, each cutting the devices into runs of its own, some at priority 5.
         var marks: [DeliveryMark] = []
-        for pass in Int64(1)...3 {
+        for pass in Int64(1)...12 {
             var device = Int.random(in: 0..<5, using: &generator)
             while device < 400 {
                 let length = Int.random(in: 1..<40, using: &generator)
                 marks.append(
                     DeliveryMark(
-                        platform: Bool.random(using: &generator) ? .ios : .android, sequence: pass, pass: pass,
+                        platform: Bool.random(using: &generator) ? .ios : .android, sequence: pass % 2, pass: pass,
                         fromDevice: String(format: "d%04d", device), throughDevice: String(format: "d%04d", device + length - 1),
-                        priority: Int.random(in: 0..<4, using: &generator) == 0 ? 5 : 10, sentAt: now + pass * 600
+                        priority: Int.random(in: 0..<4, using: &generator) == 0 ? 5 : 10, sentAt: now + pass * 440
                     )
                 )
                 device += length + Int.random(in: 0..<3, using: &generator)
             }
         }
-        let index = Priority10MarkIndex(marks)
-        for device in 0..<410 {
-            for joinedPass in Int64(0)...3 {
+        let index = Priority10MarkIndex(marks.shuffled(using: &generator))
+        // Every id a mark may name, and ids between them: "d00125" sorts after "d0012" and before "d0013", so a mark
+        // that ends at "d0012" does not cover it; nor does one that starts at "d0013".
+        let devices = (0..<410).flatMap { [String(format: "d%04d", $0), String(format: "d%04d5", $0)] } + ["", "c", "e"]
+        for device in devices {
+            for joinedPass in Int64(0)...12 {
                 for platform in Platform.allCases {
                     let instance = InstanceRecord(
-                        appID: "app", activityID: "a", deviceID: String(format: "d%04d", device), platform: platform, pushToken: "t",
+                        appID: "app", activityID: "a", deviceID: device, platform: platform, pushToken: "t",
                         userID: nil, state: .active, frequentPushesEnabled: nil, deliveredSequence: 0, createdAt: Date(), updatedAt: Date(),
                         priority10: .empty(at: now), joinedPass: joinedPass
                     )
@@ -279,5 +283,15 @@ struct Priority10MarkIndexTests {
                 }
             }
         }
+    }
+
+    @Test("an index of no priority-10 mark is empty and counts nothing")
+    func emptyIndex() {
+        let mark = DeliveryMark(platform: .ios, sequence: 1, pass: 1, fromDevice: "a", throughDevice: "z", priority: 5, sentAt: 1_795_255_200)
+        let index = Priority10MarkIndex([mark])
+        let tally = Priority10Tally.empty(at: 1_795_255_200)
+        #expect(index.isEmpty)
+        #expect(index.counting(tally, forDevice: "m", platform: .ios, joinedPass: 0) == tally)
+        #expect(!Priority10MarkIndex([DeliveryMark(platform: .ios, sequence: 1, pass: 1, fromDevice: "a", throughDevice: "z", priority: 10, sentAt: 1_795_255_200)]).isEmpty)
     }
 }
