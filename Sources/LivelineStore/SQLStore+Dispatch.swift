@@ -541,9 +541,16 @@ extension SQLStore {
         for (pushed, tally) in progress.priority10Tallies {
             rows[PushedToken(deviceID: pushed.deviceID, token: pushed.token), default: (nil, nil)].tally = tally
         }
-        // The instances an event or a change of state in the last part is about.
+        // The instances whose state changes carry their own delivered sequences and tallies (one write of the row, not
+        // two: ``stateChangeStatement(_:_:appID:activityID:at:)``), taken out of the rows.
+        let stateChanges = [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)].map {
+            event, instances in
+            (event, instances.map { pushed in
+                (pushed, rows.removeValue(forKey: PushedToken(deviceID: pushed.deviceID, token: pushed.token)) ?? (nil, nil))
+            })
+        }
+        // The instances an event in the last part is about.
         var tied: Set<String> = []
-        for pushed in progress.endDelivered { tied.insert(pushed.deviceID) }
         for event in progress.events { if let deviceID = event.deviceID { tied.insert(deviceID) } }
         typealias Row = (key: PushedToken, value: (sequence: Int64?, tally: Priority10Tally?))
         var free: [Row] = []
@@ -589,26 +596,11 @@ extension SQLStore {
             (key: PushedToken(deviceID: $0.deviceID, token: $0.token), value: (sequence: $0.sequence, tally: nil))
         }
         statements += starts.chunked(into: progressRowsPerPart).map { update($0, matchingToken: false) }
-        for (event, instances) in [(InstanceEvent.tokenInvalidated, progress.invalidated), (.endDelivered, progress.endDelivered)] {
-            for chunk in instances.chunked(into: 400) {
-                // The state machine's rules, per current state (dismissed stays dismissed, and so on).
-                for state in InstanceState.allCases {
-                    let next = state.applying(event)
-                    guard next != state else { continue }
-                    statements.append((
-                        """
-                        UPDATE instances SET state = ?, updated_at = ?, delivered_sequence = \(Self.effectiveDelivered("instances."))
-                        FROM (VALUES \(Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ","))) AS v
-                        WHERE instances.app_id = v.column1 AND instances.activity_id = v.column2
-                          AND instances.device_id = v.column3 AND instances.push_token = v.column4 AND instances.state = ?
-                        """,
-                        [.text(next.rawValue), .integer(nowMillis)]
-                            + chunk.flatMap {
-                                [SQLiteData.text(progress.appID), .text(progress.activityID), .text($0.deviceID), .text($0.token)]
-                            }
-                            + [.text(state.rawValue)]
-                    ))
-                }
+        for (event, instances) in stateChanges {
+            for chunk in instances.chunked(into: progressRowsPerPart) {
+                statements.append(
+                    Self.stateChangeStatement(event, chunk, appID: progress.appID, activityID: progress.activityID, at: nowMillis)
+                )
             }
         }
         for (refused, reason) in progress.refusedTokens {
@@ -627,6 +619,46 @@ extension SQLStore {
         if progress.budgetWarnings > 0 { return [parts.flatMap { $0 } + statements] }
         if !statements.isEmpty { parts.append(statements) }
         return parts
+    }
+
+    /// The change of state `event` makes to `instances` (each at the token pushed to, with the delivered sequence and
+    /// priority-10 tally its push leaves, if any), as one statement: the state machine's rules (``InstanceState/applying(_:)``)
+    /// as a `CASE` of the row's state, so that dismissed stays dismissed and so on; a row whose state changes keeps the
+    /// sequence delivered by the marks and the settled pass that spoke for it (``effectiveDelivered(_:)``), as its state
+    /// no longer lets them. Every row is written once: its sequence, tally and state together. Written as a statement for
+    /// each state that changes, after one for the sequences and tallies, an end wrote each instance's row twice, and on
+    /// PostgreSQL each write is a new version of the row in every index (the state is in `instances_by_age`).
+    static func stateChangeStatement(
+        _ event: InstanceEvent, _ instances: ArraySlice<(PushedInstance, (sequence: Int64?, tally: Priority10Tally?))>,
+        appID: String, activityID: String, at nowMillis: Int
+    ) -> (sql: String, binds: [SQLiteData]) {
+        let changes = InstanceState.allCases.compactMap { state in
+            let next = state.applying(event)
+            return next == state ? nil : (from: state, to: next)
+        }
+        let changing = changes.map { "'\($0.from.rawValue)'" }.joined(separator: ", ")
+        var binds: [SQLiteData] = [.integer(nowMillis)]
+        binds.reserveCapacity(1 + instances.count * 6)
+        for (pushed, row) in instances {
+            binds += [
+                .text(appID), .text(activityID), .text(pushed.deviceID), .text(pushed.token),
+                row.sequence.map { .integer(Int($0)) } ?? .null, row.tally.map { .integer(Int($0.packed)) } ?? .null,
+            ]
+        }
+        return (
+            """
+            UPDATE instances SET
+                state = CASE instances.state \(changes.map { "WHEN '\($0.from.rawValue)' THEN '\($0.to.rawValue)'" }.joined(separator: " ")) ELSE instances.state END,
+                updated_at = CASE WHEN instances.state IN (\(changing)) THEN CAST(? AS BIGINT) ELSE instances.updated_at END,
+                delivered_sequence = MAX(\(Self.effectiveDelivered("instances.")), COALESCE(CAST(v.column5 AS BIGINT), instances.delivered_sequence)),
+                priority10_tally = COALESCE(CAST(v.column6 AS BIGINT), instances.priority10_tally)
+            FROM (VALUES \(Array(repeating: "(?, ?, ?, ?, ?, ?)", count: instances.count).joined(separator: ","))) AS v
+            WHERE instances.app_id = v.column1 AND instances.activity_id = v.column2
+              AND instances.device_id = v.column3 AND instances.push_token = v.column4
+              AND (instances.state IN (\(changing)) OR v.column5 IS NOT NULL OR v.column6 IS NOT NULL)
+            """,
+            binds
+        )
     }
 
     /// Marks a statement inserts at most (``markStatement(appID:activityID:_:)``).

@@ -15,14 +15,18 @@ struct ProgressPartsTests {
     /// The devices whose delivered sequence each statement of `part` raises.
     private static func deliveredDevices(_ part: [(sql: String, binds: [SQLiteData])]) -> Set<String> {
         var devices: Set<String> = []
-        // The statements of delivered sequences (a change of state also writes what the instance was sent, from its
-        // marks, but names no list of them).
-        for statement in part where statement.sql.contains("COALESCE(v.column5") {
-            for row in stride(from: 0, to: statement.binds.count, by: 6) {
+        // The statements of delivered sequences: lists of six values a row (a change of state binds its time first).
+        for statement in part where statement.sql.contains("v.column5") {
+            for row in stride(from: statement.binds.count % 6, to: statement.binds.count, by: 6) {
                 if case .text(let device) = statement.binds[row + 2] { devices.insert(device) }
             }
         }
         return devices
+    }
+
+    /// How many statements of `part` bind `device`.
+    private static func statements(_ part: [(sql: String, binds: [SQLiteData])], naming device: String) -> Int {
+        part.filter { $0.binds.contains { if case .text(let named) = $0 { named == device } else { false } } }.count
     }
 
     private static func mentions(_ part: [(sql: String, binds: [SQLiteData])], _ table: String) -> Bool {
@@ -55,11 +59,13 @@ struct ProgressPartsTests {
         let parts = SQLStore.progressParts(progress, at: Date())
         let last = try #require(parts.last)
         #expect(Self.deliveredDevices(last) == ["d00007", "d00012"])
-        #expect(Self.mentions(last, "UPDATE instances SET state"))
+        #expect(Self.mentions(last, "state = CASE instances.state"))
+        // The ended instance's row is written once, its delivered sequence with its change of state.
+        #expect(Self.statements(last, naming: "d00007") == 1)
         #expect(Self.mentions(last, "INSERT INTO events"))
         for part in parts.dropLast() {
             #expect(Self.deliveredDevices(part).isDisjoint(with: ["d00007", "d00012"]))
-            #expect(!Self.mentions(part, "events") && !Self.mentions(part, "SET state"))
+            #expect(!Self.mentions(part, "events") && !Self.mentions(part, "state = CASE"))
         }
         #expect(parts.dropLast().map { Self.deliveredDevices($0).count } == [250, 48])
     }
