@@ -636,6 +636,8 @@ extension SQLStore {
             let next = state.applying(event)
             return next == state ? nil : (from: state, to: next)
         }
+        // Both events the engine records change some state (an empty CASE or IN list is no SQL).
+        precondition(!changes.isEmpty, "\(event) changes no instance's state")
         let changing = changes.map { "'\($0.from.rawValue)'" }.joined(separator: ", ")
         var binds: [SQLiteData] = [.integer(nowMillis)]
         binds.reserveCapacity(1 + instances.count * 6)
