@@ -94,10 +94,10 @@ public struct Priority10MarkIndex: Sendable {
             }
             let starts = cuts.sorted { $0.lexicographicallyPrecedes($1) }
             let position = Dictionary(uniqueKeysWithValues: starts.enumerated().map { ($1, $0) })
-            // Each segment's pushes: a group counted once in a segment even if (against the rule) two of its marks
-            // overlapped there.
+            // Each segment's pushes, the newest pass first (the groups taken in that order): a group counted once in a
+            // segment even if (against the rule) two of its marks overlapped there.
             var covering = [[(group: Group, sentAt: Int64)]](repeating: [], count: starts.count)
-            for (group, marks) in groups {
+            for (group, marks) in groups.sorted(by: { $0.key.pass > $1.key.pass }) {
                 for mark in marks {
                     guard let first = position[mark.from], let end = position[mark.after], first < end else { continue }
                     for segment in first..<end where covering[segment].last?.group != group {
@@ -108,7 +108,7 @@ public struct Priority10MarkIndex: Sendable {
             var built = Segments(starts: starts)
             built.offsets.reserveCapacity(starts.count + 1)
             for pushes in covering {
-                built.pushes += pushes.sorted { $0.group.pass > $1.group.pass }.map { ($0.group.pass, $0.sentAt) }
+                built.pushes += pushes.map { ($0.group.pass, $0.sentAt) }
                 built.offsets.append(built.pushes.count)
             }
             segments[platform] = built

@@ -567,10 +567,10 @@ extension SQLStore {
             var binds: [SQLiteData] = []
             binds.reserveCapacity(chunk.count * 6)
             for (instance, row) in chunk {
-                binds += [
-                    .text(progress.appID), .text(progress.activityID), .text(instance.deviceID), .text(instance.token),
-                    row.sequence.map { .integer(Int($0)) } ?? .null, row.tally.map { .integer(Int($0.packed)) } ?? .null,
-                ]
+                binds += Self.progressRow(
+                    appID: progress.appID, activityID: progress.activityID, deviceID: instance.deviceID, token: instance.token,
+                    sequence: row.sequence, tally: row.tally
+                )
             }
             return (
                 """
@@ -642,10 +642,9 @@ extension SQLStore {
         var binds: [SQLiteData] = [.integer(nowMillis)]
         binds.reserveCapacity(1 + instances.count * 6)
         for (pushed, row) in instances {
-            binds += [
-                .text(appID), .text(activityID), .text(pushed.deviceID), .text(pushed.token),
-                row.sequence.map { .integer(Int($0)) } ?? .null, row.tally.map { .integer(Int($0.packed)) } ?? .null,
-            ]
+            binds += progressRow(
+                appID: appID, activityID: activityID, deviceID: pushed.deviceID, token: pushed.token, sequence: row.sequence, tally: row.tally
+            )
         }
         return (
             """
@@ -661,6 +660,17 @@ extension SQLStore {
             """,
             binds
         )
+    }
+
+    /// One row of a progress statement's `VALUES` list, in its columns' order: the instance's key, the token pushed to,
+    /// the delivered sequence and the priority-10 tally (each `NULL` when the push leaves none).
+    static func progressRow(
+        appID: String, activityID: String, deviceID: String, token: String, sequence: Int64?, tally: Priority10Tally?
+    ) -> [SQLiteData] {
+        [
+            .text(appID), .text(activityID), .text(deviceID), .text(token),
+            sequence.map { .integer(Int($0)) } ?? .null, tally.map { .integer(Int($0.packed)) } ?? .null,
+        ]
     }
 
     /// Marks a statement inserts at most (``markStatement(appID:activityID:_:)``).
