@@ -1,7 +1,7 @@
 import NIOPosix
 import Synchronization
 
-/// Checkpoints the writer's WAL on a connection and a thread of its own, so that the writer never does.
+/// Checkpoints the writer's WAL on a connection and a thread of its own, so that the writer seldom does.
 ///
 /// Left to itself, SQLite checkpoints at the commit that brings the WAL to 1,000 pages, on the committing connection:
 /// the writer's thread copied the WAL into the database file and synced it before it took the next write, and an
@@ -9,14 +9,22 @@ import Synchronization
 /// fraction of a second). The writer now turns that off and tells this checkpointer its WAL's size after each commit
 /// (``walGrew(to:)``); past the same 1,000 pages it runs a `PASSIVE` checkpoint here, which never blocks the writer or a
 /// reader. The WAL starts over from its beginning, as before, at the first write after a checkpoint that copied it all.
+/// Under a steady stream of writes that write never comes; past ``WALBound/limit`` pages the writer copies what is left
+/// itself, between two transactions (``writerCheckpointDue``), so the WAL starts over.
 final class SQLiteCheckpointer: Sendable {
     /// The WAL's size, in pages, past which a checkpoint runs: SQLite's own default for its automatic checkpoint.
-    static let threshold = 1000
+    static let defaultThreshold = 1000
+
+    /// The WAL's size, in pages, past which a checkpoint runs here.
+    let threshold: Int
 
     private let connection: Connection
     private let thread: NIOThreadPool
     private let state = Mutex(State())
     private let completed = Atomic<Int>(0)
+    /// When the writer checkpoints itself; read and written on the writer's thread alone (the lock is never contended).
+    private let bound: Mutex<WALBound>
+    private let completedByWriter = Atomic<Int>(0)
 
     private struct State {
         /// Whether a checkpoint is queued or running: the WAL's growth meanwhile asks for no second one.
@@ -33,20 +41,24 @@ final class SQLiteCheckpointer: Sendable {
         }
     }
 
-    /// Opens a connection of its own on the database at `path`.
-    init(path: String) throws {
+    /// Opens a connection of its own on the database at `path`; it checkpoints past `threshold` pages, and the writer
+    /// itself once its WAL holds `writerLimit` pages (``WALBound``).
+    init(path: String, threshold: Int = defaultThreshold, writerLimit: Int = WALBound.defaultLimit) throws {
+        self.threshold = threshold
+        bound = Mutex(WALBound(limit: writerLimit))
         connection = Connection(handle: try SQLiteHandle(path: path))
         thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
     }
 
-    /// Checkpoints run so far.
+    /// Checkpoints run so far on the checkpointer's thread.
     var checkpoints: Int { completed.load(ordering: .relaxed) }
 
     /// The writer's WAL holds `pages` pages after a commit: a checkpoint starts past ``threshold``, unless one is under
     /// way. Called on the writer's thread; it only queues the work.
     func walGrew(to pages: Int) {
-        guard pages >= Self.threshold else { return }
+        bound.withLock { $0.walGrew(to: pages) }
+        guard pages >= threshold else { return }
         let start = state.withLock { state in
             guard !state.running, !state.closed else { return false }
             state.running = true
@@ -55,6 +67,18 @@ final class SQLiteCheckpointer: Sendable {
         guard start else { return }
         thread.submit { [self] _ in checkpoint() }
     }
+
+    /// Whether the writer checkpoints the WAL itself before its next transaction (``WALBound``). On the writer's thread.
+    var writerCheckpointDue: Bool { bound.withLock { $0.checkpointDue } }
+
+    /// The writer's own checkpoint went as `outcome`. On the writer's thread.
+    func writerCheckpointed(_ outcome: WALBound.Outcome) {
+        bound.withLock { $0.writerCheckpointed(outcome) }
+        if outcome == .ran { completedByWriter.add(1, ordering: .relaxed) }
+    }
+
+    /// Checkpoints the writer ran itself so far.
+    var checkpointsByWriter: Int { completedByWriter.load(ordering: .relaxed) }
 
     /// On the checkpointer's thread.
     private func checkpoint() {

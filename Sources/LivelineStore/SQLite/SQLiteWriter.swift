@@ -72,17 +72,34 @@ final class SQLiteWriter: StoreWriter {
     /// WAL and again to the database. `secure_delete = FAST` still clears deleted rows from the pages that hold live
     /// data (a deleted instance's push token does not linger beside its neighbours), but leaves freed pages as they
     /// were until they are reused.
-    init(path: String) throws {
+    ///
+    /// The WAL is checkpointed on a thread of its own past `checkpointThreshold` pages, and by the writer itself, between
+    /// two transactions, past `walLimit` (``WALBound``). A WAL that grew past twice `walLimit` all the same (a reader
+    /// held it) is cut back to that size when it next starts over (`journal_size_limit`).
+    init(
+        path: String, checkpointThreshold: Int = SQLiteCheckpointer.defaultThreshold, walLimit: Int = WALBound.defaultLimit
+    ) throws {
         try Self.createPrivately(path)
         let handle = try SQLiteHandle(path: path)
-        for pragma in ["PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON", "PRAGMA secure_delete = FAST"] {
+        let pragmas = [
+            "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON", "PRAGMA secure_delete = FAST",
+            "PRAGMA journal_size_limit = \(Self.walSizeLimit(pages: walLimit))",
+        ]
+        for pragma in pragmas {
             try handle.query(pragma)
         }
-        checkpointer = try SQLiteCheckpointer(path: path)
+        checkpointer = try SQLiteCheckpointer(path: path, threshold: checkpointThreshold, writerLimit: walLimit)
         handle.checkpoint(with: checkpointer)
         connection = HandleBox(handle: handle)
         thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
+    }
+
+    /// The size, in bytes, a WAL that has grown past twice `pages` of SQLite's 4 KB pages is cut to when it starts
+    /// over.
+    static func walSizeLimit(pages: Int) -> Int {
+        let (bytes, overflow) = pages.multipliedReportingOverflow(by: 2 * 4096)
+        return overflow ? Int.max : bytes
     }
 
     /// Creates the database file at `path`, empty, readable and writable by its owner alone (0600), unless it exists:
@@ -159,8 +176,11 @@ final class SQLiteWriter: StoreWriter {
     /// Writes waiting for the writer's thread.
     var queuedWrites: Int { queue.withLock { $0.writes.count } }
 
-    /// WAL checkpoints run so far, all on the checkpointer's thread.
+    /// WAL checkpoints run so far on the checkpointer's thread.
     var checkpoints: Int { checkpointer.checkpoints }
+
+    /// WAL checkpoints the writer ran itself so far (``WALBound``).
+    var checkpointsByWriter: Int { checkpointer.checkpointsByWriter }
 
     /// Transactions committed so far: fewer than the writes when they shared commits.
     var commits: Int { committed.load(ordering: .relaxed) }
@@ -186,8 +206,17 @@ final class SQLiteWriter: StoreWriter {
                 return Self.takeBatch(from: &queue.writes) { $0.durability }
             }
             guard !batch.isEmpty else { return }
+            if checkpointer.writerCheckpointDue { checkpointTheRest() }
             commit(batch)
         }
+    }
+
+    /// Copies into the database what the checkpointer has not copied of the WAL yet, so that the next transaction
+    /// writes the WAL from its beginning (``WALBound``). `PASSIVE` neither waits for nor blocks a reader; when the
+    /// checkpointer is copying, it does nothing and says so (`busy`), and the writer tries again before its next batch.
+    private func checkpointTheRest() {
+        let busy = (try? connection.handle.query("PRAGMA wal_checkpoint(PASSIVE)", []))?.first?.column("busy")?.integer
+        checkpointer.writerCheckpointed(busy == 1 ? .busy : .ran)
     }
 
     /// Takes the next batch out of `writes` (each write's durability given by `durability`): the full writes (up to
