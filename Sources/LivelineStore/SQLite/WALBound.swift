@@ -7,7 +7,7 @@
 /// still reads an older frame). Under a steady stream of commits that moment never comes: a checkpoint copies the frames
 /// that were there when it began, and by its end the writer has added more. The WAL then grew for as long as the stream
 /// lasted, and kept its size on the disk after: `bench fanout`'s 100,000 registrations, in the random order phones
-/// register in (each writes a page of its own in the instances' tree and one in their age index), left 156 – 474 MB of
+/// register in (each writes a page of its own in the instances' tree and one in their age index), left 136 – 474 MB of
 /// WAL beside a 42 MB database, which a restart after a crash reads through again.
 ///
 /// So once the WAL holds ``limit`` pages, the writer, between two transactions, checkpoints what the checkpointer has
