@@ -52,13 +52,21 @@ extension Bench {
         let nodes = try await ServerNodes.start(
             executable: serverExecutable(options.executable), directory: directory, databaseURL: options.databaseURL, nodes: options.nodes
         )
+        let files = nodes.first.sqlitePath.map(SQLiteFileWatch.init(databasePath:))
         let result: T
         do {
             result = try await body(nodes)
         } catch {
+            _ = await files?.stop()
             if !nodes.allRunning { Bench.say("A server exited: \(nodes.exitedLogs())") }
             await nodes.stop()
             throw error
+        }
+        if let largest = await files?.stop() {
+            Bench.say(
+                "  server's SQLite, largest    database \(Bench.megabytes(largest.database)), WAL \(Bench.megabytes(largest.wal))"
+                    + "   (their files' sizes, every \(SQLiteFileWatch.interval))"
+            )
         }
         nodes.printPeakMemory()
         await nodes.stop()

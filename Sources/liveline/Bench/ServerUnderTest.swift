@@ -26,6 +26,8 @@ final class ServerUnderTest: Sendable {
 
     let process: Process
     let port: Int
+    /// The server's SQLite database file; nil when its data is in PostgreSQL.
+    let sqlitePath: String?
     private let adminToken: String
     private let http: HTTPClient
     private let logPath: String
@@ -65,6 +67,7 @@ final class ServerUnderTest: Sendable {
         guard FileManager.default.createFile(atPath: logPath, contents: nil) else { throw Failure(description: "Could not write \(logPath).") }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
 
+        sqlitePath = databaseURL == nil ? directory.appendingPathComponent("data").appendingPathComponent("liveline.sqlite").path : nil
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = [
