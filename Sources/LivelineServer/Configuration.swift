@@ -499,11 +499,14 @@ public struct LivelineConfiguration: Sendable {
         }
     }
 
+    /// The name of the SQLite file in the data directory that holds the data when no database is set.
+    public static let sqliteFileName = "liveline.sqlite"
+
     /// The database the setting points at (a SQLite file in the data directory when it is not set).
     public var databaseLocation: DatabaseLocation {
         get throws {
             guard let database, !database.isEmpty else {
-                return .sqlite(path: (dataDirectory as NSString).appendingPathComponent("liveline.sqlite"))
+                return .sqlite(path: (dataDirectory as NSString).appendingPathComponent(Self.sqliteFileName))
             }
             // A URL's scheme is case-insensitive (RFC 3986): `Postgres://…` is PostgreSQL, not a file of that name.
             let lowered = database.lowercased()

@@ -67,11 +67,12 @@ final class ServerUnderTest: Sendable {
         guard FileManager.default.createFile(atPath: logPath, contents: nil) else { throw Failure(description: "Could not write \(logPath).") }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
 
-        sqlitePath = databaseURL == nil ? directory.appendingPathComponent("data").appendingPathComponent("liveline.sqlite").path : nil
+        let dataDirectory = directory.appendingPathComponent("data")
+        sqlitePath = databaseURL == nil ? dataDirectory.appendingPathComponent(LivelineConfiguration.sqliteFileName).path : nil
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = [
-            "serve", "--data-dir", directory.appendingPathComponent("data").path, "--host", "127.0.0.1", "--port", String(port),
+            "serve", "--data-dir", dataDirectory.path, "--host", "127.0.0.1", "--port", String(port),
             "--admin-token-file", tokenPath, "--no-emulator", "--log-level", "warning",
         ] + (databaseURL.map { ["--database-url", $0] } ?? [])
         // The bench reads the engine's backlog off /metrics every 100 ms (`activitiesPendingDelivery()`): the Store's
