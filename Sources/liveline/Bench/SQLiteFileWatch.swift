@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import NIOConcurrencyHelpers
 
 /// The largest sizes a server's SQLite database file and its WAL reach while a bench runs, from the files' sizes read
 /// every ``interval``: the disk a run takes, and whether the WAL keeps starting over (issue 17 named its growth among
@@ -15,34 +15,34 @@ final class SQLiteFileWatch: Sendable {
         var wal = 0
     }
 
-    private let seen = Mutex(Largest())
-    private let watching = Mutex<Task<Void, Never>?>(nil)
+    private let seen: NIOLockedValueBox<Largest>
+    private let watching: Task<Void, Never>
 
     /// Starts reading the sizes of the database at `databasePath` and of its WAL (`databasePath-wal`); a file that does
     /// not exist counts as empty.
     init(databasePath: String) {
-        let task = Task { [self] in
+        let seen = NIOLockedValueBox(Largest())
+        self.seen = seen
+        watching = Task {
             while !Task.isCancelled {
                 let database = Self.size(databasePath)
                 let wal = Self.size(databasePath + "-wal")
-                seen.withLock { largest in
+                seen.withLockedValue { largest in
                     largest.database = max(largest.database, database)
                     largest.wal = max(largest.wal, wal)
                 }
                 try? await Task.sleep(for: Self.interval)
             }
         }
-        watching.withLock { $0 = task }
     }
 
     /// The largest sizes seen so far.
-    var largest: Largest { seen.withLock { $0 } }
+    var largest: Largest { seen.withLockedValue { $0 } }
 
-    /// Stops reading (the reading holds this watch until then) and returns the largest sizes seen.
+    /// Stops reading and returns the largest sizes seen.
     func stop() async -> Largest {
-        let task = watching.withLock { $0 }
-        task?.cancel()
-        await task?.value
+        watching.cancel()
+        await watching.value
         return largest
     }
 
