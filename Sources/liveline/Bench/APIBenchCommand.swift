@@ -47,11 +47,21 @@ extension Bench {
             help: "Times of the disk's own syncs while the registrations, the updates and the paced updates run, this many a second (a 4 KB block written in place beside the server's data, then fdatasync): the floor of a durable write's latency, printed after each; 0 for none."
         )
         var diskSyncs = 20
+        @Option(
+            name: .customLong("sink-round-trip-ms"),
+            help: "(with --watched) Milliseconds the sink's answers take to come back, as from an APNs that far away: a proxy in front of nginx holds every byte for half of it each way; 0 for none."
+        )
+        var sinkRoundTripMilliseconds = 0
         @OptionGroup var server: Bench.ServerOptions
 
         func validate() throws {
-            guard healthz >= 0, registrations >= 0, updates >= 0, afterSeconds >= 0, diskSyncs >= 0 else {
-                throw ValidationError("--healthz, --registrations, --updates, --after-seconds and --disk-syncs must not be negative.")
+            guard healthz >= 0, registrations >= 0, updates >= 0, afterSeconds >= 0, diskSyncs >= 0, sinkRoundTripMilliseconds >= 0 else {
+                throw ValidationError(
+                    "--healthz, --registrations, --updates, --after-seconds, --disk-syncs and --sink-round-trip-ms must not be negative."
+                )
+            }
+            if sinkRoundTripMilliseconds > 0, !watched {
+                throw ValidationError("--sink-round-trip-ms needs --watched: without it nothing is pushed.")
             }
             guard perActivity >= 1, connections >= 1 else { throw ValidationError("--per-activity and --connections must be positive.") }
             if watched, updates > (registrations + perActivity - 1) / perActivity {
@@ -71,7 +81,9 @@ extension Bench {
             guard watched else {
                 return try await measure(root: root, eventLoop: eventLoop, sink: nil)
             }
-            try await Bench.withSink(.nginx, root: root, logger: Logger(label: "liveline.bench")) { target in
+            try await Bench.withSink(
+                .nginx, root: root, logger: Logger(label: "liveline.bench"), roundTrip: .milliseconds(Int64(sinkRoundTripMilliseconds))
+            ) { target in
                 try await measure(root: root, eventLoop: eventLoop, sink: target)
             }
         }
@@ -90,6 +102,7 @@ extension Bench {
                 Bench.say(
                     "liveline bench api: \(connections) HTTP/1.1 keep-alive connections\(nodes.count > 1 ? " spread round-robin over the nodes" : ""), "
                         + "\(self.server.storeText), \(nodes.pidText)"
+                        + (sinkRoundTripMilliseconds > 0 ? ", the sink \(sinkRoundTripMilliseconds) ms away (round trip)" : "")
                 )
                 if let text = nodes.databaseCPUText { Bench.say("  \(text)") }
 

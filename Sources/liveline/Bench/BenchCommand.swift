@@ -6,6 +6,7 @@ import LivelineDispatch
 import LivelineEmulator
 import LivelineStore
 import Logging
+import NIOCore
 
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -51,11 +52,14 @@ struct Bench: AsyncParsableCommand {
     static let keyID = "BENCHKEY01"
 
     /// Starts the sink (the strict emulator in this process, trusting a fresh key for the bench team, or a separate
-    /// nginx), runs `body` against it and stops it, whether `body` succeeds or throws: never an nginx left behind.
-    static func withSink(_ kind: SinkKind, root: URL, logger: Logger, _ body: (Target) async throws -> Void) async throws {
+    /// nginx), runs `body` against it and stops it, whether `body` succeeds or throws: never an nginx left behind. With
+    /// a `roundTrip`, the sink answers from that far away (``DistantSink``).
+    static func withSink(
+        _ kind: SinkKind, root: URL, logger: Logger, roundTrip: TimeAmount = .zero, _ body: (Target) async throws -> Void
+    ) async throws {
         let key = P256.Signing.PrivateKey()
         let bundleID = "com.example.bench"
-        let target: Target
+        var target: Target
         switch kind {
         case .emulator:
             let strict = try APNsEmulator(
@@ -67,6 +71,14 @@ struct Bench: AsyncParsableCommand {
             target = Target(sink: EmulatorSink(emulator: strict, baseURL: "https://127.0.0.1:\(ports.apnsPort)"), emulator: strict, key: key, bundleID: bundleID)
         case .nginx:
             target = Target(sink: try await NginxSink(directory: root.appendingPathComponent("nginx")), emulator: nil, key: key, bundleID: bundleID)
+        }
+        if roundTrip > .zero {
+            do {
+                target.sink = try await DistantSink(target.sink, roundTrip: roundTrip)
+            } catch {
+                try? await target.sink.shutdown()
+                throw error
+            }
         }
         do {
             try await body(target)
