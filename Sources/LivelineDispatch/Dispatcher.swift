@@ -15,14 +15,23 @@ public struct DispatcherConfiguration: Sendable {
     /// on a commit or an answer most of its time. See ``workersOnSQLite`` and ``workersSharingADatabase`` for the
     /// defaults `liveline serve` gives.
     public var workers: Int = 4
-    /// `liveline serve`'s number of workers on SQLite, one node. Its claims and releases share the Store's one writer
-    /// and its commits, so more workers put more of them in one commit. A burst of 20,000 updates to activities of one
-    /// phone each was caught up in 19.1 – 20.9 s with 4 workers, 11.8 and 9.9 s with 16, 9.0 s with 32 (and 64 slowed
-    /// the burst's own accepts), taken in turn on a 2-core machine.
-    public static let workersOnSQLite = 16
+    /// `liveline serve`'s number of workers on SQLite, one node. A worker holds its activity until APNs has answered
+    /// its pushes, so with many activities of one phone each the engine sends about `workers` activities per round
+    /// trip to APNs: tens of milliseconds to Apple, microseconds to a sink on loopback. A burst of 20,000 updates to
+    /// activities of one phone each (`bench api --per-activity 1 --watched`, 2-core machine, in turn) had every push
+    /// at a sink 20 ms away 29.9 s after it began with 16 workers, 10.4 and 11.3 s with 64, 9.1 s with 128 and 8.2 s with
+    /// 256; 60 ms away, 20.8 s with 64 and 12.0 s with 128. On loopback 8.3 – 10.3 s with 16, 6.6 s with 128. Waiting
+    /// workers cost little: the API's accepts right after the burst kept a p99 of 7 – 8 ms with 128 (2 – 3 ms with
+    /// 16, 18 – 22 ms with 256, which also slowed the burst's own accepts), and an idle server 0.33 % of a core
+    /// (0.18 % with 16). Their claims and releases share the Store's one writer and its commits.
+    public static let workersOnSQLite = 128
     /// `liveline serve`'s number of workers on PostgreSQL, per node. Each of a worker's statements is a round trip to
     /// PostgreSQL and its CPU: on a 2-core machine that also ran PostgreSQL, 16 workers caught the same burst up in
-    /// 52 s against 62 s with 4, but the burst's accepts fell from 2,917 to 1,709 a second (p99 40 → 75 ms).
+    /// 52 s against 62 s with 4, but the burst's accepts fell from 2,917 to 1,709 a second (p99 40 → 75 ms). A worker
+    /// also waits for APNs' answers, as on SQLite: with the sink 20 ms away, every push of the burst was there 140.8 s
+    /// after it began with 4 workers, 47.0 s with 16 and 34.8 s with 32 (the burst's accepts 4,906, 2,523 and 1,995 a
+    /// second, p99 24, 47 and 91 ms, PostgreSQL on the same two cores). With PostgreSQL on a machine of its own, more
+    /// workers cost the nodes' CPU less.
     public static let workersSharingADatabase = 4
     /// Pushes in flight per activity. Other activities' pushes on the same app's connections queue behind them.
     ///
