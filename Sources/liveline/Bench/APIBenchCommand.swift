@@ -182,6 +182,28 @@ extension Bench {
                     }
                 }
 
+                // The engine's backlog: the updates were accepted faster than the engine sends (or, with nothing watching
+                // them, marks done) their activities. Watched from the burst's end, beside the paced updates (read after
+                // them, the figure could not be under their seconds). Each question is a scrape of /metrics, which counts
+                // every activity and instance (on PostgreSQL at 20,000 of each, 11 – 15 ms of its CPU a count, several
+                // counts a scrape): asked every 100 ms, those scrapes took half the statement time of a watched burst's
+                // catch-up. So, with every update watched, the sink's count (which costs the server nothing) is awaited
+                // first, since the engine cannot be done before every push has reached it; and the scrapes are spaced by
+                // their own cost.
+                let backlog = Task { () async throws -> (pending: Int?, took: Duration) in
+                    if let delivered { _ = try await delivered.value }
+                    let deadline = burstEnded + .seconds(600)
+                    var asked = ContinuousClock.now
+                    var pending = await server.activitiesPendingDelivery()
+                    while let left = pending, left > 0, ContinuousClock.now < deadline {
+                        try await Task.sleep(for: Self.pauseBetweenScrapes(lastTook: ContinuousClock.now - asked))
+                        asked = ContinuousClock.now
+                        pending = await server.activitiesPendingDelivery()
+                    }
+                    return (pending, ContinuousClock.now - burstEnded)
+                }
+                defer { backlog.cancel() }
+
                 if afterSeconds > 0 {
                     _ = try probe?.take()
                     let paced = load.startPaced(perSecond: 100) { index in
@@ -195,24 +217,9 @@ extension Bench {
                     Bench.say("  right after the updates, 100 /s  \(Bench.describe(after, count: after.latencies.count))")
                     try sayDiskSyncs()
                 }
-                // The engine's backlog: the updates were accepted faster than the engine sends (or, with nothing watching
-                // them, marks done) their activities. Each question is a scrape of /metrics, which counts every activity
-                // and instance (on PostgreSQL at 20,000 of each, 11 – 15 ms of its CPU a count, several counts a scrape):
-                // asked every 100 ms, those scrapes took half the statement time of a watched burst's catch-up. So, with
-                // every update watched, the sink's count (which costs the server nothing) is awaited first, since the
-                // engine cannot be done before every push has reached it; and the scrapes are spaced by their own cost.
-                if let delivered { _ = try await delivered.value }
-                let deadline = burstEnded + .seconds(600)
-                var asked = ContinuousClock.now
-                var pending = await server.activitiesPendingDelivery()
-                while let left = pending, left > 0, ContinuousClock.now < deadline {
-                    try await Task.sleep(for: Self.pauseBetweenScrapes(lastTook: ContinuousClock.now - asked))
-                    asked = ContinuousClock.now
-                    pending = await server.activitiesPendingDelivery()
-                }
+                let (pending, took) = try await backlog.value
                 switch pending {
                 case 0?:
-                    let took = ContinuousClock.now - burstEnded
                     Bench.say("  engine caught up                 \(String(format: "%.2f", took.seconds)) s after the burst ended (no activity pending delivery)")
                 case let left?:
                     Bench.say("  engine caught up                 not within 10 minutes (\(BenchRequests.grouped(left)) activities pending delivery)")
