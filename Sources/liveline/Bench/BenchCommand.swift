@@ -148,14 +148,23 @@ struct Bench: AsyncParsableCommand {
         var sink: Bench.SinkKind?
         @Option(help: "Fan-outs to run one after another over the same instances, each a new update; each round's figures are printed.")
         var rounds = 1
+        @Option(
+            name: .customLong("sink-round-trip-ms"),
+            help: "Milliseconds the sink's answers take to come back, as from an APNs that far away: a proxy in front of the sink holds every byte for half of it each way (no h2load reference then); 0 for none."
+        )
+        var sinkRoundTripMilliseconds = 0
         @Option(name: .customLong("data-dir"), help: "Where to put the benchmark's files: the SQLite file, or the server's data directory, and the sink's (a fresh temporary directory by default).")
         var dataDirectory: String?
 
         func validate() throws {
             guard instances >= 1 else { throw ValidationError("--instances must be at least 1.") }
             guard rounds >= 1 else { throw ValidationError("--rounds must be at least 1.") }
-            guard httpConnections >= 1, sideConnections >= 1, h2loadRequests >= 0, pause >= 0, sideAccepts >= 0, diskSyncs >= 0 else {
-                throw ValidationError("--http-connections and --side-connections must be positive; --h2load-requests, --pause, --side-accepts and --disk-syncs not negative.")
+            guard httpConnections >= 1, sideConnections >= 1, h2loadRequests >= 0, pause >= 0, sideAccepts >= 0, diskSyncs >= 0,
+                sinkRoundTripMilliseconds >= 0
+            else {
+                throw ValidationError(
+                    "--http-connections and --side-connections must be positive; --h2load-requests, --pause, --side-accepts, --disk-syncs and --sink-round-trip-ms not negative."
+                )
             }
         }
 
@@ -174,7 +183,7 @@ struct Bench: AsyncParsableCommand {
             BenchChildren.shared.stopOnInterrupt()
 
             // The sink: an HTTP/2 + TLS endpoint on loopback that counts what it receives.
-            try await Bench.withSink(sinkKind, root: root, logger: logger) { target in
+            try await Bench.withSink(sinkKind, root: root, logger: logger, roundTrip: .milliseconds(Int64(sinkRoundTripMilliseconds))) { target in
                 switch path {
                 case .api: try await measureThroughAPI(target, root: root)
                 case .direct: try await measure(target, root: root, logger: logger)

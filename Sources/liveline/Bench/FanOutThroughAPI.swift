@@ -211,8 +211,8 @@ extension Bench.FanOut {
                 for index in 0..<instances { _ = emulator.addDevice(bundleID: target.bundleID, token: BenchRequests.pushToken(index)) }
             }
             Bench.say("""
-                liveline bench fanout (through the HTTP API): \(BenchRequests.grouped(instances)) instances on one activity, sink \(sinkKind.rawValue), \
-                \(self.server.storeText), \(nodes.pidText)
+                liveline bench fanout (through the HTTP API): \(BenchRequests.grouped(instances)) instances on one activity, sink \(sinkKind.rawValue)\
+                \(sinkRoundTripMilliseconds > 0 ? " \(sinkRoundTripMilliseconds) ms away (round trip)" : ""), \(self.server.storeText), \(nodes.pidText)
                 """)
             if let text = nodes.databaseCPUText { Bench.say("  \(text)") }
             if nodes.count > 1 {
