@@ -9,7 +9,6 @@ import NIOPosix
 final class DistantSink: BenchSink {
     private let sink: any BenchSink
     private let proxy: DelayingProxy
-    let roundTrip: TimeAmount
 
     /// Starts a proxy in front of `sink` (whose ``BenchSink/baseURL`` names a port on 127.0.0.1).
     init(_ sink: any BenchSink, roundTrip: TimeAmount) async throws {
@@ -17,7 +16,6 @@ final class DistantSink: BenchSink {
             throw DistantSinkError(message: "the sink's URL \(sink.baseURL) names no port")
         }
         self.sink = sink
-        self.roundTrip = roundTrip
         proxy = try await DelayingProxy.start(
             forwardingTo: port, oneWay: .nanoseconds(roundTrip.nanoseconds / 2), group: MultiThreadedEventLoopGroup.singleton
         )
