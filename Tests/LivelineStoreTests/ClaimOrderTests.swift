@@ -251,6 +251,36 @@ struct ClaimOrderTests {
         }
     }
 
+    @Test("a lease moves its activity's dispatch time to its end, out of the claims' walk; a renewal moves it on; a restart on SQLite makes it due at once", arguments: StoreKind.available)
+    func leaseMovesTheDispatchTime(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            try await addActivityOfOnePhone(to: store, at: t0)
+            func dispatchTime() async throws -> Int? {
+                try await store.reader.query(
+                    "SELECT next_dispatch_at FROM activities WHERE app_id = 'app_test' AND activity_id = 'a'", []
+                ).first?.column("next_dispatch_at")?.integer
+            }
+            let millis = { (date: Date) in Int(date.timeIntervalSince1970 * 1000) }
+            let claim = try #require(try await store.claimToSend(owner: "w1", now: t0, lease: 30))
+            #expect(try await dispatchTime() == millis(t0.addingTimeInterval(30)))
+            // What the claims walk (due by now) leaves it out, as its lease does.
+            let picked = try await store.reader.query(SQLStore.pickStatement, [.integer(millis(t0)), .integer(millis(t0))])
+            #expect(picked.isEmpty)
+            _ = try await store.renewClaim(appID: "app_test", activityID: "a", owner: claim.owner, now: t0.addingTimeInterval(20), lease: 30)
+            #expect(try await dispatchTime() == millis(t0.addingTimeInterval(50)))
+            #expect(try await store.nextClaimable().next == t0.addingTimeInterval(50))
+            // The engine restarting on SQLite (one node) hands every claim back: due at once, not when the lease would
+            // have run out. (Several nodes share PostgreSQL: a dead node's claims run out with their leases.)
+            guard kind == .sqlite else { return }
+            try await store.releaseAllClaims()
+            #expect(try await dispatchTime() == nil)
+            let again = try await store.claimToSend(owner: "w2", now: t0.addingTimeInterval(21), lease: 30)
+            #expect(again?.activity.activityID == "a")
+        }
+    }
+
     @Test("a release records the send's start it is given, for the next claim's rate shaping, and keeps the one before without one", arguments: StoreKind.available)
     func releaseRecordsTheSendStart(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
