@@ -367,12 +367,14 @@ extension SQLStore {
         """
 
     public func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
+        // The activity's dispatch time moves on with the lease's end (``leaseSetting``).
+        let leaseEnd = SQLiteData.integer(Self.millis(now) + Int(lease * 1000))
         guard let row = try await write(
             """
             UPDATE activities SET claim_expires_at = ?, next_dispatch_at = ? WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
             RETURNING \(Self.claimColumns)
             """,
-            [.integer(Self.millis(now) + Int(lease * 1000)), .integer(Self.millis(now) + Int(lease * 1000)), .text(appID), .text(activityID), .text(owner)]
+            [leaseEnd, leaseEnd, .text(appID), .text(activityID), .text(owner)]
         ).first else { return nil }
         return try Self.claim(from: row, owner: owner)
     }
