@@ -92,7 +92,11 @@ extension SQLStore {
     /// activity at the head of the index: with 128 workers on SQLite, claims took 17.6 % of the server's samples
     /// through a burst of activities of one phone each. The releases (``releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:verified:)``,
     /// ``deferClaim(appID:activityID:owner:sequence:until:)``, ``releaseAllClaims()``) set it anew.
-    static let leaseSetting = "claim_owner = ?, claim_expires_at = ?, next_dispatch_at = ?"
+    static let leaseSetting = "claim_owner = ?, \(leaseEndSetting)"
+
+    /// A lease's end and the activity's dispatch time moved with it (binds: the end, twice): ``leaseSetting``'s, and a
+    /// renewal's (``renewClaim(appID:activityID:owner:now:lease:)``).
+    static let leaseEndSetting = "claim_expires_at = ?, next_dispatch_at = ?"
 
     /// The claim's step after ``pickHeadStatement``: the activity due first leased to its owner if it has something
     /// behind for the engine's platforms (``somethingBehind(app:activity:platforms:keyBinds:)``), and nothing written
@@ -367,11 +371,10 @@ extension SQLStore {
         """
 
     public func renewClaim(appID: String, activityID: String, owner: String, now: Date, lease: TimeInterval) async throws -> DispatchClaim? {
-        // The activity's dispatch time moves on with the lease's end (``leaseSetting``).
         let leaseEnd = SQLiteData.integer(Self.millis(now) + Int(lease * 1000))
         guard let row = try await write(
             """
-            UPDATE activities SET claim_expires_at = ?, next_dispatch_at = ? WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
+            UPDATE activities SET \(Self.leaseEndSetting) WHERE app_id = ? AND activity_id = ? AND claim_owner = ?
             RETURNING \(Self.claimColumns)
             """,
             [leaseEnd, leaseEnd, .text(appID), .text(activityID), .text(owner)]

@@ -262,14 +262,13 @@ struct ClaimOrderTests {
                     "SELECT next_dispatch_at FROM activities WHERE app_id = 'app_test' AND activity_id = 'a'", []
                 ).first?.column("next_dispatch_at")?.integer
             }
-            let millis = { (date: Date) in Int(date.timeIntervalSince1970 * 1000) }
             let claim = try #require(try await store.claimToSend(owner: "w1", now: t0, lease: 30))
-            #expect(try await dispatchTime() == millis(t0.addingTimeInterval(30)))
+            #expect(try await dispatchTime() == SQLStore.millis(t0.addingTimeInterval(30)))
             // What the claims walk (due by now) leaves it out, as its lease does.
-            let picked = try await store.reader.query(SQLStore.pickStatement, [.integer(millis(t0)), .integer(millis(t0))])
+            let picked = try await store.reader.query(SQLStore.pickStatement, [.integer(SQLStore.millis(t0)), .integer(SQLStore.millis(t0))])
             #expect(picked.isEmpty)
             _ = try await store.renewClaim(appID: "app_test", activityID: "a", owner: claim.owner, now: t0.addingTimeInterval(20), lease: 30)
-            #expect(try await dispatchTime() == millis(t0.addingTimeInterval(50)))
+            #expect(try await dispatchTime() == SQLStore.millis(t0.addingTimeInterval(50)))
             #expect(try await store.nextClaimable().next == t0.addingTimeInterval(50))
             // The engine restarting on SQLite (one node) hands every claim back: due at once, not when the lease would
             // have run out. (Several nodes share PostgreSQL: a dead node's claims run out with their leases.)
