@@ -13,7 +13,7 @@ final class DistantSink: BenchSink {
     /// Starts a proxy in front of `sink` (whose ``BenchSink/baseURL`` names a port on 127.0.0.1).
     init(_ sink: any BenchSink, roundTrip: TimeAmount) async throws {
         guard let port = URL(string: sink.baseURL)?.port else {
-            throw DistantSinkError(message: "the sink's URL \(sink.baseURL) names no port")
+            throw Failure(description: "the sink's URL \(sink.baseURL) names no port")
         }
         self.sink = sink
         proxy = try await DelayingProxy.start(
@@ -32,11 +32,10 @@ final class DistantSink: BenchSink {
         try? await proxy.close()
         try await sink.shutdown()
     }
-}
 
-struct DistantSinkError: Error, CustomStringConvertible {
-    var message: String
-    var description: String { message }
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
 }
 
 /// A TCP proxy on 127.0.0.1 that forwards each connection to a port on 127.0.0.1 and holds every byte for `oneWay` in
@@ -72,7 +71,7 @@ final class DelayingProxy: Sendable {
             .bind(host: "127.0.0.1", port: 0).get()
         guard let port = listener.localAddress?.port else {
             try? await listener.close()
-            throw DistantSinkError(message: "the delaying proxy has no port")
+            throw DistantSink.Failure(description: "the delaying proxy has no port")
         }
         return DelayingProxy(port: port, listener: listener)
     }
