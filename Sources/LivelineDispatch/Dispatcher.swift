@@ -611,7 +611,7 @@ public final class Dispatcher: Service, Sendable {
             do {
                 slices = try await store.planSlices(
                     appID: appID, activityID: activityID, owner: claim.owner, below: activity.sequence, platforms: configuration.platforms,
-                    size: size, now: now()
+                    size: size, now: now(), consultingMarks: claim.sequenceMarked
                 )
             } catch {
                 logger.error("Planning a shared fan-out failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])

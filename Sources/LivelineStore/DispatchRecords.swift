@@ -349,8 +349,13 @@ public protocol DispatchStore: Sendable {
     /// Only the holder of the activity's claim plans. When the activity has slices already (planned by a holder that
     /// died), they are kept as they are. Returns how many slices the activity has: 0 when `owner` does not hold the
     /// claim, or when its pending instances fit in one slice (the holder sends them alone).
+    ///
+    /// `consultingMarks` false counts the pending instances without the marks (``DeliveryMark``): for a holder whose
+    /// claim found no mark of `sequence` (``DispatchClaim/sequenceMarked``). None can have appeared since: only the
+    /// holder sends the activity outside slices, and slices left by a holder that died are kept, not counted.
     func planSlices(
-        appID: String, activityID: String, owner: String, below sequence: Int64, platforms: [Platform], size: Int, now: Date
+        appID: String, activityID: String, owner: String, below sequence: Int64, platforms: [Platform], size: Int, now: Date,
+        consultingMarks: Bool
     ) async throws -> Int
     /// Claims one slice not yet sent (unclaimed, or whose lease ran out) — only `activity`'s when given — leasing it to
     /// `owner` until `now + lease`, with the activity as it is now (its newest state is what the slice sends).
@@ -410,6 +415,17 @@ extension DispatchStore {
     ) async throws -> [InstanceRecord] {
         try await pendingInstances(
             appID: appID, activityID: activityID, below: sequence, platforms: platforms, after: cursor, through: last, limit: limit,
+            consultingMarks: true
+        )
+    }
+
+    /// Cuts the claimed activity's pending instances into slices, the marks consulted
+    /// (``planSlices(appID:activityID:owner:below:platforms:size:now:consultingMarks:)``).
+    public func planSlices(
+        appID: String, activityID: String, owner: String, below sequence: Int64, platforms: [Platform], size: Int, now: Date
+    ) async throws -> Int {
+        try await planSlices(
+            appID: appID, activityID: activityID, owner: owner, below: sequence, platforms: platforms, size: size, now: now,
             consultingMarks: true
         )
     }

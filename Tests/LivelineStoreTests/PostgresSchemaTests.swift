@@ -661,7 +661,8 @@ struct PostgresPlanTests {
                     }
                     // Slices are planned only for more pending instances than one slice holds: the large one has.
                     let slices = try await store.planSlices(
-                        appID: "app_test", activityID: activity, owner: "nobody", below: 2, platforms: [.ios], size: 10, now: t0
+                        appID: "app_test", activityID: activity, owner: "nobody", below: 2, platforms: [.ios], size: 10, now: t0,
+                        consultingMarks: false
                     )
                     #expect(slices == 0, "no claim held, so nothing is planned")
                 }

@@ -106,6 +106,43 @@ struct SliceTests {
         }
     }
 
+    @Test(
+        "the holder plans around the marks of its sequence when its claim found some, and without them when it found none",
+        arguments: StoreKind.available
+    )
+    func planCountsAroundTheMarksTheClaimFound(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 25)
+            let first = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
+            #expect(!first.sequenceMarked, "nothing sent yet")
+            // The pass stopped after marking d000 – d014 sent; the next holder finds ten still to send.
+            var progress = DeliveryProgress(appID: "app_test", activityID: "a")
+            progress.marks = [
+                DeliveryMark(
+                    platform: .ios, sequence: 1, pass: first.pass, fromDevice: "d000", throughDevice: "d014", priority: 10,
+                    sentAt: Int64(t0.timeIntervalSince1970)
+                )
+            ]
+            try await store.recordProgress(progress, at: t0)
+            try await store.releaseClaim(appID: "app_test", activityID: "a", owner: first.owner, platforms: [.ios], retryAt: nil)
+            let next = try #require(try await store.claimToSend(owner: "next", now: t0, lease: 30))
+            #expect(next.sequenceMarked)
+            #expect(
+                try await store.planSlices(
+                    appID: "app_test", activityID: "a", owner: next.owner, below: 1, platforms: [.ios], size: 10, now: t0,
+                    consultingMarks: next.sequenceMarked
+                ) == 0,
+                "the ten left fit in one slice"
+            )
+            #expect(
+                try await store.planSlices(
+                    appID: "app_test", activityID: "a", owner: next.owner, below: 1, platforms: [.ios], size: 10, now: t0, consultingMarks: false
+                ) == 3,
+                "without the marks, all 25 count"
+            )
+        }
+    }
+
     @Test("a fan-out that fits in one slice, or an exact multiple's last slice, is not cut needlessly", arguments: StoreKind.available)
     func smallFanOutsAreNotCut(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
