@@ -157,9 +157,19 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
     }
 
     public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
+        try await transport(appID: appID, platform: platform, stored: nil)
+    }
+
+    public func transport(appID: String, platform: Platform, stored versions: [CredentialProvider: CredentialsVersion]?) async throws -> (any PushTransport)? {
         guard platform == .ios else { return nil }
+        // The client built from the credentials the claim says are stored (their version, or none: the emulator's) serves
+        // without a read of them; the read decides otherwise.
+        if let versions, let cached = clients[appID], cached.version == versions[.apns]?.updatedAt {
+            noteHealth(healthy: versions[.apns]?.healthy ?? true, appID: appID)
+            return cached.transport
+        }
         let stored = try await store.credentials(appID: appID, provider: .apns)
-        noteHealth(of: stored, appID: appID)
+        noteHealth(healthy: stored?.healthy ?? true, appID: appID)
         if let cached = clients[appID], cached.version == stored?.updatedAt { return cached.transport }
         guard let credentials = try await credentials(appID: appID)?.credentials else { return nil }
         // The actor is reentrant: while this call waited for the Store, another may have built the client for these
@@ -194,9 +204,9 @@ public actor APNsTransportDirectory: PushTransportDirectory, BroadcastChannelMan
         }
     }
 
-    /// Remembers whether the app's stored credentials are marked refused, as read for its pushes.
-    private func noteHealth(of stored: StoredCredentials?, appID: String) {
-        if stored?.healthy == false { unhealthy.insert(appID) } else { unhealthy.remove(appID) }
+    /// Remembers whether the app's stored credentials are marked refused, as read for its pushes (none stored: not).
+    private func noteHealth(healthy: Bool, appID: String) {
+        if healthy { unhealthy.remove(appID) } else { unhealthy.insert(appID) }
     }
 
     public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {

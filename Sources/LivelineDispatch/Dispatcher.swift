@@ -1014,7 +1014,7 @@ public final class Dispatcher: Service, Sendable {
                 var (instances, nothingBehind) = try await firstPage(claim, slice: slice, platform: platform)
                 instances = counted(instances)
                 if instances.isEmpty { return .pageRead(instances: [], cursor: nil, rendition: nil, nothingBehind: nothingBehind) }
-                guard let transport = try await transports.transport(appID: appID, platform: platform) else {
+                guard let transport = try await transports.transport(appID: appID, platform: platform, stored: claim.credentials) else {
                     logger.warning("No way to send this app's pushes; its instances wait", metadata: ["app": "\(appID)", "platform": "\(platform)"])
                     return .transportUnavailable
                 }
@@ -1030,7 +1030,7 @@ public final class Dispatcher: Service, Sendable {
                 }
             guard let held else { return .claimLost }
             var newer: Rendition?
-            if held.activity.sequence != below, let transport = try await transports.transport(appID: appID, platform: platform) {
+            if held.activity.sequence != below, let transport = try await transports.transport(appID: appID, platform: platform, stored: held.credentials) {
                 newer = render(held, for: platform, transport: transport)
             }
             let instances = counted(

@@ -114,9 +114,18 @@ public actor FCMTransportDirectory: PushTransportDirectory {
     }
 
     public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
+        try await transport(appID: appID, platform: platform, stored: nil)
+    }
+
+    public func transport(appID: String, platform: Platform, stored versions: [CredentialProvider: CredentialsVersion]?) async throws -> (any PushTransport)? {
         guard platform == .android else { return nil }
+        // As the APNs directory does: the client of the credentials the claim says are stored serves without a read.
+        if let versions, let cached = clients[appID], cached.version == versions[FCMCredentials.provider]?.updatedAt {
+            noteHealth(healthy: versions[FCMCredentials.provider]?.healthy ?? true, appID: appID)
+            return FCMPushTransport(client: cached.client)
+        }
         let stored = try await store.credentials(appID: appID, provider: FCMCredentials.provider)
-        noteHealth(of: stored, appID: appID)
+        noteHealth(healthy: stored?.healthy ?? true, appID: appID)
         if let cached = clients[appID], cached.version == stored?.updatedAt { return FCMPushTransport(client: cached.client) }
         let credentials: FCMCredentials
         if let stored {
@@ -142,9 +151,9 @@ public actor FCMTransportDirectory: PushTransportDirectory {
         return FCMPushTransport(client: client)
     }
 
-    /// Remembers whether the app's stored credentials are marked refused, as read for its pushes.
-    private func noteHealth(of stored: StoredCredentials?, appID: String) {
-        if stored?.healthy == false { unhealthy.insert(appID) } else { unhealthy.remove(appID) }
+    /// Remembers whether the app's stored credentials are marked refused, as read for its pushes (none stored: not).
+    private func noteHealth(healthy: Bool, appID: String) {
+        if healthy { unhealthy.remove(appID) } else { unhealthy.insert(appID) }
     }
 
     public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {

@@ -1,4 +1,5 @@
 import LivelineCore
+import LivelineStore
 
 /// One directory over the push services: iOS instances go through APNs, Android instances through FCM.
 public struct PlatformTransports: PushTransportDirectory {
@@ -14,6 +15,10 @@ public struct PlatformTransports: PushTransportDirectory {
 
     public func transport(appID: String, platform: Platform) async throws -> (any PushTransport)? {
         try await directories[platform]?.transport(appID: appID, platform: platform)
+    }
+
+    public func transport(appID: String, platform: Platform, stored: [CredentialProvider: CredentialsVersion]?) async throws -> (any PushTransport)? {
+        try await directories[platform]?.transport(appID: appID, platform: platform, stored: stored)
     }
 
     public func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async {

@@ -1,5 +1,6 @@
 import Foundation
 import LivelineCore
+import LivelineStore
 import NIOCore
 
 /// One push, ready for the wire: the payload bytes are built once per sequence and shared by every
@@ -84,7 +85,18 @@ extension PushTransport {
 public protocol PushTransportDirectory: Sendable {
     /// The transport for the app on `platform`, or nil when the app cannot send there (no credentials and no emulator).
     func transport(appID: String, platform: Platform) async throws -> (any PushTransport)?
+    /// The transport for the app on `platform`, as ``transport(appID:platform:)``, told which of the app's credentials
+    /// are stored (``DispatchClaim/credentials``, read with the engine's claim): a directory whose client was built
+    /// from those need not read them again. `nil` says nothing.
+    func transport(appID: String, platform: Platform, stored: [CredentialProvider: CredentialsVersion]?) async throws -> (any PushTransport)?
     /// Marks the app's credentials as refused (`healthy == false`) or accepted. The engine reports them accepted after
     /// every call with a delivered push: a directory records that only when they were marked refused.
     func credentialsHealth(appID: String, platform: Platform, healthy: Bool, reason: String?) async
+}
+
+extension PushTransportDirectory {
+    /// Reads what it needs itself (``transport(appID:platform:)``): what was stored is not told.
+    public func transport(appID: String, platform: Platform, stored: [CredentialProvider: CredentialsVersion]?) async throws -> (any PushTransport)? {
+        try await transport(appID: appID, platform: platform)
+    }
 }

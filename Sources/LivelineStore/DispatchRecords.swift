@@ -23,6 +23,24 @@ public struct DispatchClaim: Sendable, Hashable {
     /// pass's reads must consult them. Without, a pass reads its pages without them, and writes marks only behind
     /// its pages.
     public var sequenceMarked = true
+    /// The app's stored credentials as of the claim, by provider: their version and health (a provider missing: none
+    /// stored). A transport directory whose client was built from that version sends with it without reading them
+    /// again. `nil`: not read with the claim.
+    public var credentials: [CredentialProvider: CredentialsVersion]? = nil
+}
+
+/// Which of an app's stored credentials for one provider are current (``StoredCredentials/updatedAt``), and whether
+/// they are marked refused, as a claim read them (``DispatchClaim/credentials``).
+public struct CredentialsVersion: Sendable, Hashable {
+    /// When they were stored: their version.
+    public var updatedAt: Date
+    /// Whether the provider took them (``StoredCredentials/healthy``).
+    public var healthy: Bool
+
+    public init(updatedAt: Date, healthy: Bool) {
+        self.updatedAt = updatedAt
+        self.healthy = healthy
+    }
 }
 
 /// What an engine read after a pass that sent `sequence` under the claim of pass `pass`: no instance of the activity, of

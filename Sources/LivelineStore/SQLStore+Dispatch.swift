@@ -22,8 +22,33 @@ extension SQLStore {
         ) OR EXISTS (
             SELECT 1 FROM delivery_marks m WHERE m.app_id = activities.app_id AND m.activity_id = activities.activity_id
               AND m.platform = 'android' AND m.sequence = activities.sequence
-        )) AS sequence_marked
+        )) AS sequence_marked,
+        \(CredentialProvider.allCases.map(credentialsVersionColumns).joined(separator: ",\n"))
         """
+
+    /// The columns of ``claimColumns`` that say which of the app's credentials for `provider` are stored
+    /// (``DispatchClaim/credentials``): `<provider>_credentials_at` and `<provider>_credentials_healthy`, null when
+    /// none are. For activities of one phone each, the engine's read of them at every pass was one statement of the
+    /// nine or so an activity cost it on PostgreSQL, a round trip each.
+    private static func credentialsVersionColumns(_ provider: CredentialProvider) -> String {
+        let row = "FROM app_credentials c WHERE c.app_id = activities.app_id AND c.provider = '\(provider.rawValue)'"
+        return """
+            (SELECT c.updated_at \(row)) AS \(provider.rawValue)_credentials_at,
+            (SELECT c.healthy \(row)) AS \(provider.rawValue)_credentials_healthy
+            """
+    }
+
+    /// The app's stored credentials as a claim's row says (``credentialsVersionColumns(_:)``).
+    static func credentialsVersions(from row: StoreRow) -> [CredentialProvider: CredentialsVersion] {
+        var versions: [CredentialProvider: CredentialsVersion] = [:]
+        for provider in CredentialProvider.allCases {
+            guard let millis = row.column("\(provider.rawValue)_credentials_at")?.integer else { continue }
+            versions[provider] = CredentialsVersion(
+                updatedAt: date(millis), healthy: (row.column("\(provider.rawValue)_credentials_healthy")?.integer ?? 1) != 0
+            )
+        }
+        return versions
+    }
 
     // The engine's claims, renewals and releases are single statements (``write(_:_:)``), each its own transaction:
     // one trip to the writer's thread instead of four, so they hold the one writer, and every accept behind it, for
@@ -400,7 +425,8 @@ extension SQLStore {
             budget: Self.claimBudget(row), audienceWaiting: (row.column("audience_waiting")?.integer ?? 0) != 0,
             pass: Int64(row.column("pass_counter")?.integer ?? 0),
             priority10Marked: (row.column("priority10_marked")?.integer ?? 0) != 0,
-            sequenceMarked: (row.column("sequence_marked")?.integer ?? 1) != 0
+            sequenceMarked: (row.column("sequence_marked")?.integer ?? 1) != 0,
+            credentials: credentialsVersions(from: row)
         )
     }
 

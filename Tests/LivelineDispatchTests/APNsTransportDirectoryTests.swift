@@ -45,6 +45,38 @@ struct APNsTransportDirectoryTests {
         }
     }
 
+    @Test("told which credentials the claim found stored, the directory sends with the client built from them without reading them; told of newer ones, it builds a new client")
+    func claimedVersionServesWithoutARead() async throws {
+        try await withTemporaryStore { store, _ in
+            let directory = try await directoryWithCredentials(store, appID: "app_v")
+            let first = try #require(try await directory.transport(appID: "app_v", platform: .ios) as? APNsPushTransport)
+            let built = try #require(try await store.credentials(appID: "app_v", provider: .apns))
+            // Newer credentials stored since (another node's change): a read would find them and build a new client.
+            let sealer = try CredentialSealer(masterKey: Array(repeating: 9, count: 32))
+            let newer = APNsCredentials(
+                teamID: "TEAM123456", keyID: "KEY7654321", privateKeyPEM: P256.Signing.PrivateKey().pemRepresentation, environment: .sandbox,
+                baseURL: "https://127.0.0.1:9"
+            )
+            try await store.saveCredentials(try newer.stored(appID: "app_v", sealer: sealer, at: built.updatedAt.addingTimeInterval(60)))
+            let claimedBefore = try #require(
+                try await directory.transport(
+                    appID: "app_v", platform: .ios, stored: [.apns: CredentialsVersion(updatedAt: built.updatedAt, healthy: true)]
+                ) as? APNsPushTransport
+            )
+            #expect(ObjectIdentifier(claimedBefore.client) == ObjectIdentifier(first.client), "the claim's version is the client's: no read")
+            let stored = try #require(try await store.credentials(appID: "app_v", provider: .apns))
+            let claimedAfter = try #require(
+                try await directory.transport(
+                    appID: "app_v", platform: .ios, stored: [.apns: CredentialsVersion(updatedAt: stored.updatedAt, healthy: true)]
+                ) as? APNsPushTransport
+            )
+            #expect(ObjectIdentifier(claimedAfter.client) != ObjectIdentifier(first.client), "newer credentials: a new client")
+            let asked = try #require(try await directory.transport(appID: "app_v", platform: .ios) as? APNsPushTransport)
+            #expect(ObjectIdentifier(asked.client) == ObjectIdentifier(claimedAfter.client))
+            await directory.shutdown()
+        }
+    }
+
     @Test("forgetting a deleted app closes its client, and a later ask builds a new one")
     func forgetClosesTheClient() async throws {
         try await withTemporaryStore { store, _ in

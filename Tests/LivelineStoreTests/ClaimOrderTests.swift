@@ -81,6 +81,25 @@ struct ClaimOrderTests {
         }
     }
 
+    @Test("a claim says which of its app's credentials are stored, with their version and health, and a re-read of it says so anew", arguments: StoreKind.available)
+    func claimSaysWhichCredentialsAreStored(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            try await update(["watched": .ios], in: store, from: t0)
+            let now = t0.addingTimeInterval(5)
+            let claim = try #require(try await store.claimToSend(owner: "w", now: now, lease: 30))
+            #expect(claim.credentials == [:], "none stored")
+            try await store.saveCredentials(
+                StoredCredentials(appID: "app_test", provider: .apns, settings: ["teamId": .string("TEAM123456")], sealedSecret: [1, 2, 3], updatedAt: t0)
+            )
+            try await store.setCredentialsHealth(appID: "app_test", provider: .apns, healthy: false, reason: "InvalidProviderToken", at: now)
+            let saved = try #require(try await store.credentials(appID: "app_test", provider: .apns))
+            let held = try #require(try await store.heldClaim(appID: "app_test", activityID: "watched", owner: "w", now: now))
+            #expect(held.credentials == [.apns: CredentialsVersion(updatedAt: saved.updatedAt, healthy: false)])
+        }
+    }
+
     @Test("an update that creates its activity leaves nothing to deliver; a phone that registers afterwards is caught up", arguments: StoreKind.available)
     func createdByAnUpdate(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
