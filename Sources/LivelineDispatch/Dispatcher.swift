@@ -30,9 +30,12 @@ public struct DispatcherConfiguration: Sendable {
     /// 52 s against 62 s with 4, but the burst's accepts fell from 2,917 to 1,709 a second (p99 40 → 75 ms). A worker
     /// also waits for APNs' answers, as on SQLite: with the sink 20 ms away, every push of the burst was there 140.8 s
     /// after it began with 4 workers, 47.0 s with 16 and 34.8 s with 32 (the burst's accepts 4,906, 2,523 and 1,995 a
-    /// second, p99 24, 47 and 91 ms, PostgreSQL on the same two cores). With PostgreSQL on a machine of its own, more
-    /// workers cost the nodes' CPU less.
-    public static let workersSharingADatabase = 4
+    /// second, p99 24, 47 and 91 ms, PostgreSQL on the same two cores). With two statements fewer an activity (its
+    /// marks and its app's credentials read with the claim), the burst 20 ms away took 134.2 and 140.5 s with 4
+    /// workers and 67.4 and 74.4 s with 8, the burst's accepts 3,251 and 4,488 a second (p99 33 and 26 ms) against
+    /// 3,997 and 3,365 (p99 29 and 35 ms): APNs is always that far away, so 8. With PostgreSQL on a machine of its
+    /// own, more workers cost the nodes' CPU less.
+    public static let workersSharingADatabase = 8
     /// Pushes in flight per activity. Other activities' pushes on the same app's connections queue behind them.
     ///
     /// As many as the streams of an app's push connections: ``APNsTransportDirectory/defaultConnectionsPerApp`` (4) of

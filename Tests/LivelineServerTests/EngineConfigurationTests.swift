@@ -33,7 +33,7 @@ struct EngineConfigurationTests {
         #expect(try await configuration([:]).deliveryWorkers() == DispatcherConfiguration.workersOnSQLite)
         let postgres = "postgres://liveline@127.0.0.1:5432/liveline"
         #expect(try await configuration(["LIVELINE_DATABASE": postgres]).deliveryWorkers() == DispatcherConfiguration.workersSharingADatabase)
-        #expect((DispatcherConfiguration.workersOnSQLite, DispatcherConfiguration.workersSharingADatabase) == (128, 4))
+        #expect((DispatcherConfiguration.workersOnSQLite, DispatcherConfiguration.workersSharingADatabase) == (128, 8))
         #expect(try await configuration(["LIVELINE_ENGINE_WORKERS": "7"]).deliveryWorkers() == 7)
         #expect(try await configuration(["LIVELINE_ENGINE_WORKERS": "9", "LIVELINE_DATABASE": postgres]).deliveryWorkers() == 9)
         #expect(LivelineConfiguration.keys.contains { $0.name == "liveline.engine.workers" })

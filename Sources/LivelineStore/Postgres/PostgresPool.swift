@@ -76,8 +76,9 @@ final class PostgresPool: StoreWriter, StoreReader {
     static let groupDrainerLimit = 3
 
     /// The connections a pool of `count` opens for its bookkeeping writes under their settings
-    /// (``bookkeepingConnections``), besides its `count`: as many as the delivery engine has workers on PostgreSQL by
-    /// default (each runs one such write at a time), and at most half of `count`. A pool of one runs them on its one.
+    /// (``bookkeepingConnections``), besides its `count`: four, at most half of `count` (each runs one such write at a
+    /// time; the delivery engine's workers, 8 on PostgreSQL by default, spend most of their time on reads and on APNs'
+    /// answers). A pool of one runs them on its one.
     static func bookkeepingConnectionCount(of count: Int) -> Int {
         min(4, count / 2)
     }
