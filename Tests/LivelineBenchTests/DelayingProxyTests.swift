@@ -57,10 +57,11 @@ struct DelayingProxyTests {
             return (answer, now - started, now)
         }
         #expect(answer == "hello, far away")
+        // Not before the round trip. (No bound above: with the whole suite running on two cores, the answer once took
+        // 7.5 s; a proxy that held the bytes for good would hang the read, and the test with it.)
         #expect(took >= .milliseconds(200))
-        #expect(took < .seconds(5))
-        // The client's end reaches the echo server a delay later.
-        while ended.withLockedValue({ $0 }) == nil, ContinuousClock.now - closed < .seconds(5) {
+        // The client's end reaches the echo server a delay later (waited for as long as the suite's load may need).
+        while ended.withLockedValue({ $0 }) == nil, ContinuousClock.now - closed < .seconds(30) {
             try await Task.sleep(for: .milliseconds(10))
         }
         let end = try #require(ended.withLockedValue { $0 })
