@@ -494,16 +494,26 @@ extension SQLStore {
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
         // Progress is bookkeeping: if a power cut loses it, those instances are sent their state again.
         //
-        // At READ COMMITTED on PostgreSQL: every statement changes rows it names by key (locking them as it does), and a
+        // At READ COMMITTED on PostgreSQL (one statement alone: below): every statement changes rows it names by key (locking them as it does), and a
         // delivered sequence only rises (`MAX`). Serializable, the batches of a shared fan-out's slices, written at once
         // by several engines, collided: the first run that shared a 100,000-instance fan-out logged 520 serialization
         // failures at COMMIT, where pipelined batches settle, each one a batch written again.
         //
         // On SQLite it may commit part by part (``progressParts(_:at:)``), so that an accepted write waits for one part of
         // it at most.
+        //
+        // One statement (``progressGoesTogether(_:)``) goes alone on the engine's connections, PostgreSQL's own
+        // transaction around it (``WriteIsolation/snapshotStatement``): `BEGIN` and `COMMIT` were two of the ten or so
+        // statements an activity of one phone cost the engine. At `REPEATABLE READ` an instance's row changed since the
+        // statement's snapshot (its phone registered a new token meanwhile) fails it, and it runs again on a new one,
+        // where `READ COMMITTED` would have read the row anew: the same rows written either way. The batches of a shared
+        // fan-out's slices touch rows of their own, and take no predicate locks, so they do not fail one another.
         if dialect == .postgres, Self.progressGoesTogether(progress) {
             let statements = Self.progressStatements(progress, at: now)
-            try await writer.write(durability: .bookkeeping, isolation: .lockingRows, under: Self.engineSettings) { db in
+            let oneStatement = statements.count <= 1 || PostgresDialect.together(statements) != nil
+            try await writer.write(
+                durability: .bookkeeping, isolation: oneStatement ? .snapshotStatement : .lockingRows, under: Self.engineSettings
+            ) { db in
                 try db.executeTogether(statements)
             }
             return
