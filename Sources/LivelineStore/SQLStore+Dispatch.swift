@@ -43,9 +43,8 @@ extension SQLStore {
         var versions: [CredentialProvider: CredentialsVersion] = [:]
         for provider in CredentialProvider.allCases {
             guard let millis = row.column("\(provider.rawValue)_credentials_at")?.integer else { continue }
-            versions[provider] = CredentialsVersion(
-                updatedAt: date(millis), healthy: (row.column("\(provider.rawValue)_credentials_healthy")?.integer ?? 1) != 0
-            )
+            let healthy = row.column("\(provider.rawValue)_credentials_healthy")?.integer ?? 1
+            versions[provider] = CredentialsVersion(updatedAt: date(millis), healthy: healthy != 0)
         }
         return versions
     }
@@ -494,20 +493,19 @@ extension SQLStore {
     public func recordProgress(_ progress: DeliveryProgress, at now: Date) async throws {
         // Progress is bookkeeping: if a power cut loses it, those instances are sent their state again.
         //
-        // At READ COMMITTED on PostgreSQL (one statement alone: below): every statement changes rows it names by key (locking them as it does), and a
-        // delivered sequence only rises (`MAX`). Serializable, the batches of a shared fan-out's slices, written at once
-        // by several engines, collided: the first run that shared a 100,000-instance fan-out logged 520 serialization
-        // failures at COMMIT, where pipelined batches settle, each one a batch written again.
+        // On PostgreSQL, a batch whose statements join into one (``progressGoesTogether(_:)``, nearly every one) goes
+        // alone on the engine's connections, PostgreSQL's own transaction around it (``WriteIsolation/snapshotStatement``):
+        // `BEGIN` and `COMMIT` were two of the ten or so statements an activity of one phone cost the engine. At
+        // `REPEATABLE READ` an instance's row changed since the statement's snapshot (its phone registered a new token
+        // meanwhile) fails it, and it runs again on a new one: the rows written are those `READ COMMITTED` would have
+        // written. Any other batch is a transaction at READ COMMITTED: every statement changes rows it names by key
+        // (locking them as it does), and a delivered sequence only rises (`MAX`). Serializable, the batches of a shared
+        // fan-out's slices, written at once by several engines, collided on their predicate locks: the first run that
+        // shared a 100,000-instance fan-out logged 520 serialization failures at COMMIT, each one a batch written again.
+        // (The slices' batches touch rows of their own: neither isolation has them fail one another.)
         //
         // On SQLite it may commit part by part (``progressParts(_:at:)``), so that an accepted write waits for one part of
         // it at most.
-        //
-        // One statement (``progressGoesTogether(_:)``) goes alone on the engine's connections, PostgreSQL's own
-        // transaction around it (``WriteIsolation/snapshotStatement``): `BEGIN` and `COMMIT` were two of the ten or so
-        // statements an activity of one phone cost the engine. At `REPEATABLE READ` an instance's row changed since the
-        // statement's snapshot (its phone registered a new token meanwhile) fails it, and it runs again on a new one,
-        // where `READ COMMITTED` would have read the row anew: the same rows written either way. The batches of a shared
-        // fan-out's slices touch rows of their own, and take no predicate locks, so they do not fail one another.
         if dialect == .postgres, Self.progressGoesTogether(progress) {
             let statements = Self.progressStatements(progress, at: now)
             let oneStatement = statements.count <= 1 || PostgresDialect.together(statements) != nil

@@ -25,6 +25,18 @@ struct SliceTests {
         _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: activity, contentState: ["n": 1]), at: t0)
     }
 
+    /// Records that a pass of `pass` sent activity `a`'s sequence 1 to the iPhones `from` through `through` (a mark).
+    private func markSent(from: String, through: String, pass: Int64, in store: SQLStore) async throws {
+        var progress = DeliveryProgress(appID: "app_test", activityID: "a")
+        progress.marks = [
+            DeliveryMark(
+                platform: .ios, sequence: 1, pass: pass, fromDevice: from, throughDevice: through, priority: 10,
+                sentAt: Int64(t0.timeIntervalSince1970)
+            )
+        ]
+        try await store.recordProgress(progress, at: t0)
+    }
+
     /// The device ids a slice's pages read, page by page, as the engine reads them.
     private func devices(of slice: FanOutSlice, in store: SQLStore, pageSize: Int = 4) async throws -> [String] {
         var devices: [String] = []
@@ -83,14 +95,7 @@ struct SliceTests {
             let claim = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
             #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: claim.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
             // A pass before marked d012 – d014: inside the middle slice (d009, d019] only.
-            var progress = DeliveryProgress(appID: "app_test", activityID: "a")
-            progress.marks = [
-                DeliveryMark(
-                    platform: .ios, sequence: 1, pass: claim.pass, fromDevice: "d012", throughDevice: "d014", priority: 10,
-                    sentAt: Int64(t0.timeIntervalSince1970)
-                )
-            ]
-            try await store.recordProgress(progress, at: t0)
+            try await markSent(from: "d012", through: "d014", pass: claim.pass, in: store)
             var consulting: [Int: Bool] = [:]
             var read: [Int: [String]] = [:]
             while let taken = try await store.claimSlice(owner: "w", now: t0, lease: 30, of: nil) {
@@ -116,14 +121,7 @@ struct SliceTests {
             let first = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
             #expect(!first.sequenceMarked, "nothing sent yet")
             // The pass stopped after marking d000 – d014 sent; the next holder finds ten still to send.
-            var progress = DeliveryProgress(appID: "app_test", activityID: "a")
-            progress.marks = [
-                DeliveryMark(
-                    platform: .ios, sequence: 1, pass: first.pass, fromDevice: "d000", throughDevice: "d014", priority: 10,
-                    sentAt: Int64(t0.timeIntervalSince1970)
-                )
-            ]
-            try await store.recordProgress(progress, at: t0)
+            try await markSent(from: "d000", through: "d014", pass: first.pass, in: store)
             try await store.releaseClaim(appID: "app_test", activityID: "a", owner: first.owner, platforms: [.ios], retryAt: nil)
             let next = try #require(try await store.claimToSend(owner: "next", now: t0, lease: 30))
             #expect(next.sequenceMarked)
