@@ -608,17 +608,29 @@ public final class Dispatcher: Service, Sendable {
             broadcastDue = await publish(claim, on: channel)
         }
 
+        var firstRead: FirstPage?
         if let size = configuration.sliceSize {
-            // A large fan-out is shared: cut into slices that every engine of every node may claim and send.
-            let slices: Int
-            do {
-                slices = try await store.planSlices(
-                    appID: appID, activityID: activityID, owner: claim.owner, below: activity.sequence, platforms: configuration.platforms,
-                    size: size, now: now(), consultingMarks: claim.sequenceMarked
-                )
-            } catch {
-                logger.error("Planning a shared fan-out failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
-                return claimWatch.isLost ? nil : (.afterStoreRetryDelay, broadcastDue, 0, .none)
+            // A large fan-out is shared: cut into slices that every engine of every node may claim and send. The pass's
+            // first page, read first, says whether the activity has more instances to send than a slice holds.
+            if !claim.slicesLeft, let first = configuration.platforms.first {
+                do {
+                    firstRead = try await firstPage(claim, slice: nil, platform: first)
+                } catch {
+                    logger.error("Reading instances failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
+                    return claimWatch.isLost ? nil : (.afterStoreRetryDelay, broadcastDue, 0, .none)
+                }
+            }
+            var slices = 0
+            if FanOut.asksForSlices(slicesLeft: claim.slicesLeft, pending: firstRead?.everyPending, sliceSize: size) {
+                do {
+                    slices = try await store.planSlices(
+                        appID: appID, activityID: activityID, owner: claim.owner, below: activity.sequence, platforms: configuration.platforms,
+                        size: size, now: now(), consultingMarks: claim.sequenceMarked
+                    )
+                } catch {
+                    logger.error("Planning a shared fan-out failed", metadata: ["activity": "\(activityID)", "error": "\(error)"])
+                    return claimWatch.isLost ? nil : (.afterStoreRetryDelay, broadcastDue, 0, .none)
+                }
             }
             if slices > 0 {
                 wakeSignal.wake()
@@ -629,7 +641,7 @@ public final class Dispatcher: Service, Sendable {
                 return (shared, broadcastDue, 0, completed.map { .complete($0) } ?? .unknown)
             }
         }
-        let (release, attempts, marked) = await fanOut(claim, budget: budget, claimWatch: claimWatch, slice: nil)
+        let (release, attempts, marked) = await fanOut(claim, budget: budget, claimWatch: claimWatch, slice: nil, readBefore: firstRead)
         if claimWatch.isLost { return nil }
         return (release, broadcastDue, attempts, marked)
     }
@@ -715,10 +727,11 @@ public final class Dispatcher: Service, Sendable {
     /// machine's next event. Returns when to look at the activity (or slice) again, and how many attempts it handed to
     /// the timeline.
     private func fanOut(
-        _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch, slice: FanOutSlice?
+        _ claim: DispatchClaim, budget: PriorityBudget, claimWatch: ClaimWatch, slice: FanOutSlice?, readBefore: FirstPage? = nil
     ) async -> (release: FanOut.ReleaseTiming, attempts: Int, marked: PassMarks) {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
+        var readBefore = readBefore
         // The marks of priority-10 pushes that count against the instances' budgets besides their rows' tallies (read
         // once a pass: the pass's own pushes go to instances it does not read again).
         let priority10Marks: Priority10MarkIndex
@@ -768,10 +781,15 @@ public final class Dispatcher: Service, Sendable {
                 }
                 switch machine.nextAction() {
                 case .readPage(let platform, let below, let cursor):
-                    group.addTask {
+                    // The first page read before the pass began (for the question of slices) serves its platform's first
+                    // read, once.
+                    var early: FirstPage?
+                    if below == nil, cursor == nil, readBefore?.platform == platform { swap(&early, &readBefore) }
+                    group.addTask { [early] in
                         .fanOut(
                             await self.readPage(
-                                claim, slice: slice, platform: platform, below: below, after: cursor, priority10Marks: priority10Marks
+                                claim, slice: slice, platform: platform, below: below, after: cursor, priority10Marks: priority10Marks,
+                                readBefore: early
                             )
                         )
                     }
@@ -998,7 +1016,7 @@ public final class Dispatcher: Service, Sendable {
     /// A `slice`'s pages are its range's, and its claim is the slice's.
     private func readPage(
         _ claim: DispatchClaim, slice: FanOutSlice?, platform: Platform, below: Int64?, after cursor: String?,
-        priority10Marks: Priority10MarkIndex
+        priority10Marks: Priority10MarkIndex, readBefore: FirstPage?
     ) async -> FanOut.Event {
         let appID = claim.activity.appID
         let activityID = claim.activity.activityID
@@ -1014,8 +1032,9 @@ public final class Dispatcher: Service, Sendable {
         }
         do {
             guard let below else {
-                var (instances, nothingBehind) = try await firstPage(claim, slice: slice, platform: platform)
-                instances = counted(instances)
+                let first = if let readBefore { readBefore } else { try await firstPage(claim, slice: slice, platform: platform) }
+                let instances = counted(first.instances)
+                let nothingBehind = first.nothingBehind
                 if instances.isEmpty { return .pageRead(instances: [], cursor: nil, rendition: nil, nothingBehind: nothingBehind) }
                 guard let transport = try await transports.transport(appID: appID, platform: platform, stored: claim.credentials) else {
                     logger.warning("No way to send this app's pushes; its instances wait", metadata: ["app": "\(appID)", "platform": "\(platform)"])
@@ -1053,9 +1072,7 @@ public final class Dispatcher: Service, Sendable {
     /// ``FanOutStateMachine/firstPage(of:in:readWith:pageSize:platformOf:)``; read again alone when that read cannot
     /// say. On PostgreSQL each read is a round trip, and an activity of one phone used to cost one for each platform,
     /// most of them finding nothing.
-    private func firstPage(
-        _ claim: DispatchClaim, slice: FanOutSlice?, platform: Platform
-    ) async throws -> (instances: [InstanceRecord], nothingBehind: [Platform]) {
+    private func firstPage(_ claim: DispatchClaim, slice: FanOutSlice?, platform: Platform) async throws -> FirstPage {
         let later = Array(configuration.platforms.drop { $0 != platform }.dropFirst())
         func read(_ platforms: [Platform]) async throws -> [InstanceRecord] {
             try await store.pendingInstances(
@@ -1063,12 +1080,29 @@ public final class Dispatcher: Service, Sendable {
                 after: slice?.after, through: slice?.through, limit: configuration.pageSize, consultingMarks: claim.sequenceMarked
             )
         }
-        guard !later.isEmpty else { return (try await read([platform]), []) }
+        // A read of fewer than a page holds every instance behind on the platforms it read.
+        func everyPending(_ read: [InstanceRecord]) -> Int? { read.count < configuration.pageSize ? read.count : nil }
+        guard !later.isEmpty else {
+            let read = try await read([platform])
+            return FirstPage(platform: platform, instances: read, nothingBehind: [], everyPending: everyPending(read))
+        }
         let together = try await read([platform] + later)
         if let first = FanOut.firstPage(of: platform, in: together, readWith: later, pageSize: configuration.pageSize, platformOf: \.platform) {
-            return first
+            return FirstPage(platform: platform, instances: first.instances, nothingBehind: first.nothingBehind, everyPending: everyPending(together))
         }
-        return (try await read([platform]), [])
+        return FirstPage(platform: platform, instances: try await read([platform]), nothingBehind: [], everyPending: nil)
+    }
+
+    /// A platform's first page of a pass (``firstPage(_:slice:platform:)``).
+    struct FirstPage: Sendable {
+        var platform: Platform
+        /// Its instances behind, by device id (a page at most).
+        var instances: [InstanceRecord]
+        /// The platforms after it found with nothing behind.
+        var nothingBehind: [Platform]
+        /// How many instances are behind on `platform` and the engine's platforms after it, when the read held every
+        /// one of them; `nil` when there may be more.
+        var everyPending: Int?
     }
 
     /// Runs `send` (pushes and their answers) until it returns or the shutdown grace is over: then it is cancelled, so

@@ -23,6 +23,11 @@ public struct DispatchClaim: Sendable, Hashable {
     /// pass's reads must consult them. Without, a pass reads its pages without them, and writes marks only behind
     /// its pages.
     public var sequenceMarked = true
+    /// The activity had slices of a shared fan-out as of the claim (``DispatchStore/planSlices(appID:activityID:owner:below:platforms:size:now:consultingMarks:)``),
+    /// left by a holder that stopped before they were all sent: the pass adopts them. Only the claim's holder plans
+    /// slices, so none appear while it holds the claim. Without, a pass whose first page holds every instance it has to
+    /// send, no more than a slice, sends them itself without asking the Store to plan (one statement fewer an activity).
+    public var slicesLeft = true
     /// The app's stored credentials as of the claim, by provider: their version and health (a provider missing: none
     /// stored). A transport directory whose client was built from that version sends with it without reading them
     /// again. `nil`: not read with the claim.

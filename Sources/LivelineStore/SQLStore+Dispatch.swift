@@ -23,6 +23,9 @@ extension SQLStore {
             SELECT 1 FROM delivery_marks m WHERE m.app_id = activities.app_id AND m.activity_id = activities.activity_id
               AND m.platform = 'android' AND m.sequence = activities.sequence
         )) AS sequence_marked,
+        EXISTS (
+            SELECT 1 FROM fanout_slices f WHERE f.app_id = activities.app_id AND f.activity_id = activities.activity_id
+        ) AS slices_left,
         \(CredentialProvider.allCases.map(credentialsVersionColumns).joined(separator: ",\n"))
         """
 
@@ -425,6 +428,7 @@ extension SQLStore {
             pass: Int64(row.column("pass_counter")?.integer ?? 0),
             priority10Marked: (row.column("priority10_marked")?.integer ?? 0) != 0,
             sequenceMarked: (row.column("sequence_marked")?.integer ?? 1) != 0,
+            slicesLeft: (row.column("slices_left")?.integer ?? 1) != 0,
             credentials: credentialsVersions(from: row)
         )
     }

@@ -132,6 +132,20 @@ struct FanOutStateMachineTests {
         #expect(look(["android:a", "android:b", "android:c"]) == nil)
     }
 
+    @Test("a pass asks for slices only when some are left, or when its first read did not hold every instance to send, or held more than a slice")
+    func slicesAskedFor() {
+        // The first read held all 40 behind: no more than a slice of 50, or of 40, is sent alone.
+        #expect(!Machine.asksForSlices(slicesLeft: false, pending: 40, sliceSize: 50))
+        #expect(!Machine.asksForSlices(slicesLeft: false, pending: 40, sliceSize: 40))
+        #expect(!Machine.asksForSlices(slicesLeft: false, pending: 0, sliceSize: 40))
+        // More than a slice: the Store plans them.
+        #expect(Machine.asksForSlices(slicesLeft: false, pending: 41, sliceSize: 40))
+        // A full page may have more behind it; slices left by a holder that stopped are adopted, whatever the read.
+        #expect(Machine.asksForSlices(slicesLeft: false, pending: nil, sliceSize: 10_000))
+        #expect(Machine.asksForSlices(slicesLeft: true, pending: 1, sliceSize: 10_000))
+        #expect(Machine.asksForSlices(slicesLeft: true, pending: nil, sliceSize: 10_000))
+    }
+
     @Test("a page goes out in chunks within the in-flight limit while the next page is read ahead")
     func chunksAndReadAhead() {
         var machine = Machine(platforms: [.ios], limits: Self.limits(pageSize: 4, pushesPerCall: 2, pushesInFlight: 3))

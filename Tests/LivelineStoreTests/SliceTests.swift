@@ -141,6 +141,25 @@ struct SliceTests {
         }
     }
 
+    @Test("a claim says whether its activity has slices left by a holder that stopped", arguments: StoreKind.available)
+    func claimSaysWhetherSlicesAreLeft(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seed(store, count: 25)
+            let first = try #require(try await store.claimToSend(owner: "lead", now: t0, lease: 30))
+            #expect(!first.slicesLeft, "none planned yet")
+            #expect(try await store.planSlices(appID: "app_test", activityID: "a", owner: first.owner, below: 1, platforms: [.ios], size: 10, now: t0) == 3)
+            // The holder stopped before its slices were sent: the next claim of the activity finds them.
+            try await store.releaseClaim(appID: "app_test", activityID: "a", owner: first.owner, platforms: [.ios], retryAt: nil)
+            let next = try #require(try await store.claimToSend(owner: "next", now: t0, lease: 30))
+            #expect(next.slicesLeft)
+            let held = try #require(try await store.heldClaim(appID: "app_test", activityID: "a", owner: "next", now: t0))
+            #expect(held.slicesLeft)
+            try await store.dropSlices(appID: "app_test", activityID: "a", owner: "next")
+            let dropped = try #require(try await store.heldClaim(appID: "app_test", activityID: "a", owner: "next", now: t0))
+            #expect(!dropped.slicesLeft)
+        }
+    }
+
     @Test("a fan-out that fits in one slice, or an exact multiple's last slice, is not cut needlessly", arguments: StoreKind.available)
     func smallFanOutsAreNotCut(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in

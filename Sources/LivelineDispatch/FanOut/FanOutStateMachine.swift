@@ -204,6 +204,17 @@ public struct FanOutStateMachine<Instance: Sendable, Rendition: FanOutRendition,
         return (read.filter { platformOf($0) == platform }, later.filter { !found.contains($0) })
     }
 
+    /// Whether a pass asks the Store to plan slices of its activity (a shared fan-out, ``DispatcherConfiguration/sliceSize``)
+    /// once it has read its first page: when slices are left by a holder that stopped (`slicesLeft`: they are adopted),
+    /// when the read did not hold every instance the pass has to send (`pending` nil), or when they are more than one
+    /// slice holds. A read that holds them all, `sliceSize` at most, says what the planning's own look would: the pass
+    /// sends them alone. Most activities are so, and on PostgreSQL that look was one statement of the seven or so an
+    /// activity of one phone cost the engine.
+    public static func asksForSlices(slicesLeft: Bool, pending: Int?, sliceSize: Int) -> Bool {
+        guard !slicesLeft, let pending else { return true }
+        return pending > sliceSize
+    }
+
     /// Takes in what happened.
     public mutating func receive(_ event: Event) {
         switch event {
