@@ -361,6 +361,44 @@ struct PostgresPlanTests {
         }
     }
 
+    @Test("the claim's one statement keeps to its indexes in the plan it made on empty tables: the due walk, and lookups by key")
+    func leaseFirstDueKeepsItsLookups() async throws {
+        try await withTemporaryStore(.postgres) { store, _ in
+            try await makeApp(store)
+            let claim = SQLStore.leaseFirstDueStatement(platforms: [.ios, .android])
+            let binds: [SQLiteData] = [.integer(10), .integer(10), .text("w"), .integer(40), .integer(40)] + claim.binds
+            let plan = try await store.transaction { db in
+                // As the engine's claim connections keep it: a generic plan, made at the first call, on empty tables.
+                try db.setLocal(SQLStore.engineSettings)
+                try db.query("PREPARE claim_probe AS " + PostgresDialect.translate(claim.sql), [])
+                try db.query("EXECUTE claim_probe(" + sqlLiterals(binds) + ")", [])
+                // Then 20,000 activities with an instance behind each.
+                try db.query(
+                    """
+                    INSERT INTO activities (app_id, activity_id, state, sequence, content_state, created_at, updated_at)
+                    SELECT 'app_test', 'a-' || n, 'active', 1, '{}', 0, n FROM generate_series(0, 19999) AS n
+                    """,
+                    []
+                )
+                try db.query(
+                    """
+                    INSERT INTO instances (app_id, activity_id, device_id, platform, push_token, state, created_at, updated_at, priority10_tally)
+                    SELECT 'app_test', 'a-' || n, 'd-' || n, 'ios', 't-' || n, 'active', 0, 0, 0 FROM generate_series(0, 19999) AS n
+                    """,
+                    []
+                )
+                return try db.query("EXPLAIN EXECUTE claim_probe(" + sqlLiterals(binds) + ")", [])
+                    .compactMap { $0.column("QUERY PLAN")?.string }.joined(separator: "\n")
+            }
+            #expect(plan.contains("Index Scan using activities_due"), "\(plan)")
+            #expect(plan.contains("instances_pkey"), "\(plan)")
+            // A subquery run as one hashed read of its whole table, or a scan of one, reads every row at every claim.
+            for slow in ["hashed SubPlan", "Seq Scan", "Bitmap Heap Scan on instances", "Hash Join", "Merge Join"] {
+                #expect(!plan.contains(slow), "\(plan)")
+            }
+        }
+    }
+
     @Test("the claim's settle keeps the primary key in the plan it keeps, for an activity of 50,000 instances none behind and stale statistics")
     func settleGenericPlanByKey() async throws {
         try await withTemporaryStore(.postgres) { store, _ in

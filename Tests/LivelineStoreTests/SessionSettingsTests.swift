@@ -230,6 +230,14 @@ struct SessionSettingsOnServerTests {
                 #expect(try await isolation(.bookkeeping, .lockingRows) == ["read committed", "2"])
                 #expect(try await isolation(.bookkeeping, .snapshotStatement) == ["repeatable read", "1"])
                 #expect(try await isolation(.full, .snapshotStatement) == ["repeatable read", "3"])
+                // A write of one statement at READ COMMITTED (the engine's claim) goes alone on the claims' connections,
+                // held with the engine's settings and without waiting for the WAL's flush; elsewhere it is a transaction.
+                #expect(try await isolation(.bookkeeping, .lockingStatement) == ["read committed", "1"])
+                #expect(try await isolation(.full, .lockingStatement) == ["read committed", "3"])
+                let claiming = try await pool.write(durability: .bookkeeping, isolation: .lockingStatement, under: settings) { db in
+                    [db.holds(settings) ? "held" : "set", try setting("synchronous_commit", db) ?? ""]
+                }
+                #expect(claiming == ["held", "off"])
             } catch {
                 try? await pool.close()
                 throw error

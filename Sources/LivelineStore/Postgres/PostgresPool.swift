@@ -37,7 +37,8 @@ import Synchronization
 /// Bookkeeping writes under one list of settings (the delivery engine's claims, progress and releases, several for
 /// every activity it sends) run on connections of their own opened with those settings and `synchronous_commit = off`
 /// (``write(durability:isolation:under:_:)``): their transactions send no settings, a statement and a round trip less
-/// each.
+/// each. The claims, one statement each at `READ COMMITTED` (``WriteIsolation/lockingStatement``), have as many
+/// connections again, whose transactions are `READ COMMITTED` by default; the others' are `REPEATABLE READ`.
 final class PostgresPool: StoreWriter, StoreReader {
     private let connections: ConnectionLeases<PostgresHandle>
     /// The connections that run the grouped writes, opened with their settings (``PostgresHandle/groupedWriteSettings``)
@@ -54,6 +55,10 @@ final class PostgresPool: StoreWriter, StoreReader {
     /// `synchronous_commit = off`, as each such write asks: its transaction sends no settings, a statement (and a
     /// round trip) less for each.
     private let bookkeepingConnections: ConnectionLeases<PostgresHandle>?
+    /// Connections opened as the bookkeeping ones but `READ COMMITTED` by default, for the bookkeeping writes of one
+    /// statement that locks its rows itself (``WriteIsolation/lockingStatement``: the engine's claims), sent alone; nil
+    /// when there are no bookkeeping connections.
+    private let claimConnections: ConnectionLeases<PostgresHandle>?
     private let bookkeepingSettings: [(name: String, value: String)]
     private let metrics: StoreCommitMetrics
     /// Grouped writes waiting for a connection, and how many connections are (or are about to be) taking them.
@@ -78,7 +83,7 @@ final class PostgresPool: StoreWriter, StoreReader {
     /// The connections a pool of `count` opens for its bookkeeping writes under their settings
     /// (``bookkeepingConnections``), besides its `count`: four, at most half of `count` (each runs one such write at a
     /// time; the delivery engine's workers, 8 on PostgreSQL by default, spend most of their time on reads and on APNs'
-    /// answers). A pool of one runs them on its one.
+    /// answers), and as many for the engine's claims (``claimConnections``). A pool of one runs them on its one.
     static func bookkeepingConnectionCount(of count: Int) -> Int {
         min(4, count / 2)
     }
@@ -120,7 +125,14 @@ final class PostgresPool: StoreWriter, StoreReader {
         let grouping = groupsWrites ? Self.groupConnectionCount(of: count) : 0
         let settled = readsUnder.isEmpty ? 0 : 1
         let bookkeeping = bookkeepingUnder.isEmpty ? 0 : Self.bookkeepingConnectionCount(of: count)
+        let claiming = bookkeeping
         let bookkeepingSession = bookkeepingUnder + Self.bookkeepingDefaults
+        let claimSession = bookkeepingUnder + Self.claimDefaults
+        // What each connection is opened with, in the order they are set apart below.
+        let sessions: [[(name: String, value: String)]] =
+            Array(repeating: PostgresHandle.groupedWriteSettings, count: grouping) + Array(repeating: [], count: count)
+            + Array(repeating: readsUnder, count: settled) + Array(repeating: bookkeepingSession, count: bookkeeping)
+            + Array(repeating: claimSession, count: claiming)
         let threads = NIOThreadPool(numberOfThreads: count)
         threads.start()
         // Connecting waits for the server: on a pool thread, not the caller's. When one connection fails, those
@@ -130,11 +142,7 @@ final class PostgresPool: StoreWriter, StoreReader {
             opened = try await threads.runIfActive {
                 var handles: [PostgresHandle] = []
                 do {
-                    for index in 0..<(grouping + count + settled + bookkeeping) {
-                        let settings =
-                            index < grouping
-                            ? PostgresHandle.groupedWriteSettings
-                            : index < grouping + count ? [] : index < grouping + count + settled ? readsUnder : bookkeepingSession
+                    for settings in sessions {
                         handles.append(try PostgresHandle(url: url, logger: logger, settings: settings))
                     }
                 } catch {
@@ -148,6 +156,7 @@ final class PostgresPool: StoreWriter, StoreReader {
             throw error
         }
         var handles = opened.handles
+        claimConnections = Self.setApart(last: claiming, of: &handles)
         bookkeepingConnections = Self.setApart(last: bookkeeping, of: &handles)
         settledReads = Self.setApart(last: settled, of: &handles)
         if grouping > 0 {
@@ -198,6 +207,16 @@ final class PostgresPool: StoreWriter, StoreReader {
     /// The session setting under which a statement sent alone is a `REPEATABLE READ` transaction.
     static let snapshotByDefault = (name: "default_transaction_isolation", value: "repeatable read")
 
+    /// What a claim connection (``claimConnections``) is opened with besides the bookkeeping settings: no wait for the
+    /// WAL's flush, and transactions `READ COMMITTED` unless they say otherwise (PostgreSQL's own default, said
+    /// whatever the server's), so that a ``WriteIsolation/lockingStatement`` write goes as its statement alone.
+    static let claimDefaults: [(name: String, value: String)] = [
+        ("synchronous_commit", "off"), lockingByDefault,
+    ]
+
+    /// The session setting under which a statement sent alone is a `READ COMMITTED` transaction.
+    static let lockingByDefault = (name: "default_transaction_isolation", value: "read committed")
+
     /// On a bookkeeping connection (``bookkeepingConnections``) when `settings` are theirs and the write is
     /// ``Durability/bookkeeping`` (not a grouped write), else as ``write(durability:isolation:_:)`` with the settings set.
     func write<T: Sendable>(
@@ -211,7 +230,8 @@ final class PostgresPool: StoreWriter, StoreReader {
         guard let bookkeepingConnections,
             Self.runsAsBookkeeping(durability: durability, isolation: isolation, settings: settings, bookkeepingSettings)
         else { return try await write(durability: durability, isolation: isolation, withSettings) }
-        return try await bookkeepingConnections.run { db in
+        let connections = isolation == .lockingStatement ? claimConnections ?? bookkeepingConnections : bookkeepingConnections
+        return try await connections.run { db in
             try self.runAlone(durability: durability, isolation: isolation, withSettings, on: db)
         }
     }
@@ -292,7 +312,9 @@ final class PostgresPool: StoreWriter, StoreReader {
             try db.reconnectIfNeeded()
             // A statement sent alone, on a connection whose transactions are REPEATABLE READ by default, is its own
             // transaction: no BEGIN, no COMMIT (two statements of the three it was).
-            let alone = isolation == .snapshotStatement && db.holds([Self.snapshotByDefault])
+            let alone =
+                (isolation == .snapshotStatement && db.holds([Self.snapshotByDefault]))
+                || (isolation == .lockingStatement && db.holds([Self.lockingByDefault]))
             // Once COMMIT is sent (or a statement sent alone, which commits itself), a lost connection leaves the
             // write's outcome unknown: it is not run again.
             var commitSent = alone
@@ -312,6 +334,8 @@ final class PostgresPool: StoreWriter, StoreReader {
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                 case .snapshotStatement:
                     if !alone { try db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ", []) }
+                case .lockingStatement:
+                    if !alone { try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", []) }
                 case .grouped:
                     try db.execute("BEGIN ISOLATION LEVEL READ COMMITTED", [])
                     try db.setLocal(PostgresHandle.groupedWriteSettings)
@@ -583,6 +607,7 @@ final class PostgresPool: StoreWriter, StoreReader {
         try await groupConnections?.close { $0.close() }
         try await settledReads?.close { $0.close() }
         try await bookkeepingConnections?.close { $0.close() }
+        try await claimConnections?.close { $0.close() }
         try await connections.close { $0.close() }
     }
 }

@@ -136,6 +136,13 @@ enum WriteIsolation: Sendable, Hashable {
     /// without `BEGIN` and `COMMIT`; elsewhere in a `REPEATABLE READ` transaction of its own. A body that sends more
     /// than one statement there is a programming error (each would commit on its own).
     case snapshotStatement
+    /// `READ COMMITTED`, for a write that is one statement and locks the rows its decisions rest on itself, first (a
+    /// `FOR UPDATE SKIP LOCKED` read in its `WITH`): the engine's claim of the activity due first. On a connection whose
+    /// transactions are `READ COMMITTED` by default (``PostgresPool``'s claim connections) the statement is sent alone,
+    /// without `BEGIN` and `COMMIT`, which PostgreSQL's client sends one at a time, a round trip each; elsewhere in a
+    /// `READ COMMITTED` transaction of its own. As for ``snapshotStatement``, a body that sends more than one statement
+    /// there is a programming error.
+    case lockingStatement
     /// As ``lockingRows``, for a short write acknowledged to a client (``Durability/full``) whose body locks only rows
     /// under `key` (its activity's row first, then that activity's instance of one device), and which may therefore
     /// share one transaction and one commit with other such writes (group commit). `key` orders the writes of a shared
