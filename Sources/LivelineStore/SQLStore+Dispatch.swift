@@ -72,10 +72,10 @@ extension SQLStore {
     /// whether more are due.
     static let pickHeadStatement = pick(limit: 2)
 
-    /// The pending activities due first, `limit` at most (see ``pickStatement``). Binds: now, twice.
-    private static func pick(limit: Int) -> String {
+    /// The pending activities due first, `limit` at most (see ``pickStatement``): their `columns`. Binds: now, twice.
+    private static func pick(limit: Int, columns: String = "app_id, activity_id") -> String {
         """
-        SELECT app_id, activity_id FROM activities
+        SELECT \(columns) FROM activities
         WHERE dispatched_sequence < sequence AND COALESCE(next_dispatch_at, 0) <= ?
           AND content_state IS NOT NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)
         ORDER BY COALESCE(next_dispatch_at, 0), updated_at
@@ -141,21 +141,19 @@ extension SQLStore {
     /// not as the row being updated: a subquery that names the row is correlated, and PostgreSQL may run a correlated
     /// `EXISTS` as one hashed read of all its table's rows. The plan is kept for the connection's life
     /// (``engineSettings``), and one made while the tables were nearly empty read every instance for every claim in
-    /// about one run of three (ten times PostgreSQL's time). Named by values, each is a lookup by key, as in
+    /// four runs of fourteen (ten times PostgreSQL's time). Named by values, each is a lookup by key, as in
     /// ``leaseIfBehindStatement(_:platforms:)`` (`PostgresPlanTests`). Binds: now twice, the owner and the lease's end
     /// twice (``leaseSetting``), the returned ones.
     static func leaseFirstDueStatement(platforms: [Platform]) -> (sql: String, binds: [SQLiteData]) {
         let app = "(SELECT app_id FROM picked)"
         let activity = "(SELECT activity_id FROM picked)"
         let behind = somethingBehind(app: app, activity: activity, platforms: platforms, keyBinds: [])
+        // ``pickHeadStatement``'s, with the columns of its order, by which the first of its two is picked.
+        let head = pick(limit: 2, columns: "app_id, activity_id, COALESCE(next_dispatch_at, 0) AS due, updated_at")
         return (
             """
             WITH head AS MATERIALIZED (
-                SELECT app_id, activity_id, COALESCE(next_dispatch_at, 0) AS due, updated_at FROM activities
-                WHERE dispatched_sequence < sequence AND COALESCE(next_dispatch_at, 0) <= ?
-                  AND content_state IS NOT NULL AND (claim_expires_at IS NULL OR claim_expires_at < ?)
-                ORDER BY COALESCE(next_dispatch_at, 0), updated_at
-                LIMIT 2 FOR UPDATE SKIP LOCKED
+                \(head) FOR UPDATE SKIP LOCKED
             ), picked AS MATERIALIZED (
                 SELECT app_id, activity_id FROM head ORDER BY due, updated_at LIMIT 1
             ), leased AS (
