@@ -227,10 +227,11 @@ final class PostgresPool: StoreWriter, StoreReader {
             try db.setLocal(settings)
             return try body(db)
         }
-        guard let bookkeepingConnections,
+        // The claim connections are opened beside the bookkeeping ones, as many: both are there, or neither.
+        guard let bookkeepingConnections, let claimConnections,
             Self.runsAsBookkeeping(durability: durability, isolation: isolation, settings: settings, bookkeepingSettings)
         else { return try await write(durability: durability, isolation: isolation, withSettings) }
-        let connections = isolation == .lockingStatement ? claimConnections ?? bookkeepingConnections : bookkeepingConnections
+        let connections = isolation == .lockingStatement ? claimConnections : bookkeepingConnections
         return try await connections.run { db in
             try self.runAlone(durability: durability, isolation: isolation, withSettings, on: db)
         }
