@@ -134,7 +134,7 @@ public struct LivelineConfiguration: Sendable {
         Key(name: "liveline.databasePool.writers", environment: "LIVELINE_DATABASE_POOL_WRITERS", flag: nil, defaultValue: "8",
             summary: "PostgreSQL: connections for writes (each write is one transaction on one of them), besides up to 3 more for registrations and updates."),
         Key(name: "liveline.databasePool.readers", environment: "LIVELINE_DATABASE_POOL_READERS", flag: nil, defaultValue: "3",
-            summary: "Read connections (SQLite or PostgreSQL): a fan-out's pages, the API's reads and the sweepers' run side by side. PostgreSQL opens one more, with its planner settings, for the reads of activities by key (every update and end reads its activity) and the engine's question of when the next activity is due."),
+            summary: "Read connections (SQLite or PostgreSQL): a fan-out's pages, the API's reads and the sweepers' run side by side. PostgreSQL opens two more, with their planner settings: one for the API's reads of activities and schemas by key (every update and end reads its activity), one for the delivery engine's reads by key and its question of when the next activity is due."),
         Key(name: "liveline.databaseStartupWait", environment: "LIVELINE_DATABASE_STARTUP_WAIT", flag: nil, defaultValue: "60",
             summary: "PostgreSQL: seconds `liveline serve` waits at its start for a database that is not reachable yet (nothing listening, a server still starting), trying again with growing pauses; 0 gives up at once. A wrong password or a missing database fails at once."),
         Key(name: "liveline.adminToken", environment: "LIVELINE_ADMIN_TOKEN", flag: "--admin-token-file", defaultValue: "(none: admin API off)",

@@ -401,7 +401,7 @@ extension SQLStore {
     }
 
     public func nextClaimable() async throws -> ClaimableTimes {
-        let row = try await reader.read(under: Self.dueSettings) { try $0.query(Self.dueStatement, [], settings: Self.dueSettings) }.first
+        let row = try await reader.read(under: Self.dueSettings, in: .delivery) { try $0.query(Self.dueStatement, [], settings: Self.dueSettings) }.first
         return ClaimableTimes(next: row?.column("due")?.integer.map(Self.date), slice: row?.column("slice_due")?.integer.map(Self.date))
     }
 
@@ -418,7 +418,8 @@ extension SQLStore {
     ]
 
     /// The planner settings ``dueStatement`` runs under on PostgreSQL. The readers' pool keeps a connection opened with
-    /// them (with ``keyedReadSettings``, which hold them), where the read is its statement alone: the engine's
+    /// them for the engine (``ReadLane/delivery``, with ``keyedReadSettings``, which hold them), where the read is its
+    /// statement alone: the engine's
     /// workers ask after every wake-up, 447 times in a `bench api` of 20,000 registrations and 10,000 updates, and each
     /// asked in a transaction of its own was four statements, four round trips.
     ///

@@ -59,7 +59,8 @@ public final class SQLStore: Store, DispatchStore {
         self.location = location
         self.writer = writer
         self.reader = reader
-        // One batch at a time: they go to the readers' one connection opened with their settings (``keyedReadSettings``).
+        // One batch at a time: they go to the readers' connection opened with their settings (``keyedReadSettings``) for
+        // the API's requests (``ReadLane/requests``).
         activityReads =
             dialect == .postgres
             ? CoalescedReads(concurrency: 1, maximumBatch: Self.keysPerRead) { keys in
@@ -103,9 +104,10 @@ public final class SQLStore: Store, DispatchStore {
     /// Opens the PostgreSQL database at `url` and brings its schema up to date (nodes starting at once take turns).
     /// `writers` and `readers` are the sizes of its two connection pools; the writers' opens up to 3 more for registrations
     /// and updates (``PostgresPool/groupConnectionCount(of:)``) and up to 4 more for the delivery engine's writes (opened
-    /// with their settings, ``engineSettings``: ``PostgresPool/bookkeepingConnectionCount(of:)``), the readers' one more
-    /// for the reads of activities and of the engine's rows by key and the engine's question of when the next activity
-    /// is due (opened with their planner settings, ``keyedReadSettings``).
+    /// with their settings, ``engineSettings``: ``PostgresPool/bookkeepingConnectionCount(of:)``) and as many for its
+    /// claims; the readers' two more, opened with their planner settings (``keyedReadSettings``), one for each
+    /// ``ReadLane``: the API's reads of activities and schemas by key, and the engine's reads of its rows by key and its
+    /// question of when the next activity is due.
     public static func open(
         postgres url: PostgresDatabaseURL, writers: Int = defaultPostgresWriters, readers: Int = defaultReaders,
         logger: Logger = Logger(label: "liveline.store")
@@ -727,9 +729,10 @@ public final class SQLStore: Store, DispatchStore {
     /// The planner settings of the reads of activities by key (``activities(_:on:)``: every update and end reads its
     /// activity) on PostgreSQL: one plan kept (``PostgresHandle/keptPlans``), made without the values, and no sequential
     /// scans, hash joins, merge joins or sorts, so that the plan is the lookup by primary key the read was written for,
-    /// whatever the table held when it was made. The readers' pool keeps one connection opened with them, where such a
-    /// read is its statement alone, and where the engine's question of when the next activity is due runs too (they
-    /// hold ``dueSettings``; that question binds nothing and keeps its plan under any).
+    /// whatever the table held when it was made. The readers' pool keeps a connection opened with them for each
+    /// ``ReadLane``, where such a read is its statement alone: this read on the API's, the engine's reads by key and
+    /// its question of when the next activity is due on the engine's (they hold ``dueSettings``; that question binds
+    /// nothing and keeps its plan under any).
     ///
     /// Planned for its values, as the other readers' statements are (``PostgresHandle/plansForValues``), the read took
     /// 0.19 ms to plan and 0.08 ms to run: over 10,000 updates through the API (`pg_stat_statements`), 1,750 reads took
@@ -756,8 +759,8 @@ public final class SQLStore: Store, DispatchStore {
         }
     }
 
-    /// The rows `sql` reads, run under ``keyedReadSettings``: on PostgreSQL on the readers' connection opened with them,
-    /// where it keeps one plan made without the values. For the engine's reads of one activity's rows by key (its
+    /// The rows `sql` reads, run under ``keyedReadSettings``: on PostgreSQL on the readers' connection opened with them
+    /// for the delivery engine (``ReadLane/delivery``), where it keeps one plan made without the values. For the engine's reads of one activity's rows by key (its
     /// pending instances, whether its fan-out is worth slicing, its app's credentials), which it asks for every activity
     /// it claims: planned for their values, over 5,000 activities of one instance each (`pg_stat_statements`, a
     /// watched burst of `bench api`), the pending instances' reads took 1,354 ms planning and 208 ms running, the look
@@ -765,22 +768,24 @@ public final class SQLStore: Store, DispatchStore {
     /// written for, whatever the activity holds: no sorts, sequential scans, hash or merge joins
     /// (`PostgresPlanTests.engineReadsKeepTheirPlan`).
     func readKeepingPlan(_ sql: String, _ binds: [SQLiteData]) async throws -> [StoreRow] {
-        try await Self.readKeepingPlan(sql, binds, on: reader)
+        try await Self.readKeepingPlan(sql, binds, in: .delivery, on: reader)
     }
 
-    /// The rows `sql` reads on `reader`, under ``keyedReadSettings`` (``readKeepingPlan(_:_:)``).
-    static func readKeepingPlan(_ sql: String, _ binds: [SQLiteData], on reader: any StoreReader) async throws -> [StoreRow] {
-        try await reader.read(under: keyedReadSettings) { db in
+    /// The rows `sql` reads on `reader` in `lane`, under ``keyedReadSettings`` (``readKeepingPlan(_:_:)``).
+    static func readKeepingPlan(
+        _ sql: String, _ binds: [SQLiteData], in lane: ReadLane, on reader: any StoreReader
+    ) async throws -> [StoreRow] {
+        try await reader.read(under: keyedReadSettings, in: lane) { db in
             try db.query(sql, binds, settings: keyedReadSettings)
         }
     }
 
-    /// The rows `sql` reads (a statement by keys bound as arrays), run under ``keyedReadSettings``, each made a value
-    /// and filed under its key by `make`.
+    /// The rows `sql` reads (a statement by keys bound as arrays) for the API's requests (``ReadLane/requests``), run
+    /// under ``keyedReadSettings``, each made a value and filed under its key by `make`.
     static func readByKeys<Key: Hashable, Value>(
         _ sql: String, _ binds: [SQLiteData], on reader: any StoreReader, _ make: (StoreRow) throws -> (Key, Value)
     ) async throws -> [Key: Value] {
-        let rows = try await readKeepingPlan(sql, binds, on: reader)
+        let rows = try await readKeepingPlan(sql, binds, in: .requests, on: reader)
         var found: [Key: Value] = [:]
         found.reserveCapacity(rows.count)
         for row in rows {

@@ -622,7 +622,7 @@ struct PostgresPlanTests {
                 #expect(Array(found.keys) == (n < 2 ? [] : [keys[0]]))
             }
             // Sent unprepared once, then prepared and run seven times, each time with the plan made first.
-            let (plans, plan) = try await preparedKeyedRead(on: store, join: "JOIN activities a ON", arguments: "'{app_test}', '{a-1}'")
+            let (plans, plan) = try await preparedKeyedRead(on: store, in: .requests, join: "JOIN activities a ON", arguments: "'{app_test}', '{a-1}'")
             #expect(plans == [7, 0], "generic, custom: \(plans)")
             #expect(plan.contains("activities_pkey"), "\(plan)")
             for slow in ["Seq Scan", "Hash Join", "Merge Join"] {
@@ -655,7 +655,7 @@ struct PostgresPlanTests {
                 #expect(found[keys[0]]?.schema == (n < 2 ? JSONValue?.none : .some(schema)))
             }
             let (plans, plan) = try await preparedKeyedRead(
-                on: store, join: "JOIN attributes_type_schemas s ON", arguments: "'{app_test}', '{T1}'"
+                on: store, in: .requests, join: "JOIN attributes_type_schemas s ON", arguments: "'{app_test}', '{T1}'"
             )
             // Sent unprepared once, then prepared and run seven times, each time with the plan made first.
             #expect(plans == [7, 0], "generic, custom: \(plans)")
@@ -712,7 +712,7 @@ struct PostgresPlanTests {
                 ("SELECT 1 AS found FROM fanout_slices", "'app_test', 'large', 'app_test', 'large', 2, 'app_test', 'large', 'app_test', 'large', 2, 'ios'", "instances_pkey"),
                 ("SELECT * FROM app_credentials", "'app_test', 'apns'", "app_credentials_pkey"),
             ] {
-                let (plans, plan) = try await preparedKeyedRead(on: store, join: text, arguments: arguments)
+                let (plans, plan) = try await preparedKeyedRead(on: store, in: .delivery, join: text, arguments: arguments)
                 // Sent unprepared once, then prepared: every later call ran the one plan made first, on empty tables.
                 #expect(plans.count == 2 && plans[0] > 0 && plans[1] == 0, "\(text): generic, custom: \(plans)")
                 #expect(plan.contains(index), "\(plan)")
@@ -723,10 +723,12 @@ struct PostgresPlanTests {
         }
     }
 
-    /// The generic and custom plans counted for the one read prepared on the readers' connection opened for the reads by
-    /// key whose text holds `join`, and the plan it would now run with `arguments`.
-    private func preparedKeyedRead(on store: SQLStore, join: String, arguments: String) async throws -> (plans: [Int], plan: String) {
-        try await store.reader.read(under: SQLStore.keyedReadSettings) { (db: any SQLConnection) throws -> ([Int], String) in
+    /// The generic and custom plans counted for the one read prepared on the readers' connection opened in `lane` for
+    /// the reads by key whose text holds `join`, and the plan it would now run with `arguments`.
+    private func preparedKeyedRead(
+        on store: SQLStore, in lane: ReadLane, join: String, arguments: String
+    ) async throws -> (plans: [Int], plan: String) {
+        try await store.reader.read(under: SQLStore.keyedReadSettings, in: lane) { (db: any SQLConnection) throws -> ([Int], String) in
             let statements = try db.query(
                 """
                 SELECT name, generic_plans, custom_plans FROM pg_prepared_statements

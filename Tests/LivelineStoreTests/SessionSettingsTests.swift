@@ -177,13 +177,56 @@ struct SessionSettingsOnServerTests {
                 url: try PostgresDatabaseURL(url), count: 2, groupsWrites: false, readsUnder: settings, logger: PostgresTestServer.logger
             )
             do {
-                let under = try await pool.read(under: settings) { db in [db.holds(settings), try setting("enable_seqscan", db) == "off"] }
-                #expect(under == [true, true])
+                for lane in ReadLane.allCases {
+                    let under = try await pool.read(under: settings, in: lane) { db in
+                        [db.holds(settings), try setting("enable_seqscan", db) == "off"]
+                    }
+                    #expect(under == [true, true])
+                }
                 // Settings the connection was not opened with: any connection, the read setting them itself.
-                let other = try await pool.read(under: [("enable_hashjoin", "off")]) { db in db.holds(settings) }
+                let other = try await pool.read(under: [("enable_hashjoin", "off")], in: .requests) { db in db.holds(settings) }
                 #expect(other == false)
                 let plain = try await pool.read { db in try setting("enable_seqscan", db) }
                 #expect(plain == "on")
+            } catch {
+                try? await pool.close()
+                throw error
+            }
+            try await pool.close()
+        }
+    }
+
+    @Test("a read of one lane never waits behind the other lane's: the requests' reads run while a delivery read is held up")
+    func readLanesAreApart() async throws {
+        try await withTemporaryPostgresDatabase { url in
+            let databaseURL = try PostgresDatabaseURL(url)
+            let settings = [(name: "enable_seqscan", value: "off")]
+            let pool = try await PostgresPool(
+                url: databaseURL, count: 1, groupsWrites: false, readsUnder: settings, logger: PostgresTestServer.logger
+            )
+            let holder = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger)
+            defer { holder.close() }
+            let waitingForLock = "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            do {
+                _ = try holder.query("SELECT pg_advisory_lock(7)", [])
+                // The delivery lane's read waits for the lock (giving up after 20 s, so that a read queued behind it, as
+                // on one shared connection, would run then, and find nothing waiting).
+                let held = Task {
+                    try await pool.read(under: settings, in: .delivery) { db in
+                        _ = try db.query("SELECT pg_advisory_xact_lock(7)", [], settings: [("lock_timeout", "20s")])
+                    }
+                }
+                var polls = 0
+                while try holder.query(waitingForLock, []).first?.column("n")?.integer == 0, polls < 1_000 {
+                    try await Task.sleep(for: .milliseconds(10))
+                    polls += 1
+                }
+                let seen = try await pool.read(under: settings, in: .requests) { db in
+                    try db.query(waitingForLock, []).first?.column("n")?.integer
+                }
+                #expect(seen == 1)
+                _ = try holder.query("SELECT pg_advisory_unlock(7)", [])
+                try await held.value
             } catch {
                 try? await pool.close()
                 throw error

@@ -45,10 +45,10 @@ final class PostgresPool: StoreWriter, StoreReader {
     /// for the whole session, so that a shared transaction sends none (one round trip less); nil in a pool of one
     /// connection, whose grouped writes run on it with their settings sent each time.
     private let groupConnections: ConnectionLeases<PostgresHandle>?
-    /// A connection opened with ``settledReadSettings`` for the reads under them (``read(under:_:)``), or nil: such a
-    /// read is then its statement alone, where on another connection it is a transaction of four statements (`BEGIN`,
-    /// the settings, the read, `COMMIT`), each a round trip.
-    private let settledReads: ConnectionLeases<PostgresHandle>?
+    /// A connection for each lane (``ReadLane``) opened with ``settledReadSettings`` for the reads under them
+    /// (``read(under:in:_:)``), or none: such a read is then its statement alone, where on another connection it is a
+    /// transaction of four statements (`BEGIN`, the settings, the read, `COMMIT`), each a round trip.
+    private let settledReads: [ReadLane: ConnectionLeases<PostgresHandle>]
     private let settledReadSettings: [(name: String, value: String)]
     /// Connections opened for the bookkeeping writes under ``bookkeepingSettings`` (the delivery engine's: its claims,
     /// the records of a send's start, its progress, its releases), or nil. Opened with those settings and with
@@ -108,10 +108,11 @@ final class PostgresPool: StoreWriter, StoreReader {
     static let groupStalledAfter: Duration = .milliseconds(100)
 
     /// Opens `count` connections to `url`, and with `groupsWrites` ``groupConnectionCount(of:)`` more for the grouped
-    /// writes (a pool for reads has none); with `readsUnder` settings, one more opened with them, for the reads under
-    /// them (``read(under:_:)``); with `bookkeepingUnder` settings, ``bookkeepingConnectionCount(of:)`` more opened
-    /// with them, for the bookkeeping writes under them (``write(durability:isolation:under:_:)``). When the
-    /// connections at work on grouped writes take no more for `stalledAfter`, another starts.
+    /// writes (a pool for reads has none); with `readsUnder` settings, one more for each ``ReadLane`` opened with them,
+    /// for the reads under them (``read(under:in:_:)``); with `bookkeepingUnder` settings,
+    /// ``bookkeepingConnectionCount(of:)`` more opened with them, for the bookkeeping writes under them
+    /// (``write(durability:isolation:under:_:)``). When the connections at work on grouped writes take no more for
+    /// `stalledAfter`, another starts.
     init(
         url: PostgresDatabaseURL, count: Int, groupsWrites: Bool = true, readsUnder: [(name: String, value: String)] = [],
         bookkeepingUnder: [(name: String, value: String)] = [], stalledAfter: Duration = groupStalledAfter, logger: Logger,
@@ -123,7 +124,7 @@ final class PostgresPool: StoreWriter, StoreReader {
         bookkeepingSettings = bookkeepingUnder
         let count = max(count, 1)
         let grouping = groupsWrites ? Self.groupConnectionCount(of: count) : 0
-        let settled = readsUnder.isEmpty ? 0 : 1
+        let settled = readsUnder.isEmpty ? 0 : ReadLane.allCases.count
         let bookkeeping = bookkeepingUnder.isEmpty ? 0 : Self.bookkeepingConnectionCount(of: count)
         let claiming = bookkeeping
         let bookkeepingSession = bookkeepingUnder + Self.bookkeepingDefaults
@@ -158,7 +159,9 @@ final class PostgresPool: StoreWriter, StoreReader {
         var handles = opened.handles
         claimConnections = Self.setApart(last: claiming, of: &handles)
         bookkeepingConnections = Self.setApart(last: bookkeeping, of: &handles)
-        settledReads = Self.setApart(last: settled, of: &handles)
+        var lanes: [ReadLane: ConnectionLeases<PostgresHandle>] = [:]
+        for lane in ReadLane.allCases.prefix(settled) { lanes[lane] = Self.setApart(last: 1, of: &handles) }
+        settledReads = lanes
         if grouping > 0 {
             let groupThreads = NIOThreadPool(numberOfThreads: grouping)
             groupThreads.start()
@@ -573,14 +576,14 @@ final class PostgresPool: StoreWriter, StoreReader {
         try await read(on: connections, body)
     }
 
-    /// On the connection opened with `settings` when this pool has one (``settledReads``), else on any.
+    /// On `lane`'s connection opened with `settings` when this pool has one (``settledReads``), else on any.
     func read<T: Sendable>(
-        under settings: [(name: String, value: String)], _ body: @escaping @Sendable (any SQLConnection) throws -> T
+        under settings: [(name: String, value: String)], in lane: ReadLane, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
-        guard let settledReads, settings.allSatisfy({ setting in settledReadSettings.contains { $0 == setting } }) else {
+        guard let settled = settledReads[lane], settings.allSatisfy({ setting in settledReadSettings.contains { $0 == setting } }) else {
             return try await read(body)
         }
-        return try await read(on: settledReads, body)
+        return try await read(on: settled, body)
     }
 
     private func read<T: Sendable>(
@@ -606,7 +609,7 @@ final class PostgresPool: StoreWriter, StoreReader {
 
     func close() async throws {
         try await groupConnections?.close { $0.close() }
-        try await settledReads?.close { $0.close() }
+        for lane in settledReads.values { try await lane.close { $0.close() } }
         try await bookkeepingConnections?.close { $0.close() }
         try await claimConnections?.close { $0.close() }
         try await connections.close { $0.close() }
