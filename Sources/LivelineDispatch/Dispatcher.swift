@@ -891,18 +891,25 @@ public final class Dispatcher: Service, Sendable {
                     switch await group.next() {
                     case .fanOut(let event):
                         // A full page with the sequence to send (a platform's first page): the pass may reach many more
-                        // instances than the timeline keeps. They are counted beside the sends, once.
+                        // instances than the timeline keeps. They are counted beside the sends, once; a slice's pass
+                        // takes its slice's size instead (``TimelineThinning/countWithoutReading(slice:sliceSize:)``).
                         if !counting, case .pageRead(let instances, _, .some, _) = event, instances.count >= configuration.pageSize {
                             counting = true
-                            group.addTask {
-                                // Without the count (the read failed), every attempt is written, as for a small pass.
-                                .counted(
-                                    try? await self.store.pendingInstanceCount(
-                                        appID: appID, activityID: activityID, below: claim.activity.sequence,
-                                        platforms: self.configuration.platforms, after: slice?.after, through: slice?.through,
-                                        consultingMarks: claim.sequenceMarked
+                            if let bound = TimelineThinning<[DeliveryRecord]>.countWithoutReading(
+                                slice: slice != nil, sliceSize: configuration.sliceSize
+                            ) {
+                                timeline.counted(pending: bound)
+                            } else {
+                                group.addTask {
+                                    // Without the count (the read failed), every attempt is written, as for a small pass.
+                                    .counted(
+                                        try? await self.store.pendingInstanceCount(
+                                            appID: appID, activityID: activityID, below: claim.activity.sequence,
+                                            platforms: self.configuration.platforms, after: slice?.after, through: slice?.through,
+                                            consultingMarks: claim.sequenceMarked
+                                        )
                                     )
-                                )
+                                }
                             }
                         }
                         machine.receive(event)

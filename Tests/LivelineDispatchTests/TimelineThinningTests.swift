@@ -113,6 +113,20 @@ struct TimelineThinningTests {
         #expect(thinning.passEnded() == Array(batches.suffix(4)))
     }
 
+    @Test("A slice's pass takes its slice's size as its count, unread; a whole activity's pass is counted by the Store")
+    func countWithoutReading() {
+        #expect(TimelineThinning<Batch>.countWithoutReading(slice: true, sliceSize: 10_000) == 10_000)
+        #expect(TimelineThinning<Batch>.countWithoutReading(slice: false, sliceSize: 10_000) == nil)
+        #expect(TimelineThinning<Batch>.countWithoutReading(slice: true, sliceSize: nil) == nil)
+        #expect(TimelineThinning<Batch>.countWithoutReading(slice: true, sliceSize: 0) == nil)
+        // The last slice of a plan holds fewer than the size: the slice's newest attempts are still those written.
+        let lastSlice = Self.pass(Array(repeating: 500, count: 7))
+        let size = TimelineThinning<Batch>.countWithoutReading(slice: true, sliceSize: 10_000)
+        let written = Self.written(lastSlice, keep: 1_000, pending: size)
+        Self.expectNewestKept(lastSlice, keep: 1_000, written: written)
+        #expect(written.count == 1_000)
+    }
+
     @Test("A second count is ignored; a count below nothing is nothing")
     func counts() {
         var thinning = TimelineThinning<Batch>(keep: 10)

@@ -43,6 +43,19 @@ struct TimelineThinning<Batch> {
         self.keep = max(1, keep)
     }
 
+    /// The count a pass gives ``counted(pending:)`` without asking the Store for it, when it has one: a slice of a
+    /// shared fan-out (`slice`) was cut to `sliceSize` pending instances by its plan (the last to fewer), and any count
+    /// is safe here, one too high included (the held batches are written when the pass ends). A pass over a whole
+    /// activity has none (nil): the Store counts its pending instances.
+    ///
+    /// Counted, each slice's pass cost PostgreSQL a walk of its range (`COUNT(*)` over 10,000 instances, 28 ms on
+    /// average, `pg_stat_statements`): a fan-out of 100,000 on one node counted eight slices a round, 0.22 s of
+    /// PostgreSQL's 1.2 s of CPU for the round, on the connection of the engine's reads by key.
+    static func countWithoutReading(slice: Bool, sliceSize: Int?) -> Int? {
+        guard slice, let sliceSize, sliceSize > 0 else { return nil }
+        return sliceSize
+    }
+
     /// The pass's instances still to be recorded, as the Store counted them (a first page that was full): from now
     /// on, each batch recorded is taken from it. A second count is ignored.
     mutating func counted(pending: Int) {
