@@ -48,9 +48,9 @@ struct TimelineThinning<Batch> {
     /// is safe here, one too high included (the held batches are written when the pass ends). A pass over a whole
     /// activity has none (nil): the Store counts its pending instances.
     ///
-    /// Counted, each slice's pass cost PostgreSQL a walk of its range (`COUNT(*)` over 10,000 instances, 28 ms on
-    /// average, `pg_stat_statements`): a fan-out of 100,000 on one node counted eight slices a round, 0.22 s of
-    /// PostgreSQL's 1.2 s of CPU for the round, on the connection of the engine's reads by key.
+    /// Counted, each slice's pass cost PostgreSQL a walk of its range (`COUNT(*)` over up to 10,000 instances, 20 – 30
+    /// ms each, `pg_stat_statements`): a fan-out of 100,000 on one node ran ten counts a round, 0.2 – 0.3 s of
+    /// PostgreSQL's 1.2 – 1.6 s of CPU for the round, on the connection of the engine's reads by key.
     static func countWithoutReading(slice: Bool, sliceSize: Int?) -> Int? {
         guard slice, let sliceSize, sliceSize > 0 else { return nil }
         return sliceSize
