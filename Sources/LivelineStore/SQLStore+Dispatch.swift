@@ -419,9 +419,8 @@ extension SQLStore {
 
     /// The planner settings ``dueStatement`` runs under on PostgreSQL. The readers' pool keeps a connection opened with
     /// them for the engine (``ReadLane/delivery``, with ``keyedReadSettings``, which hold them), where the read is its
-    /// statement alone: the engine's
-    /// workers ask after every wake-up, 447 times in a `bench api` of 20,000 registrations and 10,000 updates, and each
-    /// asked in a transaction of its own was four statements, four round trips.
+    /// statement alone: the engine's workers ask after every wake-up, 447 times in a `bench api` of 20,000 registrations
+    /// and 10,000 updates, and each asked in a transaction of its own was four statements, four round trips.
     ///
     /// No sorts either: the first unleased pending activity is then read in the order of `activities_due`, one row.
     /// With one `MIN` PostgreSQL read it so by itself (its plan for `MIN` over a union asks each part for its rows in

@@ -760,13 +760,13 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     /// The rows `sql` reads, run under ``keyedReadSettings``: on PostgreSQL on the readers' connection opened with them
-    /// for the delivery engine (``ReadLane/delivery``), where it keeps one plan made without the values. For the engine's reads of one activity's rows by key (its
-    /// pending instances, whether its fan-out is worth slicing, its app's credentials), which it asks for every activity
-    /// it claims: planned for their values, over 5,000 activities of one instance each (`pg_stat_statements`, a
-    /// watched burst of `bench api`), the pending instances' reads took 1,354 ms planning and 208 ms running, the look
-    /// for slices 1,064 and 117, the credentials 265 and 65. Their one plan is the walk of the primary key they were
-    /// written for, whatever the activity holds: no sorts, sequential scans, hash or merge joins
-    /// (`PostgresPlanTests.engineReadsKeepTheirPlan`).
+    /// for the delivery engine (``ReadLane/delivery``), where it keeps one plan made without the values. For the
+    /// engine's reads of one activity's rows by key (its pending instances, whether its fan-out is worth slicing, its
+    /// app's credentials), which it asks for every activity it claims: planned for their values, over 5,000 activities
+    /// of one instance each (`pg_stat_statements`, a watched burst of `bench api`), the pending instances' reads took
+    /// 1,354 ms planning and 208 ms running, the look for slices 1,064 and 117, the credentials 265 and 65. Their one
+    /// plan is the walk of the primary key they were written for, whatever the activity holds: no sorts, sequential
+    /// scans, hash or merge joins (`PostgresPlanTests.engineReadsKeepTheirPlan`).
     func readKeepingPlan(_ sql: String, _ binds: [SQLiteData]) async throws -> [StoreRow] {
         try await Self.readKeepingPlan(sql, binds, in: .delivery, on: reader)
     }

@@ -622,7 +622,9 @@ struct PostgresPlanTests {
                 #expect(Array(found.keys) == (n < 2 ? [] : [keys[0]]))
             }
             // Sent unprepared once, then prepared and run seven times, each time with the plan made first.
-            let (plans, plan) = try await preparedKeyedRead(on: store, in: .requests, join: "JOIN activities a ON", arguments: "'{app_test}', '{a-1}'")
+            let (plans, plan) = try await preparedKeyedRead(
+                on: store, in: .requests, join: "JOIN activities a ON", arguments: "'{app_test}', '{a-1}'"
+            )
             #expect(plans == [7, 0], "generic, custom: \(plans)")
             #expect(plan.contains("activities_pkey"), "\(plan)")
             for slow in ["Seq Scan", "Hash Join", "Merge Join"] {

@@ -206,7 +206,11 @@ struct SessionSettingsOnServerTests {
             )
             let holder = try PostgresHandle(url: databaseURL, logger: PostgresTestServer.logger)
             defer { holder.close() }
-            let waitingForLock = "SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            // Waits for this test's lock, in this test's database (other tests run beside it on the same server).
+            let waitingForLock = """
+                SELECT COUNT(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = 7
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                """
             do {
                 _ = try holder.query("SELECT pg_advisory_lock(7)", [])
                 // The delivery lane's read waits for the lock (giving up after 20 s, so that a read queued behind it, as

@@ -265,7 +265,7 @@ protocol StoreReader: Sendable {
 /// pages of instances (4.6 ms each, up to 43) and counts of what is pending (up to 42 ms) sat in front of the updates'
 /// reads of their activities, and updates to other activities at 100 a second were accepted in 11 – 16 ms (p50) and
 /// waited up to 352 ms (p99 138 – 323 ms a round; `bench fanout --instances 100000 --database-url …`), where
-/// PostgreSQL ran each of their own statements in under 17 ms. A lane each: p50 5 – 8 ms, p99 43 – 198 ms a round.
+/// PostgreSQL ran each of their own statements in under 17 ms. A lane each: p50 5 – 12 ms, p99 38 – 198 ms a round.
 enum ReadLane: Sendable, Hashable, CaseIterable {
     /// Reads a request of the HTTP API waits for: activities and schemas by key (every update and end reads both).
     case requests
