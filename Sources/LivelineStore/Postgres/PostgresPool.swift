@@ -124,7 +124,8 @@ final class PostgresPool: StoreWriter, StoreReader {
         bookkeepingSettings = bookkeepingUnder
         let count = max(count, 1)
         let grouping = groupsWrites ? Self.groupConnectionCount(of: count) : 0
-        let settled = readsUnder.isEmpty ? 0 : ReadLane.allCases.count
+        // One connection for each lane of the reads under settings, when there are any.
+        let lanes = readsUnder.isEmpty ? [] : ReadLane.allCases
         let bookkeeping = bookkeepingUnder.isEmpty ? 0 : Self.bookkeepingConnectionCount(of: count)
         let claiming = bookkeeping
         let bookkeepingSession = bookkeepingUnder + Self.bookkeepingDefaults
@@ -132,7 +133,7 @@ final class PostgresPool: StoreWriter, StoreReader {
         // What each connection is opened with, in the order they are set apart below.
         let sessions: [[(name: String, value: String)]] =
             Array(repeating: PostgresHandle.groupedWriteSettings, count: grouping) + Array(repeating: [], count: count)
-            + Array(repeating: readsUnder, count: settled) + Array(repeating: bookkeepingSession, count: bookkeeping)
+            + Array(repeating: readsUnder, count: lanes.count) + Array(repeating: bookkeepingSession, count: bookkeeping)
             + Array(repeating: claimSession, count: claiming)
         let threads = NIOThreadPool(numberOfThreads: count)
         threads.start()
@@ -159,9 +160,9 @@ final class PostgresPool: StoreWriter, StoreReader {
         var handles = opened.handles
         claimConnections = Self.setApart(last: claiming, of: &handles)
         bookkeepingConnections = Self.setApart(last: bookkeeping, of: &handles)
-        var lanes: [ReadLane: ConnectionLeases<PostgresHandle>] = [:]
-        for lane in ReadLane.allCases.prefix(settled) { lanes[lane] = Self.setApart(last: 1, of: &handles) }
-        settledReads = lanes
+        var settled: [ReadLane: ConnectionLeases<PostgresHandle>] = [:]
+        for lane in lanes { settled[lane] = Self.setApart(last: 1, of: &handles) }
+        settledReads = settled
         if grouping > 0 {
             let groupThreads = NIOThreadPool(numberOfThreads: grouping)
             groupThreads.start()
