@@ -238,6 +238,10 @@ extension Bench.FanOut {
             let registering = try await HTTPLoad.connect(host: "127.0.0.1", ports: nodes.ports, connections: httpConnections, eventLoop: eventLoop)
             let publishable = "Bearer \(app.publishableKey)"
             let order = BenchRequests.registrationOrder(count: instances, inIDOrder: registrationsInIDOrder)
+            // What the registrations cost each part, as `bench api` prints it: the order of registration weighs on the
+            // Store (in an order other than the device ids', each new instance lands on a page of its own).
+            let (cpuBefore, databaseCPUBefore, ownCPUBefore) = (nodes.cpuSeconds(), nodes.databaseCPUSeconds(), Bench.processCPUSeconds())
+            let machineBefore = MachineTimes.read()
             let registered = try await registering.run(count: instances) { registration in
                 let index = order[registration]
                 return LoadRequest(
@@ -246,6 +250,15 @@ extension Bench.FanOut {
                 )
             }
             Bench.say("  registrations               \(Bench.describe(registered, count: instances))")
+            var registrationCPU = "    CPU a registration: " + Bench.cpuText(
+                server: zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 },
+                database: nodes.databaseCPUSeconds().flatMap { now in databaseCPUBefore.map { now - $0 } },
+                own: Bench.processCPUSeconds() - ownCPUBefore, per: instances, unit: "registration"
+            )
+            if let idle = machineBefore.flatMap({ MachineTimes.read()?.idleShare(since: $0) }) {
+                registrationCPU += "; cores idle \(Bench.percent(idle))"
+            }
+            Bench.say(registrationCPU + (registrationsInIDOrder ? "; in order of device ids" : "; in an order other than the device ids'"))
             guard registered.succeeded == instances else {
                 throw ValidationError("Only \(registered.succeeded) of \(instances) registrations succeeded.")
             }
