@@ -8,20 +8,88 @@ import Testing
 
 @Suite("The writer: group commit and durability")
 struct DurabilityTests {
-    /// The writer's `synchronous` setting inside a write: 2 is FULL, 1 is NORMAL.
-    private func synchronous(_ store: SQLStore, _ durability: Durability) async throws -> Int? {
-        try await store.transaction(durability: durability) { db in try db.query("PRAGMA synchronous").first?.column("synchronous")?.integer }
+    @Test("a full write resumes only once the WAL is synced after its commit; a bookkeeping write does not wait for a sync")
+    func fullWritesWaitForTheirSync() async throws {
+        try await withTemporaryDirectory(prefix: "liveline-sync") { directory in
+            let gate = SyncGate()
+            let writer = try SQLiteWriter(path: directory.appendingPathComponent("store.sqlite").path, sync: gate.sync)
+            try await writer.write { db in _ = try db.query("CREATE TABLE scratch (x INTEGER)", []) }
+            gate.close()
+            let resumed = Flag()
+            let full = Task {
+                try await writer.write(durability: .full) { db in _ = try db.query("INSERT INTO scratch VALUES (1)", []) }
+                resumed.raise()
+            }
+            // The commit ends and its sync begins, held at the gate: the write has not returned.
+            while gate.waiting == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(!resumed.isRaised)
+            #expect(writer.commits == 2)
+            // A bookkeeping write commits and returns while the full write's sync is still held.
+            try await writer.write(durability: .bookkeeping) { db in _ = try db.query("INSERT INTO scratch VALUES (2)", []) }
+            #expect(!resumed.isRaised)
+            gate.open()
+            try await full.value
+            #expect(resumed.isRaised)
+            let count = try await writer.write { db in try db.query("SELECT COUNT(*) AS n FROM scratch", []).first?.column("n")?.integer }
+            #expect(count == 2)
+            try await writer.close()
+        }
     }
 
-    @Test("a bookkeeping write commits with synchronous NORMAL; a full write after it with FULL")
-    func durabilityPerBatch() async throws {
-        try await withTemporaryStore { store, _ in
-            let first = try await synchronous(store, .full)
-            let bookkeeping = try await synchronous(store, .bookkeeping)
-            let after = try await synchronous(store, .full)
-            #expect(first == 2)
-            #expect(bookkeeping == 1)
-            #expect(after == 2)
+    @Test("commits that end while a sync runs share the next sync")
+    func syncsCoalesce() async throws {
+        try await withTemporaryDirectory(prefix: "liveline-sync") { directory in
+            let gate = SyncGate()
+            let writer = try SQLiteWriter(path: directory.appendingPathComponent("store.sqlite").path, sync: gate.sync)
+            try await writer.write { db in _ = try db.query("CREATE TABLE scratch (x INTEGER)", []) }
+            let before = writer.syncs
+            gate.close()
+            var writes: [Task<Void, any Error>] = []
+            for value in 0..<4 {
+                let commits = writer.commits
+                writes.append(Task { try await writer.write { db in _ = try db.query("INSERT INTO scratch VALUES (?)", [.integer(value)]) } })
+                // Each write commits on its own while the first one's sync is held.
+                while writer.commits == commits { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            gate.open()
+            for write in writes { try await write.value }
+            // The first commit's sync, then one for the three that committed while it was held.
+            #expect(writer.syncs - before == 2)
+            try await writer.close()
+        }
+    }
+
+    @Test("a failed sync fails its writes, and every full write after it fails without running")
+    func failedSyncStopsFullWrites() async throws {
+        try await withTemporaryDirectory(prefix: "liveline-sync") { directory in
+            let failing = Flag()
+            let writer = try SQLiteWriter(path: directory.appendingPathComponent("store.sqlite").path) { descriptor in
+                guard !failing.isRaised else {
+                    errno = EIO
+                    return -1
+                }
+                return fdatasync(descriptor)
+            }
+            try await writer.write { db in _ = try db.query("CREATE TABLE scratch (x INTEGER)", []) }
+            failing.raise()
+            await #expect(throws: SQLiteFailure.self) {
+                try await writer.write { db in _ = try db.query("INSERT INTO scratch VALUES (1)", []) }
+            }
+            let ran = Flag()
+            await #expect(throws: SQLiteFailure.self) {
+                try await writer.write { db in
+                    ran.raise()
+                    _ = try db.query("INSERT INTO scratch VALUES (2)", [])
+                }
+            }
+            #expect(!ran.isRaised)
+            // Bookkeeping writes, which wait for no sync, still run.
+            let values = try await writer.write(durability: .bookkeeping) { db in
+                try db.query("SELECT x FROM scratch", []).map { $0.column("x")?.integer }
+            }
+            #expect(values == [1])
+            try await writer.close()
         }
     }
 
@@ -143,6 +211,29 @@ struct DurabilityTests {
         release.raise()
         try await holding.value
         return try await result
+    }
+}
+
+/// A sync of the WAL that can be held (``close()``) until the test lets it go (``open()``); it then syncs for real.
+private final class SyncGate: Sendable {
+    private let held = Atomic<Bool>(false)
+    private let waitingSyncs = Atomic<Int>(0)
+
+    /// Syncs held at the gate now.
+    var waiting: Int { waitingSyncs.load(ordering: .acquiring) }
+
+    func close() { held.store(true, ordering: .releasing) }
+    func open() { held.store(false, ordering: .releasing) }
+
+    var sync: WALSyncer.Sync {
+        { [self] descriptor in
+            if held.load(ordering: .acquiring) {
+                waitingSyncs.add(1, ordering: .releasing)
+                while held.load(ordering: .acquiring) { usleep(1000) }
+                waitingSyncs.subtract(1, ordering: .releasing)
+            }
+            return fdatasync(descriptor)
+        }
     }
 }
 

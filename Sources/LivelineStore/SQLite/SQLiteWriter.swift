@@ -9,11 +9,11 @@ import Synchronization
 
 /// How durable a write transaction's commit must be.
 enum Durability: Sendable {
-    /// Synced to disk before the commit returns (`PRAGMA synchronous = FULL`): what the API acknowledges, such as an
-    /// accepted update, survives a power cut.
+    /// Synced to disk before the write returns (``WALSyncer``): what the API acknowledges, such as an accepted update,
+    /// survives a power cut.
     case full
-    /// Committed without a sync of its own (`synchronous = NORMAL`): a crash of the process loses nothing, and the
-    /// next full commit syncs it along with its own; only a power cut before then can lose it. For bookkeeping that is
+    /// Committed without waiting for a sync: a crash of the process loses nothing, and the next full commit's sync
+    /// covers it along with its own; only a power cut before then can lose it. For bookkeeping that is
     /// safe to lose, such as delivery progress (an instance whose progress is lost is sent its state again, and the
     /// phone ignores what it already shows).
     case bookkeeping
@@ -25,11 +25,13 @@ enum Durability: Sendable {
 /// commit per write caps a server at the disk's syncs per second, whatever the number of clients. So writes queue
 /// here, and the writer's own thread takes every write queued so far as one batch: BEGIN, each write inside a
 /// savepoint of its own, one COMMIT, one sync. A write that fails is rolled back to its savepoint alone and fails
-/// alone; the others still commit. Each caller resumes only after the commit that holds its write, so an
-/// acknowledgement still means synced to disk; while one batch syncs, the next gathers.
+/// alone; the others still commit. Each caller of a ``Durability/full`` write resumes only once the WAL is synced after
+/// the commit that holds its write, so an acknowledgement still means synced to disk. The sync runs on a thread of its
+/// own (``WALSyncer``): while one batch syncs, the writer runs the next, and the batches that commit during a sync share
+/// the next one. (Under `synchronous = FULL` the writer's thread waited for each sync inside its COMMIT.)
 ///
-/// A batch commits with `synchronous = FULL` if any of its writes asked for ``Durability/full``, and with NORMAL when
-/// all are ``Durability/bookkeeping``.
+/// Every batch commits under `synchronous = NORMAL`; one of ``Durability/full`` writes then waits for the syncer, one of
+/// ``Durability/bookkeeping`` writes does not.
 ///
 /// What the API acknowledges goes first: while any ``Durability/full`` write waits, a batch takes the full writes (in
 /// order) and nothing else; otherwise it takes at most ``bookkeepingPerBatch`` bookkeeping writes, the oldest. The
@@ -52,6 +54,8 @@ final class SQLiteWriter: StoreWriter {
     private let thread: NIOThreadPool
     /// Checkpoints the WAL on a thread of its own, so commits here never wait for one.
     private let checkpointer: SQLiteCheckpointer
+    /// Syncs the WAL after the commits of full writes, on a thread of its own.
+    private let syncer: WALSyncer
     private let queue = Mutex(Queue())
     private let committed = Atomic<Int>(0)
     /// Commit time and commits, per durability.
@@ -64,8 +68,8 @@ final class SQLiteWriter: StoreWriter {
         var closed = false
     }
 
-    /// Opens the writer's connection on `path` with the Store's settings (WAL, FULL sync, foreign keys, and deleted
-    /// content overwritten where that costs no extra I/O).
+    /// Opens the writer's connection on `path` with the Store's settings (WAL, commits synced by ``WALSyncer`` with
+    /// `sync`, foreign keys, and deleted content overwritten where that costs no extra I/O).
     ///
     /// sqlite-nio builds SQLite with `SQLITE_SECURE_DELETE`, which overwrites every freed page with zeros: pruning a
     /// large fan-out's timeline (megabytes of attempts in overflow pages) then wrote as many megabytes of zeros to the
@@ -77,12 +81,13 @@ final class SQLiteWriter: StoreWriter {
     /// two transactions, past `walLimit` (``WALBound``). A WAL that grew past twice `walLimit` all the same (a reader
     /// held it) is cut back to that size when it next starts over (`journal_size_limit`).
     init(
-        path: String, checkpointThreshold: Int = SQLiteCheckpointer.defaultThreshold, walLimit: Int = WALBound.defaultLimit
+        path: String, checkpointThreshold: Int = SQLiteCheckpointer.defaultThreshold, walLimit: Int = WALBound.defaultLimit,
+        sync: @escaping WALSyncer.Sync = WALSyncer.systemSync
     ) throws {
         try Self.createPrivately(path)
         let handle = try SQLiteHandle(path: path)
         let pragmas = [
-            "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA foreign_keys = ON", "PRAGMA secure_delete = FAST",
+            "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL", "PRAGMA foreign_keys = ON", "PRAGMA secure_delete = FAST",
             "PRAGMA journal_size_limit = \(Self.walSizeLimit(pages: walLimit))",
         ]
         for pragma in pragmas {
@@ -90,6 +95,7 @@ final class SQLiteWriter: StoreWriter {
         }
         checkpointer = try SQLiteCheckpointer(path: path, threshold: checkpointThreshold, writerLimit: walLimit)
         handle.checkpoint(with: checkpointer)
+        syncer = WALSyncer(databasePath: path, sync: sync)
         connection = HandleBox(handle: handle)
         thread = NIOThreadPool(numberOfThreads: 1)
         thread.start()
@@ -119,7 +125,7 @@ final class SQLiteWriter: StoreWriter {
     }
 
     /// Runs `body` as one write on the writer's thread, inside a transaction it may share with other writes, and
-    /// returns once that transaction is committed (synced to disk for ``Durability/full``).
+    /// returns once that transaction is committed (and, for ``Durability/full``, the WAL synced to disk after it).
     ///
     /// Changes `body` made are rolled back when it throws. Once queued, the write runs to its end even if the caller
     /// is cancelled: the caller only learns the outcome. Every write is isolated from the others (one writer), whatever
@@ -185,11 +191,17 @@ final class SQLiteWriter: StoreWriter {
     /// Transactions committed so far: fewer than the writes when they shared commits.
     var commits: Int { committed.load(ordering: .relaxed) }
 
-    /// Refuses new writes, lets the queued ones commit, and closes the connection.
+    /// Syncs of the WAL so far (``WALSyncer``): fewer than the commits of full writes when they shared syncs.
+    var syncs: Int { syncer.syncs }
+
+    /// Refuses new writes, lets the queued ones commit and their syncs end, and closes the connection.
     func close() async throws {
         queue.withLock { $0.closed = true }
         try await checkpointer.close()
         // The thread runs one work item at a time: this one after the queue is drained.
+        try await thread.runIfActive {}
+        // Every commit has handed its callers to the syncer: they resume once their sync ends.
+        try await syncer.close()
         try await thread.runIfActive { [connection] in connection.handle.close() }
         try await thread.shutdownGracefully()
     }
@@ -241,9 +253,13 @@ final class SQLiteWriter: StoreWriter {
         let db = connection.handle
         let durability: Durability = batch.contains { $0.durability == .full } ? .full : .bookkeeping
         var pending = batch[...]
+        // After a failed sync no commit is durable: full writes fail without running (``WALSyncer``).
+        if durability == .full, let failure = syncer.failure {
+            for write in pending { write.fail(failure) }
+            return
+        }
         while !pending.isEmpty {
             do {
-                try connection.setSynchronous(durability)
                 try db.query("BEGIN IMMEDIATE")
             } catch {
                 for write in pending { write.fail(error) }
@@ -299,9 +315,21 @@ final class SQLiteWriter: StoreWriter {
                 let commitStarted = ContinuousClock.now
                 try db.query("COMMIT")
                 committed.add(1, ordering: .relaxed)
-                metrics.committed(durability, took: ContinuousClock.now - commitStarted)
-                for write in held { write.succeed() }
                 requeueAtHead(gaveWay)
+                switch durability {
+                case .full:
+                    // Its callers resume once the WAL is synced; meanwhile the writer takes the next batch.
+                    syncer.afterSync { [metrics, held] synced in
+                        metrics.committed(.full, took: ContinuousClock.now - commitStarted)
+                        switch synced {
+                        case .success: for write in held { write.succeed() }
+                        case .failure(let failure): for write in held { write.fail(failure) }
+                        }
+                    }
+                case .bookkeeping:
+                    metrics.committed(.bookkeeping, took: ContinuousClock.now - commitStarted)
+                    for write in held { write.succeed() }
+                }
             } catch {
                 _ = try? db.query("ROLLBACK")
                 for write in held { write.fail(error) }
@@ -311,19 +339,12 @@ final class SQLiteWriter: StoreWriter {
     }
 }
 
-/// The writer's connection, used only on the writer's thread (hence unchecked), and its `synchronous` setting.
+/// The writer's connection, used only on the writer's thread (hence unchecked).
 private final class HandleBox: @unchecked Sendable {
     let handle: SQLiteHandle
-    private var synchronous: Durability = .full
 
     init(handle: SQLiteHandle) {
         self.handle = handle
-    }
-
-    func setSynchronous(_ durability: Durability) throws {
-        guard durability != synchronous else { return }
-        try handle.query(durability == .full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL")
-        synchronous = durability
     }
 }
 
@@ -338,7 +359,8 @@ private protocol QueuedWrite: Sendable {
     func fail(_ error: any Error)
 }
 
-/// A write and its caller. Its result is set and read on the writer's thread only (hence unchecked).
+/// A write and its caller. Its result is set on the writer's thread, and read there or, for a full write, on the
+/// syncer's thread after the commit (the syncer's lock, taken by both in turn, orders the two; hence unchecked).
 private final class Write<T: Sendable>: QueuedWrite, @unchecked Sendable {
     let durability: Durability
     private let body: @Sendable (any SQLConnection) throws -> T
