@@ -10,10 +10,8 @@ import Testing
 struct DurabilityTests {
     @Test("a full write resumes only once the WAL is synced after its commit; a bookkeeping write does not wait for a sync")
     func fullWritesWaitForTheirSync() async throws {
-        try await withTemporaryDirectory(prefix: "liveline-sync") { directory in
-            let gate = SyncGate()
-            let writer = try SQLiteWriter(path: directory.appendingPathComponent("store.sqlite").path, sync: gate.sync)
-            try await writer.write { db in _ = try db.query("CREATE TABLE scratch (x INTEGER)", []) }
+        let gate = SyncGate()
+        try await withScratchWriter(sync: gate.sync) { writer in
             gate.close()
             let resumed = Flag()
             let full = Task {
@@ -33,16 +31,13 @@ struct DurabilityTests {
             #expect(resumed.isRaised)
             let count = try await writer.write { db in try db.query("SELECT COUNT(*) AS n FROM scratch", []).first?.column("n")?.integer }
             #expect(count == 2)
-            try await writer.close()
         }
     }
 
     @Test("commits that end while a sync runs share the next sync")
     func syncsCoalesce() async throws {
-        try await withTemporaryDirectory(prefix: "liveline-sync") { directory in
-            let gate = SyncGate()
-            let writer = try SQLiteWriter(path: directory.appendingPathComponent("store.sqlite").path, sync: gate.sync)
-            try await writer.write { db in _ = try db.query("CREATE TABLE scratch (x INTEGER)", []) }
+        let gate = SyncGate()
+        try await withScratchWriter(sync: gate.sync) { writer in
             let before = writer.syncs
             gate.close()
             var writes: [Task<Void, any Error>] = []
@@ -56,22 +51,20 @@ struct DurabilityTests {
             for write in writes { try await write.value }
             // The first commit's sync, then one for the three that committed while it was held.
             #expect(writer.syncs - before == 2)
-            try await writer.close()
         }
     }
 
     @Test("a failed sync fails its writes, and every full write after it fails without running")
     func failedSyncStopsFullWrites() async throws {
-        try await withTemporaryDirectory(prefix: "liveline-sync") { directory in
-            let failing = Flag()
-            let writer = try SQLiteWriter(path: directory.appendingPathComponent("store.sqlite").path) { descriptor in
-                guard !failing.isRaised else {
-                    errno = EIO
-                    return -1
-                }
-                return fdatasync(descriptor)
+        let failing = Flag()
+        let sync: WALSyncer.Sync = { descriptor in
+            guard !failing.isRaised else {
+                errno = EIO
+                return -1
             }
-            try await writer.write { db in _ = try db.query("CREATE TABLE scratch (x INTEGER)", []) }
+            return fdatasync(descriptor)
+        }
+        try await withScratchWriter(sync: sync) { writer in
             failing.raise()
             await #expect(throws: SQLiteFailure.self) {
                 try await writer.write { db in _ = try db.query("INSERT INTO scratch VALUES (1)", []) }
@@ -89,7 +82,6 @@ struct DurabilityTests {
                 try db.query("SELECT x FROM scratch", []).map { $0.column("x")?.integer }
             }
             #expect(values == [1])
-            try await writer.close()
         }
     }
 
@@ -189,6 +181,22 @@ struct DurabilityTests {
             #expect(first < full && full < others)
             // The holding write's commit, the first part's, the full write's, the other parts'.
             #expect(writer.commits - before == 4)
+        }
+    }
+
+    /// Runs `body` with a writer of its own on a new database (syncing its WAL with `sync`) that holds an empty table
+    /// `scratch (x INTEGER)`, and closes the writer after it.
+    private func withScratchWriter(sync: @escaping WALSyncer.Sync, _ body: (SQLiteWriter) async throws -> Void) async throws {
+        try await withTemporaryDirectory(prefix: "liveline-sync") { directory in
+            let writer = try SQLiteWriter(path: directory.appendingPathComponent("store.sqlite").path, sync: sync)
+            try await writer.write { db in _ = try db.query("CREATE TABLE scratch (x INTEGER)", []) }
+            do {
+                try await body(writer)
+            } catch {
+                try? await writer.close()
+                throw error
+            }
+            try await writer.close()
         }
     }
 
