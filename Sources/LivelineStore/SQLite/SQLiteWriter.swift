@@ -86,8 +86,14 @@ final class SQLiteWriter: StoreWriter {
     ) throws {
         try Self.createPrivately(path)
         let handle = try SQLiteHandle(path: path)
+        // Durable commits are those the syncer has synced the WAL after (``WALSyncer``): in WAL mode only.
+        let mode = try handle.query("PRAGMA journal_mode = WAL").first?.column("journal_mode")?.string
+        guard mode == "wal" else {
+            handle.close()
+            throw SQLiteFailure(code: 1, message: "\(path) could not be switched to WAL mode (its journal mode is \(mode ?? "unknown"))")
+        }
         let pragmas = [
-            "PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL", "PRAGMA foreign_keys = ON", "PRAGMA secure_delete = FAST",
+            "PRAGMA synchronous = NORMAL", "PRAGMA foreign_keys = ON", "PRAGMA secure_delete = FAST",
             "PRAGMA journal_size_limit = \(Self.walSizeLimit(pages: walLimit))",
         ]
         for pragma in pragmas {

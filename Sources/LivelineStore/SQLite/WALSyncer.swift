@@ -131,7 +131,8 @@ final class WALSyncer: Sendable {
     private func syncOnce(_ known: Int32) -> Result<Void, SQLiteFailure> {
         var descriptor = known
         if descriptor < 0 {
-            descriptor = open(walPath, O_RDWR | O_CLOEXEC)
+            // Read-only is enough for a sync (Linux); this descriptor never writes.
+            descriptor = open(walPath, O_RDONLY | O_CLOEXEC)
             guard descriptor >= 0 else { return failed("cannot open \(walPath) to sync it: \(Self.errorText())") }
             state.withLock { $0.descriptor = descriptor }
         }
