@@ -127,13 +127,17 @@ final class WALSyncer: Sendable {
         }
     }
 
-    /// One sync of the WAL, opening it first if need be; a failure is kept for every later sync.
+    /// One sync of the WAL, opening it first if need be; a failed sync is kept for every later one. A WAL that could not
+    /// be opened (no descriptor left, say) fails the writes waiting, and the next sync tries again: nothing was synced,
+    /// so nothing is in doubt, and the next sync that succeeds covers their commits too.
     private func syncOnce(_ known: Int32) -> Result<Void, SQLiteFailure> {
         var descriptor = known
         if descriptor < 0 {
             // Read-only is enough for a sync (Linux); this descriptor never writes.
             descriptor = open(walPath, O_RDONLY | O_CLOEXEC)
-            guard descriptor >= 0 else { return failed("cannot open \(walPath) to sync it: \(Self.errorText())") }
+            guard descriptor >= 0 else {
+                return .failure(SQLiteFailure(code: 10, message: "cannot open \(walPath) to sync it: \(Self.errorText())"))
+            }
             state.withLock { $0.descriptor = descriptor }
         }
         guard sync(descriptor) == 0 else { return failed("the disk did not sync \(walPath): \(Self.errorText())") }
@@ -142,7 +146,7 @@ final class WALSyncer: Sendable {
     }
 
     private func failed(_ message: String) -> Result<Void, SQLiteFailure> {
-        // SQLITE_IOERR: what SQLite's own COMMIT reports when its sync fails.
+        // SQLITE_IOERR (10): what SQLite's own COMMIT reports when its sync fails.
         let failure = SQLiteFailure(code: 10, message: message)
         state.withLock { state in
             if state.failure == nil { state.failure = failure }
