@@ -108,21 +108,8 @@ extension Bench {
 
                 let perActivity = self.perActivity
                 let publishable = "Bearer \(app.publishableKey)"
-                var cpu = nodes.cpuSeconds()
-                var databaseCPU = nodes.databaseCPUSeconds()
-                var ownCPU = Bench.processCPUSeconds()
-                var machine = MachineTimes.read()
-                // The CPU each part spent since the last call, and the share of the machine's cores left idle meanwhile;
-                // the counts then start afresh.
-                func spent() -> CPUSpent {
-                    let (server, database, own) = (nodes.cpuSeconds(), nodes.databaseCPUSeconds(), Bench.processCPUSeconds())
-                    let machineNow = MachineTimes.read()
-                    defer { (cpu, databaseCPU, ownCPU, machine) = (server, database, own, machineNow) }
-                    return CPUSpent(
-                        server: zip(server, cpu).map { $0 - $1 }, database: database.flatMap { now in databaseCPU.map { now - $0 } },
-                        own: own - ownCPU, coresIdle: machine.flatMap { before in machineNow?.idleShare(since: before) }
-                    )
-                }
+                var meter = Bench.CPUMeter(nodes: nodes)
+                func spent() -> Bench.CPUSpent { meter.spent() }
                 if healthz > 0 {
                     let answered = try await load.run(count: healthz) { _ in
                         LoadRequest(method: .GET, uri: "/healthz", authorization: publishable, body: nil)
@@ -244,24 +231,9 @@ extension Bench {
             max(.milliseconds(100), lastTook * 9)
         }
 
-        /// What a part of the run spent: CPU seconds of the servers (each node's), of PostgreSQL's cluster when it is
-        /// measured (``PostgresClusterCPU``) and of the bench itself, and the share of the machine's cores left idle.
-        struct CPUSpent {
-            var server: [Double]
-            var database: Double?
-            var own: Double
-            var coresIdle: Double?
-        }
-
-        /// `    CPU a registration: server 83.5 µs, load generator 20.4 µs; cores idle 12 %`: CPU seconds spent over
-        /// `requests` requests (the servers' added up, then each node's when there are several), with PostgreSQL's
-        /// cluster's beside the servers' when it is measured, and the machine's idle share (``MachineTimes``). Nothing for
-        /// a part of no requests.
-        private func printCPU(_ what: String, requests: Int, _ spent: CPUSpent) {
-            guard requests > 0 else { return }
-            var line = "    CPU \(what): " + Bench.cpuText(server: spent.server, database: spent.database, own: spent.own, per: requests, unit: "request")
-            if let idle = spent.coresIdle { line += "; cores idle \(Bench.percent(idle))" }
-            Bench.say(line)
+        /// Says ``Bench/cpuLine(_:requests:_:)``'s line, if any.
+        private func printCPU(_ what: String, requests: Int, _ spent: Bench.CPUSpent) {
+            if let line = Bench.cpuLine(what, requests: requests, spent) { Bench.say(line) }
         }
     }
 }

@@ -240,8 +240,7 @@ extension Bench.FanOut {
             let order = BenchRequests.registrationOrder(count: instances, inIDOrder: registrationsInIDOrder)
             // What the registrations cost each part, as `bench api` prints it: the order of registration weighs on the
             // Store (in an order other than the device ids', each new instance lands on a page of its own).
-            let (cpuBefore, databaseCPUBefore, ownCPUBefore) = (nodes.cpuSeconds(), nodes.databaseCPUSeconds(), Bench.processCPUSeconds())
-            let machineBefore = MachineTimes.read()
+            var meter = Bench.CPUMeter(nodes: nodes)
             let registered = try await registering.run(count: instances) { registration in
                 let index = order[registration]
                 return LoadRequest(
@@ -250,15 +249,9 @@ extension Bench.FanOut {
                 )
             }
             Bench.say("  registrations               \(Bench.describe(registered, count: instances))")
-            var registrationCPU = "    CPU a registration: " + Bench.cpuText(
-                server: zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 },
-                database: nodes.databaseCPUSeconds().flatMap { now in databaseCPUBefore.map { now - $0 } },
-                own: Bench.processCPUSeconds() - ownCPUBefore, per: instances, unit: "registration"
-            )
-            if let idle = machineBefore.flatMap({ MachineTimes.read()?.idleShare(since: $0) }) {
-                registrationCPU += "; cores idle \(Bench.percent(idle))"
+            if let line = Bench.cpuLine("a registration", requests: instances, meter.spent()) {
+                Bench.say(line + (registrationsInIDOrder ? "; in order of device ids" : "; in an order other than the device ids'"))
             }
-            Bench.say(registrationCPU + (registrationsInIDOrder ? "; in order of device ids" : "; in an order other than the device ids'"))
             guard registered.succeeded == instances else {
                 throw ValidationError("Only \(registered.succeeded) of \(instances) registrations succeeded.")
             }
