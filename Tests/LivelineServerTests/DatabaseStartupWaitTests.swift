@@ -79,14 +79,16 @@ struct DatabaseStartupWaitTests {
     "A server started before its PostgreSQL database", .enabled(if: PostgresTestServer.url != nil, "LIVELINE_TEST_POSTGRES_URL is not set")
 )
 struct DatabaseStartupTests {
-    /// The configuration of `liveline serve` on the database at `url`, reached through `port` of loopback when given.
-    static func configuration(_ url: String, port: Int? = nil, database: String? = nil, wait: Duration) throws -> LivelineConfiguration {
+    /// The configuration of `liveline serve` on the database at `url`, reached through `port` of loopback when given,
+    /// with its data directory in `directory` (the server creates it; the test removes it).
+    static func configuration(
+        _ url: String, port: Int? = nil, database: String? = nil, wait: Duration, in directory: URL
+    ) throws -> LivelineConfiguration {
         var through = try PostgresDatabaseURL(url)
         if let port { through.port = port }
         if let database { through = through.with(database: database) }
         var configuration = LivelineConfiguration(
-            dataDirectory: FileManager.default.temporaryDirectory.appendingPathComponent("liveline-startup-\(UUID().uuidString)").path,
-            database: through.urlString
+            dataDirectory: directory.appendingPathComponent("data-\(UUID().uuidString)").path, database: through.urlString
         )
         configuration.databaseStartupWait = wait
         return configuration
@@ -95,53 +97,64 @@ struct DatabaseStartupTests {
     @Test("the database comes up two seconds after the server starts: the server waits for it, migrates it and opens")
     func databaseComesUpLater() async throws {
         try await withTemporaryPostgresDatabase { url in
-            let target = try PostgresDatabaseURL(url)
-            let port = try await Relay.freePort()
-            let configuration = try Self.configuration(url, port: port, wait: .seconds(30))
-            let relay = Task {
-                try await Task.sleep(for: .seconds(2))
-                return try await Relay.start(port: port, to: target.host, port: target.port)
+            try await withTemporaryDirectory(prefix: "liveline-startup") { directory in
+                let target = try PostgresDatabaseURL(url)
+                let port = try await Relay.freePort()
+                let configuration = try Self.configuration(url, port: port, wait: .seconds(30), in: directory)
+                let relay = Task {
+                    try await Task.sleep(for: .seconds(2))
+                    return try await Relay.start(port: port, to: target.host, port: target.port)
+                }
+                let started = ContinuousClock.now
+                let store = try await LivelineApplication.openStore(configuration, waitingForDatabase: true, logger: Logger(label: "test"))
+                let waited = started.duration(to: .now)
+                #expect(try await store.schemaVersion() > 0)
+                #expect(waited >= .seconds(2))
+                try await store.close()
+                try await relay.value.close()
             }
-            let started = ContinuousClock.now
-            let store = try await LivelineApplication.openStore(configuration, waitingForDatabase: true, logger: Logger(label: "test"))
-            let waited = started.duration(to: .now)
-            #expect(try await store.schemaVersion() > 0)
-            #expect(waited >= .seconds(2))
-            try await store.close()
-            try await relay.value.close()
         }
     }
 
     @Test("with nothing listening, the server gives up once its wait has passed, and at once without a wait")
     func nothingListening() async throws {
         let url = try #require(PostgresTestServer.url)
-        let port = try await Relay.freePort()
-        let started = ContinuousClock.now
-        await #expect(throws: PostgresFailure.self) {
-            try await LivelineApplication.openStore(
-                try Self.configuration(url, port: port, wait: .seconds(2)), waitingForDatabase: true, logger: Logger(label: "test")
-            )
+        try await withTemporaryDirectory(prefix: "liveline-startup") { directory in
+            let port = try await Relay.freePort()
+            let started = ContinuousClock.now
+            await #expect(throws: PostgresFailure.self) {
+                try await LivelineApplication.openStore(
+                    try Self.configuration(url, port: port, wait: .seconds(2), in: directory), waitingForDatabase: true,
+                    logger: Logger(label: "test")
+                )
+            }
+            let waited = started.duration(to: .now)
+            #expect(waited >= .seconds(2) && waited < .seconds(25))
+            let again = ContinuousClock.now
+            // The one-shot commands open without waiting (a refused connection fails in milliseconds; the wait would be 30 s).
+            await #expect(throws: PostgresFailure.self) {
+                try await LivelineApplication.openStore(
+                    try Self.configuration(url, port: port, wait: .seconds(30), in: directory), logger: Logger(label: "test")
+                )
+            }
+            #expect(again.duration(to: .now) < .seconds(15))
         }
-        let waited = started.duration(to: .now)
-        #expect(waited >= .seconds(2) && waited < .seconds(25))
-        let again = ContinuousClock.now
-        // The one-shot commands open without waiting (a refused connection fails in milliseconds; the wait would be 30 s).
-        await #expect(throws: PostgresFailure.self) {
-            try await LivelineApplication.openStore(try Self.configuration(url, port: port, wait: .seconds(30)), logger: Logger(label: "test"))
-        }
-        #expect(again.duration(to: .now) < .seconds(15))
     }
 
     @Test("a database that does not exist fails at once, whatever the wait")
     func noSuchDatabase() async throws {
         let url = try #require(PostgresTestServer.url)
-        let configuration = try Self.configuration(url, database: "liveline_no_such_\(UInt32.random(in: 0...UInt32.max))", wait: .seconds(30))
-        let started = ContinuousClock.now
-        let failure = await #expect(throws: PostgresFailure.self) {
-            try await LivelineApplication.openStore(configuration, waitingForDatabase: true, logger: Logger(label: "test"))
+        try await withTemporaryDirectory(prefix: "liveline-startup") { directory in
+            let configuration = try Self.configuration(
+                url, database: "liveline_no_such_\(UInt32.random(in: 0...UInt32.max))", wait: .seconds(30), in: directory
+            )
+            let started = ContinuousClock.now
+            let failure = await #expect(throws: PostgresFailure.self) {
+                try await LivelineApplication.openStore(configuration, waitingForDatabase: true, logger: Logger(label: "test"))
+            }
+            #expect(failure?.sqlState == "3D000")
+            #expect(started.duration(to: .now) < .seconds(5))
         }
-        #expect(failure?.sqlState == "3D000")
-        #expect(started.duration(to: .now) < .seconds(5))
     }
 }
 
