@@ -54,6 +54,60 @@ struct DurabilityTests {
         }
     }
 
+    @Test("a full write that changes nothing returns without a sync of its own once every commit before it is synced")
+    func unchangedWriteTakesNoSync() async throws {
+        let gate = SyncGate()
+        try await withScratchWriter(sync: gate.sync) { writer in
+            // The table's creation was synced before it returned. From here every sync is held at the gate: a write
+            // that waited for one would not return.
+            let syncs = writer.syncs
+            gate.close()
+            let done = Flag()
+            let unchanged = Task {
+                try await writer.write { db in _ = try db.query("UPDATE scratch SET x = 5 WHERE x = -1", []) }
+                done.raise()
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !done.isRaised, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+            #expect(done.isRaised)
+            #expect(gate.waiting == 0)
+            gate.open()
+            try await unchanged.value
+            #expect(writer.syncs == syncs)
+        }
+    }
+
+    @Test("a full write that changes nothing waits for the sync of a commit before it, full or bookkeeping")
+    func unchangedWriteWaitsForEarlierCommits() async throws {
+        let gate = SyncGate()
+        try await withScratchWriter(sync: gate.sync) { writer in
+            gate.close()
+            let inserted = Task { try await writer.write { db in _ = try db.query("INSERT INTO scratch VALUES (1)", []) } }
+            while gate.waiting == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            let done = Flag()
+            let unchanged = Task {
+                // It reads the row whose commit is not synced yet.
+                let count = try await writer.write { db in try db.query("SELECT COUNT(*) AS n FROM scratch", []).first?.column("n")?.integer }
+                done.raise()
+                return count
+            }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(!done.isRaised)
+            gate.open()
+            try await inserted.value
+            #expect(try await unchanged.value == 1)
+            // A bookkeeping commit is synced only by the next full write's sync: a write that changes nothing after it
+            // waits for one.
+            try await writer.write(durability: .bookkeeping) { db in _ = try db.query("INSERT INTO scratch VALUES (2)", []) }
+            let syncs = writer.syncs
+            _ = try await writer.write { db in try db.query("SELECT COUNT(*) AS n FROM scratch", []) }
+            #expect(writer.syncs == syncs + 1)
+            // Now everything is synced: the next one takes none.
+            _ = try await writer.write { db in try db.query("SELECT COUNT(*) AS n FROM scratch", []) }
+            #expect(writer.syncs == syncs + 1)
+        }
+    }
+
     @Test("a failed sync fails its writes, and every full write after it fails without running")
     func failedSyncStopsFullWrites() async throws {
         let failing = Flag()
@@ -271,5 +325,55 @@ struct WriterBatchTests {
         var queue: [Durability] = Array(repeating: .full, count: SQLiteWriter.batchLimit + 3)
         #expect(SQLiteWriter.takeBatch(from: &queue) { $0 }.count == SQLiteWriter.batchLimit)
         #expect(queue.count == 3)
+    }
+}
+
+/// When a full write's callers resume, without a disk (``SyncLedger``).
+@Suite("The syncer's ledger")
+struct SyncLedgerTests {
+    @Test("a commit that wrote frames waits for the next sync; one that wrote none resumes at once when everything before it is synced")
+    func framesWait() {
+        var ledger = SyncLedger()
+        #expect(ledger.fullCommitted(wroteFrames: false) == .now)
+        #expect(ledger.fullCommitted(wroteFrames: true) == .afterNextSync)
+        // The first commit is not synced yet: a write that changed nothing after it waits too.
+        #expect(ledger.fullCommitted(wroteFrames: false) == .afterNextSync)
+        ledger.succeeded(through: ledger.syncMark)
+        #expect(ledger.fullCommitted(wroteFrames: false) == .now)
+    }
+
+    @Test("a sync covers the commits recorded before it began, not those after")
+    func syncCoversWhatCameBefore() {
+        var ledger = SyncLedger()
+        _ = ledger.fullCommitted(wroteFrames: true)
+        let mark = ledger.syncMark
+        _ = ledger.fullCommitted(wroteFrames: true)
+        ledger.succeeded(through: mark)
+        #expect(ledger.fullCommitted(wroteFrames: false) == .afterNextSync)
+        ledger.succeeded(through: ledger.syncMark)
+        #expect(ledger.fullCommitted(wroteFrames: false) == .now)
+        // An older sync that ends late takes nothing back.
+        ledger.succeeded(through: mark)
+        #expect(ledger.synced == ledger.written)
+    }
+
+    @Test("a failed sync records nothing: writes that changed nothing keep waiting")
+    func failedSyncCoversNothing() {
+        var ledger = SyncLedger()
+        _ = ledger.fullCommitted(wroteFrames: true)
+        _ = ledger.syncMark  // a sync begins, and fails: nothing is recorded
+        #expect(ledger.fullCommitted(wroteFrames: false) == .afterNextSync)
+        #expect(ledger.synced == 0)
+    }
+
+    @Test("a bookkeeping commit's frames wait for the next full write's sync, and a write that changed nothing with them")
+    func bookkeepingFramesCount() {
+        var ledger = SyncLedger()
+        ledger.bookkeepingCommitted(wroteFrames: false)
+        #expect(ledger.fullCommitted(wroteFrames: false) == .now)
+        ledger.bookkeepingCommitted(wroteFrames: true)
+        #expect(ledger.fullCommitted(wroteFrames: false) == .afterNextSync)
+        ledger.succeeded(through: ledger.syncMark)
+        #expect(ledger.fullCommitted(wroteFrames: false) == .now)
     }
 }

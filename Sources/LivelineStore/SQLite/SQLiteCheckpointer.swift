@@ -25,6 +25,7 @@ final class SQLiteCheckpointer: Sendable {
     /// When the writer checkpoints itself; read and written on the writer's thread alone (the lock is never contended).
     private let bound: Mutex<WALBound>
     private let completedByWriter = Atomic<Int>(0)
+    private let framed = Atomic<Int>(0)
 
     private struct State {
         /// Whether a checkpoint is queued or running: the WAL's growth meanwhile asks for no second one.
@@ -54,9 +55,14 @@ final class SQLiteCheckpointer: Sendable {
     /// Checkpoints run so far on the checkpointer's thread.
     var checkpoints: Int { completed.load(ordering: .relaxed) }
 
+    /// The writer's commits that wrote frames to the WAL so far: SQLite reports each one (``walGrew(to:)``) before
+    /// its COMMIT returns, and none that wrote nothing. Read on the writer's thread.
+    var framedCommits: Int { framed.load(ordering: .relaxed) }
+
     /// The writer's WAL holds `pages` pages after a commit: a checkpoint starts past ``threshold``, unless one is under
     /// way. Called on the writer's thread; it only queues the work.
     func walGrew(to pages: Int) {
+        framed.add(1, ordering: .relaxed)
         bound.withLock { $0.walGrew(to: pages) }
         guard pages >= threshold else { return }
         let start = state.withLock { state in

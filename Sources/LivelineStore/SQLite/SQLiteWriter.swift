@@ -28,7 +28,8 @@ enum Durability: Sendable {
 /// alone; the others still commit. Each caller of a ``Durability/full`` write resumes only once the WAL is synced after
 /// the commit that holds its write, so an acknowledgement still means synced to disk. The sync runs on a thread of its
 /// own (``WALSyncer``): while one batch syncs, the writer runs the next, and the batches that commit during a sync share
-/// the next one. (Under `synchronous = FULL` the writer's thread waited for each sync inside its COMMIT.)
+/// the next one. (Under `synchronous = FULL` the writer's thread waited for each sync inside its COMMIT.) A batch whose
+/// commit wrote nothing waits only for the commits before it to be synced (``SyncLedger``).
 ///
 /// Every batch commits under `synchronous = NORMAL`; one of ``Durability/full`` writes then waits for the syncer, one of
 /// ``Durability/bookkeeping`` writes does not.
@@ -319,13 +320,16 @@ final class SQLiteWriter: StoreWriter {
             }
             do {
                 let commitStarted = ContinuousClock.now
+                let framedBefore = checkpointer.framedCommits
                 try db.query("COMMIT")
+                let wroteFrames = checkpointer.framedCommits != framedBefore
                 committed.add(1, ordering: .relaxed)
                 requeueAtHead(gaveWay)
                 switch durability {
                 case .full:
-                    // Its callers resume once the WAL is synced; meanwhile the writer takes the next batch.
-                    syncer.afterSync { [metrics, held] synced in
+                    // Its callers resume once the WAL is synced (at once when it wrote nothing and every commit before it
+                    // is synced: ``SyncLedger``); meanwhile the writer takes the next batch.
+                    syncer.afterSync(wroteFrames: wroteFrames) { [metrics, held] synced in
                         metrics.committed(.full, took: ContinuousClock.now - commitStarted)
                         switch synced {
                         case .success: for write in held { write.succeed() }
@@ -333,6 +337,7 @@ final class SQLiteWriter: StoreWriter {
                         }
                     }
                 case .bookkeeping:
+                    syncer.bookkeepingCommitted(wroteFrames: wroteFrames)
                     metrics.committed(.bookkeeping, took: ContinuousClock.now - commitStarted)
                     for write in held { write.succeed() }
                 }

@@ -33,6 +33,9 @@ import Synchronization
 /// the delivery engine, may see a write whose caller has not been answered yet. A power cut in that window loses the
 /// write, which was never acknowledged; a crash of the process loses nothing (the pages are in the kernel's cache).
 ///
+/// A full write whose commit wrote nothing to the WAL waits for no sync of its own: it resumes at once when every commit
+/// before it is synced, and with the next sync otherwise (``SyncLedger``).
+///
 /// A sync that fails (an I/O error of the disk) leaves it unknown what reached the disk, and a later sync may succeed
 /// without having written what the failed one did not (a WAL with a hole, whose recovery stops at the hole): from then on
 /// every waiting and later durable write fails with that error (``failure``), as PostgreSQL stops rather than retry a
@@ -69,6 +72,8 @@ final class WALSyncer: Sendable {
         var descriptor: Int32 = -1
         /// The first sync that failed: every later one fails with it.
         var failure: SQLiteFailure?
+        /// Which commits the syncs so far cover.
+        var ledger = SyncLedger()
     }
 
     /// A syncer of the WAL of the database at `databasePath` (the file `<databasePath>-wal`), with `sync`.
@@ -85,15 +90,26 @@ final class WALSyncer: Sendable {
     /// The failure of a sync, after which no write is durable any more (``WALSyncer``).
     var failure: SQLiteFailure? { state.withLock { $0.failure } }
 
-    /// Runs `completion` on the syncer's thread once the WAL is synced after a commit that has just ended (or with the
-    /// failure that stops every sync). Called on the writer's thread, after the COMMIT; it only queues the work.
-    func afterSync(_ completion: @escaping Completion) {
-        let start = state.withLock { state in
+    /// Runs `completion` on the syncer's thread once the WAL is synced after a full write's commit that has just ended
+    /// (or with the failure that stops every sync); when that commit wrote no frame (`wroteFrames` false) and every
+    /// commit before it is synced, at once, on the caller's thread (``SyncLedger``). Called on the writer's thread, after
+    /// the COMMIT; it only queues the work.
+    func afterSync(wroteFrames: Bool, _ completion: @escaping Completion) {
+        let (now, start) = state.withLock { state in
+            if state.ledger.fullCommitted(wroteFrames: wroteFrames) == .now, state.failure == nil { return (true, false) }
             state.waiting.append(completion)
             defer { state.syncing = true }
-            return !state.syncing
+            return (false, !state.syncing)
         }
+        if now { completion(.success(())) }
         if start { thread.submit { [self] _ in drain() } }
+    }
+
+    /// A bookkeeping write's commit has just ended: its frames, if it wrote any, are synced by the next sync, which a
+    /// later write that changed nothing waits for (``SyncLedger``). Called on the writer's thread, after the COMMIT.
+    func bookkeepingCommitted(wroteFrames: Bool) {
+        guard wroteFrames else { return }
+        state.withLock { $0.ledger.bookkeepingCommitted(wroteFrames: true) }
     }
 
     /// Lets the syncs under way and queued finish, and closes the WAL's descriptor.
@@ -113,16 +129,17 @@ final class WALSyncer: Sendable {
 
     private func drain() {
         while true {
-            let next: (waiting: [Completion], descriptor: Int32, failure: SQLiteFailure?)? = state.withLock { state in
+            let next: (waiting: [Completion], descriptor: Int32, failure: SQLiteFailure?, mark: Int)? = state.withLock { state in
                 guard !state.waiting.isEmpty else {
                     state.syncing = false
                     return nil
                 }
                 defer { state.waiting = [] }
-                return (state.waiting, state.descriptor, state.failure)
+                return (state.waiting, state.descriptor, state.failure, state.ledger.syncMark)
             }
             guard let batch = next else { return }
             let result = batch.failure.map { Result<Void, SQLiteFailure>.failure($0) } ?? syncOnce(batch.descriptor)
+            if case .success = result { state.withLock { $0.ledger.succeeded(through: batch.mark) } }
             for completion in batch.waiting { completion(result) }
         }
     }
