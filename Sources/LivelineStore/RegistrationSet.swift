@@ -8,8 +8,10 @@ import LivelineCore
 /// the registrations ran one after another in the order given: the first registration to an unknown activity creates
 /// it (the ones after it find it), a registration naming another channel than its activity's, or to an ended activity,
 /// is refused, and one to an activity with accepted state is caught up. It leaves to the body (``SetWriteOutcome/alone``)
-/// what it does not decide: a device that already has an instance (a new token, a confirmed start, the same
-/// registration again) or that comes twice, and the attributes of an activity created earlier without them.
+/// what it does not decide: a device that already has an instance (a new token, a confirmed start) or that comes
+/// twice, and the attributes of an activity created earlier without them. The same registration again, the most
+/// common of all (an app registers its token at every launch), it answers itself once its instance has been read
+/// under its lock (``unchangedCandidates``, ``answerUnchanged(_:members:activities:)``): the body would write nothing.
 struct RegistrationSet {
     /// An instance, by its key.
     struct InstanceKey: Hashable, Sendable {
@@ -55,6 +57,10 @@ struct RegistrationSet {
     private(set) var catchingUp: [ActivityKey] = []
     /// The events to record, each at its registration's time, in order.
     private(set) var events: [(event: NewEvent, nowMillis: Int)] = []
+    /// The members (by index) left to their bodies whose devices have instances already and come once in the set: the
+    /// ones ``answerUnchanged(_:members:activities:)`` may answer. (A device that comes twice keeps its bodies, which
+    /// run in order.)
+    private(set) var unchangedCandidates: [Int] = []
 
     /// Decides `members`, in order: `activities` holds the rows found of their activities (by key; an activity missing
     /// from it does not exist), `existing` the instances found of their devices.
@@ -62,11 +68,13 @@ struct RegistrationSet {
         var activities = found
         var instances = existing
         var catchingUp = Set<ActivityKey>()
-        for member in members {
+        let times = Dictionary(members.map { (Self.key(of: $0.registration), 1) }, uniquingKeysWith: +)
+        for (index, member) in members.enumerated() {
             let r = member.registration
             let key = ActivityKey(appID: r.appID, activityID: r.activityID)
-            let instanceKey = InstanceKey(appID: r.appID, activityID: r.activityID, deviceID: r.deviceID)
+            let instanceKey = Self.key(of: r)
             guard !instances.contains(instanceKey) else {
+                if existing.contains(instanceKey), times[instanceKey] == 1 { unchangedCandidates.append(index) }
                 decisions.append(.alone)
                 continue
             }
@@ -107,5 +115,38 @@ struct RegistrationSet {
             let instance = SQLStore.newInstance(r, nowMillis: member.nowMillis)
             decisions.append(.done(RegistrationResult(change: .created, instance: instance, needsDelivery: catchUp)))
         }
+    }
+
+    /// Answers the candidates (``unchangedCandidates``) whose registrations change nothing of their instances as
+    /// `found` holds them (read under their locks, by key) in their activities' rows (`activities`, as the set read
+    /// them under theirs): ``RegistrationChange/unchanged``, with the instance, as the body would answer. The others
+    /// stay with their bodies.
+    mutating func answerUnchanged(_ found: [InstanceKey: InstanceRecord], members: [Member], activities: [ActivityKey: FoundActivity]) {
+        for index in unchangedCandidates {
+            let r = members[index].registration
+            guard let instance = found[Self.key(of: r)], let activity = activities[ActivityKey(appID: r.appID, activityID: r.activityID)],
+                Self.changesNothing(r, instance: instance, activity: activity)
+            else { continue }
+            decisions[index] = .done(RegistrationResult(change: .unchanged, instance: instance))
+        }
+    }
+
+    /// Whether `registration` changes nothing of `instance` in `activity`, so that its body (``SQLStore/registerInstance(_:at:)``)
+    /// would write nothing and answer ``RegistrationChange/unchanged``: an activity that has not ended, takes the
+    /// registration's channel (if it names one) and needs no attributes from it; the instance on the same platform, at
+    /// the same token and channel, with no user id other than the one given, and neither started remotely and awaiting
+    /// its token nor refused by its push service (a registration then writes). Anything else is the body's to decide.
+    static func changesNothing(_ registration: InstanceRegistration, instance: InstanceRecord, activity: FoundActivity) -> Bool {
+        let r = registration
+        guard activity.state != .ended, r.channelID == nil || r.channelID == activity.channelID,
+            activity.attributesType != nil || r.attributesType == nil
+        else { return false }
+        return instance.platform == r.platform && instance.pushToken == r.pushToken && instance.channelID == r.channelID
+            && instance.state != .starting && instance.state != .invalidated && (r.userID == nil || r.userID == instance.userID)
+    }
+
+    /// The key of `registration`'s instance.
+    static func key(of registration: InstanceRegistration) -> InstanceKey {
+        InstanceKey(appID: registration.appID, activityID: registration.activityID, deviceID: registration.deviceID)
     }
 }

@@ -41,13 +41,38 @@ struct RegistrationWrite: SetWrite {
                 )
             }
         }
-        let set = RegistrationSet(
-            members.map { RegistrationSet.Member(registration: $0.registration, nowMillis: SQLStore.millis($0.now)) },
-            activities: activities, existing: existing
-        )
+        let setMembers = members.map { RegistrationSet.Member(registration: $0.registration, nowMillis: SQLStore.millis($0.now)) }
+        var set = RegistrationSet(setMembers, activities: activities, existing: existing)
+        if !set.unchangedCandidates.isEmpty {
+            // The devices registering again: their instances, read now that their activities' rows are locked and locked
+            // themselves, as each body reads its own (a row another transaction changed since the statement above began is
+            // read as it now is).
+            let again = set.unchangedCandidates.map { registrations[$0] }
+            let rows = try db.query(
+                instancesReadLocking,
+                [PostgresArray.text(again.map(\.appID)), PostgresArray.text(again.map(\.activityID)), PostgresArray.text(again.map(\.deviceID))]
+            )
+            var found: [RegistrationSet.InstanceKey: InstanceRecord] = [:]
+            for row in rows {
+                let instance = try SQLStore.instance(from: row)
+                found[RegistrationSet.InstanceKey(appID: instance.appID, activityID: instance.activityID, deviceID: instance.deviceID)] = instance
+            }
+            set.answerUnchanged(found, members: setMembers, activities: activities)
+        }
         try write(set, on: db)
         return set.decisions
     }
+
+    /// Instances by key (app ids, activity ids, device ids), as ``SQLStore/instanceReadLocking`` reads one: their
+    /// columns with the delivered sequence the API shows, each row locked (`FOR UPDATE`), in key order.
+    static let instancesReadLocking = """
+        SELECT \(SQLStore.instanceColumns) FROM instances
+        WHERE (app_id, activity_id, device_id) IN (
+            SELECT k.app_id, k.activity_id, k.device_id
+            FROM unnest(CAST(? AS text[]), CAST(? AS text[]), CAST(? AS text[])) AS k(app_id, activity_id, device_id)
+        )
+        ORDER BY app_id, activity_id, device_id FOR UPDATE
+        """
 
     /// The set's first read: its activities' rows (app ids, activity ids), in key order, locked as a single
     /// registration locks its activity's (`FOR NO KEY UPDATE`: the set may rewrite them to catch their new phones up,

@@ -107,6 +107,63 @@ struct RegistrationSetTests {
         #expect(set.newInstances.map(\.registration.deviceID) == ["d1"])
     }
 
+    @Test("the same registration again: a candidate when its device comes once, answered unchanged only when it changes nothing")
+    func sameRegistrationAgain() {
+        let live = Key(appID: "app", activityID: "live")
+        let activity = RegistrationSet.FoundActivity(state: .active, attributesType: "Match", sequence: 1, channelID: nil)
+        var set = RegistrationSet(
+            [member("same", activity: "live"), member("twice", activity: "live"), member("twice", activity: "live"),
+             member("token", activity: "live"), member("new", activity: "live")],
+            activities: [live: activity],
+            existing: Set(["same", "twice", "token"].map { RegistrationSet.InstanceKey(appID: "app", activityID: "live", deviceID: $0) })
+        )
+        #expect(set.unchangedCandidates == [0, 3])
+        func stored(_ device: String, token: String) -> InstanceRecord {
+            var instance = SQLStore.newInstance(member(device, activity: "live").registration, nowMillis: 500)
+            instance.pushToken = token
+            return instance
+        }
+        let found = [
+            RegistrationSet.InstanceKey(appID: "app", activityID: "live", deviceID: "same"): stored("same", token: "aasame"),
+            RegistrationSet.InstanceKey(appID: "app", activityID: "live", deviceID: "token"): stored("token", token: "bb"),
+        ]
+        set.answerUnchanged(found, members: [member("same", activity: "live"), member("twice", activity: "live"),
+            member("twice", activity: "live"), member("token", activity: "live"), member("new", activity: "live")],
+            activities: [live: activity])
+        #expect(set.decisions[0] == .done(RegistrationResult(change: .unchanged, instance: stored("same", token: "aasame"))))
+        #expect(set.decisions[1] == .alone && set.decisions[2] == .alone)
+        #expect(set.decisions[3] == .alone)  // a new token: the body writes it
+        #expect(created(set.decisions[4])?.change == .created)
+    }
+
+    @Test("what the same registration again may change: nothing, or its body decides")
+    func changesNothing() {
+        let r = member("d", activity: "live").registration
+        let instance = SQLStore.newInstance(r, nowMillis: 500)
+        let active = RegistrationSet.FoundActivity(state: .active, attributesType: "Match", sequence: 1, channelID: "ch")
+        #expect(RegistrationSet.changesNothing(r, instance: instance, activity: active))
+        var withUser = r
+        withUser.userID = "someone"
+        #expect(!RegistrationSet.changesNothing(withUser, instance: instance, activity: active))
+        var ended = active
+        ended.state = .ended
+        #expect(!RegistrationSet.changesNothing(r, instance: instance, activity: ended))
+        var bare = active
+        bare.attributesType = nil
+        #expect(!RegistrationSet.changesNothing(r, instance: instance, activity: bare))
+        var otherChannel = r
+        otherChannel.channelID = "other"
+        #expect(!RegistrationSet.changesNothing(otherChannel, instance: instance, activity: active))
+        for state in [InstanceState.starting, .invalidated] {
+            var waiting = instance
+            waiting.state = state
+            #expect(!RegistrationSet.changesNothing(r, instance: waiting, activity: active), "\(state)")
+        }
+        var android = r
+        android.platform = .android
+        #expect(!RegistrationSet.changesNothing(android, instance: instance, activity: active))
+    }
+
     @Test("array values: quoted and escaped text, NULLs, integers")
     func arrays() {
         #expect(PostgresArray.text(["a", nil, #"q"u\o{t,e}"#, ""]) == .text(#"{"a",NULL,"q\"u\\o{t,e}",""}"#))
@@ -184,6 +241,43 @@ struct RegistrationSetTests {
             if let metrics {
                 // On PostgreSQL the eight were one set: six decided by it (five written, one refused), two by their bodies.
                 #expect(try metrics.expectCounter(StoreCommitMetrics.setMembersName, [("decided", "set")]).totalValue == 6)
+                #expect(try metrics.expectCounter(StoreCommitMetrics.setMembersName, [("decided", "body")]).totalValue == 2)
+            }
+        }
+    }
+
+    @Test("the same registrations again, queued together, are answered unchanged as by their bodies, and write nothing", arguments: StoreKind.available)
+    func sameRegistrationsAgainQueued(on kind: StoreKind) async throws {
+        try await withOneWriter(kind) { store, queued, metrics in
+            try await makeApp(store)
+            for device in ["a", "b", "c", "d"] {
+                _ = try await store.registerInstance(registration(device, activity: "again", token: "aa" + device), at: t0)
+            }
+            let before = try await store.instances(appID: "app_test", activityID: "again", cursor: nil, limit: 10).items
+            var withoutUser = registration("b", activity: "again", token: "aab")
+            withoutUser.userID = nil
+            var otherUser = registration("d", activity: "again", token: "aad")
+            otherUser.userID = "user-2"
+            let registrations = [
+                registration("a", activity: "again", token: "aaa"),  // the same again
+                withoutUser,                                          // the same, without its user id
+                registration("c", activity: "again", token: "cc"),   // a new token
+                otherUser,                                            // another user
+            ]
+            let later = t0.addingTimeInterval(60)
+            let outcomes = try await queuedTogether(store, queued: queued, registrations.map { r in { try await store.registerInstance(r, at: later) } })
+            let results = try outcomes.map { try $0.get() }
+            #expect(results.map(\.change) == [.unchanged, .unchanged, .updated, .updated])
+            // Answered with the instance as it is stored, as the body answers.
+            #expect(results[0].instance == before[0])
+            #expect(results[1].instance == before[1])
+            let after = try await store.instances(appID: "app_test", activityID: "again", cursor: nil, limit: 10).items
+            #expect(after[0] == before[0] && after[1] == before[1])
+            #expect(after[2].pushToken == "cc" && after[3].userID == "user-2")
+            if let metrics {
+                // On PostgreSQL the two registered again were answered by the set; the two that change something by their
+                // bodies.
+                #expect(try metrics.expectCounter(StoreCommitMetrics.setMembersName, [("decided", "set")]).totalValue == 2)
                 #expect(try metrics.expectCounter(StoreCommitMetrics.setMembersName, [("decided", "body")]).totalValue == 2)
             }
         }
