@@ -11,7 +11,7 @@ import LivelineCore
 /// what it does not decide: a device that already has an instance (a new token, a confirmed start) or that comes
 /// twice, and the attributes of an activity created earlier without them. The same registration again, the most
 /// common of all (an app registers its token at every launch), it answers itself once its instance has been read
-/// under its lock (``unchangedCandidates``, ``answerUnchanged(_:members:activities:)``): the body would write nothing.
+/// under its lock (``unchangedCandidates``, ``answerUnchanged(_:)``): the body would write nothing.
 struct RegistrationSet {
     /// An instance, by its key.
     struct InstanceKey: Hashable, Sendable {
@@ -58,13 +58,21 @@ struct RegistrationSet {
     /// The events to record, each at its registration's time, in order.
     private(set) var events: [(event: NewEvent, nowMillis: Int)] = []
     /// The members (by index) left to their bodies whose devices have instances already and come once in the set: the
-    /// ones ``answerUnchanged(_:members:activities:)`` may answer. (A device that comes twice keeps its bodies, which
-    /// run in order.)
+    /// ones ``answerUnchanged(_:)`` may answer. (A device that comes twice keeps its bodies, which run in order.)
     private(set) var unchangedCandidates: [Int] = []
+    /// The registrations decided, in order, and their activities' rows as found: what ``answerUnchanged(_:)`` decides on.
+    private let members: [Member]
+    private let found: [ActivityKey: FoundActivity]
+
+    /// The registrations of ``unchangedCandidates``, in order: the devices whose instances are read for
+    /// ``answerUnchanged(_:)``.
+    var unchangedRegistrations: [InstanceRegistration] { unchangedCandidates.map { members[$0].registration } }
 
     /// Decides `members`, in order: `activities` holds the rows found of their activities (by key; an activity missing
     /// from it does not exist), `existing` the instances found of their devices.
     init(_ members: [Member], activities found: [ActivityKey: FoundActivity], existing: Set<InstanceKey>) {
+        self.members = members
+        self.found = found
         var activities = found
         var instances = existing
         var catchingUp = Set<ActivityKey>()
@@ -118,13 +126,13 @@ struct RegistrationSet {
     }
 
     /// Answers the candidates (``unchangedCandidates``) whose registrations change nothing of their instances as
-    /// `found` holds them (read under their locks, by key) in their activities' rows (`activities`, as the set read
-    /// them under theirs): ``RegistrationChange/unchanged``, with the instance, as the body would answer. The others
-    /// stay with their bodies.
-    mutating func answerUnchanged(_ found: [InstanceKey: InstanceRecord], members: [Member], activities: [ActivityKey: FoundActivity]) {
+    /// `instances` holds them (read under their locks, by key) in their activities' rows (as the set read them under
+    /// theirs): ``RegistrationChange/unchanged``, with the instance, as the body would answer. The others stay with
+    /// their bodies.
+    mutating func answerUnchanged(_ instances: [InstanceKey: InstanceRecord]) {
         for index in unchangedCandidates {
             let r = members[index].registration
-            guard let instance = found[Self.key(of: r)], let activity = activities[ActivityKey(appID: r.appID, activityID: r.activityID)],
+            guard let instance = instances[Self.key(of: r)], let activity = found[ActivityKey(appID: r.appID, activityID: r.activityID)],
                 Self.changesNothing(r, instance: instance, activity: activity)
             else { continue }
             decisions[index] = .done(RegistrationResult(change: .unchanged, instance: instance))

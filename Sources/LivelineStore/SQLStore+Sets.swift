@@ -41,13 +41,15 @@ struct RegistrationWrite: SetWrite {
                 )
             }
         }
-        let setMembers = members.map { RegistrationSet.Member(registration: $0.registration, nowMillis: SQLStore.millis($0.now)) }
-        var set = RegistrationSet(setMembers, activities: activities, existing: existing)
+        var set = RegistrationSet(
+            members.map { RegistrationSet.Member(registration: $0.registration, nowMillis: SQLStore.millis($0.now)) },
+            activities: activities, existing: existing
+        )
         if !set.unchangedCandidates.isEmpty {
             // The devices registering again: their instances, read now that their activities' rows are locked and locked
             // themselves, as each body reads its own (a row another transaction changed since the statement above began is
             // read as it now is).
-            let again = set.unchangedCandidates.map { registrations[$0] }
+            let again = set.unchangedRegistrations
             let rows = try db.query(
                 instancesReadLocking,
                 [PostgresArray.text(again.map(\.appID)), PostgresArray.text(again.map(\.activityID)), PostgresArray.text(again.map(\.deviceID))]
@@ -57,7 +59,7 @@ struct RegistrationWrite: SetWrite {
                 let instance = try SQLStore.instance(from: row)
                 found[RegistrationSet.InstanceKey(appID: instance.appID, activityID: instance.activityID, deviceID: instance.deviceID)] = instance
             }
-            set.answerUnchanged(found, members: setMembers, activities: activities)
+            set.answerUnchanged(found)
         }
         try write(set, on: db)
         return set.decisions

@@ -44,6 +44,6 @@ struct SyncLedger: Sendable, Equatable {
     /// The sync that began at `mark` (``syncMark``) succeeded. A sync that failed records nothing: every commit after the
     /// last good one stays unsynced, and the writes that wait for them fail with that failure.
     mutating func succeeded(through mark: Int) {
-        synced = max(synced, min(mark, written))
+        synced = max(synced, mark)
     }
 }
