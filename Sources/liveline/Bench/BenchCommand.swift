@@ -10,7 +10,7 @@ import NIOCore
 
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self, API.self, Broadcast.self, Client.self]
+        abstract: "Measure Liveline on this machine.", subcommands: [FanOut.self, API.self, Idle.self, Broadcast.self, Client.self]
     )
 
     /// Prints one line of a benchmark's report at once. Swift's `print` buffers standard output when it is a file or a

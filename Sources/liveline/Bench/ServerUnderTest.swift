@@ -9,7 +9,7 @@ import NIOCore
 import NIOHTTP1
 
 /// `liveline serve` as a separate process, as users run it: a fresh data directory, the admin API on with a
-/// random token, no emulators, and apps created through the admin API. Stopped with SIGTERM, then SIGKILL.
+/// random token, no emulators (or `--dev`'s), and apps created through the admin API. Stopped with SIGTERM, then SIGKILL.
 /// With a PostgreSQL URL its data is in that database instead of a SQLite file in its data directory; several of
 /// them (``ServerNodes``) may share one database, each with its own directory and port.
 final class ServerUnderTest: Sendable {
@@ -54,9 +54,11 @@ final class ServerUnderTest: Sendable {
     /// Starts `executable serve` with its data in `directory` and waits until it answers /healthz. `adminToken`: the
     /// token file to use (a fresh one in `directory` when nil). `databaseURL`: a PostgreSQL database to keep the data
     /// in (`--database-url`); `environment`: variables added to this process's for the child (LIVELINE_MASTER_KEY).
+    /// With `dev`, it runs as the README's first command runs it (`--dev`: the demo app and the built-in APNs and FCM
+    /// emulators, their simulated phones registering with it), each emulator on a free port, the admin API on too.
     init(
         executable: String, directory: URL, adminToken given: AdminToken? = nil, databaseURL: String? = nil,
-        environment: [String: String] = [:]
+        environment: [String: String] = [:], dev: Bool = false
     ) async throws {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let token = try given ?? AdminToken.create(in: directory)
@@ -71,10 +73,17 @@ final class ServerUnderTest: Sendable {
         sqlitePath = databaseURL == nil ? dataDirectory.appendingPathComponent(LivelineConfiguration.sqliteFileName).path : nil
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
+        var emulators = ["--no-emulator"]
+        if dev {
+            emulators = ["--dev"]
+            for option in ["--emulator-port", "--emulator-control-port", "--emulator-channels-port", "--fcm-emulator-port", "--fcm-emulator-control-port"] {
+                emulators += [option, String(try await Bench.freePort())]
+            }
+        }
         process.arguments = [
             "serve", "--data-dir", dataDirectory.path, "--host", "127.0.0.1", "--port", String(port),
-            "--admin-token-file", tokenPath, "--no-emulator", "--log-level", "warning",
-        ] + (databaseURL.map { ["--database-url", $0] } ?? [])
+            "--admin-token-file", tokenPath, "--log-level", "warning",
+        ] + emulators + (databaseURL.map { ["--database-url", $0] } ?? [])
         // The bench reads the engine's backlog off /metrics every 100 ms (`activitiesPendingDelivery()`): the Store's
         // state is counted at every scrape, not every 5 s as by default.
         process.environment = ProcessInfo.processInfo.environment.merging(["LIVELINE_METRICS_COUNT_INTERVAL": "0"].merging(environment) { _, new in new }) { _, new in new }
