@@ -130,6 +130,9 @@ public final class Dispatcher: Service, Sendable {
     /// `dispatcher-<process id>-<UUID>`, unique to this engine, and telling an operator which process holds a claim.
     private let owner: String
     private let wakeSignal = WakeSignal()
+    /// When the idle workers next look by themselves (``IdleLookout``), and the signal that brings its timer forward.
+    private let lookout: Mutex<IdleLookout>
+    private let lookoutSooner = WakeSignal()
     /// Woken for good when the shutdown grace is over: the pushes still waiting for an answer are given up.
     private let pushesGivenUp = WakeSignal()
     /// How long, once its pushes are given up, a stopping engine has to record their answers and hand its claims back
@@ -155,6 +158,7 @@ public final class Dispatcher: Service, Sendable {
         self.logger = logger
         self.now = now
         self.random = random
+        self.lookout = Mutex(IdleLookout(longest: configuration.idlePollInterval, now: now()))
         self.owner = "dispatcher-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.lowercased())"
     }
 
@@ -181,6 +185,7 @@ public final class Dispatcher: Service, Sendable {
                         group.addTask { await self.workerLoop(index: index) }
                     }
                     group.addTask { await self.pruneLoop() }
+                    group.addTask { await self.lookoutLoop() }
                     await group.waitForAll()
                 }
                 return false
@@ -260,23 +265,38 @@ public final class Dispatcher: Service, Sendable {
                 logger.error("Delivery pass failed", metadata: ["worker": "\(index)", "error": "\(error)"])
                 due = try? await store.nextClaimable()
             }
-            await idle(for: Self.rest(untilDue: due?.next, now: now(), longest: configuration.idlePollInterval))
+            // The lookout wakes a worker when the next pending activity falls due (or after the longest rest); this one
+            // waits for a wake-up.
+            if lookout.withLock({ $0.looked(due: due?.next, now: now()) }) { lookoutSooner.wake() }
+            await wakeSignal.waitUnlessShuttingDown()
         }
     }
 
-    /// An idle worker's rest when the next pending activity falls due at `due` (`nil`: none is pending): until then,
-    /// never longer than `longest`. One due already but not claimed is held by another worker or was just taken: a
-    /// short rest, not none, so that idle workers never spin on it.
+    /// The idle workers' one timer (``IdleLookout``): when it runs out, one idle worker looks (or the next to be idle);
+    /// a look that reports a sooner time sets it again.
+    private func lookoutLoop() async {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            let (armedFor, wait) = lookout.withLock { ($0.next, $0.wait(now: now())) }
+            await lookoutSooner.wait(atMost: wait)
+            if Task.isShuttingDownGracefully || Task.isCancelled { return }
+            let fires = lookout.withLock { lookout in
+                // Brought forward meanwhile: the timer is set again for the sooner time.
+                guard lookout.next >= armedFor else { return false }
+                lookout.fire(now: now())
+                return true
+            }
+            if fires { wakeSignal.wakeOne() }
+        }
+    }
+
+    /// How long after a look the engine looks again by itself (``IdleLookout``) when the next pending activity falls
+    /// due at `due` (`nil`: none is pending): until then, never longer than `longest`. One due already but not claimed is
+    /// held by another worker or was just taken: a short rest, not none, so that idle workers never spin on it.
     static func rest(untilDue due: Date?, now: Date, longest: Duration) -> Duration {
         guard let due else { return longest }
         let wait = due.timeIntervalSince(now)
         guard wait > 0 else { return min(.milliseconds(50), longest) }
         return min(.milliseconds(Int64((wait * 1000).rounded(.up))), longest)
-    }
-
-    /// Waits for a wake-up or `rest`, whichever comes first.
-    private func idle(for rest: Duration) async {
-        await wakeSignal.wait(atMost: rest)
     }
 
     private func pruneLoop() async {

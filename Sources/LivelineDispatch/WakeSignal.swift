@@ -102,6 +102,16 @@ final class WakeSignal: Sendable {
 }
 
 extension WakeSignal {
+    /// Waits for a wake-up or graceful shutdown, whichever comes first.
+    func waitUnlessShuttingDown() async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.wait() }
+            group.addTask { try? await gracefulShutdown() }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
     /// Waits for a wake-up, `rest`, or graceful shutdown, whichever comes first.
     func wait(atMost rest: Duration) async {
         await withTaskGroup(of: Void.self) { group in

@@ -302,6 +302,28 @@ struct DispatcherTests {
         }
     }
 
+    @Test("work that falls due later is sent when it does, with every worker idle and no wake-up", arguments: StoreKind.available)
+    func dueLaterWithoutAWakeUp(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "a", devices: 0..<3)
+            let transport = ScriptedTransport()
+            // Too many pushes to that device: the push waits for the activity's next pass, the pass retry delay later.
+            transport.answer(token(1), with: [.retryable(reason: "TooManyRequests", retryAfter: nil, providerID: nil)])
+            var configuration = fastConfiguration()
+            configuration.workers = 16
+            // Far beyond the test's bound: only the time the workers' looks report can bring the next pass.
+            configuration.idlePollInterval = .seconds(600)
+            configuration.retry.passRetryDelay = .milliseconds(300)
+            try await whileDispatching(store, transport, configuration: configuration) { dispatcher in
+                _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "a", contentState: ["n": 1]), at: Date())
+                dispatcher.wake()
+                #expect(try await eventually { try await allCaughtUp(store, "a") })
+            }
+            #expect(transport.pushes(to: token(1)).count == 2, "refused, then sent again at the next pass")
+        }
+    }
+
     @Test("a dismissed instance receives nothing; a new token gets the latest state at once", arguments: StoreKind.available)
     func dismissedAndRotation(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
