@@ -1,4 +1,5 @@
 import Foundation
+import LivelineCore
 
 /// When the delivery engine next looks at the Store by itself, with no wake-up: one time for all its idle workers.
 ///
@@ -17,14 +18,14 @@ struct IdleLookout: Sendable {
 
     init(longest: Duration, now: Date) {
         self.longest = longest
-        next = now.addingTimeInterval(longest.timeInterval)
+        next = now.addingTimeInterval(longest.seconds)
     }
 
     /// A look found the next pending activity due at `due` (nil: none is pending): a worker looks again when
     /// ``Dispatcher/rest(untilDue:now:longest:)`` says (50 ms on when one is due already but held by another worker),
     /// or sooner if one was to anyway. True when that brings the lookout's time forward (its timer is to be set again).
     mutating func looked(due: Date?, now: Date) -> Bool {
-        let then = now.addingTimeInterval(Dispatcher.rest(untilDue: due, now: now, longest: longest).timeInterval)
+        let then = now.addingTimeInterval(Dispatcher.rest(untilDue: due, now: now, longest: longest).seconds)
         guard then < next else { return false }
         next = then
         return true
@@ -38,14 +39,6 @@ struct IdleLookout: Sendable {
     /// The lookout's timer ran out at `now` (its time, as set when the timer was, not brought forward since): it wakes a
     /// worker, and looks again ``longest`` later unless that worker's look reports a sooner time.
     mutating func fire(now: Date) {
-        next = now.addingTimeInterval(longest.timeInterval)
-    }
-}
-
-extension Duration {
-    /// The duration in seconds, as `TimeInterval`.
-    fileprivate var timeInterval: TimeInterval {
-        let (seconds, attoseconds) = components
-        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+        next = now.addingTimeInterval(longest.seconds)
     }
 }

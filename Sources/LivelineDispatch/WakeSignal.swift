@@ -104,19 +104,19 @@ final class WakeSignal: Sendable {
 extension WakeSignal {
     /// Waits for a wake-up or graceful shutdown, whichever comes first.
     func waitUnlessShuttingDown() async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.wait() }
-            group.addTask { try? await gracefulShutdown() }
-            await group.next()
-            group.cancelAll()
-        }
+        await waitUnlessShuttingDown(atMost: nil)
     }
 
     /// Waits for a wake-up, `rest`, or graceful shutdown, whichever comes first.
     func wait(atMost rest: Duration) async {
+        await waitUnlessShuttingDown(atMost: rest)
+    }
+
+    /// Waits for a wake-up, graceful shutdown, or `rest` when there is one, whichever comes first.
+    private func waitUnlessShuttingDown(atMost rest: Duration?) async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.wait() }
-            group.addTask { try? await Task.sleep(for: rest) }
+            if let rest { group.addTask { try? await Task.sleep(for: rest) } }
             group.addTask { try? await gracefulShutdown() }
             await group.next()
             group.cancelAll()

@@ -70,21 +70,17 @@ extension Bench {
         }
 
         func run() async throws {
-            let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: root) }
-            BenchChildren.shared.removeOnInterrupt(root.path)
-            BenchChildren.shared.stopOnInterrupt()
             // One event loop (thread) for all the load, so it takes little of the machine from the server.
             let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
-
-            guard watched else {
-                return try await measure(root: root, eventLoop: eventLoop, sink: nil)
-            }
-            try await Bench.withSink(
-                .nginx, root: root, logger: Logger(label: "liveline.bench"), roundTrip: .milliseconds(Int64(sinkRoundTripMilliseconds))
-            ) { target in
-                try await measure(root: root, eventLoop: eventLoop, sink: target)
+            try await Bench.withScratchDirectory { root in
+                guard watched else {
+                    return try await measure(root: root, eventLoop: eventLoop, sink: nil)
+                }
+                try await Bench.withSink(
+                    .nginx, root: root, logger: Logger(label: "liveline.bench"), roundTrip: .milliseconds(Int64(sinkRoundTripMilliseconds))
+                ) { target in
+                    try await measure(root: root, eventLoop: eventLoop, sink: target)
+                }
             }
         }
 

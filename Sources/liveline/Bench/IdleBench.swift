@@ -34,23 +34,20 @@ extension Bench {
         }
 
         func run() async throws {
-            let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: root) }
-            BenchChildren.shared.removeOnInterrupt(root.path)
-            BenchChildren.shared.stopOnInterrupt()
-            let server = try await ServerUnderTest(
-                executable: Bench.serverExecutable(executable), directory: root.appendingPathComponent("server"), dev: true
-            )
-            do {
-                try await measure(server)
-            } catch {
-                if !server.process.isRunning { Bench.say("The server exited: \(server.logTail())") }
+            try await Bench.withScratchDirectory { root in
+                let server = try await ServerUnderTest(
+                    executable: Bench.serverExecutable(executable), directory: root.appendingPathComponent("server"), dev: true
+                )
+                do {
+                    try await measure(server)
+                } catch {
+                    if !server.process.isRunning { Bench.say("The server exited: \(server.logTail())") }
+                    await server.stop()
+                    throw error
+                }
+                Bench.say("  server peak memory (VmHWM)  \(Bench.megabytes(server.peakResidentBytes()))")
                 await server.stop()
-                throw error
             }
-            Bench.say("  server peak memory (VmHWM)  \(Bench.megabytes(server.peakResidentBytes()))")
-            await server.stop()
         }
 
         private func measure(_ server: ServerUnderTest) async throws {

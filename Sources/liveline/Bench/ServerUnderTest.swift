@@ -301,6 +301,17 @@ extension Bench {
         try await NginxSink.freePort()
     }
 
+    /// Runs `body` with a fresh scratch directory under the system's temporary directory, removed when `body` ends; an
+    /// interrupt (Ctrl-C, SIGTERM) stops the children the run started and removes it too (``BenchChildren``).
+    static func withScratchDirectory<T>(_ body: (URL) async throws -> T) async throws -> T {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("liveline-bench-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        BenchChildren.shared.removeOnInterrupt(root.path)
+        BenchChildren.shared.stopOnInterrupt()
+        return try await body(root)
+    }
+
     /// The `liveline` executable to run as the server: this one unless told otherwise.
     static func serverExecutable(_ given: String?) -> String {
         given ?? Bundle.main.executablePath ?? CommandLine.arguments[0]
