@@ -263,6 +263,26 @@ import Testing
         #expect(line.hasSuffix("server CPU 55.0 µs/push, PostgreSQL 22.5 µs/push"))
     }
 
+    @Test func roundWithTheSinksCPU() {
+        let line = Bench.roundLine(
+            instances: 100_000, elapsed: .seconds(2), rate: 50_000, h2load: nil, accept: .milliseconds(1), side: LoadResult(), serverCPU: 2.2,
+            sinkCPU: 0.85, coresIdle: 0.04
+        )
+        #expect(line.hasSuffix("server CPU 22.0 µs/push, nginx 8.5 µs/push   cores idle 4 %"))
+    }
+
+    @Test func cpuAPushOverTheRoundsWithTheSinksBeside() {
+        // Three rounds: the second slower for both (the machine), the third slower for the server alone.
+        let line = Bench.cpuAPushLine(server: [22e-6, 33e-6, 30e-6], sink: [8e-6, 12e-6, 8e-6])
+        #expect(
+            line == "  CPU a push in the rounds    server 22.0 – 33.0 µs, nginx 8.0 – 12.0 µs, the server's ÷ nginx's 2.75 – 3.75   "
+                + "(nginx does the same work every round: where both rise together, the machine ran slower)"
+        )
+        // A sink whose CPU is not measured (the emulator, in the bench's own process): the server's alone.
+        #expect(Bench.cpuAPushLine(server: [22e-6, 25e-6], sink: []) == "  CPU a push in the rounds    server 22.0 – 25.0 µs")
+        #expect(Bench.cpuAPushLine(server: [], sink: []) == nil)
+    }
+
     @Test func cpuOfEachPartPerRequest() {
         #expect(
             Bench.cpuText(server: [3.0], database: nil, own: 0.8, per: 20_000, unit: "request")

@@ -60,6 +60,19 @@ import Testing
         #expect(PostgresClusterCPU.ticks(postmaster: 4040, in: processes) == nil)
     }
 
+    @Test func nginxIsItsMasterAndItsWorker() {
+        let processes = [
+            Self.process(1, "bash", parent: 0, user: 900, system: 900),
+            Self.process(700, "nginx", parent: 1, user: 3, system: 2),
+            Self.process(701, "nginx", parent: 700, user: 80, system: 20),
+            // The bench, nginx's parent's sibling, and h2load: none of nginx's.
+            Self.process(650, "liveline", parent: 1, user: 5_000, system: 500),
+            Self.process(710, "h2load", parent: 650, user: 60, system: 30),
+        ]
+        #expect(ProcessTimes.treeTicks(root: 700, in: processes) == 5 + 100)
+        #expect(ProcessTimes.treeTicks(root: 702, in: processes) == nil)
+    }
+
     @Test func theClusterIsTheBackendsParentWhenBothArePostgres() {
         let table: [Int32: ProcessTimes] = [
             900: Self.process(900, parent: 812, user: 1, system: 1),

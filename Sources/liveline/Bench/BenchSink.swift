@@ -22,10 +22,15 @@ protocol BenchSink: Sendable {
     /// The pushes to side phones received so far (``BenchRequests/sideToken(_:)``), with the time each arrived; nil
     /// for a sink that does not tell them apart.
     func sideArrivals() async throws -> SideArrivals?
+    /// The CPU seconds the sink's processes have spent so far; nil for a sink that runs in the bench's own process.
+    /// A sink does the same work for every round of a fan-out: where its CPU a push rises in a round with the server's,
+    /// the machine ran slower in that round, not the server.
+    func cpuSeconds() -> Double?
 }
 
 extension BenchSink {
     func sideArrivals() async throws -> SideArrivals? { nil }
+    func cpuSeconds() -> Double? { nil }
 }
 
 /// The pushes a sink received for side phones: each phone's arrival times (seconds since 1970, ascending).
@@ -192,6 +197,11 @@ final class NginxSink: BenchSink {
     }
 
     func answers() async -> String { "200 to every push (nginx checks nothing)" }
+
+    /// nginx's master and its worker, from /proc.
+    func cpuSeconds() -> Double? {
+        ProcessTimes.treeTicks(root: process.processIdentifier, in: ProcessTimes.all()).map(ProcessTimes.seconds(ticks:))
+    }
 
     /// What nginx has appended to its side log since the last call, added to what it had logged before: a read of the
     /// new bytes alone, so that asking often during a round costs little.

@@ -81,17 +81,10 @@ struct PostgresClusterCPU: Sendable {
         return ProcessTimes.seconds(ticks: ticks)
     }
 
-    /// The CPU ticks of the cluster of `postmaster` among `processes`: its own, those of its children that have exited
-    /// (the postmaster reaped them), and those of its children still running; nil when `postmaster` is not among them.
-    ///
-    /// A child that exits between the reading of the postmaster's times and the reading of its own is missed, or
-    /// counted twice the other way round: /proc is read one file at a time. The backends of the servers' connections
-    /// live as long as the connections; the children that come and go (an autovacuum worker) are a small part.
+    /// The CPU ticks of the cluster of `postmaster` among `processes` (``ProcessTimes/treeTicks(root:in:)``); nil when
+    /// `postmaster` is not among them.
     static func ticks(postmaster: Int32, in processes: [ProcessTimes]) -> Int? {
-        guard let own = processes.first(where: { $0.id == postmaster }) else { return nil }
-        return processes.reduce(own.user + own.system + own.childrenUser + own.childrenSystem) { sum, process in
-            process.parent == postmaster && process.id != postmaster ? sum + process.user + process.system : sum
-        }
+        ProcessTimes.treeTicks(root: postmaster, in: processes)
     }
 }
 
@@ -138,6 +131,22 @@ struct ProcessTimes: Equatable, Sendable {
     /// `ticks` clock ticks (the unit of /proc's times) in seconds.
     static func seconds(ticks: Int) -> Double {
         Double(ticks) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// The CPU ticks of process `root` and its children among `processes`: its own, those of its children that have
+    /// exited (it reaped them), and those of its children still running; nil when `root` is not among them. A server
+    /// made of a master and its workers (PostgreSQL's postmaster and backends, nginx's master and worker) is counted
+    /// whole.
+    ///
+    /// A child that exits between the reading of the root's times and the reading of its own is missed, or counted twice
+    /// the other way round: /proc is read one file at a time. The processes measured here (PostgreSQL's backends of the
+    /// servers' connections, nginx's worker) live as long as the run; the children that come and go (an autovacuum
+    /// worker) are a small part.
+    static func treeTicks(root: Int32, in processes: [ProcessTimes]) -> Int? {
+        guard let own = processes.first(where: { $0.id == root }) else { return nil }
+        return processes.reduce(own.user + own.system + own.childrenUser + own.childrenSystem) { sum, process in
+            process.parent == root && process.id != root ? sum + process.user + process.system : sum
+        }
     }
 
     /// The line of process `pid`, or nil when /proc has no such process.

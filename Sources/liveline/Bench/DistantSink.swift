@@ -27,6 +27,8 @@ final class DistantSink: BenchSink {
     func received() async throws -> Int { try await sink.received() }
     func answers() async -> String { await sink.answers() }
     func sideArrivals() async throws -> SideArrivals? { try await sink.sideArrivals() }
+    /// The sink's own (the proxy runs in the bench's process).
+    func cpuSeconds() -> Double? { sink.cpuSeconds() }
 
     func shutdown() async throws {
         try? await proxy.close()

@@ -292,9 +292,13 @@ extension Bench.FanOut {
             var eachRound: [Double?] = [before]
             // The share of the machine's cores left idle in each round (``MachineTimes``).
             var idleShares: [Double] = []
+            // Each round's CPU a push: the servers' (added up), and the sink's when it runs apart (nginx).
+            var serverPerPush: [Double] = []
+            var sinkPerPush: [Double] = []
             for round in 1...rounds {
                 let received = try await sink.received()
                 let cpuBefore = nodes.cpuSeconds()
+                let sinkCPUBefore = sink.cpuSeconds()
                 let machineBefore = MachineTimes.read()
                 let databaseCPUBefore = nodes.databaseCPUSeconds()
                 let sentBefore = await nodes.pushesSent()
@@ -346,6 +350,9 @@ extension Bench.FanOut {
                 }
                 let elapsed = ContinuousClock.now - started
                 let cpu = zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 }
+                let sinkCPU = sink.cpuSeconds().flatMap { now in sinkCPUBefore.map { now - $0 } }
+                serverPerPush.append(cpu.reduce(0, +) / Double(instances))
+                if let sinkCPU { sinkPerPush.append(sinkCPU / Double(instances)) }
                 let coresIdle = machineBefore.flatMap { before in MachineTimes.read()?.idleShare(since: before) }
                 if let coresIdle { idleShares.append(coresIdle) }
                 let databaseCPU = nodes.databaseCPUSeconds().flatMap { now in databaseCPUBefore.map { now - $0 } }
@@ -361,7 +368,7 @@ extension Bench.FanOut {
                             instances: instances, elapsed: elapsed, rate: rate, h2load: before, shapedH2load: shapedBefore,
                             accept: accepted.summary.p50,
                             side: sideResult, disk: roundSyncs.map { LatencySummary(sortedNanoseconds: $0) }, serverCPU: cpu.reduce(0, +),
-                            databaseCPU: databaseCPU, coresIdle: coresIdle
+                            databaseCPU: databaseCPU, sinkCPU: sinkCPU, coresIdle: coresIdle
                         )
                 )
                 if nodes.count > 1 {
@@ -456,6 +463,7 @@ extension Bench.FanOut {
                         + "requests/s over \(runs.count) runs, \(BenchRequests.slowestShare(runs))"
                 )
             }
+            if let line = Bench.cpuAPushLine(server: serverPerPush, sink: sinkPerPush) { Bench.say(line) }
             if let least = idleShares.min(), let most = idleShares.max() {
                 Bench.say(
                     "  cores idle in the rounds    \(Bench.percent(least)) – \(Bench.percent(most))   "
@@ -486,11 +494,31 @@ extension Bench.FanOut {
 }
 
 extension Bench {
+    /// `  CPU a push in the rounds    server 21.0 – 28.4 µs, nginx 8.2 – 12.1 µs, the server's ÷ nginx's 2.55 – 2.61   (…)`:
+    /// the least and the most the servers (added up) and the sink spent a push over the rounds (`server` and `sink`:
+    /// seconds a push, one of each per round; `sink` empty when the sink's CPU is not measured), and the least and the
+    /// most of the two's quotient round by round; nil without rounds. nginx answers every round's pushes alike, so its
+    /// spread is the machine's own from round to round: where the quotient stays put while both spread, the server did
+    /// the same work every round and the machine ran slower in some.
+    static func cpuAPushLine(server: [Double], sink: [Double]) -> String? {
+        guard let least = server.min(), let most = server.max() else { return nil }
+        var line = String(format: "  CPU a push in the rounds    server %.1f – %.1f µs", least * 1e6, most * 1e6)
+        let quotients = zip(server, sink).compactMap { server, sink in sink > 0 ? server / sink : nil }
+        if sink.count == server.count, let sinkLeast = sink.min(), let sinkMost = sink.max(), let low = quotients.min(), let high = quotients.max() {
+            line += String(
+                format: ", nginx %.1f – %.1f µs, the server's ÷ nginx's %.2f – %.2f   "
+                    + "(nginx does the same work every round: where both rise together, the machine ran slower)",
+                sinkLeast * 1e6, sinkMost * 1e6, low, high
+            )
+        }
+        return line
+    }
+
     /// One fan-out round: `100,000 pushes in 3.21 s   31,152 /s   0.24 × h2load   update accepted in 2.10 ms   …`, with the
     /// side accepts' latency and the disk's own syncs' (``DiskSyncProbe``) in the same round when there were any.
     static func roundLine(
         instances: Int, elapsed: Duration, rate: Double, h2load: Double?, shapedH2load: Double? = nil, accept: Duration, side: LoadResult,
-        disk: LatencySummary? = nil, serverCPU: Double, databaseCPU: Double? = nil, coresIdle: Double? = nil
+        disk: LatencySummary? = nil, serverCPU: Double, databaseCPU: Double? = nil, sinkCPU: Double? = nil, coresIdle: Double? = nil
     ) -> String {
         var line = "\(BenchRequests.grouped(instances)) pushes in \(format(elapsed))   \(BenchRequests.grouped(Int(rate))) pushes/s"
         if h2load != nil { line += "   \(BenchRequests.ratio(rate, to: h2load))" }
@@ -503,6 +531,7 @@ extension Bench {
         if let disk, disk.count > 0 { line += "   disk syncs \(disk.count): p99 \(format(disk.p99)) max \(format(disk.max))" }
         line += String(format: "   server CPU %.1f µs/push", serverCPU / Double(instances) * 1e6)
         if let databaseCPU { line += String(format: ", PostgreSQL %.1f µs/push", databaseCPU / Double(instances) * 1e6) }
+        if let sinkCPU { line += String(format: ", nginx %.1f µs/push", sinkCPU / Double(instances) * 1e6) }
         if let coresIdle { line += "   cores idle \(percent(coresIdle))" }
         return line
     }
