@@ -133,7 +133,7 @@ extension Bench {
             guard let threads = try? FileManager.default.contentsOfDirectory(atPath: tasks) else { return nil }
             var total = 0
             for thread in threads {
-                guard let status = try? String(contentsOfFile: "\(tasks)/\(thread)/status", encoding: .utf8) else { continue }
+                guard let status = Bench.procFile("\(tasks)/\(thread)/status") else { continue }
                 total += count(inStatus: status) ?? 0
             }
             return total
