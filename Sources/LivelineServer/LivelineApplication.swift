@@ -101,8 +101,15 @@ public enum LivelineApplication {
 
     /// The HTTP API's own event loops, apart from the push clients' (the shared singleton group): during a fan-out
     /// those loops are busy with TLS and HTTP/2 for the pushes, and a request to the API would wait in line behind
-    /// that work; on threads of its own the system shares the cores between the two.
-    static let apiEventLoops = MultiThreadedEventLoopGroup(numberOfThreads: System.coreCount)
+    /// that work; on threads of its own the system shares the cores between the two. Their threads are named
+    /// ``httpThreadNamePrefix``.
+    static let apiEventLoops = MultiThreadedEventLoopGroup._makePerpetualGroup(
+        threadNamePrefix: httpThreadNamePrefix, numberOfThreads: System.coreCount
+    )
+
+    /// The prefix of the names of the HTTP API's event loops' threads (`ll-http-2-#0`: NIO adds the group's number and
+    /// the thread's), as Linux shows them (`top -H`, `/proc/PID/task/*/comm`).
+    public static let httpThreadNamePrefix = "ll-http-"
 
     /// The master key that seals provider secrets: from configuration, or generated once into the data directory.
     public static func masterKey(_ configuration: LivelineConfiguration) throws -> [UInt8] {

@@ -47,7 +47,12 @@ struct LowPriorityEngine: Service {
     /// reason; not measured apart). On one loop instead of two on this 2-core machine (`bench fanout --instances 100000
     /// --rounds 5`, six pairs of runs taken in turn): 56,002 pushes/s against 54,340, more in each pair, 26.4 µs of CPU
     /// a push against 27.4; side accepts' p99 8.3 – 9.8 ms against 8.1 – 9.4.
-    static let engineEventLoops = MultiThreadedEventLoopGroup(numberOfThreads: max(1, System.coreCount / 2))
+    static let engineEventLoops = MultiThreadedEventLoopGroup._makePerpetualGroup(
+        threadNamePrefix: threadNamePrefix, numberOfThreads: max(1, System.coreCount / 2)
+    )
+
+    /// The prefix of the names of ``engineEventLoops``' threads (`ll-engine-3-#0`), as Linux shows them.
+    static let threadNamePrefix = "ll-engine-"
 
     func run() async throws {
         guard niceness > 0 else { return try await dispatcher.run() }

@@ -147,7 +147,9 @@ final class PostgresHandle: SQLConnection {
     /// whose writer has a thread of its own; here, 7 – 8 ms (p99 44 – 111 ms). Half the cores, one at least: a
     /// connection's event loop only moves its messages, and on two cores a second thread cost the API's updates up to
     /// a fifth of their rate.
-    private static let eventLoops = MultiThreadedEventLoopGroup(numberOfThreads: max(1, System.coreCount / 2))
+    private static let eventLoops = MultiThreadedEventLoopGroup._makePerpetualGroup(
+        threadNamePrefix: StoreThreadNames.postgresEventLoops, numberOfThreads: max(1, System.coreCount / 2)
+    )
 
     @discardableResult
     func query(_ sql: String, _ binds: [SQLiteData]) throws -> [StoreRow] {

@@ -136,7 +136,7 @@ final class PostgresPool: StoreWriter, StoreReader {
             + Array(repeating: readsUnder, count: lanes.count) + Array(repeating: bookkeepingSession, count: bookkeeping)
             + Array(repeating: claimSession, count: claiming)
         let threads = NIOThreadPool(numberOfThreads: count)
-        threads.start()
+        threads._start(threadNamePrefix: StoreThreadNames.postgresConnections)
         // Connecting waits for the server: on a pool thread, not the caller's. When one connection fails, those
         // made are closed again.
         let opened: HandleBox
@@ -165,7 +165,7 @@ final class PostgresPool: StoreWriter, StoreReader {
         settledReads = settled
         if grouping > 0 {
             let groupThreads = NIOThreadPool(numberOfThreads: grouping)
-            groupThreads.start()
+            groupThreads._start(threadNamePrefix: StoreThreadNames.postgresConnections)
             groupConnections = ConnectionLeases(handles: Array(handles.prefix(grouping)), threads: groupThreads)
             connections = ConnectionLeases(handles: Array(handles.dropFirst(grouping)), threads: threads)
             groupDrainers = grouping
@@ -193,7 +193,7 @@ final class PostgresPool: StoreWriter, StoreReader {
     private static func setApart(last count: Int, of handles: inout [PostgresHandle]) -> ConnectionLeases<PostgresHandle>? {
         guard count > 0 else { return nil }
         let threads = NIOThreadPool(numberOfThreads: count)
-        threads.start()
+        threads._start(threadNamePrefix: StoreThreadNames.postgresConnections)
         defer { handles.removeLast(count) }
         return ConnectionLeases(handles: Array(handles.suffix(count)), threads: threads)
     }

@@ -49,7 +49,7 @@ final class SQLiteCheckpointer: Sendable {
         bound = Mutex(WALBound(limit: writerLimit))
         connection = Connection(handle: try SQLiteHandle(path: path))
         thread = NIOThreadPool(numberOfThreads: 1)
-        thread.start()
+        thread._start(threadNamePrefix: StoreThreadNames.sqliteCheckpointer)
     }
 
     /// Checkpoints run so far on the checkpointer's thread.

@@ -19,7 +19,7 @@ final class SQLiteReaders: StoreReader {
             handles.append(handle)
         }
         let threads = NIOThreadPool(numberOfThreads: handles.count)
-        threads.start()
+        threads._start(threadNamePrefix: StoreThreadNames.sqliteReaders)
         connections = ConnectionLeases(handles: handles, threads: threads)
     }
 

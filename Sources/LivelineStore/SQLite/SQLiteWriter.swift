@@ -105,7 +105,7 @@ final class SQLiteWriter: StoreWriter {
         syncer = WALSyncer(databasePath: path, sync: sync)
         connection = HandleBox(handle: handle)
         thread = NIOThreadPool(numberOfThreads: 1)
-        thread.start()
+        thread._start(threadNamePrefix: StoreThreadNames.sqliteWriter)
     }
 
     /// The size, in bytes, a WAL that has grown past twice `pages` of SQLite's 4 KB pages is cut to when it starts

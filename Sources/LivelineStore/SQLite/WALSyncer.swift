@@ -81,7 +81,7 @@ final class WALSyncer: Sendable {
         walPath = databasePath + "-wal"
         self.sync = sync
         thread = NIOThreadPool(numberOfThreads: 1)
-        thread.start()
+        thread._start(threadNamePrefix: StoreThreadNames.walSyncer)
     }
 
     /// Syncs run so far (each covering one commit or more).
