@@ -206,6 +206,7 @@ let package = Package(
                 "APNs",
                 "LivelineCore",
                 "LivelineServer",
+                "LivelineStore",
                 "LivelineTestSupport",
                 "LivelineDispatch",
                 "LivelineEmulator",

@@ -227,9 +227,13 @@ extension Bench {
             max(.milliseconds(100), lastTook * 9)
         }
 
-        /// Says ``Bench/cpuLine(_:requests:_:)``'s line, if any.
+        /// Says ``Bench/cpuLine(_:requests:_:)``'s line and the servers' CPU by part (``Bench/partsLine(before:after:per:unit:)``),
+        /// if any.
         private func printCPU(_ what: String, requests: Int, _ spent: Bench.CPUSpent) {
             if let line = Bench.cpuLine(what, requests: requests, spent) { Bench.say(line) }
+            if let line = Bench.partsLine(before: spent.partsBefore, after: spent.partsAfter, per: requests, unit: "request") {
+                Bench.say(line)
+            }
         }
     }
 }

@@ -6,6 +6,9 @@ extension Bench {
         var database: Double?
         var own: Double
         var coresIdle: Double?
+        /// The servers' CPU ticks by part (``ServerPart``): each node's reading before and after.
+        var partsBefore: [[ServerPart: Int]] = []
+        var partsAfter: [[ServerPart: Int]] = []
     }
 
     /// Reads what each part of a run spent (``CPUSpent``), part after part: each ``spent()`` counts from the one before
@@ -16,10 +19,12 @@ extension Bench {
         private var databaseCPU: Double?
         private var ownCPU: Double
         private var machine: MachineTimes?
+        private var parts: [[ServerPart: Int]]
 
         init(nodes: ServerNodes) {
             self.nodes = nodes
             (cpu, databaseCPU, ownCPU, machine) = (nodes.cpuSeconds(), nodes.databaseCPUSeconds(), Bench.processCPUSeconds(), MachineTimes.read())
+            parts = nodes.partTicks()
         }
 
         /// The CPU each part spent since the last call, and the share of the machine's cores left idle meanwhile; the
@@ -27,10 +32,12 @@ extension Bench {
         mutating func spent() -> CPUSpent {
             let (server, database, own) = (nodes.cpuSeconds(), nodes.databaseCPUSeconds(), Bench.processCPUSeconds())
             let machineNow = MachineTimes.read()
-            defer { (cpu, databaseCPU, ownCPU, machine) = (server, database, own, machineNow) }
+            let partsNow = nodes.partTicks()
+            defer { (cpu, databaseCPU, ownCPU, machine, parts) = (server, database, own, machineNow, partsNow) }
             return CPUSpent(
                 server: zip(server, cpu).map { $0 - $1 }, database: database.flatMap { now in databaseCPU.map { now - $0 } },
-                own: own - ownCPU, coresIdle: machine.flatMap { before in machineNow?.idleShare(since: before) }
+                own: own - ownCPU, coresIdle: machine.flatMap { before in machineNow?.idleShare(since: before) },
+                partsBefore: parts, partsAfter: partsNow
             )
         }
     }

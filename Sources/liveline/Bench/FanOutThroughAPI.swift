@@ -249,8 +249,14 @@ extension Bench.FanOut {
                 )
             }
             Bench.say("  registrations               \(Bench.describe(registered, count: instances))")
-            if let line = Bench.cpuLine("a registration", requests: instances, meter.spent()) {
+            let registrationsSpent = meter.spent()
+            if let line = Bench.cpuLine("a registration", requests: instances, registrationsSpent) {
                 Bench.say(line + (registrationsInIDOrder ? "; in order of device ids" : "; in an order other than the device ids'"))
+            }
+            if let line = Bench.partsLine(
+                before: registrationsSpent.partsBefore, after: registrationsSpent.partsAfter, per: instances, unit: "registration"
+            ) {
+                Bench.say(line)
             }
             guard registered.succeeded == instances else {
                 throw ValidationError("Only \(registered.succeeded) of \(instances) registrations succeeded.")
@@ -295,9 +301,12 @@ extension Bench.FanOut {
             // Each round's CPU a push: the servers' (added up), and the sink's when it runs apart (nginx).
             var serverPerPush: [Double] = []
             var sinkPerPush: [Double] = []
+            // Each round's CPU ticks by part of the server (``ServerPart``), the nodes' added up.
+            var partsPerRound: [[Bench.ServerPart: Int]] = []
             for round in 1...rounds {
                 let received = try await sink.received()
                 let cpuBefore = nodes.cpuSeconds()
+                let partsBefore = nodes.partTicks()
                 let sinkCPUBefore = sink.cpuSeconds()
                 let machineBefore = MachineTimes.read()
                 let databaseCPUBefore = nodes.databaseCPUSeconds()
@@ -350,6 +359,7 @@ extension Bench.FanOut {
                 }
                 let elapsed = ContinuousClock.now - started
                 let cpu = zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 }
+                let parts = nodes.partTicks()
                 let sinkCPU = sink.cpuSeconds().flatMap { now in sinkCPUBefore.map { now - $0 } }
                 serverPerPush.append(cpu.reduce(0, +) / Double(instances))
                 if let sinkCPU { sinkPerPush.append(sinkCPU / Double(instances)) }
@@ -374,6 +384,8 @@ extension Bench.FanOut {
                 if nodes.count > 1 {
                     Bench.say("      server CPU per node  \(Bench.perNodeCPU(cpu, per: instances, unit: "push"))")
                 }
+                if let line = Bench.partsLine(before: partsBefore, after: parts, per: instances, unit: "push") { Bench.say(line) }
+                partsPerRound.append(Bench.partsSpent(before: partsBefore, after: parts))
                 if ending {
                     // The end pushes are out; the Store records each instance as ended with its progress.
                     while true {
@@ -464,6 +476,7 @@ extension Bench.FanOut {
                 )
             }
             if let line = Bench.cpuAPushLine(server: serverPerPush, sink: sinkPerPush) { Bench.say(line) }
+            if let line = Bench.slowestRoundPartsLine(rates: rates, parts: partsPerRound) { Bench.say(line) }
             if let least = idleShares.min(), let most = idleShares.max() {
                 Bench.say(
                     "  cores idle in the rounds    \(Bench.percent(least)) – \(Bench.percent(most))   "
@@ -512,6 +525,29 @@ extension Bench {
             )
         }
         return line
+    }
+
+    /// `  the slowest round's CPU     +31 % against the fastest's: push connections +28 %, engine +35 %, …`: what each part
+    /// of the server spent in the slowest round (the least `rates`) against the fastest, the largest parts first; nil
+    /// with fewer than two rounds, or when the rounds' parts were not counted. Where every part grew alike, the
+    /// machine ran slower; where one part grew alone, that part did more work. Parts that spent fewer than
+    /// `leastTicks` clock ticks in the fastest round are left out: too few to compare.
+    static func slowestRoundPartsLine(rates: [Double], parts: [[ServerPart: Int]], leastTicks: Int = 10) -> String? {
+        guard rates.count >= 2, parts.count == rates.count,
+            let slowest = rates.indices.min(by: { rates[$0] < rates[$1] }), let fastest = rates.indices.max(by: { rates[$0] < rates[$1] })
+        else { return nil }
+        let (slow, fast) = (parts[slowest], parts[fastest])
+        func growth(_ slow: Int, _ fast: Int) -> String {
+            guard fast > 0 else { return "n/a" }
+            let change = (Double(slow) / Double(fast) - 1) * 100
+            return (change >= 0 ? "+" : "−") + String(format: "%.0f %%", abs(change))
+        }
+        let total = growth(slow.values.reduce(0, +), fast.values.reduce(0, +))
+        guard total != "n/a" else { return nil }
+        let each = ServerPart.allCases.filter { fast[$0, default: 0] >= leastTicks }
+            .sorted { fast[$0, default: 0] > fast[$1, default: 0] }
+            .map { "\($0.rawValue) \(growth(slow[$0, default: 0], fast[$0, default: 0]))" }
+        return "  the slowest round's CPU     \(total) against the fastest's (rounds \(slowest + 1) and \(fastest + 1)): " + each.joined(separator: ", ")
     }
 
     /// One fan-out round: `100,000 pushes in 3.21 s   31,152 /s   0.24 × h2load   update accepted in 2.10 ms   …`, with the

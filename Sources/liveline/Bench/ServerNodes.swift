@@ -61,6 +61,9 @@ final class ServerNodes: Sendable {
     /// Each node's CPU seconds so far, node 1 first.
     func cpuSeconds() -> [Double] { servers.map { $0.cpuSeconds() } }
 
+    /// Each node's CPU ticks so far by part (``Bench/ServerPart``), node 1 first.
+    func partTicks() -> [[Bench.ServerPart: Int]] { servers.map { Bench.ServerPart.ticks(ofProcess: $0.pid) } }
+
     /// The PostgreSQL cluster's CPU seconds so far; nil on SQLite, or when it cannot be measured.
     func databaseCPUSeconds() -> Double? {
         guard case .measured(let cluster) = database else { return nil }
