@@ -8,9 +8,11 @@ extension Bench {
     /// ``LowPriorityEngine/threadNamePrefix``).
     enum ServerPart: String, CaseIterable, Sendable {
         /// NIO's shared event loops, where the push connections live (APNs' and FCM's; webhooks' and, with `--dev`,
-        /// the built-in emulators' too): TLS, HTTP/2 and HPACK for every push.
+        /// the built-in emulators' too): TLS, HTTP/2 and HPACK for every push; on PostgreSQL the engine's jobs as well
+        /// (``LowPriorityEngine/Placement``).
         case pushConnections = "push connections"
-        /// The delivery engine's own event loops (on SQLite): its passes, the pushes' building and the results.
+        /// The delivery engine's own event loops (on SQLite; on PostgreSQL its jobs run on the push connections'):
+        /// its passes, the pushes' building and the results.
         case engine
         case sqliteWriter = "SQLite writer"
         case checkpointer
@@ -20,8 +22,8 @@ extension Bench {
         case postgres = "PostgreSQL connections"
         /// The HTTP API's event loops: parsing, routing, the handlers, the answers.
         case http = "HTTP API"
-        /// Any other thread: Swift's cooperative pool (the engine's jobs on PostgreSQL), NIO's blocking pool, the
-        /// main thread.
+        /// Any other thread: Swift's cooperative pool (the engine's jobs at niceness 0), NIO's blocking pool, the main
+        /// thread.
         case other
 
         /// The part whose thread is named `name` (a thread's `comm`).
