@@ -47,6 +47,9 @@ import Testing
         #expect(line == "      server CPU by part  push connections \(each(200)) · engine \(each(40)) · HTTP API \(each(1)) µs/push")
         #expect(Bench.partsLine(before: before, after: before, per: 100_000, unit: "push") == nil)
         #expect(Bench.partsLine(before: [], after: [], per: 100_000, unit: "push") == nil)
+        // Over a million pushes a tick is 0.01 µs a push: a part of a few ticks is left out rather than printed as 0.0.
+        let few = try #require(Bench.partsLine(before: before, after: after, per: 1_000_000, unit: "push"))
+        #expect(few == "      server CPU by part  push connections \(String(format: "%.1f", 200 * tick)) · engine \(String(format: "%.1f", 40 * tick)) µs/push")
     }
 
     @Test("the slowest round's parts against the fastest's: what grew, and by how much")

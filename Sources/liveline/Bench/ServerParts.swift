@@ -54,13 +54,16 @@ extension Bench {
 
     /// `      server CPU by part  push connections 14.2 · engine 5.1 · SQLite writer 2.4 · … µs/push`: the ticks each
     /// part spent (`after` less `before`, each part's added up over the nodes) over `count` units of work, the largest
-    /// first; parts that spent nothing left out. Nil when nothing was counted.
+    /// first; parts that spent less than 0.05 µs a unit (nothing to print at this precision) left out. Nil when no part
+    /// is left.
     static func partsLine(before: [[ServerPart: Int]], after: [[ServerPart: Int]], per count: Int, unit: String) -> String? {
+        guard count > 0 else { return nil }
         let spent = partsSpent(before: before, after: after)
-        guard count > 0, spent.values.contains(where: { $0 > 0 }) else { return nil }
-        let text = ServerPart.allCases.filter { spent[$0, default: 0] > 0 }
-            .sorted { spent[$0, default: 0] > spent[$1, default: 0] }
-            .map { String(format: "\($0.rawValue) %.1f", ProcessTimes.seconds(ticks: spent[$0, default: 0]) / Double(count) * 1e6) }
+        let microseconds = spent.mapValues { ProcessTimes.seconds(ticks: $0) / Double(count) * 1e6 }
+        let shown = ServerPart.allCases.filter { microseconds[$0, default: 0] >= 0.05 }
+        guard !shown.isEmpty else { return nil }
+        let text = shown.sorted { microseconds[$0, default: 0] > microseconds[$1, default: 0] }
+            .map { String(format: "\($0.rawValue) %.1f", microseconds[$0, default: 0]) }
         return "      server CPU by part  " + text.joined(separator: " · ") + " µs/\(unit)"
     }
 
