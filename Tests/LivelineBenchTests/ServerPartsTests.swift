@@ -42,13 +42,13 @@ import Testing
         let before: [[Bench.ServerPart: Int]] = [[.pushConnections: 100, .engine: 10], [.pushConnections: 50, .http: 5]]
         let after: [[Bench.ServerPart: Int]] = [[.pushConnections: 200, .engine: 50, .http: 1], [.pushConnections: 150, .http: 5]]
         #expect(Bench.partsSpent(before: before, after: after) == [.pushConnections: 200, .engine: 40, .http: 1])
-        let line = try #require(Bench.partsLine(before: before, after: after, per: 100_000, unit: "push"))
+        let line = try #require(Bench.partsLine(Bench.partsSpent(before: before, after: after), per: 100_000, unit: "push"))
         let each = { (ticks: Int) in String(format: "%.1f", Double(ticks) * tick / 100_000 * 1e6) }
         #expect(line == "      server CPU by part  push connections \(each(200)) · engine \(each(40)) · HTTP API \(each(1)) µs/push")
-        #expect(Bench.partsLine(before: before, after: before, per: 100_000, unit: "push") == nil)
-        #expect(Bench.partsLine(before: [], after: [], per: 100_000, unit: "push") == nil)
+        #expect(Bench.partsLine(Bench.partsSpent(before: before, after: before), per: 100_000, unit: "push") == nil)
+        #expect(Bench.partsLine(Bench.partsSpent(before: [], after: []), per: 100_000, unit: "push") == nil)
         // Over a million pushes a tick is 0.01 µs a push: a part of a few ticks is left out rather than printed as 0.0.
-        let few = try #require(Bench.partsLine(before: before, after: after, per: 1_000_000, unit: "push"))
+        let few = try #require(Bench.partsLine(Bench.partsSpent(before: before, after: after), per: 1_000_000, unit: "push"))
         #expect(few == "      server CPU by part  push connections \(String(format: "%.1f", 200 * tick)) · engine \(String(format: "%.1f", 40 * tick)) µs/push")
     }
 
@@ -86,9 +86,7 @@ import Testing
 
     /// The names of this process's threads.
     static func threadNames() -> [String] {
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-        return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
-            .map { $0.trimmingCharacters(in: .newlines) }
+        (Bench.threadFiles(of: getpid(), "comm") ?? []).map { $0.trimmingCharacters(in: .newlines) }
     }
     #endif
 }

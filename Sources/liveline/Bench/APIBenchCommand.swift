@@ -227,13 +227,11 @@ extension Bench {
             max(.milliseconds(100), lastTook * 9)
         }
 
-        /// Says ``Bench/cpuLine(_:requests:_:)``'s line and the servers' CPU by part (``Bench/partsLine(before:after:per:unit:)``),
-        /// if any.
+        /// Says ``Bench/cpuLine(_:requests:_:)``'s line and the servers' CPU by part (``Bench/partsLine(_:per:unit:)``), if
+        /// any.
         private func printCPU(_ what: String, requests: Int, _ spent: Bench.CPUSpent) {
             if let line = Bench.cpuLine(what, requests: requests, spent) { Bench.say(line) }
-            if let line = Bench.partsLine(before: spent.partsBefore, after: spent.partsAfter, per: requests, unit: "request") {
-                Bench.say(line)
-            }
+            if let line = Bench.partsLine(spent.parts, per: requests, unit: "request") { Bench.say(line) }
         }
     }
 }

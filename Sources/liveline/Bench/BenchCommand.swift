@@ -356,6 +356,14 @@ extension Bench {
         return (try? handle.readToEnd()).map { String(decoding: $0, as: UTF8.self) }
     }
 
+    /// The file `name` of every thread of process `pid` (`/proc/PID/task/TID/<name>`, through ``procFile(_:)``), one
+    /// text a thread; a thread that ends while they are read is left out. Nil when /proc lists no threads for `pid`.
+    static func threadFiles(of pid: Int32, _ name: String) -> [String]? {
+        let tasks = "/proc/\(pid)/task"
+        guard let threads = try? FileManager.default.contentsOfDirectory(atPath: tasks) else { return nil }
+        return threads.compactMap { procFile("\(tasks)/\($0)/\(name)") }
+    }
+
     /// VmHWM from /proc: the most resident memory this process ever had.
     static func peakMemory() -> String {
         megabytes(peakResidentBytes(process: "self"))

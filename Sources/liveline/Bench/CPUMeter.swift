@@ -6,9 +6,8 @@ extension Bench {
         var database: Double?
         var own: Double
         var coresIdle: Double?
-        /// The servers' CPU ticks by part (``ServerPart``): each node's reading before and after.
-        var partsBefore: [[ServerPart: Int]] = []
-        var partsAfter: [[ServerPart: Int]] = []
+        /// The servers' CPU ticks by part (``ServerPart``), the nodes' added up.
+        var parts: [ServerPart: Int] = [:]
     }
 
     /// Reads what each part of a run spent (``CPUSpent``), part after part: each ``spent()`` counts from the one before
@@ -37,7 +36,7 @@ extension Bench {
             return CPUSpent(
                 server: zip(server, cpu).map { $0 - $1 }, database: database.flatMap { now in databaseCPU.map { now - $0 } },
                 own: own - ownCPU, coresIdle: machine.flatMap { before in machineNow?.idleShare(since: before) },
-                partsBefore: parts, partsAfter: partsNow
+                parts: Bench.partsSpent(before: parts, after: partsNow)
             )
         }
     }

@@ -253,11 +253,7 @@ extension Bench.FanOut {
             if let line = Bench.cpuLine("a registration", requests: instances, registrationsSpent) {
                 Bench.say(line + (registrationsInIDOrder ? "; in order of device ids" : "; in an order other than the device ids'"))
             }
-            if let line = Bench.partsLine(
-                before: registrationsSpent.partsBefore, after: registrationsSpent.partsAfter, per: instances, unit: "registration"
-            ) {
-                Bench.say(line)
-            }
+            if let line = Bench.partsLine(registrationsSpent.parts, per: instances, unit: "registration") { Bench.say(line) }
             guard registered.succeeded == instances else {
                 throw ValidationError("Only \(registered.succeeded) of \(instances) registrations succeeded.")
             }
@@ -359,7 +355,7 @@ extension Bench.FanOut {
                 }
                 let elapsed = ContinuousClock.now - started
                 let cpu = zip(nodes.cpuSeconds(), cpuBefore).map { $0 - $1 }
-                let parts = nodes.partTicks()
+                let parts = Bench.partsSpent(before: partsBefore, after: nodes.partTicks())
                 let sinkCPU = sink.cpuSeconds().flatMap { now in sinkCPUBefore.map { now - $0 } }
                 serverPerPush.append(cpu.reduce(0, +) / Double(instances))
                 if let sinkCPU { sinkPerPush.append(sinkCPU / Double(instances)) }
@@ -384,8 +380,8 @@ extension Bench.FanOut {
                 if nodes.count > 1 {
                     Bench.say("      server CPU per node  \(Bench.perNodeCPU(cpu, per: instances, unit: "push"))")
                 }
-                if let line = Bench.partsLine(before: partsBefore, after: parts, per: instances, unit: "push") { Bench.say(line) }
-                partsPerRound.append(Bench.partsSpent(before: partsBefore, after: parts))
+                if let line = Bench.partsLine(parts, per: instances, unit: "push") { Bench.say(line) }
+                partsPerRound.append(parts)
                 if ending {
                     // The end pushes are out; the Store records each instance as ended with its progress.
                     while true {
@@ -531,20 +527,21 @@ extension Bench {
     /// of the server spent in the slowest round (the least `rates`) against the fastest, the largest parts first; nil
     /// with fewer than two rounds, or when the rounds' parts were not counted. Where every part grew alike, the
     /// machine ran slower; where one part grew alone, that part did more work. Parts that spent fewer than
-    /// `leastTicks` clock ticks in the fastest round are left out: too few to compare.
+    /// `leastTicks` clock ticks (at least one) in the fastest round are left out: too few to compare.
     static func slowestRoundPartsLine(rates: [Double], parts: [[ServerPart: Int]], leastTicks: Int = 10) -> String? {
         guard rates.count >= 2, parts.count == rates.count,
             let slowest = rates.indices.min(by: { rates[$0] < rates[$1] }), let fastest = rates.indices.max(by: { rates[$0] < rates[$1] })
         else { return nil }
         let (slow, fast) = (parts[slowest], parts[fastest])
+        let fastTotal = fast.values.reduce(0, +)
+        guard fastTotal > 0 else { return nil }
+        /// `+12 %` or `−8 %`: `slow` against `fast`, which is above 0.
         func growth(_ slow: Int, _ fast: Int) -> String {
-            guard fast > 0 else { return "n/a" }
             let change = (Double(slow) / Double(fast) - 1) * 100
             return (change >= 0 ? "+" : "−") + String(format: "%.0f %%", abs(change))
         }
-        let total = growth(slow.values.reduce(0, +), fast.values.reduce(0, +))
-        guard total != "n/a" else { return nil }
-        let each = ServerPart.allCases.filter { fast[$0, default: 0] >= leastTicks }
+        let total = growth(slow.values.reduce(0, +), fastTotal)
+        let each = ServerPart.allCases.filter { fast[$0, default: 0] >= max(1, leastTicks) }
             .sorted { fast[$0, default: 0] > fast[$1, default: 0] }
             .map { "\($0.rawValue) \(growth(slow[$0, default: 0], fast[$0, default: 0]))" }
         return "  the slowest round's CPU     \(total) against the fastest's (rounds \(slowest + 1) and \(fastest + 1)): " + each.joined(separator: ", ")

@@ -129,14 +129,7 @@ extension Bench {
         /// The sum over the process's threads now; nil when /proc cannot tell. A thread that ended meanwhile takes its
         /// count with it, so read it while the threads stay (at rest).
         static func read(_ pid: Int32) -> Int? {
-            let tasks = "/proc/\(pid)/task"
-            guard let threads = try? FileManager.default.contentsOfDirectory(atPath: tasks) else { return nil }
-            var total = 0
-            for thread in threads {
-                guard let status = Bench.procFile("\(tasks)/\(thread)/status") else { continue }
-                total += count(inStatus: status) ?? 0
-            }
-            return total
+            Bench.threadFiles(of: pid, "status").map { statuses in statuses.reduce(0) { $0 + (count(inStatus: $1) ?? 0) } }
         }
 
         /// `voluntary_ctxt_switches` plus `nonvoluntary_ctxt_switches` of one `/proc/…/status` text; nil when it has

@@ -47,18 +47,15 @@ extension Bench {
         /// The CPU ticks of process `pid`'s threads by part (empty when /proc cannot tell). A thread that ended since
         /// the last reading takes its ticks with it: the server's threads live as long as it does.
         static func ticks(ofProcess pid: Int32) -> [ServerPart: Int] {
-            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-            return ticks(of: tasks.compactMap { Bench.procFile("/proc/\(pid)/task/\($0)/stat").flatMap(ProcessTimes.init(stat:)) })
+            ticks(of: (Bench.threadFiles(of: pid, "stat") ?? []).compactMap(ProcessTimes.init(stat:)))
         }
     }
 
     /// `      server CPU by part  push connections 14.2 · engine 5.1 · SQLite writer 2.4 · … µs/push`: the ticks each
-    /// part spent (`after` less `before`, each part's added up over the nodes) over `count` units of work, the largest
-    /// first; parts that spent less than 0.05 µs a unit (nothing to print at this precision) left out. Nil when no part
-    /// is left.
-    static func partsLine(before: [[ServerPart: Int]], after: [[ServerPart: Int]], per count: Int, unit: String) -> String? {
+    /// part spent (``partsSpent(before:after:)``) over `count` units of work, the largest first; parts that spent less
+    /// than 0.05 µs a unit (nothing to print at this precision) left out. Nil when no part is left.
+    static func partsLine(_ spent: [ServerPart: Int], per count: Int, unit: String) -> String? {
         guard count > 0 else { return nil }
-        let spent = partsSpent(before: before, after: after)
         let microseconds = spent.mapValues { ProcessTimes.seconds(ticks: $0) / Double(count) * 1e6 }
         let shown = ServerPart.allCases.filter { microseconds[$0, default: 0] >= 0.05 }
         guard !shown.isEmpty else { return nil }
