@@ -37,6 +37,7 @@ public struct LivelineMetrics: Sendable {
         factory.durationHistogramBuckets = [
             MetricNames.httpRequestDuration: fine,
             MetricNames.storeCommitDuration: fine,
+            MetricNames.storeWriteDuration: fine,
             MetricNames.pushLatency: pushes,
         ]
         return factory
@@ -62,6 +63,8 @@ public enum MetricNames {
     public static let webhookDeliveriesPending = "liveline_webhook_deliveries_pending"
     /// The Store's commit time, by `durability` (recorded by the Store's writer).
     public static let storeCommitDuration = "liveline_store_commit_duration_seconds"
+    /// How long the Store's writes took, from their call until their callers had the outcome, by `durability`.
+    public static let storeWriteDuration = "liveline_store_write_duration_seconds"
     /// The Store's commits, by `durability`.
     public static let storeCommits = "liveline_store_commits_total"
     /// PostgreSQL write transactions run again, by `sqlstate`.

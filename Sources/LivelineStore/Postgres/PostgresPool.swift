@@ -179,6 +179,8 @@ final class PostgresPool: StoreWriter, StoreReader {
     func write<T: Sendable>(
         durability: Durability, isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
+        let started = ContinuousClock.now
+        defer { metrics.wrote(durability, since: started) }
         if case .grouped(let key) = isolation, durability == .full {
             return try await withCheckedThrowingContinuation { continuation in
                 enqueue(GroupWrite(key: key, body: body, continuation: continuation))
@@ -235,6 +237,8 @@ final class PostgresPool: StoreWriter, StoreReader {
         guard let bookkeepingConnections, let claimConnections,
             Self.runsAsBookkeeping(durability: durability, isolation: isolation, settings: settings, bookkeepingSettings)
         else { return try await write(durability: durability, isolation: isolation, withSettings) }
+        let started = ContinuousClock.now
+        defer { metrics.wrote(durability, since: started) }
         let connections = isolation == .lockingStatement ? claimConnections : bookkeepingConnections
         return try await connections.run { db in
             try self.runAlone(durability: durability, isolation: isolation, withSettings, on: db)
@@ -265,6 +269,8 @@ final class PostgresPool: StoreWriter, StoreReader {
         guard case .grouped(let key) = isolation, durability == .full else {
             return try await write(durability: durability, isolation: isolation, body)
         }
+        let started = ContinuousClock.now
+        defer { metrics.wrote(durability, since: started) }
         return try await withCheckedThrowingContinuation { continuation in
             enqueue(GroupWrite(key: key, body: body, continuation: continuation, member: member))
         }

@@ -59,8 +59,8 @@ final class SQLiteWriter: StoreWriter {
     private let syncer: WALSyncer
     private let queue = Mutex(Queue())
     private let committed = Atomic<Int>(0)
-    /// Commit time and commits, per durability.
-    private let metrics = StoreCommitMetrics()
+    /// Commit and write times, and commits, per durability.
+    private let metrics: StoreCommitMetrics
 
     private struct Queue {
         var writes: [any QueuedWrite] = []
@@ -83,8 +83,9 @@ final class SQLiteWriter: StoreWriter {
     /// held it) is cut back to that size when it next starts over (`journal_size_limit`).
     init(
         path: String, checkpointThreshold: Int = SQLiteCheckpointer.defaultThreshold, walLimit: Int = WALBound.defaultLimit,
-        sync: @escaping WALSyncer.Sync = WALSyncer.systemSync
+        sync: @escaping WALSyncer.Sync = WALSyncer.systemSync, metrics: StoreCommitMetrics = StoreCommitMetrics()
     ) throws {
+        self.metrics = metrics
         try Self.createPrivately(path)
         let handle = try SQLiteHandle(path: path)
         // Durable commits are those the syncer has synced the WAL after (``WALSyncer``): in WAL mode only.
@@ -140,7 +141,9 @@ final class SQLiteWriter: StoreWriter {
     func write<T: Sendable>(
         durability: Durability = .full, isolation: WriteIsolation = .serializable, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
+        let started = ContinuousClock.now
+        defer { metrics.wrote(durability, since: started) }
+        return try await withCheckedThrowingContinuation { continuation in
             enqueue(Write(durability: durability, body: body, continuation: continuation), failing: continuation)
         }
     }
@@ -181,6 +184,8 @@ final class SQLiteWriter: StoreWriter {
         guard durability == .bookkeeping, parts.count > 1 else {
             return try await writeInOneTransaction(parts: parts, durability: durability, isolation: isolation, settings: settings)
         }
+        let started = ContinuousClock.now
+        defer { metrics.wrote(durability, since: started) }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             enqueue(PartsWrite(parts: parts, continuation: continuation), failing: continuation)
         }
