@@ -80,7 +80,8 @@ final class SQLiteWriter: StoreWriter {
     ///
     /// The WAL is checkpointed on a thread of its own past `checkpointThreshold` pages, and by the writer itself, between
     /// two transactions, past `walLimit` (``WALBound``). A WAL that grew past twice `walLimit` all the same (a reader
-    /// held it) is cut back to that size when it next starts over (`journal_size_limit`).
+    /// held it) is cut back to that size when it next starts over (`journal_size_limit`). Its commits' and writes' times
+    /// go to `metrics` (the process's metrics factory unless given one).
     init(
         path: String, checkpointThreshold: Int = SQLiteCheckpointer.defaultThreshold, walLimit: Int = WALBound.defaultLimit,
         sync: @escaping WALSyncer.Sync = WALSyncer.systemSync, metrics: StoreCommitMetrics = StoreCommitMetrics()
