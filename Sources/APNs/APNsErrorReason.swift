@@ -70,7 +70,7 @@ public struct APNsErrorReason: RawRepresentable, Hashable, Sendable, CustomStrin
     /// a new connection is needed.
     public static let unrelatedKeyIdInToken = APNsErrorReason(rawValue: "UnrelatedKeyIdInToken")
     /// 403: the key ID in the provider token is for the wrong environment.
-    public static let badEnvironmentKeyInToken = APNsErrorReason(rawValue: "BadEnvironmentKeyInToken")
+    public static let badEnvironmentKeyIdInToken = APNsErrorReason(rawValue: "BadEnvironmentKeyIdInToken")
 
     // MARK: 404, 405, 410, 413, 429, 500, 503
 
@@ -128,7 +128,7 @@ public struct APNsErrorReason: RawRepresentable, Hashable, Sendable, CustomStrin
         .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken,
         .missingTopic, .payloadEmpty, .topicDisallowed, .badCertificate, .badCertificateEnvironment,
         .expiredProviderToken, .forbidden, .invalidProviderToken, .missingProviderToken,
-        .unrelatedKeyIdInToken, .badEnvironmentKeyInToken, .badPath, .methodNotAllowed, .expiredToken,
+        .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badPath, .methodNotAllowed, .expiredToken,
         .unregistered, .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests,
         .internalServerError, .serviceUnavailable, .shutdown,
     ]
@@ -145,7 +145,7 @@ public struct APNsErrorReason: RawRepresentable, Hashable, Sendable, CustomStrin
             .channelNotRegistered, .cannotCreateChannelConfig, .missingPushType, .topicMismatch:
             return .terminal
         case .expiredProviderToken, .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken,
-            .badCertificate, .badCertificateEnvironment, .badEnvironmentKeyInToken:
+            .badCertificate, .badCertificateEnvironment, .badEnvironmentKeyIdInToken:
             return .credentials
         case .tooManyRequests, .tooManyProviderTokenUpdates, .internalServerError, .serviceUnavailable, .shutdown,
             .idleTimeout:
@@ -179,7 +179,7 @@ public enum APNsErrorDisposition: Sendable, Hashable {
     case terminal
     /// The provider credentials are wrong, expired or for the other environment (`ExpiredProviderToken`,
     /// `InvalidProviderToken`, `MissingProviderToken`, `UnrelatedKeyIdInToken`, `BadCertificate`,
-    /// `BadCertificateEnvironment`, `BadEnvironmentKeyInToken`).
+    /// `BadCertificateEnvironment`, `BadEnvironmentKeyIdInToken`).
     ///
     /// ``APNsClient`` has already forced a new provider token after `ExpiredProviderToken` and
     /// `InvalidProviderToken`, and retires the connection after `UnrelatedKeyIdInToken`, so one later retry

@@ -190,7 +190,7 @@ struct ClientTests {
         .init(status: 400, body: #"{"reason":"IdleTimeout"}"#, reason: .idleTimeout, disposition: .retryable),
         .init(status: 403, body: #"{"reason":"Forbidden"}"#, reason: .forbidden, disposition: .terminal),
         .init(status: 403, body: #"{"reason":"MissingProviderToken"}"#, reason: .missingProviderToken, disposition: .credentials),
-        .init(status: 403, body: #"{"reason":"BadEnvironmentKeyInToken"}"#, reason: .badEnvironmentKeyInToken, disposition: .credentials),
+        .init(status: 403, body: #"{"reason":"BadEnvironmentKeyIdInToken"}"#, reason: .badEnvironmentKeyIdInToken, disposition: .credentials),
         .init(
             status: 410,
             body: #"{"reason":"Unregistered","timestamp":1700000000123}"#,

@@ -106,7 +106,7 @@ struct ReasonTests {
         ("InvalidProviderToken", .credentials),
         ("MissingProviderToken", .credentials),
         ("UnrelatedKeyIdInToken", .credentials),
-        ("BadEnvironmentKeyInToken", .credentials),
+        ("BadEnvironmentKeyIdInToken", .credentials),
         ("BadPath", .terminal),
         ("MethodNotAllowed", .terminal),
         ("ExpiredToken", .invalidToken),
