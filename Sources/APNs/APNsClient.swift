@@ -44,6 +44,13 @@ public final class APNsClient: Sendable {
         public var idlePingInterval: Duration
         /// A connection whose `PING` is not acknowledged within this time is closed and replaced.
         public var pingTimeout: Duration
+        /// After a connection could not be opened, how long its slot waits before the next attempt; the wait doubles
+        /// with each failure in a row (less up to half of it at random), up to ``maximumReconnectDelay``. Requests
+        /// wait meanwhile, up to ``requestTimeout``. Apple may block a server that opens and closes connections
+        /// repeatedly.
+        public var reconnectDelay: Duration
+        /// The longest wait between two attempts to open a connection.
+        public var maximumReconnectDelay: Duration
         /// The highest stream id one connection may use before it is retired and replaced (HTTP/2 allows 2³¹−1).
         var maximumStreamID: Int32 = Int32.max
 
@@ -53,13 +60,17 @@ public final class APNsClient: Sendable {
             requestTimeout: Duration = .seconds(30),
             connectTimeout: Duration = .seconds(10),
             idlePingInterval: Duration = .seconds(60),
-            pingTimeout: Duration = .seconds(20)
+            pingTimeout: Duration = .seconds(20),
+            reconnectDelay: Duration = .milliseconds(250),
+            maximumReconnectDelay: Duration = .seconds(15)
         ) {
             self.connections = connections
             self.requestTimeout = requestTimeout
             self.connectTimeout = connectTimeout
             self.idlePingInterval = idlePingInterval
             self.pingTimeout = pingTimeout
+            self.reconnectDelay = reconnectDelay
+            self.maximumReconnectDelay = maximumReconnectDelay
         }
     }
 
@@ -326,6 +337,8 @@ final class ClientContext: Sendable {
     let pingTimeout: TimeAmount
     /// How often each slot checks deadlines and keepalive.
     let sweepInterval: TimeAmount
+    /// The waits between failed attempts to open a connection, as each slot starts them.
+    let reconnectBackoff: ReconnectBackoff
 
     init(
         endpoint: APNsEndpoint,
@@ -347,6 +360,9 @@ final class ClientContext: Sendable {
         self.pingTimeout = TimeAmount(configuration.pingTimeout)
         let shortest = min(requestTimeout, connectTimeout, idlePingInterval, pingTimeout)
         self.sweepInterval = min(max(.nanoseconds(shortest.nanoseconds / 4), .milliseconds(10)), .seconds(1))
+        self.reconnectBackoff = ReconnectBackoff(
+            initialDelay: TimeAmount(configuration.reconnectDelay), maximumDelay: TimeAmount(configuration.maximumReconnectDelay)
+        )
     }
 }
 

@@ -19,6 +19,9 @@ final class ConnectionSlot: @unchecked Sendable {
         case idle
         /// A connection is being opened; requests wait in ``waiting``.
         case connecting(APNsConnection)
+        /// The last attempts to open one failed: the next waits until this task runs (``ReconnectBackoff``);
+        /// requests wait in ``waiting``.
+        case backingOff(Scheduled<Void>)
         /// The connection takes requests.
         case ready(APNsConnection)
         /// ``shutdown()`` was called; every request fails.
@@ -33,6 +36,8 @@ final class ConnectionSlot: @unchecked Sendable {
     /// The timer that enforces deadlines and keepalive; started by the first request.
     private var sweeper: RepeatedTask?
     private var connectionCount = 0
+    /// When the next connection may be opened after failed attempts.
+    private var backoff: ReconnectBackoff
 
     /// How many times a request may move to a new connection before it fails.
     static let maximumMoves = 3
@@ -41,6 +46,7 @@ final class ConnectionSlot: @unchecked Sendable {
         self.index = index
         self.eventLoop = eventLoop
         self.shared = shared
+        self.backoff = shared.reconnectBackoff
         var logger = shared.logger
         logger[metadataKey: "apns.slot"] = "\(index)"
         self.logger = logger
@@ -92,11 +98,11 @@ final class ConnectionSlot: @unchecked Sendable {
         switch state {
         case .ready(let connection):
             connection.submit(request)
-        case .connecting:
+        case .connecting, .backingOff:
             waiting.append(request)
         case .idle:
             waiting.append(request)
-            connect()
+            connectWhenAllowed()
         case .shutDown:
             request.finish(.failure(APNsTransportError("The APNs client has been shut down.")))
         }
@@ -136,13 +142,39 @@ final class ConnectionSlot: @unchecked Sendable {
         switch state {
         case .connecting(let connection), .ready(let connection):
             all.append(connection)
-        case .idle, .shutDown:
+        case .idle, .backingOff, .shutDown:
             break
         }
         return all
     }
 
     // MARK: Connections
+
+    /// Opens a connection now, or once the wait after failed attempts is over.
+    private func connectWhenAllowed() {
+        switch backoff.decision(at: .now()) {
+        case .connect:
+            connect()
+        case .wait(let until):
+            let attempt = eventLoop.scheduleTask(deadline: until) { self.backoffEnded() }
+            state = .backingOff(attempt)
+        }
+    }
+
+    /// The wait after failed attempts is over: the next attempt goes if a request still waits for it.
+    private func backoffEnded() {
+        guard case .backingOff = state else { return }
+        state = .idle
+        if waiting.contains(where: { !$0.isFinished }) {
+            connect()
+        }
+    }
+
+    /// An attempt to open `connection` failed: the next waits (``ReconnectBackoff``). Returns the wait, for the log.
+    private func attemptFailed() -> TimeAmount {
+        state = .idle
+        return backoff.failed(at: .now(), random: Double.random(in: 0...1))
+    }
 
     private func connect() {
         connectionCount += 1
@@ -212,10 +244,12 @@ final class ConnectionSlot: @unchecked Sendable {
 
     private func connectFailed(_ connection: APNsConnection, error: any Error) {
         guard case .connecting(let current) = state, current === connection else { return }
-        state = .idle
+        let wait = attemptFailed()
         logger.warning(
             "Could not connect to APNs",
-            metadata: ["apns.connection": "\(connection.name)", "error": "\(error)"]
+            metadata: [
+                "apns.connection": "\(connection.name)", "error": "\(error)", "apns.next_attempt_in_ms": "\(wait.nanoseconds / 1_000_000)",
+            ]
         )
         failWaiting(
             APNsTransportError(
@@ -231,6 +265,7 @@ final class ConnectionSlot: @unchecked Sendable {
             return
         }
         state = .ready(connection)
+        backoff.opened()
         logger.debug("APNs connection ready", metadata: ["apns.connection": "\(connection.name)"])
         while case .ready(let ready) = state, ready === connection, let request = waiting.popFirst() {
             if !request.isFinished {
@@ -259,10 +294,12 @@ final class ConnectionSlot: @unchecked Sendable {
         switch state {
         case .connecting(let current) where current === connection:
             // It never became usable: TLS, ALPN or HTTP/2 setup failed.
-            state = .idle
+            let wait = attemptFailed()
             logger.warning(
                 "Could not open an APNs connection",
-                metadata: ["apns.connection": "\(connection.name)", "reason": "\(reason)"]
+                metadata: [
+                    "apns.connection": "\(connection.name)", "reason": "\(reason)", "apns.next_attempt_in_ms": "\(wait.nanoseconds / 1_000_000)",
+                ]
             )
             let error = APNsTransportError(
                 "Could not open an HTTP/2 connection to \(shared.endpoint.host):\(shared.endpoint.port): \(reason)"
@@ -312,6 +349,9 @@ final class ConnectionSlot: @unchecked Sendable {
     /// Fails everything queued and closes every connection. The future completes when they are closed.
     func shutdown() -> EventLoopFuture<Void> {
         let open = connections
+        if case .backingOff(let attempt) = state {
+            attempt.cancel()
+        }
         state = .shutDown
         sweeper?.cancel()
         sweeper = nil
