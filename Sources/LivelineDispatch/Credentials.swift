@@ -10,7 +10,10 @@ public enum APNsEnvironmentName: String, Sendable, CaseIterable {
 }
 
 /// An app's APNs token-auth credentials, as the operator gives them.
-public struct APNsCredentials: Sendable {
+///
+/// Its `description`, `debugDescription` and mirror never show the private key, so it can be logged, printed and
+/// dumped (an error's `String(reflecting:)` included).
+public struct APNsCredentials: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     public var teamID: String
     public var keyID: String
     /// The contents of `AuthKey_<keyID>.p8`.
@@ -39,6 +42,28 @@ public struct APNsCredentials: Sendable {
         self.environment = environment
         self.baseURL = baseURL
         self.caCertificatePEM = caCertificatePEM
+    }
+
+    /// The credentials without the private key.
+    public var description: String {
+        "APNsCredentials(teamID: \(teamID), keyID: \(keyID), environment: \(environment.rawValue), "
+            + "baseURL: \(baseURL ?? "nil"), privateKey: <redacted>)"
+    }
+
+    /// The same as ``description``: the private key is never shown.
+    public var debugDescription: String { description }
+
+    /// The members but the private key, so `dump` and debuggers never show it.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "teamID": teamID, "keyID": keyID, "privateKeyPEM": "<redacted>", "environment": environment.rawValue,
+                "baseURL": baseURL as Any, "caCertificatePEM": caCertificatePEM as Any,
+                "channelManagementBaseURL": channelManagementBaseURL as Any, "broadcastBaseURL": broadcastBaseURL as Any,
+            ],
+            displayStyle: .struct
+        )
     }
 
     /// Checks ids and the key's form; the key itself is checked by parsing it.

@@ -23,6 +23,21 @@ private func directoryWithCredentials(_ store: SQLStore, appID: String) async th
 
 @Suite("APNs transport directory")
 struct APNsTransportDirectoryTests {
+    @Test("APNs credentials never show their private key: printed, reflected or dumped")
+    func credentialsRedacted() {
+        let pem = P256.Signing.PrivateKey().pemRepresentation
+        let keyBody = String(pem.split(separator: "\n")[1])
+        let credentials = APNsCredentials(teamID: "TEAM123456", keyID: "KEY1234567", privateKeyPEM: pem, environment: .production)
+        for text in [credentials.description, credentials.debugDescription, "\(credentials)", String(reflecting: credentials)] {
+            #expect(!text.contains(keyBody))
+            #expect(text.contains("redacted") && text.contains("KEY1234567"), "\(text)")
+        }
+        var dumped = ""
+        dump(credentials, to: &dumped)
+        #expect(!dumped.contains(keyBody))
+        #expect(dumped.contains("TEAM123456"))
+    }
+
     @Test("one app's passes asking for its transport at once share one APNs client: none is replaced, and shut down, under another's pushes")
     func concurrentAsksShareOneClient() async throws {
         try await withTemporaryStore { store, _ in
