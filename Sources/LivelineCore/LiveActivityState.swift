@@ -146,10 +146,20 @@ public struct LiveActivityState: Sendable, Hashable {
     /// Checks that both renderings are ones the push services and the phones accept (sizes, dates, shapes), so the
     /// caller hears of a problem when the state is accepted rather than never.
     ///
-    /// A broadcast activity's APNs payload may be as large as a broadcast (5,120 bytes); an iPhone of it that keeps its
-    /// own token is refused one above 4,096 by APNs, and the timeline shows it. The FCM rendering is checked when the app
-    /// has Android phones to reach (`android`): for an iOS-only app it would hold a broadcast to FCM's 4,096 bytes.
+    /// A broadcast activity's APNs payload may be as large as a broadcast (5,120 bytes), but its content state no
+    /// larger than ActivityKit keeps for a Live Activity (``Limits/maximumActivityDataBytes``); an iPhone of it that
+    /// keeps its own token is refused a payload above 4,096 by APNs, and the timeline shows it. The FCM rendering is
+    /// checked when the app has Android phones to reach (`android`): for an iOS-only app it would hold a broadcast to
+    /// FCM's 4,096 bytes.
     public func validateRenderings(now: Date, delivery: ActivityDelivery = .token, android: Bool = true) throws(ValidationError) {
+        if delivery == .broadcast, case let bytes = contentState.encoded.count, bytes > Limits.maximumActivityDataBytes {
+            throw ValidationError(
+                code: "payload_too_large",
+                message: "contentState would be \(bytes) bytes; a Live Activity's data (its attributes and content state) "
+                    + "may take at most \(Limits.maximumActivityDataBytes) bytes on the phone, even in a broadcast. Send a smaller contentState.",
+                field: "contentState"
+            )
+        }
         try apnsPayload.validate(
             maximumBytes: delivery == .broadcast ? Limits.maximumBroadcastPayloadBytes : Limits.maximumAPNsPayloadBytes
         )

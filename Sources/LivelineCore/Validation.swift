@@ -26,6 +26,11 @@ public enum Limits {
     public static let maximumRequestBodyBytes = 64 * 1024
     /// The largest APNs payload for a push to one token, in bytes.
     public static let maximumAPNsPayloadBytes = 4096
+    /// The most a Live Activity's data may take on the phone, in bytes. Apple: "Static and dynamic data for a Live
+    /// Activity, including data for ActivityKit updates and ActivityKit push notifications, can't exceed a combined size
+    /// of 4 KB." A token push's payload holds its content state within APNs' 4,096 bytes anyway; a broadcast's may be
+    /// larger (``maximumBroadcastPayloadBytes``), its content state not.
+    public static let maximumActivityDataBytes = 4096
     /// The longest an identifier (activity id, device id, user id) may be.
     public static let maximumIdentifierLength = 128
     /// The longest push token accepted, in characters.

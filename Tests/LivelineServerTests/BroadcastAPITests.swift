@@ -127,17 +127,27 @@ struct BroadcastAPITests {
         }
     }
 
-    @Test("a broadcast payload may reach 5,120 bytes of aps, not more; a token one stays at 4,096")
+    @Test("a broadcast payload may reach 5,120 bytes of aps, not more, its content state 4,096; a token one stays at 4,096")
     func payloadLimits() async throws {
         try await withLiveline(channels: RecordingChannels()) { api, store in
             let app = try await createApp(store)
-            let big: JSONValue = ["note": .string(String(repeating: "x", count: 5200))]
+            let alert: JSONValue = ["title": .string(String(repeating: "t", count: 1200)), "body": .string(String(repeating: "b", count: 1200))]
             let refused = try await api.json(
-                .post, "/v1/activities/match-1/updates", key: app.secretKey, ["contentState": big, "delivery": "broadcast"]
+                .post, "/v1/activities/match-1/updates", key: app.secretKey,
+                ["contentState": ["note": .string(String(repeating: "x", count: 3000))], "alert": alert, "delivery": "broadcast"]
             )
             #expect(refused.status == .unprocessableContent)
             #expect(refused.errorCode == "payload_too_large")
-            #expect(refused.message?.contains("5120") == true)
+            #expect(refused.message?.contains("5120") == true, "\(refused.message ?? "")")
+            // A content state over ActivityKit's 4 KB of a Live Activity's data, in a payload under 5,120 bytes.
+            let overData = try await api.json(
+                .post, "/v1/activities/match-1/updates", key: app.secretKey,
+                ["contentState": ["note": .string(String(repeating: "x", count: 4200))], "delivery": "broadcast"]
+            )
+            #expect(overData.status == .unprocessableContent)
+            #expect(overData.errorCode == "payload_too_large")
+            #expect(overData.errorField == "contentState")
+            #expect(overData.message?.contains("4096") == true, "\(overData.message ?? "")")
             // Nothing was stored, no channel kept.
             #expect(try await api.call(.get, "/v1/activities/match-1", key: app.secretKey).status == .notFound)
             let token = try await api.json(
@@ -152,12 +162,14 @@ struct BroadcastAPITests {
     @Test("an iOS-only app's broadcasts may use all 5,120 bytes; with an Android package, FCM's 4,096 bytes hold them too")
     func payloadLimitsWithoutAndroid() async throws {
         try await withLiveline(channels: RecordingChannels()) { api, store in
-            let note: JSONValue = ["note": .string(String(repeating: "x", count: 4900))]
-            let large: JSONValue = ["contentState": note, "delivery": "broadcast"]
+            // A content state within a Live Activity's 4,096 bytes, and an alert that takes the payload past 4,096.
+            let note: JSONValue = ["note": .string(String(repeating: "x", count: 3600))]
+            let alert: JSONValue = ["title": .string(String(repeating: "t", count: 700)), "body": "b"]
+            let large: JSONValue = ["contentState": note, "alert": alert, "delivery": "broadcast"]
             let iosOnly = try await createApp(store, name: "iOS only", bundleID: "com.example.ios", androidPackage: nil)
             let accepted = try await api.json(.post, "/v1/activities/match-1/updates", key: iosOnly.secretKey, large)
             #expect(accepted.status == .accepted, "\(accepted.json)")
-            let ended = try await api.json(.post, "/v1/activities/match-1/end", key: iosOnly.secretKey, ["contentState": note])
+            let ended = try await api.json(.post, "/v1/activities/match-1/end", key: iosOnly.secretKey, ["contentState": note, "alert": alert])
             #expect(ended.status == .accepted, "\(ended.json)")
             let both = try await createApp(store, name: "Both", bundleID: "com.example.both")
             let refused = try await api.json(.post, "/v1/activities/match-1/updates", key: both.secretKey, large)
