@@ -34,10 +34,12 @@ public indirect enum FieldType: Sendable, Hashable, CustomStringConvertible {
 
 /// How `Date` fields are encoded for the phone.
 public enum DateEncoding: String, Sendable, Hashable, CaseIterable {
-    /// Seconds since 2001-01-01T00:00:00Z: what a default `JSONDecoder` (`.deferredToDate`) expects,
-    /// and so what ActivityKit's decoding of a ContentState expects unless the app changed it.
+    /// Seconds since 2001-01-01T00:00:00Z: what a default `JSONDecoder` (`.deferredToDate`) expects, and so what
+    /// ActivityKit expects of a ContentState's `Date`: "the system always decodes JSON payloads for Live Activity updates
+    /// using its default encoding strategies" (Apple), and an app cannot change them.
     case secondsSince2001
-    /// Seconds since 1970-01-01T00:00:00Z (`.secondsSince1970`).
+    /// Seconds since 1970-01-01T00:00:00Z, for a field the app's ContentState decodes itself (a custom
+    /// `init(from:)` reading a number of seconds since 1970); a plain `Date` field would read it 31 years late.
     case secondsSince1970
 
     /// Seconds between 1970-01-01 and 2001-01-01.
