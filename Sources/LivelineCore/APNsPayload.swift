@@ -22,24 +22,102 @@ public struct LiveActivityEvent: RawRepresentable, Sendable, Hashable, CustomStr
 /// shows as a banner.
 public struct LiveActivityAlert: Sendable, Hashable {
     /// The alert title.
-    public var title: String
+    public var title: AlertText
     /// The alert body.
-    public var body: String
+    public var body: AlertText
     /// A sound file name in the app bundle, or `"default"`.
     public var sound: String?
 
     /// Creates an alert.
-    public init(title: String, body: String, sound: String? = nil) {
+    public init(title: AlertText, body: AlertText, sound: String? = nil) {
         self.title = title
         self.body = body
         self.sound = sound
     }
 
-    /// The alert as its JSON object (`title`, `body`, `sound`).
+    /// Creates an alert of text shown as it is.
+    public init(title: String, body: String, sound: String? = nil) {
+        self.init(title: .text(title), body: .text(body), sound: sound)
+    }
+
+    /// The alert as APNs takes it in `aps.alert` (`title`, `body`, `sound`; a localized text as `loc-key` and
+    /// `loc-args`), and as the Store keeps it.
     public var json: JSONValue {
-        var members: [String: JSONValue] = ["title": .string(title), "body": .string(body)]
+        var members: [String: JSONValue] = ["title": title.apnsJSON, "body": body.apnsJSON]
         if let sound { members["sound"] = .string(sound) }
         return .object(members)
+    }
+
+    /// The alert as the API takes and shows it (a localized text as `locKey` and `locArgs`).
+    public var apiJSON: JSONValue {
+        var members: [String: JSONValue] = ["title": title.apiJSON, "body": body.apiJSON]
+        if let sound { members["sound"] = .string(sound) }
+        return .object(members)
+    }
+
+    /// Reads an alert as ``json`` writes it; nil for anything else.
+    public init?(json: JSONValue) {
+        guard let members = json.objectValue, let title = members["title"].flatMap(AlertText.init(apnsJSON:)),
+            let body = members["body"].flatMap(AlertText.init(apnsJSON:))
+        else { return nil }
+        self.init(title: title, body: body, sound: members["sound"]?.stringValue)
+    }
+}
+
+/// The title or body of an alert: text shown as it is, or the key of a string the app localizes on the phone with the
+/// arguments for its format's placeholders.
+///
+/// Apple's Live Activity alerts take either: "title": "…", or "title": {"loc-key": "%@ is on an adventure!",
+/// "loc-args": ["Power Panda"]} ("Starting and updating Live Activities with ActivityKit push notifications": "consider
+/// localizing both strings"). The phone looks the key up in the app's `Localizable.strings` and fills in the arguments.
+public enum AlertText: Sendable, Hashable, ExpressibleByStringLiteral {
+    /// Text shown as it is.
+    case text(String)
+    /// A key of the app's localized strings, and the arguments for its placeholders, in order.
+    case localized(key: String, arguments: [String])
+
+    /// Text shown as it is.
+    public init(stringLiteral value: String) {
+        self = .text(value)
+    }
+
+    /// As APNs takes it: the text, or `{"loc-key": …, "loc-args": […]}` (`loc-args` only with arguments).
+    public var apnsJSON: JSONValue {
+        switch self {
+        case .text(let text): .string(text)
+        case .localized(let key, let arguments):
+            arguments.isEmpty
+                ? .object(["loc-key": .string(key)]) : .object(["loc-key": .string(key), "loc-args": .array(arguments.map(JSONValue.string))])
+        }
+    }
+
+    /// As the API takes and shows it: the text, or `{"locKey": …, "locArgs": […]}` (`locArgs` always, perhaps empty).
+    public var apiJSON: JSONValue {
+        switch self {
+        case .text(let text): .string(text)
+        case .localized(let key, let arguments): .object(["locKey": .string(key), "locArgs": .array(arguments.map(JSONValue.string))])
+        }
+    }
+
+    /// Reads APNs' form (``apnsJSON``); nil for anything else.
+    public init?(apnsJSON: JSONValue) {
+        switch apnsJSON {
+        case .string(let text):
+            self = .text(text)
+        case .object(let members):
+            guard let key = members["loc-key"]?.stringValue else { return nil }
+            var arguments: [String] = []
+            if let list = members["loc-args"] {
+                guard let values = list.arrayValue else { return nil }
+                for value in values {
+                    guard let argument = value.stringValue else { return nil }
+                    arguments.append(argument)
+                }
+            }
+            self = .localized(key: key, arguments: arguments)
+        default:
+            return nil
+        }
     }
 }
 

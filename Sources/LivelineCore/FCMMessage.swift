@@ -45,10 +45,18 @@ public struct FCMLiveUpdateMessage: Sendable, Hashable {
         public static let attributesType = "liveline_attributes_type"
         /// The static attributes as compact JSON text with sorted keys (`start` only).
         public static let attributes = "liveline_attributes"
-        /// The alert title, when the update should alert.
+        /// The alert title, when the update should alert with text shown as it is.
         public static let alertTitle = "liveline_alert_title"
-        /// The alert body, when the update should alert.
+        /// The alert body, when the update should alert with text shown as it is.
         public static let alertBody = "liveline_alert_body"
+        /// The key of the app's string resource for the alert title, when the title is localized on the phone.
+        public static let alertTitleLocKey = "liveline_alert_title_loc_key"
+        /// The arguments for that string's placeholders, in order, as a JSON array of strings (with the key only).
+        public static let alertTitleLocArgs = "liveline_alert_title_loc_args"
+        /// The key of the app's string resource for the alert body, when the body is localized on the phone.
+        public static let alertBodyLocKey = "liveline_alert_body_loc_key"
+        /// The arguments for that string's placeholders, in order, as a JSON array of strings (with the key only).
+        public static let alertBodyLocArgs = "liveline_alert_body_loc_args"
     }
 
     /// The activity the notification shows.
@@ -120,10 +128,21 @@ public struct FCMLiveUpdateMessage: Sendable, Hashable {
         if let attributesType { data[Key.attributesType] = attributesType }
         if let attributes { data[Key.attributes] = attributes.encodedString }
         if let alert {
-            data[Key.alertTitle] = alert.title
-            data[Key.alertBody] = alert.body
+            Self.put(alert.title, text: Key.alertTitle, locKey: Key.alertTitleLocKey, locArgs: Key.alertTitleLocArgs, in: &data)
+            Self.put(alert.body, text: Key.alertBody, locKey: Key.alertBodyLocKey, locArgs: Key.alertBodyLocArgs, in: &data)
         }
         return data
+    }
+
+    /// Puts an alert's title or body in `data`: a text under `text`, a localized one as its key and arguments.
+    private static func put(_ alertText: AlertText, text: String, locKey: String, locArgs: String, in data: inout [String: String]) {
+        switch alertText {
+        case .text(let value):
+            data[text] = value
+        case .localized(let key, let arguments):
+            data[locKey] = key
+            data[locArgs] = JSONValue.array(arguments.map(JSONValue.string)).encodedString
+        }
     }
 
     /// The size of ``data`` as FCM counts it: the UTF-8 bytes of every key and value.

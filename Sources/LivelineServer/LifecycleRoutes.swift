@@ -441,12 +441,47 @@ struct LifecycleRoutes<Context: RequestContext>: Sendable {
         var priority: Int?
     }
 
+    /// An alert's `title` or `body`: a string shown as it is, or `{"locKey": "…", "locArgs": ["…"]}`, the key of one
+    /// of the app's localized strings and the arguments for its placeholders (`locArgs` optional, strings only).
+    static func alertText(_ alert: RequestBody, _ key: String) throws -> AlertText {
+        let value = try alert.required(key)
+        switch value {
+        case .string(let text):
+            return .text(text)
+        case .object:
+            let localized = try alert.object(key)!
+            try localized.allowOnly(["locKey", "locArgs"])
+            let locKey = try localized.requiredString("locKey")
+            guard !locKey.isEmpty else {
+                throw ValidationError(
+                    code: "invalid_alert", message: "\(localized.path("locKey")) must name one of the app's localized strings.",
+                    field: localized.path("locKey")
+                )
+            }
+            var arguments: [String] = []
+            if let list = localized.value("locArgs") {
+                guard let values = list.arrayValue else {
+                    throw APIError.invalidType(localized.path("locArgs"), expected: "an array of strings", got: list)
+                }
+                for (index, argument) in values.enumerated() {
+                    guard let text = argument.stringValue else {
+                        throw APIError.invalidType(localized.path("locArgs") + "[\(index)]", expected: "a string", got: argument)
+                    }
+                    arguments.append(text)
+                }
+            }
+            return .localized(key: locKey, arguments: arguments)
+        default:
+            throw APIError.invalidType(alert.path(key), expected: "a string or an object with locKey and locArgs", got: value)
+        }
+    }
+
     static func commonFields(_ body: RequestBody) throws -> CommonFields {
         var fields = CommonFields()
         if let alert = try body.object("alert") {
             try alert.allowOnly(["title", "body", "sound"])
             fields.alert = LiveActivityAlert(
-                title: try alert.requiredString("title"), body: try alert.requiredString("body"), sound: try alert.string("sound")
+                title: try alertText(alert, "title"), body: try alertText(alert, "body"), sound: try alert.string("sound")
             )
         }
         fields.staleDate = try body.epochSeconds("staleDate")

@@ -1061,9 +1061,7 @@ public final class SQLStore: Store, DispatchStore {
     }
 
     static func alert(from json: JSONValue) -> LiveActivityAlert? {
-        guard let members = json.objectValue, let title = members["title"]?.stringValue, let body = members["body"]?.stringValue
-        else { return nil }
-        return LiveActivityAlert(title: title, body: body, sound: members["sound"]?.stringValue)
+        LiveActivityAlert(json: json)
     }
 
     static func instance(from row: StoreRow) throws -> InstanceRecord {

@@ -20,6 +20,34 @@ struct APNsPayloadTests {
         try payload.validate()
     }
 
+    @Test("a localized alert goes as Apple's loc-key and loc-args, is kept in that form, and is shown to the API as locKey and locArgs")
+    func localizedAlert() throws {
+        let alert = LiveActivityAlert(
+            title: .localized(key: "%@ is on an adventure!", arguments: ["Power Panda"]), body: .localized(key: "ADVENTURE_BODY", arguments: []),
+            sound: "chime.aiff"
+        )
+        let payload = APNsLiveActivityPayload(
+            event: .start, timestamp: 10, contentState: ["level": 1], alert: alert, attributesType: "AdventureAttributes", attributes: ["hero": "Panda"]
+        )
+        let text = String(decoding: payload.encoded(), as: UTF8.self)
+        #expect(
+            text.contains(#""alert":{"body":{"loc-key":"ADVENTURE_BODY"},"sound":"chime.aiff","title":{"loc-args":["Power Panda"],"loc-key":"%@ is on an adventure!"}}"#),
+            "\(text)"
+        )
+        try payload.validate()
+        // The Store keeps the alert as APNs takes it and reads it back the same; text alerts read as they always did.
+        #expect(LiveActivityAlert(json: alert.json) == alert)
+        #expect(LiveActivityAlert(json: ["title": "a", "body": "b"]) == LiveActivityAlert(title: "a", body: "b"))
+        #expect(LiveActivityAlert(json: ["title": ["loc-args": ["x"]], "body": "b"]) == nil)
+        #expect(LiveActivityAlert(json: ["title": ["loc-key": "K", "loc-args": [1]], "body": "b"]) == nil)
+        #expect(
+            alert.apiJSON == [
+                "title": ["locKey": "%@ is on an adventure!", "locArgs": ["Power Panda"]], "body": ["locKey": "ADVENTURE_BODY", "locArgs": []],
+                "sound": "chime.aiff",
+            ]
+        )
+    }
+
     @Test("end payload carries dismissal-date; start carries attributes and input-push-token")
     func endAndStart() throws {
         let end = APNsLiveActivityPayload(event: .end, timestamp: 10, contentState: ["done": true], dismissalDate: 20)

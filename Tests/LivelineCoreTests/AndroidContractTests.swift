@@ -30,6 +30,20 @@ struct AndroidContractTests {
             if presence.hasPrefix("`end` only") { return ["end"] }
             return ["start", "update", "end"]
         }
+
+        /// Whether `message` carries the key, as the table says: by its event and, for an alert's keys ("if the
+        /// alert's title is text", "… is localized"), by whether the message's alert has that part in that form.
+        func belongs(on message: FCMLiveUpdateMessage) -> Bool {
+            guard events.contains(message.event.rawValue) else { return false }
+            for (part, text) in [("title", message.alert?.title), ("body", message.alert?.body)] where presence.contains("alert's \(part)") {
+                switch text {
+                case nil: return false
+                case .text?: return presence.contains("is text")
+                case .localized?: return presence.contains("is localized")
+                }
+            }
+            return true
+        }
     }
 
     /// The repository root: this file is `Tests/LivelineCoreTests/AndroidContractTests.swift`.
@@ -103,7 +117,8 @@ struct AndroidContractTests {
         )
     }
 
-    // Messages as the server builds them, each with every optional field its event allows.
+    // Messages as the server builds them, each with every optional field its event allows; the update's alert is
+    // localized, the others' text.
     static let start = FCMLiveUpdateMessage(
         activityID: "match-42", event: .start, sequence: 1, timestamp: 1_763_700_000,
         contentState: ["home": 0, "away": 0, "minute": 1], staleDate: 1_763_703_600,
@@ -113,7 +128,10 @@ struct AndroidContractTests {
     static let update = FCMLiveUpdateMessage(
         activityID: "match-42", event: .update, sequence: 2, timestamp: 1_763_700_060,
         contentState: ["home": 1, "away": 0, "minute": 12], staleDate: 1_763_703_660,
-        alert: LiveActivityAlert(title: "Goal", body: "Lions lead 1–0", sound: "default")
+        alert: LiveActivityAlert(
+            title: .localized(key: "goal_title", arguments: []), body: .localized(key: "goal_body", arguments: ["Lions", "1–0"]),
+            sound: "default"
+        )
     )
     static let end = FCMLiveUpdateMessage(
         activityID: "match-42", event: .end, sequence: 3, timestamp: 1_763_705_400,
@@ -155,7 +173,7 @@ struct AndroidContractTests {
         for message in [Self.start, Self.update, Self.end] {
             let keys = Set(try Self.wireData(message).keys)
             emitted.formUnion(keys)
-            let expected = Set(documented.filter { $0.events.contains(message.event.rawValue) }.map(\.key))
+            let expected = Set(documented.filter { $0.belongs(on: message) }.map(\.key))
             #expect(keys == expected, "\(message.event) emits \(keys.sorted()); \(Self.docPath) documents \(expected.sorted())")
         }
         #expect(emitted == Set(documented.map(\.key)))
@@ -163,7 +181,8 @@ struct AndroidContractTests {
         typealias Key = FCMLiveUpdateMessage.Key
         let encoderKeys: Set<String> = [
             Key.activityID, Key.event, Key.sequence, Key.timestamp, Key.contentState, Key.staleDate, Key.dismissalDate,
-            Key.attributesType, Key.attributes, Key.alertTitle, Key.alertBody,
+            Key.attributesType, Key.attributes, Key.alertTitle, Key.alertBody, Key.alertTitleLocKey, Key.alertTitleLocArgs,
+            Key.alertBodyLocKey, Key.alertBodyLocArgs,
         ]
         #expect(emitted == encoderKeys)
     }
@@ -257,8 +276,18 @@ struct AndroidContractTests {
                     #expect(try JSONValue(parsing: Array(text.utf8)).objectValue != nil, "\(key) is not a JSON object")
                 }
             }
-            #expect((data[Key.alertTitle] == nil) == (data[Key.alertBody] == nil))
+            #expect((data[Key.alertTitle] ?? data[Key.alertTitleLocKey] == nil) == (data[Key.alertBody] ?? data[Key.alertBodyLocKey] == nil))
+            #expect((data[Key.alertTitleLocKey] == nil) == (data[Key.alertTitleLocArgs] == nil))
+            #expect((data[Key.alertBodyLocKey] == nil) == (data[Key.alertBodyLocArgs] == nil))
+            for key in [Key.alertTitleLocArgs, Key.alertBodyLocArgs] {
+                if let text = data[key] {
+                    let arguments = try JSONValue(parsing: Array(text.utf8)).arrayValue
+                    #expect(arguments?.allSatisfy { $0.stringValue != nil } == true, "\(key) is not a JSON array of strings")
+                }
+            }
         }
+        #expect(try Self.wireData(Self.update)[Key.alertBodyLocArgs] == #"["Lions","1–0"]"#)
+        #expect(try Self.wireData(Self.update)[Key.alertTitleLocArgs] == "[]")
         #expect(try Self.wireData(Self.end)[Key.dismissalDate] == "1763706000")
         #expect(try Self.wireData(Self.start)[Key.attributes] == #"{"away":"Tigers","home":"Lions"}"#)
     }

@@ -184,6 +184,41 @@ struct AndroidEndToEndTests {
         }
     }
 
+    @Test("a localized alert reaches the iPhone as loc-key and loc-args, and the Android phone as its string resource's name and arguments")
+    func localizedAlert() async throws {
+        try await withEmulatedPhones { env in
+            let iphone = try await env.addIPhone("iphone-1", activity: "order-1")
+            let pixel = try await env.addAndroid("pixel-1", activity: "order-1")
+            let dispatcher = env.makeDispatcher()
+            try await running(dispatcher) { () async throws in
+                let alert = LiveActivityAlert(
+                    title: .localized(key: "order_on_its_way", arguments: []), body: .localized(key: "order_minutes_away", arguments: ["12"])
+                )
+                _ = try await env.update("order-1", ["status": "On the way", "minutesAway": 12], alert: alert)
+                dispatcher.wake()
+                #expect(try await waitFor {
+                    env.apns.display(token: iphone)?.alertCount == 1 && env.notification(pixel, "order-1")?.alertCount == 1
+                })
+                #expect(
+                    env.apns.display(token: iphone)?.lastAlert
+                        == ["title": ["loc-key": "order_on_its_way"], "body": ["loc-key": "order_minutes_away", "loc-args": ["12"]]]
+                )
+                let notification = env.notification(pixel, "order-1")
+                #expect(notification?.lastAlertTitle == "order_on_its_way")
+                #expect(notification?.lastAlertBody == "order_minutes_away")
+                let message = try #require(env.fcm.messages(token: pixel).first)
+                let data = try #require(
+                    try JSONValue(parsing: Data(message.body.utf8)).objectValue?["message"]?.objectValue?["data"]?.objectValue
+                )
+                #expect(data["liveline_alert_title_loc_key"] == "order_on_its_way")
+                #expect(data["liveline_alert_title_loc_args"] == "[]")
+                #expect(data["liveline_alert_body_loc_key"] == "order_minutes_away")
+                #expect(data["liveline_alert_body_loc_args"] == #"["12"]"#)
+                #expect(data["liveline_alert_title"] == nil && data["liveline_alert_body"] == nil)
+            }
+        }
+    }
+
     @Test("an Android phone whose FCM token rotates gets the latest state at once on the new token, nothing more on the old")
     func rotation() async throws {
         try await withEmulatedPhones { env in

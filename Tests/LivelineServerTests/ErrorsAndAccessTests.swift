@@ -123,6 +123,13 @@ struct ErrorsAndAccessTests {
                 ("{\"contentState\": {}, \"alert\": {\"title\": 5, \"body\": \"b\"}}", "invalid_type", "alert.title"),
                 ("{\"contentState\": {}, \"alert\": {\"title\": \"t\"}}", "missing_field", "alert.body"),
                 ("{\"contentState\": {}, \"alert\": {\"title\": \"t\", \"body\": \"b\", \"colour\": 1}}", "unknown_field", "alert.colour"),
+                // A localized title or body: {"locKey": "…", "locArgs": ["…"]}.
+                ("{\"contentState\": {}, \"alert\": {\"title\": true, \"body\": \"b\"}}", "invalid_type", "alert.title"),
+                ("{\"contentState\": {}, \"alert\": {\"title\": {\"locArgs\": []}, \"body\": \"b\"}}", "missing_field", "alert.title.locKey"),
+                ("{\"contentState\": {}, \"alert\": {\"title\": \"t\", \"body\": {\"locKey\": 5}}}", "invalid_type", "alert.body.locKey"),
+                ("{\"contentState\": {}, \"alert\": {\"title\": {\"locKey\": \"K\", \"locArgs\": \"x\"}, \"body\": \"b\"}}", "invalid_type", "alert.title.locArgs"),
+                ("{\"contentState\": {}, \"alert\": {\"title\": {\"locKey\": \"K\", \"locArgs\": [\"a\", 1]}, \"body\": \"b\"}}", "invalid_type", "alert.title.locArgs[1]"),
+                ("{\"contentState\": {}, \"alert\": {\"title\": {\"locKey\": \"K\", \"args\": []}, \"body\": \"b\"}}", "unknown_field", "alert.title.args"),
                 ("{\"content_state\": {}}", "unknown_field", "content_state"),
             ]
             // An integer past 64 bits would reach the phones rounded: refused (422, as the body is JSON), not changed.
@@ -137,6 +144,12 @@ struct ErrorsAndAccessTests {
                 #expect(reply.errorCode == code, "\(body): \(reply.json)")
                 #expect(reply.errorField == field, "\(body): \(reply.json)")
             }
+            let emptyKey = try await api.call(
+                .post, update, key: app.secretKey, body: #"{"contentState": {}, "alert": {"title": {"locKey": ""}, "body": "b"}}"#
+            )
+            #expect(emptyKey.status == .unprocessableContent)
+            #expect(emptyKey.errorCode == "invalid_alert")
+            #expect(emptyKey.errorField == "alert.title.locKey")
             let register = try await api.json(
                 .put, "/v1/activities/a1/instances/d1", key: app.publishableKey, ["platform": "ios", "pushToken": 1234]
             )

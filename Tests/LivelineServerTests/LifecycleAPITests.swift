@@ -10,6 +10,34 @@ import Testing
 
 @Suite("Lifecycle API")
 struct LifecycleAPITests {
+    @Test("an alert's title and body may each be text or localized ({locKey, locArgs}); the activity shows them as sent")
+    func localizedAlert() async throws {
+        try await withLiveline { api, store in
+            let app = try await createApp(store)
+            let alert: JSONValue = [
+                "title": ["locKey": "order_on_its_way"], "body": ["locKey": "order_minutes_away", "locArgs": ["12"]], "sound": "default",
+            ]
+            let update = try await api.json(
+                .post, "/v1/activities/order-1/updates", key: app.secretKey, ["contentState": ["minutesAway": 12], "alert": alert]
+            )
+            #expect(update.status == .accepted, "\(update.json)")
+            let read = try await api.call(.get, "/v1/activities/order-1", key: app.secretKey)
+            #expect(
+                read["alert"] == [
+                    "title": ["locKey": "order_on_its_way", "locArgs": []], "body": ["locKey": "order_minutes_away", "locArgs": ["12"]],
+                    "sound": "default",
+                ]
+            )
+            let mixed = try await api.json(
+                .post, "/v1/activities/order-1/updates", key: app.secretKey,
+                ["contentState": ["minutesAway": 5], "alert": ["title": "Almost there", "body": ["locKey": "order_minutes_away", "locArgs": ["5"]]]]
+            )
+            #expect(mixed.status == .accepted, "\(mixed.json)")
+            let stored = try await store.activity(appID: app.id, activityID: "order-1")
+            #expect(stored?.alert == LiveActivityAlert(title: "Almost there", body: .localized(key: "order_minutes_away", arguments: ["5"])))
+        }
+    }
+
     @Test("register → update → read → end → update refused")
     func walkthrough() async throws {
         try await withLiveline { api, store in

@@ -78,9 +78,9 @@ public struct AndroidLiveNotification: Sendable, Hashable, Codable {
     public var dismissedByUser: Bool
     /// How many applied messages carried an alert.
     public var alertCount: Int
-    /// The alert title of the last applied message that had an alert.
+    /// The alert title of the last applied message that had an alert (of a localized one, its string resource's key).
     public var lastAlertTitle: String?
-    /// The alert body of the last applied message that had an alert.
+    /// The alert body of the last applied message that had an alert (of a localized one, its string resource's key).
     public var lastAlertBody: String?
     /// How many accepted messages for this activity the phone applied.
     public var appliedCount: Int

@@ -9,7 +9,8 @@ import LivelineCore
 /// `liveline_event` is `start`, `update` or `end`; `liveline_sequence` and `liveline_timestamp` are decimal integers;
 /// `liveline_content_state` (and on `start`, `liveline_attributes`) JSON objects as text; `liveline_stale_date` and
 /// `liveline_dismissal_date` (`end` only) decimal seconds since 1970; `liveline_alert_title` / `liveline_alert_body`
-/// an optional alert.
+/// an optional alert, or for a localized one `liveline_alert_title_loc_key` / `liveline_alert_body_loc_key` with
+/// `…_loc_args`, a JSON array of strings (the phone shows the app's string resource; the emulator records its key).
 struct AndroidNotificationState: Sendable, Codable {
     let activityID: String
     var contentState: JSONValue?
@@ -157,8 +158,20 @@ struct AndroidNotificationState: Sendable, Codable {
             update.attributesType = type
             update.attributes = attributes
         }
-        update.alertTitle = data["liveline_alert_title"]
-        update.alertBody = data["liveline_alert_body"]
+        for (part, text) in [("title", \LiveUpdate.alertTitle), ("body", \LiveUpdate.alertBody)] {
+            // Text shown as it is, or the key of one of the app's string resources with its arguments: the phone shows
+            // the resource (recorded here by its key).
+            if let shown = data["liveline_alert_\(part)"] {
+                update[keyPath: text] = shown
+            } else if let key = data["liveline_alert_\(part)_loc_key"] {
+                guard !key.isEmpty else { return fail("liveline_alert_\(part)_loc_key is empty") }
+                guard let argumentsText = data["liveline_alert_\(part)_loc_args"],
+                    let arguments = try? JSONValue(parsing: Array(argumentsText.utf8)).arrayValue,
+                    arguments.allSatisfy({ $0.stringValue != nil })
+                else { return fail("liveline_alert_\(part)_loc_args is missing or not a JSON array of strings") }
+                update[keyPath: text] = key
+            }
+        }
         return .success(update)
     }
 

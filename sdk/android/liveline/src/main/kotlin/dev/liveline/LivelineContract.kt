@@ -1,5 +1,7 @@
 package dev.liveline
 
+import android.content.Context
+import org.json.JSONArray
 import org.json.JSONException
 import org.json.JSONObject
 import org.json.JSONTokener
@@ -31,10 +33,18 @@ object LivelineContract {
     const val KEY_ATTRIBUTES_TYPE = "liveline_attributes_type"
     /** The static attributes as JSON text (an object). `start` only. */
     const val KEY_ATTRIBUTES = "liveline_attributes"
-    /** The alert's title, if the update has an alert. */
+    /** The alert's title, if the update has an alert whose title is text. */
     const val KEY_ALERT_TITLE = "liveline_alert_title"
-    /** The alert's body, if the update has an alert. */
+    /** The alert's body, if the update has an alert whose body is text. */
     const val KEY_ALERT_BODY = "liveline_alert_body"
+    /** The name of the app's string resource for the alert's title, if the title is localized on the phone. */
+    const val KEY_ALERT_TITLE_LOC_KEY = "liveline_alert_title_loc_key"
+    /** The arguments for that string's placeholders, in order: a JSON array of strings (with the loc key only). */
+    const val KEY_ALERT_TITLE_LOC_ARGS = "liveline_alert_title_loc_args"
+    /** The name of the app's string resource for the alert's body, if the body is localized on the phone. */
+    const val KEY_ALERT_BODY_LOC_KEY = "liveline_alert_body_loc_key"
+    /** The arguments for that string's placeholders, in order: a JSON array of strings (with the loc key only). */
+    const val KEY_ALERT_BODY_LOC_ARGS = "liveline_alert_body_loc_args"
 
     /** The keys every Liveline message carries. */
     val REQUIRED_KEYS: List<String> =
@@ -83,10 +93,14 @@ object LivelineContract {
         if (event == LivelineEvent.START && (attributesType.isNullOrEmpty() || attributes == null)) {
             malformed(KEY_ATTRIBUTES, "a start needs $KEY_ATTRIBUTES_TYPE and $KEY_ATTRIBUTES")
         }
-        val alertTitle = data[KEY_ALERT_TITLE]
-        val alertBody = data[KEY_ALERT_BODY]
+        val alertTitle = alertText(data, KEY_ALERT_TITLE, KEY_ALERT_TITLE_LOC_KEY, KEY_ALERT_TITLE_LOC_ARGS)
+        val alertBody = alertText(data, KEY_ALERT_BODY, KEY_ALERT_BODY_LOC_KEY, KEY_ALERT_BODY_LOC_ARGS)
         if ((alertTitle == null) != (alertBody == null)) {
-            malformed(KEY_ALERT_TITLE, "an alert has both $KEY_ALERT_TITLE and $KEY_ALERT_BODY")
+            malformed(
+                KEY_ALERT_TITLE,
+                "an alert has both a title ($KEY_ALERT_TITLE or $KEY_ALERT_TITLE_LOC_KEY) " +
+                    "and a body ($KEY_ALERT_BODY or $KEY_ALERT_BODY_LOC_KEY)",
+            )
         }
         return LivelineMessage(
             activityId = activityId,
@@ -100,8 +114,35 @@ object LivelineContract {
             attributesType = attributesType,
             attributesJson = attributesJson,
             attributes = attributes,
-            alert = if (alertTitle != null && alertBody != null) LivelineAlert(alertTitle, alertBody) else null,
+            alert = if (alertTitle != null && alertBody != null) {
+                LivelineAlert(alertTitle.first, alertBody.first, alertTitle.second, alertBody.second)
+            } else {
+                null
+            },
         )
+    }
+
+    /**
+     * An alert's title or body: its text and `null`, or the name of a string resource and the arguments for its
+     * placeholders; `null` when the message has neither.
+     */
+    private fun alertText(
+        data: Map<String, String>, textKey: String, locKey: String, locArgsKey: String,
+    ): Pair<String, List<String>?>? {
+        data[textKey]?.let { return Pair(it, null) }
+        val name = data[locKey] ?: return null
+        if (name.isEmpty()) malformed(locKey, "must name a string resource")
+        val argumentsJson = required(data, locArgsKey)
+        val parsed = try {
+            JSONTokener(argumentsJson).nextValue()
+        } catch (e: JSONException) {
+            malformed(locArgsKey, "is not JSON: ${e.message}")
+        }
+        val array = parsed as? JSONArray ?: malformed(locArgsKey, "must be a JSON array of strings")
+        val arguments = (0 until array.length()).map { index ->
+            array.opt(index) as? String ?: malformed(locArgsKey, "must be a JSON array of strings")
+        }
+        return Pair(name, arguments)
     }
 
     private fun required(data: Map<String, String>, key: String): String =
@@ -137,8 +178,32 @@ enum class LivelineEvent(val wire: String) {
     }
 }
 
-/** An alert that came with a state: the notification alerts (sound, heads-up) only when one is present. */
-data class LivelineAlert(val title: String, val body: String)
+/**
+ * An alert that came with a state: the notification alerts (sound, heads-up) only when one is present.
+ *
+ * [title] and [body] are the text to show, unless [titleArgs] (or [bodyArgs]) is not `null`: the server sent a
+ * localized text, and [title] (or [body]) is then the name of one of the app's string resources, to be formatted with
+ * those arguments on the phone ([resolvedTitle], [resolvedBody]).
+ */
+data class LivelineAlert(
+    val title: String,
+    val body: String,
+    val titleArgs: List<String>? = null,
+    val bodyArgs: List<String>? = null,
+) {
+    /** The title to show: the text, or the string resource it names formatted with [titleArgs] (its name when the app has none). */
+    fun resolvedTitle(context: Context): String = resolve(context, title, titleArgs)
+
+    /** The body to show: the text, or the string resource it names formatted with [bodyArgs] (its name when the app has none). */
+    fun resolvedBody(context: Context): String = resolve(context, body, bodyArgs)
+
+    private fun resolve(context: Context, text: String, arguments: List<String>?): String {
+        if (arguments == null) return text
+        val id = context.resources.getIdentifier(text, "string", context.packageName)
+        if (id == 0) return text
+        return context.getString(id, *arguments.toTypedArray())
+    }
+}
 
 /**
  * One parsed Liveline message. Dates are seconds since 1970, as on the wire.
@@ -172,9 +237,21 @@ class LivelineMessage(
         attributesType?.let { put(LivelineContract.KEY_ATTRIBUTES_TYPE, it) }
         attributesJson?.let { put(LivelineContract.KEY_ATTRIBUTES, it) }
         alert?.let {
-            put(LivelineContract.KEY_ALERT_TITLE, it.title)
-            put(LivelineContract.KEY_ALERT_BODY, it.body)
+            putAlertText(it.title, it.titleArgs, LivelineContract.KEY_ALERT_TITLE, LivelineContract.KEY_ALERT_TITLE_LOC_KEY, LivelineContract.KEY_ALERT_TITLE_LOC_ARGS)
+            putAlertText(it.body, it.bodyArgs, LivelineContract.KEY_ALERT_BODY, LivelineContract.KEY_ALERT_BODY_LOC_KEY, LivelineContract.KEY_ALERT_BODY_LOC_ARGS)
         }
+    }
+}
+
+/** Puts an alert's title or body as the server sent it: text under [textKey], or a resource name and its arguments. */
+private fun MutableMap<String, String>.putAlertText(
+    text: String, arguments: List<String>?, textKey: String, locKey: String, locArgsKey: String,
+) {
+    if (arguments == null) {
+        put(textKey, text)
+    } else {
+        put(locKey, text)
+        put(locArgsKey, JSONArray(arguments).toString())
     }
 }
 

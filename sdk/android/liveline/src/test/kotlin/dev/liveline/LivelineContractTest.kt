@@ -67,6 +67,28 @@ class LivelineContractTest {
     }
 
     @Test
+    fun aLocalizedAlertCarriesItsResourceNamesAndArguments() {
+        val localized = start - "liveline_alert_title" - "liveline_alert_body" + mapOf(
+            "liveline_alert_title_loc_key" to "kick_off_title",
+            "liveline_alert_title_loc_args" to "[]",
+            "liveline_alert_body_loc_key" to "kick_off_body",
+            "liveline_alert_body_loc_args" to """["Lions","Tigers"]""",
+        )
+        val message = LivelineContract.parse(localized)!!
+        assertEquals(LivelineAlert("kick_off_title", "kick_off_body", emptyList(), listOf("Lions", "Tigers")), message.alert)
+        assertEquals(localized, message.toData())
+        // A localized title with a text body is an alert too.
+        val mixed = start - "liveline_alert_title" + mapOf(
+            "liveline_alert_title_loc_key" to "kick_off_title", "liveline_alert_title_loc_args" to """["Lions"]""",
+        )
+        assertEquals(LivelineAlert("kick_off_title", "Lions – Tigers has started", listOf("Lions"), null), LivelineContract.parse(mixed)!!.alert)
+        expectMalformed(mixed - "liveline_alert_title_loc_args", "liveline_alert_title_loc_args")
+        expectMalformed(mixed + ("liveline_alert_title_loc_args" to """[1]"""), "liveline_alert_title_loc_args")
+        expectMalformed(mixed + ("liveline_alert_title_loc_key" to ""), "liveline_alert_title_loc_key")
+        expectMalformed(mixed - "liveline_alert_body", "liveline_alert_title")
+    }
+
+    @Test
     fun anEndCarriesItsDismissalDate() {
         val end = mapOf(
             "liveline_activity_id" to "match-42", "liveline_event" to "end", "liveline_sequence" to "3",
