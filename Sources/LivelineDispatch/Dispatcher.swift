@@ -142,6 +142,10 @@ public final class Dispatcher: Service, Sendable {
     private let peers: (any DeliveryWaking)?
     /// When batches refused with `BadDeviceToken` are worth a warning about the app's APNs environment.
     private let environmentWatch = Mutex(EnvironmentMismatchWatch())
+    /// For each activity a pass of this engine is working on: the earliest time of its next pass that a push it left for
+    /// that pass asked for (FCM's quota floor, a `Retry-After`), when later than the pass-retry delay. Taken when the
+    /// pass releases the activity.
+    private let laterPassNotBefore = Mutex<[ActivityKey: Date]>([:])
 
     /// Creates the engine.
     public init(
@@ -540,12 +544,15 @@ public final class Dispatcher: Service, Sendable {
             try await pass(claim, budget: budget, claimWatch: claimWatch)
         }
         // A lost claim is its new holder's to release.
+        // What the pass's pushes left for the next one asked of its time: taken whatever the pass ended with.
+        let laterPass = laterPassNotBefore.withLock { $0.removeValue(forKey: ActivityKey(appID: appID, activityID: activityID)) }
         guard let passRelease else { return }
         let (release, broadcastDue, attempts, marked) = passRelease
         let retryAt: Date?
         switch release {
         case .now: retryAt = now()
-        case .afterPassRetryDelay: retryAt = now().addingTimeInterval(configuration.retry.passRetryDelay.seconds)
+        case .afterPassRetryDelay:
+            retryAt = max(now().addingTimeInterval(configuration.retry.passRetryDelay.seconds), laterPass ?? .distantPast)
         case .afterStoreRetryDelay: retryAt = now().addingTimeInterval(1)
         case .unscheduled: retryAt = nil
         }
@@ -565,7 +572,7 @@ public final class Dispatcher: Service, Sendable {
         }
         try await store.releaseClaim(
             appID: appID, activityID: activityID, owner: claim.owner, platforms: configuration.platforms, retryAt: due,
-            sendStart: sendStart, verified: verified
+            claimedSequence: activity.sequence, sendStart: sendStart, verified: verified
         )
         // A pass that recorded as many attempts as the timeline keeps for an activity has pushed the older ones out:
         // they go now, a pass's worth at a time, rather than all at once at the next periodic prune (which, after
@@ -1257,15 +1264,28 @@ public final class Dispatcher: Service, Sendable {
                 final = .credentials
             case .retryable(let reason, let retryAfter, let providerID):
                 record(.retrying, providerID, reason)
-                if attempt < configuration.retry.maximumAttempts, configuration.retriesWithinPass(platform: push.platform, reason: reason),
-                    !Task.isShuttingDownGracefully
-                {
-                    let floor = configuration.retryFloor(platform: push.platform, reason: reason)
+                let floor = configuration.retryFloor(platform: push.platform, reason: reason)
+                let withinPass = configuration.retriesWithinPass(platform: push.platform, reason: reason)
+                if attempt < configuration.retry.maximumAttempts, withinPass, !Task.isShuttingDownGracefully {
                     let delay = configuration.retry.delay(afterAttempt: attempt, retryAfter: retryAfter, floor: floor, random: random())
                     // A shutdown ends the wait (it may be a minute or more): the push is left for the next pass, after
                     // the restart, instead of holding the server up.
                     try? await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
                     if !Task.isShuttingDownGracefully { continue }
+                }
+                if !withinPass {
+                    // Left for the next pass, which comes no sooner than the refusal asks (a new state still goes at once).
+                    let wait = configuration.retry.delay(afterAttempt: 1, retryAfter: retryAfter, floor: floor, random: random())
+                    if wait > configuration.retry.passRetryDelay, floor > .zero || retryAfter != nil {
+                        let notBefore = now().addingTimeInterval(wait.seconds)
+                        let passed = now()
+                        laterPassNotBefore.withLock { waits in
+                            // Times gone by are of no use (a slice sent here for another node's pass leaves its own).
+                            waits = waits.filter { $0.value > passed }
+                            let key = ActivityKey(appID: push.appID, activityID: push.activityID)
+                            waits[key] = max(waits[key] ?? notBefore, notBefore)
+                        }
+                    }
                 }
                 final = .exhausted
             }

@@ -63,11 +63,21 @@ public struct FCMPushTransport: PushTransport {
 
 extension DispatcherConfiguration {
     /// Whether a push to `platform` refused with `reason` is tried again within the pass (after a backoff) rather than
-    /// left for the activity's next pass, ``RetryPolicy/passRetryDelay`` later. APNs' `TooManyRequests` (429) says the
-    /// provider sent too many notifications to that one device token in a short time: sending again within a second
-    /// or two, five times, is what it asks not to do.
+    /// left for the activity's next pass, ``RetryPolicy/passRetryDelay`` later (or the refusal's own wait, when longer:
+    /// ``retryFloor(platform:reason:)``, `Retry-After`). A pass ends when its last push does, and the activity's next
+    /// state waits for it, so a refusal of one device that asks for a long wait is not waited for within the pass:
+    ///
+    /// - APNs' `TooManyRequests` (429) says the provider sent too many notifications to that one device token in a
+    ///   short time: sending again within a second or two, five times, is what it asks not to do.
+    /// - FCM's `QUOTA_EXCEEDED` (429) is, as often as not, one device's limit ("240 messages/minute and 5,000
+    ///   messages/hour to a single device"), and asks for a minute at least: waiting for it within the pass held every
+    ///   other phone of the activity from its next state for that minute, and up to a quarter of an hour over its
+    ///   attempts.
     public func retriesWithinPass(platform: Platform, reason: String) -> Bool {
-        !(platform == .ios && reason == "TooManyRequests")
+        switch platform {
+        case .ios: reason != "TooManyRequests"
+        case .android: reason != FCMErrorCode.quotaExceeded.rawValue
+        }
     }
 
     /// Where the backoff of a push to `platform` refused with `reason` starts (see

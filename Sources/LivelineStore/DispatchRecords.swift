@@ -66,13 +66,15 @@ public struct SettledPass: Sendable, Hashable {
 }
 
 extension DispatchStore {
-    /// Releases the claim without a verified pass (``releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:verified:)``).
+    /// Releases the claim without a verified pass, its `retryAt` for whatever sequence is then the activity's
+    /// (``releaseClaim(appID:activityID:owner:platforms:retryAt:claimedSequence:sendStart:verified:)``).
     @discardableResult
     public func releaseClaim(
         appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?
     ) async throws -> Bool {
         try await releaseClaim(
-            appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, sendStart: sendStart, verified: nil
+            appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, claimedSequence: nil,
+            sendStart: sendStart, verified: nil
         )
     }
 }
@@ -337,7 +339,9 @@ public protocol DispatchStore: Sendable {
     /// Releases the claim. When nothing on the activity is behind its current sequence (no active instance on
     /// `platforms`, no start audience, no broadcast, no slices of a shared fan-out), the activity is done (returns true)
     /// until a newer sequence or a new token arrives; otherwise it stays pending and is not claimed again before
-    /// `retryAt` (now when nil).
+    /// `retryAt` (now when nil) — unless a newer sequence than `claimedSequence` (the one the claim was for) was
+    /// accepted meanwhile: that one is due at once, as it would have been had the pass ended before it came, so that a
+    /// phone left for a later pass never holds the others' next state back.
     ///
     /// `sendStart`, when the pass sent a new sequence, is recorded in the same write, for the activity's rate shaping
     /// (``ActivityRecord/lastSentSequence`` and ``ActivityRecord/lastSentAt``, as the next claim reads them). Nobody reads
@@ -347,8 +351,8 @@ public protocol DispatchStore: Sendable {
     /// settles at it, unless something came since (``SettledPass``).
     @discardableResult
     func releaseClaim(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?,
-        verified: SettledPass?
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, claimedSequence: Int64?,
+        sendStart: SendStart?, verified: SettledPass?
     ) async throws -> Bool
     /// The marks of priority-10 pushes sent to the activity's instances since `since` (seconds since 1970), oldest
     /// first: with an instance's own tally, its priority-10 pushes of the last hour (``Priority10MarkIndex``).

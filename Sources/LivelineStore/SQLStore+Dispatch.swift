@@ -117,7 +117,7 @@ extension SQLStore {
     /// claim may take it; until then it stays out of the part of `activities_due` the claims walk (``pickStatement``
     /// reads only what is due by now). It kept its dispatch time before, and every claim walked past every leased
     /// activity at the head of the index: with 128 workers on SQLite, claims took 17.6 % of the server's samples
-    /// through a burst of activities of one phone each. The releases (``releaseClaim(appID:activityID:owner:platforms:retryAt:sendStart:verified:)``,
+    /// through a burst of activities of one phone each. The releases (``releaseClaim(appID:activityID:owner:platforms:retryAt:claimedSequence:sendStart:verified:)``,
     /// ``deferClaim(appID:activityID:owner:sequence:until:)``, ``releaseAllClaims()``) set it anew.
     static let leaseSetting = "claim_owner = ?, \(leaseEndSetting)"
 
@@ -810,12 +810,12 @@ extension SQLStore {
 
     @discardableResult
     public func releaseClaim(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart?,
-        verified: SettledPass?
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, claimedSequence: Int64?,
+        sendStart: SendStart?, verified: SettledPass?
     ) async throws -> Bool {
         let release = Self.releaseStatement(
-            appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, sendStart: sendStart,
-            verified: verified
+            appID: appID, activityID: activityID, owner: owner, platforms: platforms, retryAt: retryAt, claimedSequence: claimedSequence,
+            sendStart: sendStart, verified: verified
         )
         // Under the engine's settings, so that PostgreSQL keeps one plan of it (by key, ``engineSettings``) rather than
         // plan it at every release: planned for its values, over 5,000 activities of one phone each
@@ -865,8 +865,8 @@ extension SQLStore {
     /// audience, a broadcast, slices), and the activity settles at that sequence (``SettledPass``) when nothing has, so
     /// that neither this search nor a later one seeks a mark for each of its instances.
     static func releaseStatement(
-        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, sendStart: SendStart? = nil,
-        verified: SettledPass? = nil
+        appID: String, activityID: String, owner: String, platforms: [Platform], retryAt: Date?, claimedSequence: Int64? = nil,
+        sendStart: SendStart? = nil, verified: SettledPass? = nil
     ) -> (sql: String, binds: [SQLiteData]) {
         let key: [SQLiteData] = [.text(appID), .text(activityID)]
         let behind =
@@ -891,7 +891,8 @@ extension SQLStore {
             """
             UPDATE activities SET
                 dispatched_sequence = CASE WHEN pass.behind THEN activities.dispatched_sequence ELSE activities.sequence END,
-                next_dispatch_at = CASE WHEN pass.behind THEN CAST(? AS BIGINT) ELSE NULL END, \(settle.sql)
+                next_dispatch_at = CASE WHEN pass.behind AND activities.sequence <= CAST(? AS BIGINT) THEN CAST(? AS BIGINT) ELSE NULL END,
+                \(settle.sql)
                 claim_owner = NULL, claim_expires_at = NULL,
                 last_sent_sequence = COALESCE(CAST(? AS BIGINT), activities.last_sent_sequence),
                 last_sent_at = COALESCE(CAST(? AS BIGINT), activities.last_sent_at)
@@ -901,7 +902,9 @@ extension SQLStore {
             """,
             // Typed in the statement: a NULL bind (no retry time, no send's start) has no type of its own, and PostgreSQL
             // would read the CASE as text.
-            [retryAt.map { .integer(millis($0)) } ?? .null] + settle.binds
+            // A newer sequence than the claimed one is due at once (none given: whatever sequence the activity has).
+            [claimedSequence.map { .integer(Int($0)) } ?? .integer(Int(Int64.max)), retryAt.map { .integer(millis($0)) } ?? .null]
+                + settle.binds
                 + [sendStart.map { .integer(Int($0.sequence)) } ?? .null, sendStart.map { .integer(millis($0.at)) } ?? .null]
                 + behind.binds + key + [.text(owner)]
         )

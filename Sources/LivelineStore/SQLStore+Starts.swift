@@ -63,7 +63,7 @@ extension SQLStore {
                 """
                 UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = NULL,
                     stale_date = ?, relevance_score = ?, priority = NULL, updated_at = ?, content_shape = COALESCE(?, content_shape),
-                    attributes_type = ?, attributes = ?, start_alert = ?
+                    attributes_type = ?, attributes = ?, start_alert = ?, next_dispatch_at = NULL
                 WHERE app_id = ? AND activity_id = ?
                 """,
                 [.integer(Int(next.sequence)), .text(next.event.rawValue), .integer(nowMillis), .integer(Int(next.timestamp)),

@@ -586,7 +586,7 @@ public final class SQLStore: Store, DispatchStore {
                 """
                 UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
                     stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
-                    min_update_interval = COALESCE(?, min_update_interval)
+                    min_update_interval = COALESCE(?, min_update_interval), next_dispatch_at = NULL
                 WHERE app_id = ? AND activity_id = ?
                 """,
                 values + [.text(update.appID), .text(update.activityID)]

@@ -234,3 +234,101 @@ struct ShutdownDuringRetryTests {
     }
 }
 
+
+@Suite("A phone left for a later pass holds no one back (injected clock)")
+struct LaterPassTests {
+    /// An engine over `store` whose clock stands still unless the test moves it: a retry time set for the activity never
+    /// comes by itself.
+    private func withStandingClock(
+        _ store: SQLStore, _ transport: ScriptedTransport, _ configure: (inout DispatcherConfiguration) -> Void = { _ in },
+        _ body: (Dispatcher, ManualClock) async throws -> Void
+    ) async throws {
+        let clock = ManualClock(Date(timeIntervalSince1970: 1_795_255_200))
+        var configuration = fastConfiguration()
+        configuration.retry.passRetryDelay = .seconds(30)
+        configuration.claimLease = 3600
+        configure(&configuration)
+        let dispatcher = Dispatcher(store: store, transports: transport, configuration: configuration, now: { clock.now })
+        let task = Task { try await dispatcher.run() }
+        defer { task.cancel() }
+        try await body(dispatcher, clock)
+        task.cancel()
+        _ = await task.result
+    }
+
+    private func update(_ store: SQLStore, _ n: Int64, at clock: ManualClock) async throws {
+        _ = try await store.acceptUpdate(ActivityUpdate(appID: appID, activityID: "match", contentState: ["n": .integer(n)]), at: clock.now)
+    }
+
+    @Test("an iPhone refused with TooManyRequests waits for the next pass; a new update reaches the others at once", arguments: StoreKind.available)
+    func tooManyRequests(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            try await register(store, activity: "match", devices: 0..<2)
+            let transport = ScriptedTransport()
+            transport.answer(token(0), with: [.retryable(reason: "TooManyRequests", retryAfter: nil, providerID: nil)])
+            try await withStandingClock(store, transport) { dispatcher, clock in
+                try await update(store, 1, at: clock)
+                dispatcher.wake()
+                #expect(try await eventually { transport.pushes(to: token(1)).map(\.sequence) == [1] })
+                #expect(transport.pushes(to: token(0)).map(\.sequence) == [1], "not tried again within the pass")
+                // The activity is due again 30 s on (the clock stands still): the next state is not held until then.
+                try await update(store, 2, at: clock)
+                dispatcher.wake()
+                #expect(try await eventually { transport.pushes(to: token(1)).map(\.sequence) == [1, 2] })
+                #expect(try await eventually { transport.pushes(to: token(0)).map(\.sequence) == [1, 2] })
+            }
+        }
+    }
+
+    @Test(
+        "an Android phone refused with QUOTA_EXCEEDED is not waited for within the pass: the others get the next state at once, it gets a retry no sooner than the quota floor",
+        arguments: StoreKind.available
+    )
+    func quotaExceeded(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await seedApp(store)
+            for (device, fcmToken) in [("pixel-a", "fcm-a"), ("pixel-b", "fcm-b")] {
+                _ = try await store.registerInstance(
+                    InstanceRegistration(appID: appID, activityID: "match", deviceID: device, platform: .android, pushToken: fcmToken,
+                                         attributesType: "A", attributes: [:], userID: nil),
+                    at: Date(timeIntervalSince1970: 1_795_255_200)
+                )
+            }
+            let transport = ScriptedTransport()
+            transport.answer("fcm-a", with: [.retryable(reason: "QUOTA_EXCEEDED", retryAfter: nil, providerID: nil)])
+            try await withStandingClock(store, transport, { $0.fcmQuotaRetryFloor = .seconds(60) }) { dispatcher, clock in
+                try await update(store, 1, at: clock)
+                dispatcher.wake()
+                #expect(try await eventually { transport.pushes(to: "fcm-b").map(\.sequence) == [1] })
+                // Released (no longer due at its lease's end, an hour on): due again in 60 – 90 s, by the standing clock.
+                let start = clock.now
+                #expect(try await eventually {
+                    guard let due = try await store.nextClaimable().next else { return false }
+                    return due < start.addingTimeInterval(3000)
+                })
+                let due = try #require(try await store.nextClaimable().next)
+                #expect(due >= start.addingTimeInterval(60) && due <= start.addingTimeInterval(90), "\(due.timeIntervalSince(start))")
+                #expect(transport.pushes(to: "fcm-a").map(\.sequence) == [1])
+                // The pass-retry delay (30 s) is not enough: Google asks a minute at least.
+                clock.set(clock.now.addingTimeInterval(45))
+                dispatcher.wake()
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(transport.pushes(to: "fcm-a").map(\.sequence) == [1])
+                clock.set(clock.now.addingTimeInterval(60))
+                dispatcher.wake()
+                #expect(try await eventually { transport.pushes(to: "fcm-a").map(\.sequence) == [1, 1] })
+                // A new state goes to both at once, whatever either was refused before.
+                transport.answer("fcm-b", with: [.retryable(reason: "QUOTA_EXCEEDED", retryAfter: nil, providerID: nil)])
+                try await update(store, 2, at: clock)
+                dispatcher.wake()
+                #expect(try await eventually { transport.pushes(to: "fcm-b").map(\.sequence) == [1, 2] })
+                try await update(store, 3, at: clock)
+                dispatcher.wake()
+                #expect(try await eventually {
+                    transport.pushes(to: "fcm-a").map(\.sequence) == [1, 1, 2, 3] && transport.pushes(to: "fcm-b").map(\.sequence) == [1, 2, 3]
+                })
+            }
+        }
+    }
+}

@@ -153,7 +153,8 @@ struct DatabaseStartupTests {
                 try await LivelineApplication.openStore(configuration, waitingForDatabase: true, logger: Logger(label: "test"))
             }
             #expect(failure?.sqlState == "3D000")
-            #expect(started.duration(to: .now) < .seconds(5))
+            // Well within the 30 s it may wait: it did not wait (5.19 s once, when every core ran the rest of the suite).
+            #expect(started.duration(to: .now) < .seconds(15))
         }
     }
 }

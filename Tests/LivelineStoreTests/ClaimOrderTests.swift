@@ -299,6 +299,37 @@ struct ClaimOrderTests {
         }
     }
 
+    @Test(
+        "a release's retry time holds the claimed sequence back, not a newer one accepted during the pass; an accepted update is due at once",
+        arguments: StoreKind.available
+    )
+    func retryTimeHoldsOnlyTheClaimedSequence(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            try await addActivityOfOnePhone(to: store, at: t0)
+            // A pass left its phone for later: due again in 30 s.
+            let first = try #require(try await store.claimToSend(owner: "w1", now: t0, lease: 60))
+            try await store.releaseClaim(
+                appID: "app_test", activityID: "a", owner: "w1", platforms: [.ios], retryAt: t0.addingTimeInterval(30),
+                claimedSequence: first.activity.sequence, sendStart: nil, verified: nil
+            )
+            #expect(try await store.claimToSend(owner: "w2", now: t0.addingTimeInterval(1), lease: 60) == nil)
+            // An update accepted after that release is due at once.
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 2]), at: t0.addingTimeInterval(2))
+            let second = try #require(try await store.claimToSend(owner: "w2", now: t0.addingTimeInterval(3), lease: 60))
+            #expect(second.activity.sequence == first.activity.sequence + 1)
+            // One accepted while the pass runs, before its release: due at once too, the retry time notwithstanding.
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 3]), at: t0.addingTimeInterval(4))
+            try await store.releaseClaim(
+                appID: "app_test", activityID: "a", owner: "w2", platforms: [.ios], retryAt: t0.addingTimeInterval(35),
+                claimedSequence: second.activity.sequence, sendStart: nil, verified: nil
+            )
+            let third = try #require(try await store.claimToSend(owner: "w3", now: t0.addingTimeInterval(5), lease: 60))
+            #expect(third.activity.sequence == second.activity.sequence + 1)
+        }
+    }
+
     @Test("a release records the send's start it is given, for the next claim's rate shaping, and keeps the one before without one", arguments: StoreKind.available)
     func releaseRecordsTheSendStart(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in

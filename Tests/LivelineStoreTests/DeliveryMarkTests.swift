@@ -96,7 +96,7 @@ struct DeliveryMarkTests {
             try await Self.record([Self.mark("d1", "d4", pass: claim.pass, priority: 5), Self.mark("d5", "d8", pass: claim.pass)], in: store)
             #expect(try await Self.pending(store).isEmpty)
             let done = try await store.releaseClaim(
-                appID: "app_test", activityID: Self.activity, owner: "w", platforms: [.ios, .android], retryAt: nil, sendStart: nil,
+                appID: "app_test", activityID: Self.activity, owner: "w", platforms: [.ios, .android], retryAt: nil, claimedSequence: nil, sendStart: nil,
                 verified: SettledPass(sequence: 1, pass: claim.pass, at: t0)
             )
             #expect(done)
@@ -161,7 +161,7 @@ struct DeliveryMarkTests {
             _ = try #require(try await store.claimToSend(owner: "w", now: t0.addingTimeInterval(1), lease: 30))
             _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: Self.activity, contentState: ["n": 2]), at: t0)
             let stale = try await store.releaseClaim(
-                appID: "app_test", activityID: Self.activity, owner: "w", platforms: [.ios, .android], retryAt: nil, sendStart: nil,
+                appID: "app_test", activityID: Self.activity, owner: "w", platforms: [.ios, .android], retryAt: nil, claimedSequence: nil, sendStart: nil,
                 verified: SettledPass(sequence: 1, pass: claim.pass + 1, at: t0)
             )
             #expect(!stale)
@@ -179,7 +179,7 @@ struct DeliveryMarkTests {
             let first = try await Self.claimedUpdate(to: Self.devices(1...6), in: store)
             try await Self.record([Self.mark("d1", "d6", pass: first.pass)], in: store)
             let settled = try await store.releaseClaim(
-                appID: "app_test", activityID: Self.activity, owner: "w", platforms: [.ios, .android], retryAt: nil, sendStart: nil,
+                appID: "app_test", activityID: Self.activity, owner: "w", platforms: [.ios, .android], retryAt: nil, claimedSequence: nil, sendStart: nil,
                 verified: SettledPass(sequence: 1, pass: first.pass, at: t0)
             )
             #expect(settled)
