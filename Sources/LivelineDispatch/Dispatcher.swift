@@ -543,9 +543,9 @@ public final class Dispatcher: Service, Sendable {
         let passRelease = try await keepingClaim(claim) { claimWatch in
             try await pass(claim, budget: budget, claimWatch: claimWatch)
         }
-        // A lost claim is its new holder's to release.
         // What the pass's pushes left for the next one asked of its time: taken whatever the pass ended with.
         let laterPass = laterPassNotBefore.withLock { $0.removeValue(forKey: ActivityKey(appID: appID, activityID: activityID)) }
+        // A lost claim is its new holder's to release.
         guard let passRelease else { return }
         let (release, broadcastDue, attempts, marked) = passRelease
         let retryAt: Date?
@@ -1277,8 +1277,8 @@ public final class Dispatcher: Service, Sendable {
                     // Left for the next pass, which comes no sooner than the refusal asks (a new state still goes at once).
                     let wait = configuration.retry.delay(afterAttempt: 1, retryAfter: retryAfter, floor: floor, random: random())
                     if wait > configuration.retry.passRetryDelay, floor > .zero || retryAfter != nil {
-                        let notBefore = now().addingTimeInterval(wait.seconds)
                         let passed = now()
+                        let notBefore = passed.addingTimeInterval(wait.seconds)
                         laterPassNotBefore.withLock { waits in
                             // Times gone by are of no use (a slice sent here for another node's pass leaves its own).
                             waits = waits.filter { $0.value > passed }
