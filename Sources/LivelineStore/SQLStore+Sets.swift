@@ -209,7 +209,8 @@ struct UpdateWrite: SetWrite {
                     timestamp_seconds = v.timestamp_seconds, content_state = v.content_state, alert = v.alert,
                     stale_date = v.stale_date, relevance_score = v.relevance_score, priority = v.priority, updated_at = v.updated_at,
                     content_shape = COALESCE(v.content_shape, a.content_shape),
-                    min_update_interval = COALESCE(v.min_update_interval, a.min_update_interval), next_dispatch_at = NULL
+                    min_update_interval = COALESCE(v.min_update_interval, a.min_update_interval),
+                    next_dispatch_at = \(SQLStore.dispatchTime(interval: "COALESCE(v.min_update_interval, a.min_update_interval)", lastSentAt: "a.last_sent_at"))
                 FROM \(unnest)
                 WHERE a.app_id = v.app_id AND a.activity_id = v.activity_id
                 """,

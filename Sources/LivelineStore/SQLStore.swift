@@ -556,6 +556,17 @@ public final class SQLStore: Store, DispatchStore {
          integer(update.priority.map(Int64.init)), .integer(nowMillis), shape(update.contentShape), real(update.minUpdateInterval)]
     }
 
+    /// When an activity whose update was just accepted is due, as SQL over its row (old values) with two binds of the
+    /// update's `minUpdateInterval`: at once (`NULL`), whatever retry time a pass left for the sequence before, so that a
+    /// phone left for a later pass holds no one back; or, when its updates are rate shaped and a state went out, when
+    /// the next may go (the last send plus the interval: the engine would only hand a claim back until then).
+    static let updatedDispatchTime = dispatchTime(interval: "COALESCE(?, min_update_interval)", lastSentAt: "last_sent_at")
+
+    /// ``updatedDispatchTime`` over the given SQL for the activity's interval (seconds) and last send (milliseconds).
+    static func dispatchTime(interval: String, lastSentAt: String) -> String {
+        "CASE WHEN \(interval) > 0 AND \(lastSentAt) IS NOT NULL THEN \(lastSentAt) + CAST(\(interval) * 1000 AS BIGINT) ELSE NULL END"
+    }
+
     /// The event of an accepted update: the activity's start when it had no state before, an update otherwise.
     static func updateEvent(_ update: ActivityUpdate, after head: ActivityHead?, next: LiveActivityState) -> NewEvent {
         NewEvent(
@@ -586,10 +597,10 @@ public final class SQLStore: Store, DispatchStore {
                 """
                 UPDATE activities SET sequence = ?, event = ?, sequence_at = ?, timestamp_seconds = ?, content_state = ?, alert = ?,
                     stale_date = ?, relevance_score = ?, priority = ?, updated_at = ?, content_shape = COALESCE(?, content_shape),
-                    min_update_interval = COALESCE(?, min_update_interval), next_dispatch_at = NULL
+                    min_update_interval = COALESCE(?, min_update_interval), next_dispatch_at = \(Self.updatedDispatchTime)
                 WHERE app_id = ? AND activity_id = ?
                 """,
-                values + [.text(update.appID), .text(update.activityID)]
+                values + [Self.real(update.minUpdateInterval), Self.real(update.minUpdateInterval), .text(update.appID), .text(update.activityID)]
             )
         } else {
             // Created by its first update: nothing to deliver yet (see above).

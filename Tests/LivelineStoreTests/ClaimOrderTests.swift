@@ -330,6 +330,30 @@ struct ClaimOrderTests {
         }
     }
 
+    @Test("an update to a rate-shaped activity is due when the next state may go, not at once", arguments: StoreKind.available)
+    func shapedUpdateIsDueWhenAllowed(on kind: StoreKind) async throws {
+        try await withTemporaryStore(kind) { store, _ in
+            try await makeApp(store)
+            let t0 = Date(timeIntervalSince1970: 1_795_000_000)
+            try await addActivityOfOnePhone(to: store, at: t0)
+            _ = try await store.acceptUpdate(
+                ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 2], minUpdateInterval: 60), at: t0
+            )
+            // A pass sends sequence 2 at t0 and leaves the phone for later (its retry time 30 s on).
+            let first = try #require(try await store.claimToSend(owner: "w1", now: t0, lease: 60))
+            try await store.releaseClaim(
+                appID: "app_test", activityID: "a", owner: "w1", platforms: [.ios], retryAt: t0.addingTimeInterval(30),
+                claimedSequence: first.activity.sequence, sendStart: SendStart(sequence: first.activity.sequence, at: t0), verified: nil
+            )
+            // The next update may go 60 s after that send: not claimed before (the engine would only hand it back), then.
+            _ = try await store.acceptUpdate(ActivityUpdate(appID: "app_test", activityID: "a", contentState: ["n": 3]), at: t0.addingTimeInterval(1))
+            #expect(try await store.claimToSend(owner: "w2", now: t0.addingTimeInterval(2), lease: 60) == nil)
+            #expect(try await store.claimToSend(owner: "w2", now: t0.addingTimeInterval(59), lease: 60) == nil)
+            let shaped = try #require(try await store.claimToSend(owner: "w2", now: t0.addingTimeInterval(60), lease: 60))
+            #expect(shaped.activity.sequence == first.activity.sequence + 1)
+        }
+    }
+
     @Test("a release records the send's start it is given, for the next claim's rate shaping, and keeps the one before without one", arguments: StoreKind.available)
     func releaseRecordsTheSendStart(on kind: StoreKind) async throws {
         try await withTemporaryStore(kind) { store, _ in
