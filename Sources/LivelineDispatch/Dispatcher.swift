@@ -1280,10 +1280,15 @@ public final class Dispatcher: Service, Sendable {
                         let passed = now()
                         let notBefore = passed.addingTimeInterval(wait.seconds)
                         laterPassNotBefore.withLock { waits in
-                            // Times gone by are of no use (a slice sent here for another node's pass leaves its own).
-                            waits = waits.filter { $0.value > passed }
                             let key = ActivityKey(appID: push.appID, activityID: push.activityID)
-                            waits[key] = max(waits[key] ?? notBefore, notBefore)
+                            if let earlier = waits[key] {
+                                waits[key] = max(earlier, notBefore)
+                            } else {
+                                // Times gone by are of no use (a slice sent here for another node's pass leaves its
+                                // own): dropped as an activity is added, not at each of its refusals.
+                                waits = waits.filter { $0.value > passed }
+                                waits[key] = notBefore
+                            }
                         }
                     }
                 }

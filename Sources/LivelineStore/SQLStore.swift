@@ -1036,7 +1036,7 @@ public final class SQLStore: Store, DispatchStore {
             timestampSeconds: row.column("timestamp_seconds")?.integer.map(Int64.init),
             dispatchedSequence: Int64(row.column("dispatched_sequence")?.integer ?? 0),
             contentState: try row.json("content_state"),
-            alert: try row.json("alert").flatMap(alert(from:)),
+            alert: try row.json("alert").flatMap(LiveActivityAlert.init(json:)),
             staleDate: row.column("stale_date")?.integer.map(Int64.init),
             relevanceScore: row.column("relevance_score")?.double,
             priority: row.column("priority")?.integer,
@@ -1051,7 +1051,7 @@ public final class SQLStore: Store, DispatchStore {
             lastSentAt: row.column("last_sent_at")?.integer.map(date),
             budgetWarnedAt: row.column("budget_warned_at")?.integer.map(date),
             contentShape: try row.json("content_shape")?.objectValue.map { JSONShape(kinds: $0.compactMapValues(\.stringValue)) },
-            startAlert: try row.json("start_alert").flatMap(alert(from:)),
+            startAlert: try row.json("start_alert").flatMap(LiveActivityAlert.init(json:)),
             delivery: row.column("delivery")?.string.flatMap(ActivityDelivery.init(rawValue:)) ?? .token,
             channel: channel(from: row),
             broadcastSequence: Int64(row.column("broadcast_sequence")?.integer ?? 0),
@@ -1069,10 +1069,6 @@ public final class SQLStore: Store, DispatchStore {
             createdAt: row.column("channel_created_at")?.integer.map(date) ?? Date(timeIntervalSince1970: 0),
             deletedAt: row.column("channel_deleted_at")?.integer.map(date)
         )
-    }
-
-    static func alert(from json: JSONValue) -> LiveActivityAlert? {
-        LiveActivityAlert(json: json)
     }
 
     static func instance(from row: StoreRow) throws -> InstanceRecord {
